@@ -1,0 +1,13 @@
+//! gpucbf: a real-time correlator-beamformer for radio telescopes, wire-compatible with
+//! SARAO's katgpucbf (the MeerKAT CBF).
+//!
+//! Modules follow the data flow: [`spead`] (wire format, sans-IO), [`net`] (transports),
+//! [`dsim`] (digitiser simulator), engines and compute stages (CPU reference and GPU
+//! backends), [`telemetry`] (logs and metrics).
+
+pub mod bitpack;
+pub mod gpu;
+pub mod inspect;
+pub mod net;
+pub mod spead;
+pub mod telemetry;

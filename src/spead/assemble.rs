@@ -1,0 +1,390 @@
+//! Heap assembly: packets of any number of heaps, in any order, into complete heaps.
+//!
+//! Heaps are keyed by heap counter. At most `max_partial` heaps are under assembly at
+//! once; when another one starts, the least recently touched partial heap is evicted and
+//! counted as incomplete. Duplicates and overlaps are counted and ignored.
+
+use std::collections::VecDeque;
+
+use super::packet::{DropReason, ItemPointer, PacketView};
+use super::{ids, Descriptor, CTRL_STREAM_STOP};
+
+/// A received heap. `complete` is false only for heaps delivered by eviction or flush.
+#[derive(Debug, Clone)]
+pub struct Heap {
+    pub cnt: u64,
+    /// Heap size in bytes (from the packets; for heaps without a size, the bytes seen).
+    pub size: u64,
+    /// Application item pointers, de-duplicated, in order of first appearance.
+    pub pointers: Vec<ItemPointer>,
+    pub payload: Vec<u8>,
+    pub complete: bool,
+    /// Payload bytes actually received.
+    pub received: u64,
+}
+
+/// The value of one item of a heap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemValue<'a> {
+    Immediate(u64),
+    Bytes(&'a [u8]),
+}
+
+impl ItemValue<'_> {
+    /// Integer value: an immediate, or an addressed item of at most 8 bytes read big-endian.
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            ItemValue::Immediate(v) => Some(v),
+            ItemValue::Bytes(b) if b.len() <= 8 => {
+                Some(b.iter().fold(0u64, |acc, &x| (acc << 8) | x as u64))
+            }
+            ItemValue::Bytes(_) => None,
+        }
+    }
+}
+
+impl Heap {
+    /// Byte range of each addressed item: up to the next higher address, or the heap end.
+    fn addressed_range(&self, p: &ItemPointer) -> Option<(usize, usize)> {
+        let start = p.value;
+        let end = self
+            .pointers
+            .iter()
+            .filter(|q| !q.immediate && q.value > start)
+            .map(|q| q.value)
+            .min()
+            .unwrap_or(self.size);
+        if start > end || end > self.payload.len() as u64 {
+            return None;
+        }
+        Some((start as usize, end as usize))
+    }
+
+    /// Value of the first item with this ID.
+    pub fn item(&self, id: u16) -> Option<ItemValue<'_>> {
+        let p = self.pointers.iter().find(|p| p.id == id)?;
+        self.value_of(p)
+    }
+
+    fn value_of(&self, p: &ItemPointer) -> Option<ItemValue<'_>> {
+        if p.immediate {
+            Some(ItemValue::Immediate(p.value))
+        } else {
+            let (a, b) = self.addressed_range(p)?;
+            Some(ItemValue::Bytes(&self.payload[a..b]))
+        }
+    }
+
+    /// All items, in pointer order (descriptor and NULL items included).
+    pub fn items(&self) -> Vec<(u16, ItemValue<'_>)> {
+        self.pointers
+            .iter()
+            .filter_map(|p| Some((p.id, self.value_of(p)?)))
+            .collect()
+    }
+
+    /// Immediate (or short addressed) integer item.
+    pub fn u64_item(&self, id: u16) -> Option<u64> {
+        self.item(id)?.as_u64()
+    }
+
+    /// True for a stream-control stop heap.
+    pub fn is_stop(&self) -> bool {
+        self.pointers
+            .iter()
+            .any(|p| p.id == ids::STREAM_CTRL && p.immediate && p.value == CTRL_STREAM_STOP)
+    }
+
+    /// Descriptors carried by this heap; malformed ones are returned as errors.
+    pub fn descriptors(&self) -> Vec<Result<Descriptor, String>> {
+        self.pointers
+            .iter()
+            .filter(|p| p.id == ids::DESCRIPTOR)
+            .map(|p| match self.value_of(p) {
+                Some(ItemValue::Bytes(b)) => Descriptor::decode(b),
+                _ => Err("descriptor item is not an addressed item".to_string()),
+            })
+            .collect()
+    }
+
+    /// All addressed items lie inside the heap and in range.
+    fn addresses_valid(&self) -> bool {
+        self.pointers
+            .iter()
+            .filter(|p| !p.immediate)
+            .all(|p| p.value <= self.size)
+    }
+}
+
+/// Counters kept by an [`Assembler`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AssemblerStats {
+    pub packets: u64,
+    pub heaps: u64,
+    pub bytes: u64,
+    pub incomplete_heaps_evicted: u64,
+    pub incomplete_heaps_flushed: u64,
+    pub stop_heaps: u64,
+    pub drops: [u64; DropReason::ALL.len()],
+}
+
+impl AssemblerStats {
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.drops[reason as usize]
+    }
+
+    pub fn total_dropped(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    pub fn count(&mut self, reason: DropReason) {
+        self.drops[reason as usize] += 1;
+    }
+}
+
+struct Partial {
+    heap: Heap,
+    /// Received byte ranges [start, end), sorted, merged.
+    ranges: Vec<(u64, u64)>,
+    last_used: u64,
+}
+
+impl Partial {
+    /// Checks [a, b) against what is already received: Ok(()) if new.
+    fn check(&self, a: u64, b: u64) -> Result<(), DropReason> {
+        for &(s, e) in &self.ranges {
+            if a < e && s < b {
+                return Err(if s <= a && b <= e {
+                    DropReason::Duplicate
+                } else {
+                    DropReason::OverlappingPayload
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn insert(&mut self, a: u64, b: u64) {
+        if a == b {
+            return;
+        }
+        let i = self.ranges.partition_point(|r| r.0 < a);
+        self.ranges.insert(i, (a, b));
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(self.ranges.len());
+        for &(s, e) in &self.ranges {
+            match merged.last_mut() {
+                Some(last) if last.1 == s => last.1 = e,
+                _ => merged.push((s, e)),
+            }
+        }
+        self.ranges = merged;
+    }
+}
+
+/// Packets in, heaps out.
+pub struct Assembler {
+    max_partial: usize,
+    max_heap_size: u64,
+    keep_incomplete: bool,
+    partial: Vec<Partial>,
+    recent: VecDeque<u64>,
+    clock: u64,
+    pub stats: AssemblerStats,
+}
+
+impl Default for Assembler {
+    fn default() -> Self {
+        Assembler::new(4)
+    }
+}
+
+impl Assembler {
+    /// `max_partial` heaps may be under assembly at once (spead2's `max_heaps`).
+    pub fn new(max_partial: usize) -> Self {
+        Assembler {
+            max_partial: max_partial.max(1),
+            max_heap_size: 1 << 30,
+            keep_incomplete: false,
+            partial: Vec::new(),
+            recent: VecDeque::new(),
+            clock: 0,
+            stats: AssemblerStats::default(),
+        }
+    }
+
+    /// Largest heap accepted (bigger ones are dropped as `HeapTooLarge`).
+    pub fn with_max_heap_size(mut self, bytes: u64) -> Self {
+        self.max_heap_size = bytes;
+        self
+    }
+
+    /// Deliver evicted/flushed incomplete heaps (flagged `complete = false`) instead of
+    /// only counting them.
+    pub fn with_keep_incomplete(mut self, keep: bool) -> Self {
+        self.keep_incomplete = keep;
+        self
+    }
+
+    fn remember_done(&mut self, cnt: u64) {
+        if self.recent.len() >= 2 * self.max_partial + 8 {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(cnt);
+    }
+
+    fn finish(&mut self, mut heap: Heap, out: &mut Vec<Heap>) {
+        if !heap.addresses_valid() {
+            self.stats.count(DropReason::BadItemAddress);
+            return;
+        }
+        heap.complete = true;
+        self.stats.heaps += 1;
+        if heap.is_stop() {
+            self.stats.stop_heaps += 1;
+        }
+        self.remember_done(heap.cnt);
+        out.push(heap);
+    }
+
+    fn evict(&mut self, idx: usize, out: &mut Vec<Heap>, flushed: bool) {
+        let p = self.partial.swap_remove(idx);
+        if flushed {
+            self.stats.incomplete_heaps_flushed += 1;
+        } else {
+            self.stats.incomplete_heaps_evicted += 1;
+        }
+        if self.keep_incomplete {
+            let mut h = p.heap;
+            h.complete = false;
+            if h.addresses_valid() {
+                out.push(h);
+            }
+        }
+    }
+
+    /// Feeds one packet; completed (and, if asked, evicted) heaps are appended to `out`.
+    /// Returns the drop reason if the packet was not used.
+    pub fn push(&mut self, buf: &[u8], out: &mut Vec<Heap>) -> Result<(), DropReason> {
+        let r = self.push_inner(buf, out);
+        if let Err(reason) = r {
+            self.stats.count(reason);
+        }
+        r
+    }
+
+    fn push_inner(&mut self, buf: &[u8], out: &mut Vec<Heap>) -> Result<(), DropReason> {
+        let pkt = PacketView::parse(buf)?;
+        if pkt.heap_size.unwrap_or(0) > self.max_heap_size
+            || pkt.payload_offset + pkt.payload_length > self.max_heap_size
+        {
+            return Err(DropReason::HeapTooLarge);
+        }
+        self.clock += 1;
+        let (a, b) = (pkt.payload_offset, pkt.payload_offset + pkt.payload_length);
+        let idx = self.partial.iter().position(|p| p.heap.cnt == pkt.heap_cnt);
+
+        let idx = match idx {
+            Some(i) => {
+                let p = &self.partial[i];
+                if pkt.heap_size.is_some() && p.heap.size != pkt.heap_size.unwrap_or(0) {
+                    return Err(DropReason::InconsistentHeapSize);
+                }
+                p.check(a, b)?;
+                i
+            }
+            None => {
+                if self.recent.contains(&pkt.heap_cnt) {
+                    return Err(DropReason::Duplicate);
+                }
+                // Fast path: a whole heap in one packet.
+                if let Some(size) = pkt.heap_size {
+                    if a == 0 && b == size {
+                        self.stats.packets += 1;
+                        self.stats.bytes += pkt.payload_length;
+                        let heap = Heap {
+                            cnt: pkt.heap_cnt,
+                            size,
+                            pointers: dedup(pkt.items()),
+                            payload: pkt.payload.to_vec(),
+                            complete: true,
+                            received: size,
+                        };
+                        self.finish(heap, out);
+                        return Ok(());
+                    }
+                }
+                if self.partial.len() >= self.max_partial {
+                    let oldest = self
+                        .partial
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, p)| p.last_used)
+                        .map(|(i, _)| i)
+                        .unwrap_or(0);
+                    self.evict(oldest, out, false);
+                }
+                let size = pkt.heap_size.unwrap_or(0);
+                self.partial.push(Partial {
+                    heap: Heap {
+                        cnt: pkt.heap_cnt,
+                        size,
+                        pointers: Vec::new(),
+                        payload: vec![0; size as usize],
+                        complete: false,
+                        received: 0,
+                    },
+                    ranges: Vec::new(),
+                    last_used: 0,
+                });
+                self.partial.len() - 1
+            }
+        };
+
+        self.stats.packets += 1;
+        self.stats.bytes += pkt.payload_length;
+        let clock = self.clock;
+        let p = &mut self.partial[idx];
+        p.last_used = clock;
+        for ptr in pkt.items() {
+            if !p.heap.pointers.contains(&ptr) {
+                p.heap.pointers.push(ptr);
+            }
+        }
+        if pkt.heap_size.is_none() && p.heap.payload.len() < b as usize {
+            p.heap.payload.resize(b as usize, 0);
+            p.heap.size = b;
+        }
+        p.heap.payload[a as usize..b as usize].copy_from_slice(pkt.payload);
+        p.heap.received += b - a;
+        p.insert(a, b);
+        let done = pkt.heap_size.is_some() && p.heap.received == p.heap.size;
+        if done {
+            let p = self.partial.swap_remove(idx);
+            self.finish(p.heap, out);
+        }
+        Ok(())
+    }
+
+    /// Ends the stream: every partial heap is counted as incomplete (and delivered if
+    /// `keep_incomplete`).
+    pub fn flush(&mut self, out: &mut Vec<Heap>) {
+        while !self.partial.is_empty() {
+            self.evict(self.partial.len() - 1, out, true);
+        }
+    }
+
+    /// Heaps currently under assembly.
+    pub fn n_partial(&self) -> usize {
+        self.partial.len()
+    }
+}
+
+fn dedup(it: impl Iterator<Item = ItemPointer>) -> Vec<ItemPointer> {
+    let mut v: Vec<ItemPointer> = Vec::new();
+    for p in it {
+        if !v.contains(&p) {
+            v.push(p);
+        }
+    }
+    v
+}

@@ -1,0 +1,96 @@
+//! SPEAD-64-48 codec (the flavour katgpucbf and spead2 use), sans-IO: bytes in, heaps out.
+//!
+//! * [`packet`]: zero-copy packet parsing with named drop reasons.
+//! * [`encode`]: heap → packets (repeat pointers or not), descriptor and stop heaps.
+//! * [`assemble`]: packets in any order → complete heaps, with counters.
+//! * [`descriptor`]: item descriptors (name, description, shape, format / numpy dtype).
+
+pub mod assemble;
+pub mod descriptor;
+pub mod encode;
+pub mod packet;
+
+pub use assemble::{Assembler, AssemblerStats, Heap, ItemValue};
+pub use descriptor::Descriptor;
+pub use encode::{HeapBuilder, PacketParts};
+pub use packet::{DropReason, ItemPointer, PacketView};
+
+/// First byte of every SPEAD packet.
+pub const MAGIC: u8 = 0x53;
+/// SPEAD protocol version.
+pub const VERSION: u8 = 4;
+/// Item pointer width in bytes (64-bit pointers).
+pub const ITEM_POINTER_BYTES: usize = 8;
+/// Heap address width in bytes (48-bit addresses).
+pub const HEAP_ADDRESS_BYTES: usize = 6;
+/// Number of bits in a heap address / immediate value.
+pub const HEAP_ADDRESS_BITS: u32 = 48;
+/// Mask for a 48-bit value.
+pub const ADDRESS_MASK: u64 = (1 << HEAP_ADDRESS_BITS) - 1;
+/// Packet header length in bytes.
+pub const HEADER_BYTES: usize = 8;
+
+/// Standard item IDs.
+pub mod ids {
+    pub const NULL: u16 = 0x0000;
+    pub const HEAP_CNT: u16 = 0x0001;
+    pub const HEAP_SIZE: u16 = 0x0002;
+    pub const HEAP_OFFSET: u16 = 0x0003;
+    pub const PAYLOAD_LENGTH: u16 = 0x0004;
+    pub const DESCRIPTOR: u16 = 0x0005;
+    pub const STREAM_CTRL: u16 = 0x0006;
+    pub const DESCRIPTOR_NAME: u16 = 0x0010;
+    pub const DESCRIPTOR_DESCRIPTION: u16 = 0x0011;
+    pub const DESCRIPTOR_SHAPE: u16 = 0x0012;
+    pub const DESCRIPTOR_FORMAT: u16 = 0x0013;
+    pub const DESCRIPTOR_ID: u16 = 0x0014;
+    pub const DESCRIPTOR_DTYPE: u16 = 0x0015;
+
+    // Application items (katgpucbf ICD §3).
+    pub const TIMESTAMP: u16 = 0x1600;
+    pub const DIGITISER_ID: u16 = 0x3101;
+    pub const DIGITISER_STATUS: u16 = 0x3102;
+    pub const ADC_SAMPLES: u16 = 0x3300;
+    pub const FENG_ID: u16 = 0x4101;
+    pub const FREQUENCY: u16 = 0x4103;
+    pub const FENG_RAW: u16 = 0x4300;
+    pub const XENG_RAW: u16 = 0x1800;
+    pub const BF_RAW: u16 = 0x5000;
+    pub const BEAM_ANTS: u16 = 0x5004;
+}
+
+/// Stream-control values carried by item 0x0006.
+pub const CTRL_STREAM_START: u64 = 0;
+pub const CTRL_DESCRIPTOR_REISSUE: u64 = 1;
+pub const CTRL_STREAM_STOP: u64 = 2;
+pub const CTRL_DESCRIPTOR_UPDATE: u64 = 3;
+
+/// `digitiser_status` bit 1: saturation flag; bits 47..32: saturation count.
+pub const DIGITISER_STATUS_SATURATION_FLAG_BIT: u32 = 1;
+pub const DIGITISER_STATUS_SATURATION_COUNT_SHIFT: u32 = 32;
+
+/// Builds the `digitiser_status` immediate from a heap's saturation count.
+pub fn digitiser_status(saturated: u64) -> u64 {
+    let count = saturated.min(0xFFFF);
+    let flag = if saturated > 0 {
+        1 << DIGITISER_STATUS_SATURATION_FLAG_BIT
+    } else {
+        0
+    };
+    (count << DIGITISER_STATUS_SATURATION_COUNT_SHIFT) | flag
+}
+
+/// The 8-byte packet header for `n_items` item pointers.
+pub fn packet_header(n_items: u16) -> [u8; HEADER_BYTES] {
+    let n = n_items.to_be_bytes();
+    [
+        MAGIC,
+        VERSION,
+        (ITEM_POINTER_BYTES - HEAP_ADDRESS_BYTES) as u8,
+        HEAP_ADDRESS_BYTES as u8,
+        0,
+        0,
+        n[0],
+        n[1],
+    ]
+}
