@@ -6,8 +6,10 @@
 //! backends), [`telemetry`] (logs and metrics).
 
 pub mod bitpack;
+pub mod dsim;
 pub mod gpu;
 pub mod inspect;
 pub mod net;
+pub mod shutdown;
 pub mod spead;
 pub mod telemetry;

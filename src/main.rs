@@ -21,6 +21,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Digitiser simulator: SPEAD digitiser heaps to UDP destinations or a pcap file.
+    Dsim(gpucbf::dsim::DsimArgs),
     /// Decode the SPEAD heaps of a pcap file and print a JSON summary per destination.
     PcapInfo {
         /// Capture to read.
@@ -32,6 +34,13 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
+        Command::Dsim(args) => {
+            let cfg = args.validate().map_err(anyhow::Error::msg)?;
+            let summary = gpucbf::dsim::run(&cfg)?;
+            if args.summary {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            }
+        }
         Command::PcapInfo { path } => {
             let s = gpucbf::inspect::summarise(&path)?;
             println!("{}", serde_json::to_string_pretty(&s)?);
