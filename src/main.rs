@@ -23,6 +23,21 @@ struct Cli {
 enum Command {
     /// Digitiser simulator: SPEAD digitiser heaps to UDP destinations or a pcap file.
     Dsim(gpucbf::dsim::DsimArgs),
+    /// Print every SPEAD heap of a pcap file or UDP port as one JSON line (items, descriptors).
+    SpeadDump {
+        /// Read this pcap file.
+        #[arg(long, conflicts_with = "udp", required_unless_present = "udp")]
+        pcap: Option<PathBuf>,
+        /// Receive on this UDP endpoint (unicast or multicast ADDR:PORT).
+        #[arg(long)]
+        udp: Option<std::net::SocketAddrV4>,
+        /// Stop after this many heaps.
+        #[arg(long)]
+        max_heaps: Option<u64>,
+        /// UDP: stop after this many seconds without a packet.
+        #[arg(long, default_value_t = 5.0)]
+        idle_timeout: f64,
+    },
     /// Decode the SPEAD heaps of a pcap file and print a JSON summary per destination.
     PcapInfo {
         /// Capture to read.
@@ -40,6 +55,24 @@ fn main() -> anyhow::Result<()> {
             if args.summary {
                 println!("{}", serde_json::to_string_pretty(&summary)?);
             }
+        }
+        Command::SpeadDump {
+            pcap,
+            udp,
+            max_heaps,
+            idle_timeout,
+        } => {
+            use gpucbf::inspect::{dump, DumpSource};
+            let src = match (pcap, udp) {
+                (Some(p), _) => DumpSource::Pcap(p),
+                (None, Some(addr)) => DumpSource::Udp {
+                    addr,
+                    idle_timeout: std::time::Duration::from_secs_f64(idle_timeout.max(0.001)),
+                },
+                (None, None) => anyhow::bail!("give --pcap FILE or --udp ADDR:PORT"),
+            };
+            let stats = dump(src, max_heaps, &mut std::io::stdout().lock())?;
+            tracing::info!(?stats, "spead-dump finished");
         }
         Command::PcapInfo { path } => {
             let s = gpucbf::inspect::summarise(&path)?;
