@@ -106,3 +106,96 @@ pub fn generate(
         saturated,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dsim::signal::{parse, Signal};
+
+    #[test]
+    fn quantiser_rounds_half_even_and_clips() {
+        assert_eq!(quantise(2.5, 511.0), (2, false));
+        assert_eq!(quantise(3.5, 511.0), (4, false));
+        assert_eq!(quantise(-0.5, 511.0), (0, false));
+        assert_eq!(quantise(511.4, 511.0), (511, false));
+        assert_eq!(quantise(511.5, 511.0), (511, true));
+        assert_eq!(quantise(-900.0, 511.0), (-511, true));
+        assert_eq!(quantise(f64::NAN, 511.0), (0, true));
+    }
+
+    #[test]
+    fn generation_is_deterministic_and_thread_independent() {
+        let sig = parse("cw(0.4, 1e8) + wgn(0.1);", &mut || 42)
+            .unwrap()
+            .remove(0);
+        let tb = Timebase {
+            adc_rate: 1712e6,
+            period: 1 << 16,
+        };
+        let fmt = HeapFormat {
+            bits: 10,
+            heap_samples: 4096,
+        };
+        let a = generate(&sig, &tb, fmt, 10, 10, 99, 0);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let b = pool.install(|| generate(&sig, &tb, fmt, 10, 10, 99, 0));
+        assert_eq!(a.data, b.data);
+        // Wraps around the period (16 heaps): window index 6 is heap 16 ≡ heap 0.
+        let c = generate(&sig, &tb, fmt, 0, 1, 99, 0);
+        assert_eq!(a.heap(6), c.heap(0));
+        assert_ne!(a.heap(5), c.heap(0));
+        // Another stream gets other dither.
+        let d = generate(&sig, &tb, fmt, 10, 10, 99, 1);
+        assert_ne!(a.data, d.data);
+    }
+
+    #[test]
+    fn saturation_counts_and_dither_range() {
+        let sig = StreamSignal {
+            signal: std::sync::Arc::new(Signal::Const(0.999)),
+            dither: true,
+        };
+        let tb = Timebase {
+            adc_rate: 1e6,
+            period: 4096,
+        };
+        let w = generate(
+            &sig,
+            &tb,
+            HeapFormat {
+                bits: 10,
+                heap_samples: 4096,
+            },
+            0,
+            1,
+            5,
+            0,
+        );
+        // 0.999·511 = 510.489; + dither in [−0.5, 0.5) rounds to 510 or 511, never clips.
+        assert_eq!(w.saturated[0], 0);
+        let mut x = vec![0i16; 4096];
+        crate::bitpack::unpack(w.heap(0), 10, &mut x);
+        assert!(x.iter().all(|&v| v == 510 || v == 511));
+        assert!(x.iter().filter(|&&v| v == 511).count() > 1000);
+        let sig = StreamSignal {
+            signal: std::sync::Arc::new(Signal::Const(1.2)),
+            dither: false,
+        };
+        let w = generate(
+            &sig,
+            &tb,
+            HeapFormat {
+                bits: 4,
+                heap_samples: 4096,
+            },
+            0,
+            1,
+            5,
+            0,
+        );
+        assert_eq!(w.saturated[0], 4096);
+    }
+}

@@ -549,3 +549,132 @@ impl Signal {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Result<Vec<StreamSignal>, String> {
+        let mut k = 0;
+        parse(s, &mut || {
+            k += 1;
+            k
+        })
+    }
+
+    fn eval(s: &Signal, tb: &Timebase, start: u64, n: usize) -> Vec<f64> {
+        let mut v = vec![0.0; n];
+        s.eval_add(tb, start, &mut v);
+        v
+    }
+
+    const TB: Timebase = Timebase {
+        adc_rate: 1712e6,
+        period: 1 << 20,
+    };
+
+    #[test]
+    fn grammar_and_errors() {
+        let o = p("a = cw(1.0, 1e8) + wgn(0.1); a + 0.5; nodither(a * -2);").unwrap();
+        assert_eq!(o.len(), 2);
+        assert!(o[0].dither && !o[1].dither);
+        let o = p("n = nodither(cw(0.5, 1e6)); n;").unwrap();
+        assert!(!o[0].dither);
+        for bad in [
+            "cw(1.0, 1e8)",
+            "cw(1.0);",
+            "foo(1);",
+            "a = 1; a = 2; a;",
+            "n = nodither(1); n + 1;",
+            "delay(cw(1, 2), 1.5);",
+            "wgn(-1);",
+            "cw(1, x);",
+            "1 + ;",
+            "cw(1.0, 1e8) $ 2;",
+            "",
+        ] {
+            assert!(p(bad).is_err(), "{bad:?} should fail");
+        }
+        assert!(per_stream(p("1; 2; 3;").unwrap(), 2).is_err());
+        assert_eq!(per_stream(p("1;").unwrap(), 3).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn cw_is_periodic_and_snapped() {
+        let s = Signal::Cw {
+            amp: 0.7,
+            freq: 123.456e6,
+        };
+        let f = TB.snapped(123.456e6);
+        assert!((f - 123.456e6).abs() <= TB.adc_rate / TB.period as f64 / 2.0);
+        let v = eval(&s, &TB, 1000, 4096);
+        for (i, x) in v.iter().enumerate() {
+            let t = (1000 + i) as f64;
+            let want = 0.7 * (2.0 * PI * f * t / TB.adc_rate).cos();
+            assert!((x - want).abs() < 1e-9, "sample {i}: {x} vs {want}");
+        }
+        // The last samples of the period join the first seamlessly.
+        let tail = eval(&s, &TB, TB.period - 1, 1)[0];
+        let want = 0.7 * (2.0 * PI * f * (TB.period - 1) as f64 / TB.adc_rate).cos();
+        assert!((tail - want).abs() < 1e-9);
+    }
+
+    #[test]
+    fn multicw_delay_comb_and_noise() {
+        let m = Signal::MultiCw {
+            m: 3,
+            amp0: 0.1,
+            amp_step: 0.05,
+            freq0: 1e7,
+            freq_step: 2e6,
+        };
+        let sum = Signal::Add(
+            Arc::new(Signal::Add(
+                Arc::new(Signal::Cw {
+                    amp: 0.1,
+                    freq: 1e7,
+                }),
+                Arc::new(Signal::Cw {
+                    amp: 0.15,
+                    freq: 1.2e7,
+                }),
+            )),
+            Arc::new(Signal::Cw {
+                amp: 0.2,
+                freq: 1.4e7,
+            }),
+        );
+        let (a, b) = (eval(&m, &TB, 77, 500), eval(&sum, &TB, 77, 500));
+        assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-12));
+
+        let w = Arc::new(Signal::Wgn {
+            std: 1.0,
+            entropy: 9,
+        });
+        let d = Signal::Delay(w.clone(), 10);
+        let base = eval(&w, &TB, 0, 3000);
+        let del = eval(&d, &TB, 10, 2990);
+        assert_eq!(&base[..2990], &del[..]);
+        // Negative delays and the period wrap.
+        let d = Signal::Delay(w.clone(), -5);
+        assert_eq!(eval(&d, &TB, TB.period - 5, 1)[0], base[0]);
+        // Noise statistics and independence from how the range is split.
+        let n = eval(&w, &TB, 0, 200_000);
+        let mean = n.iter().sum::<f64>() / n.len() as f64;
+        let var = n.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n.len() as f64;
+        assert!(
+            mean.abs() < 0.01 && (var - 1.0).abs() < 0.02,
+            "{mean} {var}"
+        );
+        assert_eq!(eval(&w, &TB, 1500, 100), n[1500..1600].to_vec());
+
+        let c = Signal::Comb {
+            amp: 0.5,
+            freq: TB.adc_rate / 1024.0,
+        };
+        let v = eval(&c, &TB, 0, 4096);
+        let hits: Vec<usize> = (0..4096).filter(|&i| v[i] != 0.0).collect();
+        assert_eq!(hits, vec![0, 1024, 2048, 3072]);
+        assert_eq!(eval(&c, &TB, 1024, 1)[0], 0.5);
+    }
+}
