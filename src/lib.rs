@@ -6,6 +6,7 @@
 //! backends), [`telemetry`] (logs and metrics).
 
 pub mod bitpack;
+pub mod chunk;
 pub mod dsim;
 pub mod gpu;
 pub mod inspect;
