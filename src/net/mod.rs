@@ -5,7 +5,9 @@
 //! * [`udp`]: kernel UDP sockets with sendmmsg, multicast and pacing.
 
 pub mod endpoint;
+pub mod heapsend;
 pub mod pcap;
+pub mod source;
 pub mod udp;
 
 use std::io;
