@@ -8,6 +8,7 @@
 pub mod bitpack;
 pub mod chunk;
 pub mod dsim;
+pub mod fgpu;
 pub mod gpu;
 pub mod inspect;
 pub mod net;
