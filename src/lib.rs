@@ -7,6 +7,7 @@
 
 pub mod bitpack;
 pub mod chunk;
+pub mod control;
 pub mod dsim;
 pub mod fgpu;
 pub mod gpu;

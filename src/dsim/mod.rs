@@ -5,6 +5,7 @@
 //! A window of signal is generated once (in parallel) and replayed; frequencies snap to
 //! multiples of adc_rate / period so the replay is seamless.
 
+pub mod control;
 pub mod generate;
 pub mod send;
 pub mod signal;
@@ -62,6 +63,12 @@ pub struct DsimArgs {
     /// Rate multiplier (1.0 = real time; 0 = as fast as possible).
     #[arg(long, default_value_t = 1.0)]
     pub rate_factor: f64,
+    /// katcp control port (none by default).
+    #[arg(long)]
+    pub katcp_port: Option<u16>,
+    /// katcp listening address.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub katcp_host: Ipv4Addr,
     /// Print a JSON summary on stdout at the end.
     #[arg(long)]
     pub summary: bool,
@@ -91,6 +98,8 @@ pub struct DsimConfig {
     pub descriptor_interval: f64,
     pub rate_factor: f64,
     pub dests: Vec<Vec<SocketAddrV4>>,
+    /// katcp server address, if enabled.
+    pub katcp: Option<SocketAddrV4>,
 }
 
 impl DsimArgs {
@@ -163,6 +172,9 @@ impl DsimArgs {
             descriptor_interval,
             rate_factor: self.rate_factor,
             dests,
+            katcp: self
+                .katcp_port
+                .map(|p| SocketAddrV4::new(self.katcp_host, p)),
         })
     }
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tracing::{info, warn};
 
+use super::control::{DsimDevice, GenContext, SignalSwap};
 use super::generate::{generate, HeapFormat, Window};
 use super::signal::Timebase;
 use super::DsimConfig;
@@ -117,7 +118,7 @@ pub fn run(cfg: &DsimConfig) -> anyhow::Result<DsimSummary> {
         heap_samples: cfg.heap_samples,
     };
     let t_gen = Instant::now();
-    let windows: Vec<Window> = cfg
+    let mut windows: Vec<Window> = cfg
         .signals
         .iter()
         .enumerate()
@@ -145,6 +146,26 @@ pub fn run(cfg: &DsimConfig) -> anyhow::Result<DsimSummary> {
         info!(stream = s, dither = sig.dither, signal = ?sig.signal, "stream signal");
     }
 
+    let (swap_tx, swap_rx) = crossbeam_channel::bounded::<SignalSwap>(1);
+    let _server = match cfg.katcp {
+        Some(addr) => {
+            let ctx = GenContext {
+                tb,
+                fmt,
+                first_heap,
+                window_heaps,
+                dither_seed: cfg.dither_seed,
+                n_streams,
+            };
+            let dev = DsimDevice::new(ctx, swap_tx, &cfg.signals_text, sync_time);
+            Some(crate::control::Server::start(
+                addr.into(),
+                std::sync::Arc::new(dev),
+            )?)
+        }
+        None => None,
+    };
+    let mut pending: Option<SignalSwap> = None;
     let heap_bytes = windows[0].heap_bytes;
     let templates: Vec<Vec<u8>> = (0..n_streams)
         .map(|s| data_header_template(cfg.first_id + s as u64, heap_bytes))
@@ -214,10 +235,22 @@ pub fn run(cfg: &DsimConfig) -> anyhow::Result<DsimSummary> {
             info!("stop requested");
             break;
         }
+        if pending.is_none() {
+            pending = swap_rx.try_recv().ok();
+        }
+        // A new signal takes effect at a heap boundary, for all streams at once.
+        if slot % n_streams as u64 == 0 {
+            if let Some(sw) = pending.take() {
+                windows = sw.windows;
+                let _ = sw.reply.send(ts0 + slot / n_streams as u64 * hs);
+            }
+        }
         let mut batch: Vec<(SocketAddrV4, [&[u8]; 2])> = Vec::with_capacity(BATCH);
         let mut meta: Vec<(usize, usize, u64)> = Vec::with_capacity(BATCH);
         while meta.len() < BATCH {
-            if total.is_some_and(|t| slot >= t) {
+            if total.is_some_and(|t| slot >= t)
+                || (pending.is_some() && slot % n_streams as u64 == 0 && !meta.is_empty())
+            {
                 break;
             }
             let k = slot / n_streams as u64;
