@@ -239,7 +239,7 @@ pub fn run(cfg: &DsimConfig) -> anyhow::Result<DsimSummary> {
             pending = swap_rx.try_recv().ok();
         }
         // A new signal takes effect at a heap boundary, for all streams at once.
-        if slot % n_streams as u64 == 0 {
+        if slot.is_multiple_of(n_streams as u64) {
             if let Some(sw) = pending.take() {
                 windows = sw.windows;
                 let _ = sw.reply.send(ts0 + slot / n_streams as u64 * hs);
@@ -249,7 +249,7 @@ pub fn run(cfg: &DsimConfig) -> anyhow::Result<DsimSummary> {
         let mut meta: Vec<(usize, usize, u64)> = Vec::with_capacity(BATCH);
         while meta.len() < BATCH {
             if total.is_some_and(|t| slot >= t)
-                || (pending.is_some() && slot % n_streams as u64 == 0 && !meta.is_empty())
+                || (pending.is_some() && slot.is_multiple_of(n_streams as u64) && !meta.is_empty())
             {
                 break;
             }
