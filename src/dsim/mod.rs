@@ -66,6 +66,9 @@ pub struct DsimArgs {
     /// katcp control port (none by default).
     #[arg(long)]
     pub katcp_port: Option<u16>,
+    /// Prometheus metrics port (none by default).
+    #[arg(long)]
+    pub prometheus_port: Option<u16>,
     /// katcp listening address.
     #[arg(long, default_value = "0.0.0.0")]
     pub katcp_host: Ipv4Addr,
@@ -100,6 +103,8 @@ pub struct DsimConfig {
     pub dests: Vec<Vec<SocketAddrV4>>,
     /// katcp server address, if enabled.
     pub katcp: Option<SocketAddrV4>,
+    /// Prometheus endpoint address, if enabled.
+    pub prometheus: Option<SocketAddrV4>,
 }
 
 impl DsimArgs {
@@ -174,6 +179,9 @@ impl DsimArgs {
             dests,
             katcp: self
                 .katcp_port
+                .map(|p| SocketAddrV4::new(self.katcp_host, p)),
+            prometheus: self
+                .prometheus_port
                 .map(|p| SocketAddrV4::new(self.katcp_host, p)),
         })
     }

@@ -166,6 +166,14 @@ pub fn run(cfg: &DsimConfig) -> anyhow::Result<DsimSummary> {
         None => None,
     };
     let mut pending: Option<SignalSwap> = None;
+    let metrics = crate::telemetry::metrics::Metrics::new("dsim");
+    let m_heaps = metrics.counter("output_heaps", "Heaps transmitted");
+    let m_bytes = metrics.counter("output_bytes", "Payload bytes transmitted");
+    let m_lag = metrics.gauge_f64("time_error_s", "Elapsed time minus expected time");
+    if let Some(addr) = cfg.prometheus {
+        let bound = metrics.serve(addr.into())?;
+        info!(%bound, "prometheus metrics at /metrics");
+    }
     let heap_bytes = windows[0].heap_bytes;
     let templates: Vec<Vec<u8>> = (0..n_streams)
         .map(|s| data_header_template(cfg.first_id + s as u64, heap_bytes))
@@ -283,6 +291,11 @@ pub fn run(cfg: &DsimConfig) -> anyhow::Result<DsimSummary> {
         let refs: Vec<(SocketAddrV4, &[&[u8]])> = batch.iter().map(|(d, p)| (*d, &p[..])).collect();
         sink.send_batch(&refs)?;
         packets += batch.len() as u64;
+        m_heaps.inc_by(batch.len() as u64);
+        m_bytes.inc_by((batch.len() * heap_bytes) as u64);
+        if live {
+            m_lag.set(pacer.lag_seconds());
+        }
         if cfg.descriptor_interval > 0.0 && Instant::now() >= next_desc {
             send_descriptors(sink.as_mut(), &mut desc_cnt)?;
             next_desc += Duration::from_secs_f64(cfg.descriptor_interval);
