@@ -16,3 +16,4 @@ pub mod net;
 pub mod shutdown;
 pub mod spead;
 pub mod telemetry;
+pub mod xbgpu;

@@ -10,6 +10,7 @@
 
 pub mod placement;
 
+use crate::net::source::{PacketSource, Poll};
 use crate::spead::PacketView;
 
 /// Where a packet's payload goes.
@@ -287,4 +288,41 @@ impl<P: Placement> ChunkAssembler<P> {
             self.emit_front(out);
         }
     }
+}
+
+/// Runs the receive thread: packets → chunks → `tx`, until end of input or shutdown.
+pub fn spawn_receiver<P: Placement + 'static>(
+    mut src: Box<dyn PacketSource>,
+    placement: P,
+    tx: crossbeam_channel::Sender<Chunk>,
+    recycle: crossbeam_channel::Receiver<Chunk>,
+) -> std::thread::JoinHandle<anyhow::Result<ChunkStats>> {
+    std::thread::Builder::new()
+        .name("recv".into())
+        .spawn(move || {
+            let mut asm = ChunkAssembler::new(placement, 2);
+            let mut out = Vec::new();
+            loop {
+                while let Ok(c) = recycle.try_recv() {
+                    asm.recycle(c);
+                }
+                let poll = src.recv_batch(&mut |p| {
+                    let _ = asm.push(p, &mut out);
+                })?;
+                for c in out.drain(..) {
+                    if tx.send(c).is_err() {
+                        return Ok(asm.stats);
+                    }
+                }
+                if poll == Poll::End || crate::shutdown::requested() {
+                    break;
+                }
+            }
+            asm.flush(&mut out);
+            for c in out.drain(..) {
+                let _ = tx.send(c);
+            }
+            Ok(asm.stats)
+        })
+        .expect("spawn receive thread")
 }

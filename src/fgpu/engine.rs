@@ -11,10 +11,10 @@ use tracing::{info, warn};
 use super::config::WidebandSpec;
 use super::store::SampleStore;
 use crate::chunk::placement::DigitiserPlacement;
-use crate::chunk::{Chunk, ChunkAssembler, ChunkStats};
+use crate::chunk::Chunk;
 use crate::net::heapsend::HeapSender;
 use crate::net::pcap::PcapSink;
-use crate::net::source::{PacketSource, PcapFileSource, Poll, UdpRecvSource};
+use crate::net::source::{PacketSource, PcapFileSource, UdpRecvSource};
 use crate::net::udp::UdpSink;
 use crate::net::PacketSink;
 use crate::spead::{ids, Descriptor};
@@ -208,43 +208,6 @@ pub fn open_sink(
     })
 }
 
-/// Runs the receive thread: packets → chunks → `tx`, until end of input or shutdown.
-pub fn spawn_receiver(
-    mut src: Box<dyn PacketSource>,
-    placement: DigitiserPlacement,
-    tx: crossbeam_channel::Sender<Chunk>,
-    recycle: crossbeam_channel::Receiver<Chunk>,
-) -> std::thread::JoinHandle<anyhow::Result<ChunkStats>> {
-    std::thread::Builder::new()
-        .name("fgpu-recv".into())
-        .spawn(move || {
-            let mut asm = ChunkAssembler::new(placement, 2);
-            let mut out = Vec::new();
-            loop {
-                while let Ok(c) = recycle.try_recv() {
-                    asm.recycle(c);
-                }
-                let poll = src.recv_batch(&mut |p| {
-                    let _ = asm.push(p, &mut out);
-                })?;
-                for c in out.drain(..) {
-                    if tx.send(c).is_err() {
-                        return Ok(asm.stats);
-                    }
-                }
-                if poll == Poll::End || crate::shutdown::requested() {
-                    break;
-                }
-            }
-            asm.flush(&mut out);
-            for c in out.drain(..) {
-                let _ = tx.send(c);
-            }
-            Ok(asm.stats)
-        })
-        .expect("spawn receive thread")
-}
-
 /// What a run did.
 #[derive(Debug, Clone, Serialize)]
 pub struct FgpuSummary {
@@ -265,7 +228,7 @@ pub fn run_pipelines(
 ) -> anyhow::Result<FgpuSummary> {
     let (tx, rx) = crossbeam_channel::bounded::<Chunk>(4);
     let (back_tx, back_rx) = crossbeam_channel::bounded::<Chunk>(8);
-    let receiver = spawn_receiver(src, placement.clone(), tx, back_rx);
+    let receiver = crate::chunk::spawn_receiver(src, placement.clone(), tx, back_rx);
     let mut store = SampleStore::new(placement.heap_samples, bits);
     let max_gap = 4 * placement.chunk_samples;
     for chunk in rx.iter() {
