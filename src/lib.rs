@@ -11,3 +11,4 @@ pub mod inspect;
 pub mod net;
 pub mod spead;
 pub mod telemetry;
+pub mod xengine;

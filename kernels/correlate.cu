@@ -1,0 +1,255 @@
+// gpucbf X-engine correlator: int8 tensor cores (mma.sync m16n8k32 s8 -> s32).
+//
+// Input (per batch, as received from the F-engines): int8 [antenna][channel][spectrum][pol][re/im],
+// batches contiguous. Output accumulator: int64 [channel][baseline][product][re/im], baseline
+// bl = a2(a2+1)/2 + a1 (a1 <= a2), product p1 + 2*p2,
+// value sum_t x[a1,p1](t) * conj(x[a2,p2](t)).
+//
+// Defines (from the host, via NVRTC -D): N_ANTS, N_CHANNELS, SPECTRA (spectra per batch, a multiple
+// of 16). Inputs must lie in [-127, 127] (-128 is never sent by a MeerKAT F-engine; the complex trick
+// negates imaginary parts and -(-128) is not representable).
+//
+// Mapping. A thread block (8 warps) computes a 64 x 64 antenna tile (a1 rows, a2 columns) of the
+// upper triangle; tiles on the diagonal skip warps wholly below it and discard a1 > a2 at the store.
+// Warp (wy, wx), wy in 0..2, wx in 0..4, owns a1 in [32wy, 32wy+32), a2 in [16wx, 16wx+16) of the
+// tile: 4 A fragments (8 antennas x 2 pols = 16 rows) times 8 B fragments (4 antennas x 1 pol,
+// each as two columns: x and conj_perm(x) = i*x, giving Re and Im in adjacent output columns).
+// K = 32 = 16 time samples x (re, im). Thread-in-group t takes the K slots {4t..4t+3, 16+4t..16+4t+3}
+// for both A and B; we assign them the times 4t..4t+3 so that one 16-byte shared load of an antenna
+// (4 times x 2 pols x re/im) feeds both pols of an A row pair or both pol fragments of a B column.
+//
+// Time is staged through shared memory in chunks of 32 spectra (3-stage cp.async pipeline); grid.z
+// splits the time range (each block at most 65536 samples, so the int32 tensor-core sums are exact:
+// |re|, |im| <= 2 * 127^2 per sample) and blocks add their partial sums into the int64 accumulator
+// with 64-bit atomics.
+
+#ifndef N_ANTS
+#error "N_ANTS must be defined"
+#endif
+#ifndef N_CHANNELS
+#error "N_CHANNELS must be defined"
+#endif
+#ifndef SPECTRA
+#error "SPECTRA must be defined"
+#endif
+
+#define TILE 64
+#define N_TILES ((N_ANTS + TILE - 1) / TILE)
+#define N_BASELINES ((N_ANTS) * ((N_ANTS) + 1) / 2)
+#define STAGE_TIMES 32
+#define KSTEPS_PER_STAGE (STAGE_TIMES / 16)
+#define CHUNKS_PER_ROW (STAGE_TIMES / 4) // 16-byte chunks (4 times x 2 pols x re/im)
+#define N_STAGES 3
+#define ROWS (2 * TILE) // a1 tile rows then a2 tile rows
+#define THREADS 256
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+static_assert(SPECTRA % 16 == 0, "SPECTRA must be a multiple of 16");
+
+__device__ __forceinline__ u32 conj_perm(u32 v) {
+    // (re0, im0, re1, im1) -> (-im0, re0, -im1, re1)
+    return __byte_perm(v, 0x00FF00FFu - (v & 0xFF00FF00u), 0x2705);
+}
+
+__device__ __forceinline__ void mma_s8(int (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) {
+    u32 s = (u32)__cvta_generic_to_shared(smem);
+    int n = valid ? 16 : 0; // 0 source bytes => zero fill
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Swizzled 16-byte chunk position inside a row, so that two adjacent rows read by one quarter-warp
+// land in different banks.
+__device__ __forceinline__ int swz(int row, int chunk) { return chunk ^ ((row & 1) << 2); }
+
+__device__ __forceinline__ void tile_coords(int idx, int &ti, int &tj) {
+    // idx = tj(tj+1)/2 + ti, ti <= tj
+    int j = (int)((sqrtf(8.0f * idx + 1.0f) - 1.0f) * 0.5f);
+    while (j * (j + 1) / 2 > idx) j--;
+    while ((j + 1) * (j + 2) / 2 <= idx) j++;
+    tj = j;
+    ti = idx - j * (j + 1) / 2;
+}
+
+// Block-uniform: load stage `st` (k-steps k0 + st*KSTEPS_PER_STAGE ..) into buffer `buf`.
+__device__ __forceinline__ void load_stage(uint4 (*buf)[CHUNKS_PER_ROW], const signed char *__restrict__ in,
+                                           int ch, int a1_base, int a2_base, long long kbeg,
+                                           long long kend, int st) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < ROWS * CHUNKS_PER_ROW / THREADS; i++) {
+        int id = i * THREADS + tid;
+        int row = id / CHUNKS_PER_ROW;
+        int chunk = id % CHUNKS_PER_ROW;
+        int ant = row < TILE ? a1_base + row : a2_base + row - TILE;
+        long long kk = kbeg + (long long)st * KSTEPS_PER_STAGE + chunk / 4;
+        bool valid = ant < N_ANTS && kk < kend;
+        const signed char *src = in;
+        if (valid) {
+            long long t = kk * 16 + (chunk % 4) * 4;
+            long long b = t / SPECTRA;
+            long long s = t % SPECTRA;
+            src = in + ((((size_t)b * N_ANTS + ant) * N_CHANNELS + ch) * SPECTRA + s) * 4;
+        }
+        cp_async16(&buf[row][swz(row, chunk)], src, valid);
+    }
+}
+
+// in: n_batches batches; acc: int64 accumulator; ksteps_per_block: time range of one grid.z slice
+// in units of 16 samples (<= 4096).
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    correlate(const signed char *__restrict__ in, long long *__restrict__ acc, int n_batches,
+              int ksteps_per_block) {
+    __shared__ uint4 smem[N_STAGES][ROWS][CHUNKS_PER_ROW];
+
+    int ti, tj;
+    tile_coords(blockIdx.x, ti, tj);
+    const int ch = blockIdx.y;
+    const int a1_base = ti * TILE, a2_base = tj * TILE;
+    const long long ktotal = (long long)n_batches * (SPECTRA / 16);
+    const long long kbeg = (long long)blockIdx.z * ksteps_per_block;
+    if (kbeg >= ktotal) return;
+    const long long kend = min(ktotal, kbeg + ksteps_per_block);
+    const int n_stages = (int)((kend - kbeg + KSTEPS_PER_STAGE - 1) / KSTEPS_PER_STAGE);
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int wy = warp >> 2, wx = warp & 3;
+    // On a diagonal tile, warps whose a1 range lies entirely above their a2 range have no work.
+    const bool active = !(ti == tj && 32 * wy > 16 * wx + 15);
+
+    int accum[4][8][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) accum[i][j][r] = 0;
+
+#pragma unroll
+    for (int s = 0; s < N_STAGES - 1; s++) {
+        if (s < n_stages) load_stage(smem[s], in, ch, a1_base, a2_base, kbeg, kend, s);
+        cp_async_commit();
+    }
+
+    for (int st = 0; st < n_stages; st++) {
+        cp_async_wait<N_STAGES - 2>();
+        __syncthreads();
+        {
+            int nxt = st + N_STAGES - 1;
+            if (nxt < n_stages) load_stage(smem[nxt % N_STAGES], in, ch, a1_base, a2_base, kbeg, kend, nxt);
+            cp_async_commit();
+        }
+        if (active) {
+            uint4 (*buf)[CHUNKS_PER_ROW] = smem[st % N_STAGES];
+#pragma unroll
+            for (int ks = 0; ks < KSTEPS_PER_STAGE; ks++) {
+                const int chunk = ks * 4 + t;
+                u32 afrag[4][4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int row = 32 * wy + 8 * i + g;
+                    uint4 v = buf[row][swz(row, chunk)];
+                    afrag[i][0] = __byte_perm(v.x, v.y, 0x5410); // row g   (pol 0), times 4t, 4t+1
+                    afrag[i][1] = __byte_perm(v.x, v.y, 0x7632); // row g+8 (pol 1)
+                    afrag[i][2] = __byte_perm(v.z, v.w, 0x5410); // row g,   times 4t+2, 4t+3
+                    afrag[i][3] = __byte_perm(v.z, v.w, 0x7632); // row g+8
+                }
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    int row = TILE + 16 * wx + 4 * q + (g >> 1);
+                    uint4 v = buf[row][swz(row, chunk)];
+                    u32 b0p0 = __byte_perm(v.x, v.y, 0x5410), b1p0 = __byte_perm(v.z, v.w, 0x5410);
+                    u32 b0p1 = __byte_perm(v.x, v.y, 0x7632), b1p1 = __byte_perm(v.z, v.w, 0x7632);
+                    if (g & 1) {
+                        b0p0 = conj_perm(b0p0);
+                        b1p0 = conj_perm(b1p0);
+                        b0p1 = conj_perm(b0p1);
+                        b1p1 = conj_perm(b1p1);
+                    }
+                    const u32 bf0[2] = {b0p0, b1p0};
+                    const u32 bf1[2] = {b0p1, b1p1};
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        mma_s8(accum[i][2 * q + 0], afrag[i], bf0);
+                        mma_s8(accum[i][2 * q + 1], afrag[i], bf1);
+                    }
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    if (!active) return;
+    // Thread (g, t) of fragment (i, q, p2) holds V[a1][a2][p1=0][p2] (re, im) and [p1=1] (re, im)
+    // for a1 = row antenna g of A fragment i, a2 = antenna t of B group q.
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int a1 = a1_base + 32 * wy + 8 * i + g;
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            int a2 = a2_base + 16 * wx + 4 * q + t;
+            if (a1 <= a2 && a2 < N_ANTS) {
+                size_t bl = (size_t)a2 * (a2 + 1) / 2 + a1;
+#pragma unroll
+                for (int p2 = 0; p2 < 2; p2++) {
+                    const int *c = accum[i][2 * q + p2];
+                    u64 *dst = (u64 *)(acc + ((size_t)ch * N_BASELINES + bl) * 8 + 4 * p2);
+                    // order: re(p1=0), im(p1=0), re(p1=1), im(p1=1)
+                    if (c[0]) atomicAdd(dst + 0, (u64)(long long)c[0]);
+                    if (c[1]) atomicAdd(dst + 1, (u64)(long long)c[1]);
+                    if (c[2]) atomicAdd(dst + 2, (u64)(long long)c[2]);
+                    if (c[3]) atomicAdd(dst + 3, (u64)(long long)c[3]);
+                }
+            }
+        }
+    }
+}
+
+// Saturate the int64 accumulator to int32 (+-(2^31 - 1)), write MISSING (-2^31, 1) for baselines
+// with an absent antenna, count saturated products of present baselines, and zero the accumulator.
+// present: one byte per baseline. One thread per (channel, baseline, product).
+extern "C" __global__ void reduce(long long *__restrict__ acc, int *__restrict__ out,
+                                  const unsigned char *__restrict__ present,
+                                  unsigned long long *__restrict__ saturated) {
+    const size_t n = (size_t)N_CHANNELS * N_BASELINES * 4;
+    const long long lim = 2147483647LL;
+    unsigned int count = 0;
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        size_t bl = (idx / 4) % N_BASELINES;
+        long long re = acc[2 * idx], im = acc[2 * idx + 1];
+        acc[2 * idx] = 0;
+        acc[2 * idx + 1] = 0;
+        int ore, oim;
+        if (!present[bl]) {
+            ore = (int)0x80000000u;
+            oim = 1;
+        } else {
+            bool sat = re > lim || re < -lim || im > lim || im < -lim;
+            count += sat;
+            ore = (int)max(-lim, min(lim, re));
+            oim = (int)max(-lim, min(lim, im));
+        }
+        out[2 * idx] = ore;
+        out[2 * idx + 1] = oim;
+    }
+    // warp-level sum, one atomic per warp
+    for (int off = 16; off > 0; off >>= 1) count += __shfl_down_sync(0xffffffffu, count, off);
+    if ((threadIdx.x & 31) == 0 && count) atomicAdd(saturated, (unsigned long long)count);
+}
