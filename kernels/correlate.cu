@@ -18,7 +18,9 @@
 // for both A and B; we assign them the times 4t..4t+3 so that one 16-byte shared load of an antenna
 // (4 times x 2 pols x re/im) feeds both pols of an A row pair or both pol fragments of a B column.
 //
-// Time is staged through shared memory in chunks of 32 spectra (3-stage cp.async pipeline); grid.z
+// Time is staged through shared memory in chunks of STAGE_TIMES (64) spectra by a 3-stage cp.async
+// pipeline; each stage is then rearranged once per block into fragment-ready order (pol split,
+// conj_perm applied), so the warps' inner loop is 16-byte shared loads and MMAs only. grid.z
 // splits the time range (each block at most 65536 samples, so the int32 tensor-core sums are exact:
 // |re|, |im| <= 2 * 127^2 per sample) and blocks add their partial sums into the int64 accumulator
 // with 64-bit atomics.
@@ -36,17 +38,25 @@
 #define TILE 64
 #define N_TILES ((N_ANTS + TILE - 1) / TILE)
 #define N_BASELINES ((N_ANTS) * ((N_ANTS) + 1) / 2)
-#define STAGE_TIMES 32
+#ifndef STAGE_TIMES
+#define STAGE_TIMES 64
+#endif
 #define KSTEPS_PER_STAGE (STAGE_TIMES / 16)
-#define CHUNKS_PER_ROW (STAGE_TIMES / 4) // 16-byte chunks (4 times x 2 pols x re/im)
+#define CHUNKS (STAGE_TIMES / 4) // 16-byte chunks per row (4 times x 2 pols x re/im)
 #define N_STAGES 3
 #define ROWS (2 * TILE) // a1 tile rows then a2 tile rows
 #define THREADS 256
+// dynamic shared memory, in uint4: raw stages, then A-ready, then B-ready (2 variants)
+#define RAW_OFF 0
+#define AREADY_OFF (N_STAGES * ROWS * CHUNKS)
+#define BREADY_OFF (AREADY_OFF + TILE * CHUNKS)
+#define SMEM_UINT4 (BREADY_OFF + TILE * CHUNKS * 2)
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
 static_assert(SPECTRA % 16 == 0, "SPECTRA must be a multiple of 16");
+static_assert(STAGE_TIMES % 16 == 0 && (ROWS * CHUNKS) % THREADS == 0, "bad STAGE_TIMES");
 
 __device__ __forceinline__ u32 conj_perm(u32 v) {
     // (re0, im0, re1, im1) -> (-im0, re0, -im1, re1)
@@ -73,8 +83,8 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Swizzled 16-byte chunk position inside a row, so that two adjacent rows read by one quarter-warp
-// land in different banks.
+// Swizzled chunk position in the A-ready buffer: a quarter-warp reads rows r, r+1 at the same
+// chunk; the XOR puts them in different banks.
 __device__ __forceinline__ int swz(int row, int chunk) { return chunk ^ ((row & 1) << 2); }
 
 __device__ __forceinline__ void tile_coords(int idx, int &ti, int &tj) {
@@ -86,16 +96,16 @@ __device__ __forceinline__ void tile_coords(int idx, int &ti, int &tj) {
     ti = idx - j * (j + 1) / 2;
 }
 
-// Block-uniform: load stage `st` (k-steps k0 + st*KSTEPS_PER_STAGE ..) into buffer `buf`.
-__device__ __forceinline__ void load_stage(uint4 (*buf)[CHUNKS_PER_ROW], const signed char *__restrict__ in,
-                                           int ch, int a1_base, int a2_base, long long kbeg,
+// Block-uniform: cp.async stage `st` (k-steps kbeg + st*KSTEPS_PER_STAGE ..) into raw buffer
+// `raw` ([ROWS][CHUNKS]); out-of-range antennas and times are zero-filled.
+__device__ __forceinline__ void load_stage(uint4 *raw, const signed char *__restrict__ in, int ch,
+                                           int a1_base, int a2_base, long long kbeg,
                                            long long kend, int st) {
-    const int tid = threadIdx.x;
 #pragma unroll
-    for (int i = 0; i < ROWS * CHUNKS_PER_ROW / THREADS; i++) {
-        int id = i * THREADS + tid;
-        int row = id / CHUNKS_PER_ROW;
-        int chunk = id % CHUNKS_PER_ROW;
+    for (int i = 0; i < ROWS * CHUNKS / THREADS; i++) {
+        int id = i * THREADS + threadIdx.x;
+        int row = id / CHUNKS;
+        int chunk = id % CHUNKS;
         int ant = row < TILE ? a1_base + row : a2_base + row - TILE;
         long long kk = kbeg + (long long)st * KSTEPS_PER_STAGE + chunk / 4;
         bool valid = ant < N_ANTS && kk < kend;
@@ -106,16 +116,41 @@ __device__ __forceinline__ void load_stage(uint4 (*buf)[CHUNKS_PER_ROW], const s
             long long s = t % SPECTRA;
             src = in + ((((size_t)b * N_ANTS + ant) * N_CHANNELS + ch) * SPECTRA + s) * 4;
         }
-        cp_async16(&buf[row][swz(row, chunk)], src, valid);
+        cp_async16(raw + id, src, valid);
+    }
+}
+
+// Rearranges one raw stage into fragment-ready form, once per block instead of once per warp:
+// A-ready [TILE][CHUNKS] = {pol0 t0t1, pol1 t0t1, pol0 t2t3, pol1 t2t3} (the 4 A registers);
+// B-ready [TILE][CHUNKS][2] = variant 0 {pol0 t0t1, pol0 t2t3, pol1 t0t1, pol1 t2t3} and
+// variant 1 the same with conj_perm (the B registers of even / odd columns).
+__device__ __forceinline__ void transform_stage(const uint4 *raw, uint4 *aready, uint4 *bready) {
+#pragma unroll
+    for (int i = 0; i < ROWS * CHUNKS / THREADS; i++) {
+        int id = i * THREADS + threadIdx.x;
+        int row = id / CHUNKS;
+        int chunk = id % CHUNKS;
+        uint4 v = raw[id];
+        u32 p0a = __byte_perm(v.x, v.y, 0x5410), p1a = __byte_perm(v.x, v.y, 0x7632);
+        u32 p0b = __byte_perm(v.z, v.w, 0x5410), p1b = __byte_perm(v.z, v.w, 0x7632);
+        if (row < TILE) {
+            aready[row * CHUNKS + swz(row, chunk)] = make_uint4(p0a, p1a, p0b, p1b);
+        } else {
+            uint4 *dst = bready + ((row - TILE) * CHUNKS + chunk) * 2;
+            dst[0] = make_uint4(p0a, p0b, p1a, p1b);
+            dst[1] = make_uint4(conj_perm(p0a), conj_perm(p0b), conj_perm(p1a), conj_perm(p1b));
+        }
     }
 }
 
 // in: n_batches batches; acc: int64 accumulator; ksteps_per_block: time range of one grid.z slice
-// in units of 16 samples (<= 4096).
+// in units of 16 samples (<= 4096). Dynamic shared memory: SMEM_UINT4 * 16 bytes.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     correlate(const signed char *__restrict__ in, long long *__restrict__ acc, int n_batches,
               int ksteps_per_block) {
-    __shared__ uint4 smem[N_STAGES][ROWS][CHUNKS_PER_ROW];
+    extern __shared__ uint4 smem[];
+    uint4 *aready = smem + AREADY_OFF;
+    uint4 *bready = smem + BREADY_OFF;
 
     int ti, tj;
     tile_coords(blockIdx.x, ti, tj);
@@ -143,20 +178,24 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
 #pragma unroll
     for (int s = 0; s < N_STAGES - 1; s++) {
-        if (s < n_stages) load_stage(smem[s], in, ch, a1_base, a2_base, kbeg, kend, s);
+        if (s < n_stages)
+            load_stage(smem + RAW_OFF + s * ROWS * CHUNKS, in, ch, a1_base, a2_base, kbeg, kend, s);
         cp_async_commit();
     }
 
     for (int st = 0; st < n_stages; st++) {
         cp_async_wait<N_STAGES - 2>();
-        __syncthreads();
+        __syncthreads(); // stage st visible; everyone is done with stage st-1 and the ready buffers
         {
             int nxt = st + N_STAGES - 1;
-            if (nxt < n_stages) load_stage(smem[nxt % N_STAGES], in, ch, a1_base, a2_base, kbeg, kend, nxt);
+            if (nxt < n_stages)
+                load_stage(smem + RAW_OFF + (nxt % N_STAGES) * ROWS * CHUNKS, in, ch, a1_base,
+                           a2_base, kbeg, kend, nxt);
             cp_async_commit();
         }
+        transform_stage(smem + RAW_OFF + (st % N_STAGES) * ROWS * CHUNKS, aready, bready);
+        __syncthreads();
         if (active) {
-            uint4 (*buf)[CHUNKS_PER_ROW] = smem[st % N_STAGES];
 #pragma unroll
             for (int ks = 0; ks < KSTEPS_PER_STAGE; ks++) {
                 const int chunk = ks * 4 + t;
@@ -164,26 +203,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     int row = 32 * wy + 8 * i + g;
-                    uint4 v = buf[row][swz(row, chunk)];
-                    afrag[i][0] = __byte_perm(v.x, v.y, 0x5410); // row g   (pol 0), times 4t, 4t+1
-                    afrag[i][1] = __byte_perm(v.x, v.y, 0x7632); // row g+8 (pol 1)
-                    afrag[i][2] = __byte_perm(v.z, v.w, 0x5410); // row g,   times 4t+2, 4t+3
-                    afrag[i][3] = __byte_perm(v.z, v.w, 0x7632); // row g+8
+                    uint4 v = aready[row * CHUNKS + swz(row, chunk)];
+                    afrag[i][0] = v.x;
+                    afrag[i][1] = v.y;
+                    afrag[i][2] = v.z;
+                    afrag[i][3] = v.w;
                 }
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
-                    int row = TILE + 16 * wx + 4 * q + (g >> 1);
-                    uint4 v = buf[row][swz(row, chunk)];
-                    u32 b0p0 = __byte_perm(v.x, v.y, 0x5410), b1p0 = __byte_perm(v.z, v.w, 0x5410);
-                    u32 b0p1 = __byte_perm(v.x, v.y, 0x7632), b1p1 = __byte_perm(v.z, v.w, 0x7632);
-                    if (g & 1) {
-                        b0p0 = conj_perm(b0p0);
-                        b1p0 = conj_perm(b1p0);
-                        b0p1 = conj_perm(b0p1);
-                        b1p1 = conj_perm(b1p1);
-                    }
-                    const u32 bf0[2] = {b0p0, b1p0};
-                    const u32 bf1[2] = {b0p1, b1p1};
+                    int ant = 16 * wx + 4 * q + (g >> 1);
+                    uint4 v = bready[(ant * CHUNKS + chunk) * 2 + (g & 1)];
+                    const u32 bf0[2] = {v.x, v.y};
+                    const u32 bf1[2] = {v.z, v.w};
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         mma_s8(accum[i][2 * q + 0], afrag[i], bf0);

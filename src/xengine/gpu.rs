@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
 };
@@ -19,7 +19,16 @@ pub const CORRELATE_SRC: &str = include_str!("../../kernels/correlate.cu");
 pub const BEAMFORM_SRC: &str = include_str!("../../kernels/beamform.cu");
 
 const TILE: usize = 64;
+/// Spectra per pipeline stage (`STAGE_TIMES` in the kernel).
+const STAGE_TIMES: usize = 64;
+const KSTEPS_PER_STAGE: usize = STAGE_TIMES / 16;
+/// Dynamic shared memory of `correlate`: 3 raw stages of 2·TILE rows, A-ready and B-ready (×2).
+const CORRELATE_SMEM: usize = (3 * 2 * TILE + TILE + 2 * TILE) * (STAGE_TIMES / 4) * 16;
 const THREADS: u32 = 256;
+/// Beams per pass of the beamformer kernel.
+const BATCH_BEAMS: usize = 16;
+/// Spectra per beamformer thread block (128 threads × 2).
+const BEAM_BLOCK_SPECTRA: usize = 256;
 /// At most 65536 samples (4096 k-steps of 16) per block keep the int32 tensor-core sums exact.
 const MAX_KSTEPS_PER_BLOCK: usize = 4096;
 
@@ -33,6 +42,7 @@ pub fn correlate_defines(shape: &XShape) -> Vec<(&'static str, String)> {
         ("N_ANTS", shape.n_ants.to_string()),
         ("N_CHANNELS", shape.n_channels.to_string()),
         ("SPECTRA", shape.spectra_per_batch.to_string()),
+        ("STAGE_TIMES", STAGE_TIMES.to_string()),
     ]
 }
 
@@ -40,6 +50,7 @@ pub fn correlate_defines(shape: &XShape) -> Vec<(&'static str, String)> {
 pub fn beamform_defines(shape: &XShape, n_beams: usize) -> Vec<(&'static str, String)> {
     let mut d = correlate_defines(shape);
     d.push(("N_BEAMS", n_beams.to_string()));
+    d.push(("BATCH_BEAMS", BATCH_BEAMS.to_string()));
     d
 }
 
@@ -63,7 +74,27 @@ fn arch_for(major: i32, minor: i32) -> Result<&'static str, XError> {
 pub(crate) struct DevTables {
     coef: CudaSlice<f32>,
     delay: CudaSlice<f32>,
-    pol: CudaSlice<i32>,
+    order: CudaSlice<i32>,
+    groups: CudaSlice<i32>,
+    n_groups: i32,
+}
+
+/// Beam order sorted by pol and groups (start, count ≤ BATCH_BEAMS, pol) of one pol each.
+fn beam_groups(pol: &[i32]) -> (Vec<i32>, Vec<i32>) {
+    let mut order: Vec<i32> = (0..pol.len() as i32).collect();
+    order.sort_by_key(|&b| pol[b as usize]);
+    let mut groups = Vec::new();
+    let mut i = 0;
+    while i < order.len() {
+        let p = pol[order[i] as usize];
+        let mut n = 0;
+        while i + n < order.len() && n < BATCH_BEAMS && pol[order[i + n] as usize] == p {
+            n += 1;
+        }
+        groups.extend([i as i32, n as i32, p]);
+        i += n;
+    }
+    (order, groups)
 }
 
 /// GPU implementation of [`XBackend`].
@@ -109,6 +140,12 @@ impl GpuX {
         .map_err(XError::Gpu)?;
         let module = ctx.load_module(ptx).map_err(gerr)?;
         let correlate = module.load_function("correlate").map_err(gerr)?;
+        correlate
+            .set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                CORRELATE_SMEM as i32,
+            )
+            .map_err(gerr)?;
         let reduce = module.load_function("reduce").map_err(gerr)?;
         let stream = ctx.default_stream();
         let acc = stream
@@ -162,8 +199,7 @@ impl GpuX {
         // about four waves of one block per SM, but never more than 65536 samples per block
         let want_z = (4 * self.n_sms).div_ceil(xy).max(1);
         let mut kpb = ksteps.div_ceil(want_z).clamp(1, MAX_KSTEPS_PER_BLOCK);
-        kpb = kpb.div_ceil(2) * 2; // whole pipeline stages
-        kpb = kpb.min(MAX_KSTEPS_PER_BLOCK);
+        kpb = (kpb.div_ceil(KSTEPS_PER_STAGE) * KSTEPS_PER_STAGE).min(MAX_KSTEPS_PER_BLOCK); // whole stages
         let z = ksteps.div_ceil(kpb);
         ((tiles as u32, self.shape.n_channels as u32, z as u32), kpb)
     }
@@ -191,7 +227,7 @@ impl GpuX {
         let cfg = LaunchConfig {
             grid_dim: grid,
             block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: CORRELATE_SMEM as u32,
         };
         let nb = n_batches as i32;
         let kpb = kpb as i32;
@@ -248,10 +284,13 @@ impl GpuX {
 
     /// Uploads prepared beam tables.
     pub(crate) fn upload_tables(&self, t: &BeamTables) -> Result<DevTables, XError> {
+        let (order, groups) = beam_groups(&t.pol);
         Ok(DevTables {
             coef: self.stream.clone_htod(&t.coef).map_err(gerr)?,
             delay: self.stream.clone_htod(&t.delay).map_err(gerr)?,
-            pol: self.stream.clone_htod(&t.pol).map_err(gerr)?,
+            order: self.stream.clone_htod(&order).map_err(gerr)?,
+            groups: self.stream.clone_htod(&groups).map_err(gerr)?,
+            n_groups: (groups.len() / 3) as i32,
         })
     }
 
@@ -271,7 +310,7 @@ impl GpuX {
         let f = self.beam_fn(n_beams)?;
         let cfg = LaunchConfig {
             grid_dim: (
-                self.shape.spectra_per_batch.div_ceil(128) as u32,
+                self.shape.spectra_per_batch.div_ceil(BEAM_BLOCK_SPECTRA) as u32,
                 self.shape.n_channels as u32,
                 1,
             ),
@@ -284,7 +323,9 @@ impl GpuX {
             .arg(out)
             .arg(&t.coef)
             .arg(&t.delay)
-            .arg(&t.pol)
+            .arg(&t.order)
+            .arg(&t.groups)
+            .arg(&t.n_groups)
             .arg(saturated)
             .arg(&d)
             .arg(&seed)
