@@ -20,7 +20,8 @@
 //
 // Time is staged through shared memory in chunks of STAGE_TIMES (64) spectra by a 3-stage cp.async
 // pipeline; each stage is then rearranged once per block into fragment-ready order (pol split,
-// conj_perm applied), so the warps' inner loop is 16-byte shared loads and MMAs only. grid.z
+// conj_perm applied; double-buffered, overlapping the previous stage's MMAs), so the warps' inner
+// loop is 16-byte shared loads and MMAs only. grid.z
 // splits the time range (each block at most 65536 samples, so the int32 tensor-core sums are exact:
 // |re|, |im| <= 2 * 127^2 per sample) and blocks add their partial sums into the int64 accumulator
 // with 64-bit atomics.
@@ -46,11 +47,12 @@
 #define N_STAGES 3
 #define ROWS (2 * TILE) // a1 tile rows then a2 tile rows
 #define THREADS 256
-// dynamic shared memory, in uint4: raw stages, then A-ready, then B-ready (2 variants)
+// dynamic shared memory, in uint4: raw stages, then two ready buffers, each A-ready followed by
+// B-ready (2 variants)
 #define RAW_OFF 0
-#define AREADY_OFF (N_STAGES * ROWS * CHUNKS)
-#define BREADY_OFF (AREADY_OFF + TILE * CHUNKS)
-#define SMEM_UINT4 (BREADY_OFF + TILE * CHUNKS * 2)
+#define READY_OFF (N_STAGES * ROWS * CHUNKS)
+#define READY_SIZE (TILE * CHUNKS * 3)
+#define SMEM_UINT4 (READY_OFF + 2 * READY_SIZE)
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -149,8 +151,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     correlate(const signed char *__restrict__ in, long long *__restrict__ acc, int n_batches,
               int ksteps_per_block) {
     extern __shared__ uint4 smem[];
-    uint4 *aready = smem + AREADY_OFF;
-    uint4 *bready = smem + BREADY_OFF;
 
     int ti, tj;
     tile_coords(blockIdx.x, ti, tj);
@@ -176,25 +176,32 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
             for (int r = 0; r < 4; r++) accum[i][j][r] = 0;
 
+    // Pipeline: raw stage st+2 is in flight (cp.async) while stage st+1 is rearranged into one
+    // ready buffer and stage st is multiplied out of the other; one barrier per stage.
 #pragma unroll
-    for (int s = 0; s < N_STAGES - 1; s++) {
+    for (int s = 0; s < 2; s++) {
         if (s < n_stages)
             load_stage(smem + RAW_OFF + s * ROWS * CHUNKS, in, ch, a1_base, a2_base, kbeg, kend, s);
         cp_async_commit();
     }
+    cp_async_wait<1>();
+    __syncthreads();
+    transform_stage(smem + RAW_OFF, smem + READY_OFF, smem + READY_OFF + TILE * CHUNKS);
 
     for (int st = 0; st < n_stages; st++) {
-        cp_async_wait<N_STAGES - 2>();
-        __syncthreads(); // stage st visible; everyone is done with stage st-1 and the ready buffers
-        {
-            int nxt = st + N_STAGES - 1;
-            if (nxt < n_stages)
-                load_stage(smem + RAW_OFF + (nxt % N_STAGES) * ROWS * CHUNKS, in, ch, a1_base,
-                           a2_base, kbeg, kend, nxt);
-            cp_async_commit();
-        }
-        transform_stage(smem + RAW_OFF + (st % N_STAGES) * ROWS * CHUNKS, aready, bready);
+        cp_async_wait<0>();
+        // stage st is transformed; raw st+1 has landed; everyone is done with ready[(st+1)%2]
         __syncthreads();
+        if (st + 2 < n_stages)
+            load_stage(smem + RAW_OFF + ((st + 2) % N_STAGES) * ROWS * CHUNKS, in, ch, a1_base,
+                       a2_base, kbeg, kend, st + 2);
+        cp_async_commit();
+        if (st + 1 < n_stages) {
+            uint4 *r = smem + READY_OFF + ((st + 1) & 1) * READY_SIZE;
+            transform_stage(smem + RAW_OFF + ((st + 1) % N_STAGES) * ROWS * CHUNKS, r, r + TILE * CHUNKS);
+        }
+        const uint4 *aready = smem + READY_OFF + (st & 1) * READY_SIZE;
+        const uint4 *bready = aready + TILE * CHUNKS;
         if (active) {
 #pragma unroll
             for (int ks = 0; ks < KSTEPS_PER_STAGE; ks++) {

@@ -343,7 +343,7 @@ fn nvrtc_compiles_all_kernels() {
             assert!(text.contains("mma.sync.aligned.m16n8k32"), "{arch}");
             assert!(text.contains("cp.async"), "{arch}");
             for nb in [1, 64] {
-                let d = gpucbf::xengine::beamform_defines(&shape, nb);
+                let d = gpucbf::xengine::beamform_defines(&shape, nb, 32);
                 compile_ptx("beamform.cu", gpucbf::xengine::BEAMFORM_SRC, &d, arch)
                     .unwrap_or_else(|e| panic!("{e}"));
             }
@@ -424,7 +424,14 @@ fn gpu_correlator_saturation_and_long_integration() {
     gpu_vs_cpu_correlator(shape, &[big], &[true; 37]);
 }
 
-fn gpu_vs_cpu_beams(na: usize, nc: usize, ns: usize, nb: usize, expect_saturation: bool) {
+fn gpu_vs_cpu_beams(
+    na: usize,
+    nc: usize,
+    ns: usize,
+    nb: usize,
+    batch_beams: usize,
+    expect_saturation: bool,
+) {
     let shape = XShape::new(na, nc, ns).unwrap();
     let batch = random_batches(&shape, 1, 9 + na as u64);
     let bs = beam_set(&shape, nb, 123 + nb as u64);
@@ -432,6 +439,7 @@ fn gpu_vs_cpu_beams(na: usize, nc: usize, ns: usize, nb: usize, expect_saturatio
     present[0] = false;
     let mut cpu = CpuX::new(shape);
     let mut gpu = GpuX::new(shape).unwrap();
+    gpu.set_beam_batch(batch_beams).unwrap();
     let mut want = vec![0i8; shape.beam_output_len(nb)];
     let mut got = vec![0x55i8; shape.beam_output_len(nb)];
     let sc = cpu.beamform(&batch, &present, &bs, 17, &mut want).unwrap();
@@ -455,10 +463,12 @@ fn gpu_vs_cpu_beams(na: usize, nc: usize, ns: usize, nb: usize, expect_saturatio
             sc.saturated[b]
         );
     }
-    assert!(
-        sc.saturated.iter().any(|&s| s > 0),
-        "test should saturate some samples"
-    );
+    if expect_saturation {
+        assert!(
+            sc.saturated.iter().any(|&s| s > 0),
+            "test should saturate some samples"
+        );
+    }
 }
 
 #[test]
@@ -466,8 +476,11 @@ fn gpu_beamformer_within_one_lsb() {
     if !gpu_test_guard("gpu_beamformer_within_one_lsb") {
         return;
     }
-    gpu_vs_cpu_beams(80, 8, 48, 64, true);
-    gpu_vs_cpu_beams(80, 4, 512, 65, true);
-    gpu_vs_cpu_beams(3, 2, 16, 1, false);
-    gpu_vs_cpu_beams(33, 3, 160, 40, true);
+    for batch in [16, 32] {
+        gpu_vs_cpu_beams(80, 8, 48, 64, batch, true);
+        gpu_vs_cpu_beams(80, 4, 512, 65, batch, true);
+        gpu_vs_cpu_beams(3, 2, 16, 1, batch, false);
+        gpu_vs_cpu_beams(33, 3, 160, 40, batch, true);
+        eprintln!("gpu beams within 1 LSB of cpu: batch {batch}");
+    }
 }

@@ -188,9 +188,15 @@ fn bench_copy(stream: &std::sync::Arc<CudaStream>) -> Result<f64, XError> {
     Ok(bw)
 }
 
-fn bench_beamformer(n_ants: usize, n_beams: usize, copy_bw: f64) -> Result<(), XError> {
+fn bench_beamformer(
+    n_ants: usize,
+    n_beams: usize,
+    batch_beams: usize,
+    copy_bw: f64,
+) -> Result<(), XError> {
     let shape = XShape::new(n_ants, 512, 256)?;
     let mut g = GpuX::new(shape)?;
+    g.set_beam_batch(batch_beams)?;
     let beams = BeamSet {
         beams: (0..n_beams)
             .map(|b| Beam {
@@ -222,11 +228,14 @@ fn bench_beamformer(n_ants: usize, n_beams: usize, copy_bw: f64) -> Result<(), X
     })?;
     let bytes = (shape.batch_bytes() + shape.beam_output_len(n_beams)) as f64;
     let bw = bytes / secs;
+    // 4 fp32 FMA per complex multiply-add
+    let fma = 4.0 * (n_ants * n_beams * 512 * 256) as f64 / secs;
     println!(
-        "beamformer n_ants={n_ants} beams={n_beams} channels=512 spectra=256: {:.3} ms/batch, {:.1} GB/s = {:.1} % of copy bandwidth",
+        "beamformer n_ants={n_ants} beams={n_beams} (batch {batch_beams}) channels=512 spectra=256: {:.3} ms/batch, {:.1} GB/s = {:.1} % of copy bandwidth; {:.1} T fp32 FMA/s",
         secs * 1e3,
         bw / 1e9,
-        100.0 * bw / copy_bw
+        100.0 * bw / copy_bw,
+        fma / 1e12
     );
     Ok(())
 }
@@ -252,7 +261,9 @@ pub fn bench_gpu(ants: &[usize], samples_per_launch: usize) -> Result<(), XError
     }
     let copy = bench_copy(&stream)?;
     for nb in [16, 64] {
-        bench_beamformer(80, nb, copy)?;
+        for batch in [16, 32] {
+            bench_beamformer(80, nb, batch, copy)?;
+        }
     }
     Ok(())
 }

@@ -22,11 +22,12 @@ const TILE: usize = 64;
 /// Spectra per pipeline stage (`STAGE_TIMES` in the kernel).
 const STAGE_TIMES: usize = 64;
 const KSTEPS_PER_STAGE: usize = STAGE_TIMES / 16;
-/// Dynamic shared memory of `correlate`: 3 raw stages of 2·TILE rows, A-ready and B-ready (×2).
-const CORRELATE_SMEM: usize = (3 * 2 * TILE + TILE + 2 * TILE) * (STAGE_TIMES / 4) * 16;
+/// Dynamic shared memory of `correlate`: 3 raw stages of 2·TILE rows and two ready buffers of
+/// A-ready (TILE rows) and B-ready (TILE rows × 2 variants).
+const CORRELATE_SMEM: usize = (3 * 2 * TILE + 2 * 3 * TILE) * (STAGE_TIMES / 4) * 16;
 const THREADS: u32 = 256;
-/// Beams per pass of the beamformer kernel.
-const BATCH_BEAMS: usize = 16;
+/// Default beams per pass of the beamformer kernel.
+const DEFAULT_BATCH_BEAMS: usize = 16;
 /// Spectra per beamformer thread block (128 threads × 2).
 const BEAM_BLOCK_SPECTRA: usize = 256;
 /// At most 65536 samples (4096 k-steps of 16) per block keep the int32 tensor-core sums exact.
@@ -46,11 +47,16 @@ pub fn correlate_defines(shape: &XShape) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// NVRTC defines for the beamformer kernel of `shape` with `n_beams` beams.
-pub fn beamform_defines(shape: &XShape, n_beams: usize) -> Vec<(&'static str, String)> {
+/// NVRTC defines for the beamformer kernel of `shape` with `n_beams` beams, `batch_beams` beams
+/// per pass (registers: 16 → ≈ 96, 32 → ≈ 166 per thread).
+pub fn beamform_defines(
+    shape: &XShape,
+    n_beams: usize,
+    batch_beams: usize,
+) -> Vec<(&'static str, String)> {
     let mut d = correlate_defines(shape);
     d.push(("N_BEAMS", n_beams.to_string()));
-    d.push(("BATCH_BEAMS", BATCH_BEAMS.to_string()));
+    d.push(("BATCH_BEAMS", batch_beams.to_string()));
     d
 }
 
@@ -79,8 +85,8 @@ pub(crate) struct DevTables {
     n_groups: i32,
 }
 
-/// Beam order sorted by pol and groups (start, count ≤ BATCH_BEAMS, pol) of one pol each.
-fn beam_groups(pol: &[i32]) -> (Vec<i32>, Vec<i32>) {
+/// Beam order sorted by pol and groups (start, count ≤ batch, pol) of one pol each.
+fn beam_groups(pol: &[i32], batch: usize) -> (Vec<i32>, Vec<i32>) {
     let mut order: Vec<i32> = (0..pol.len() as i32).collect();
     order.sort_by_key(|&b| pol[b as usize]);
     let mut groups = Vec::new();
@@ -88,7 +94,7 @@ fn beam_groups(pol: &[i32]) -> (Vec<i32>, Vec<i32>) {
     while i < order.len() {
         let p = pol[order[i] as usize];
         let mut n = 0;
-        while i + n < order.len() && n < BATCH_BEAMS && pol[order[i + n] as usize] == p {
+        while i + n < order.len() && n < batch && pol[order[i + n] as usize] == p {
             n += 1;
         }
         groups.extend([i as i32, n as i32, p]);
@@ -106,7 +112,8 @@ pub struct GpuX {
     n_sms: usize,
     correlate: CudaFunction,
     reduce: CudaFunction,
-    beam_fns: HashMap<usize, CudaFunction>,
+    beam_fns: HashMap<(usize, usize), CudaFunction>,
+    batch_beams: usize,
     acc: CudaSlice<i64>,
     out: CudaSlice<i32>,
     present: CudaSlice<u8>,
@@ -167,6 +174,7 @@ impl GpuX {
             correlate,
             reduce,
             beam_fns: HashMap::new(),
+            batch_beams: DEFAULT_BATCH_BEAMS,
             acc,
             out,
             present,
@@ -265,26 +273,38 @@ impl GpuX {
         Ok(())
     }
 
+    /// Beams per beamformer pass (a tuning knob: 1..=32; default 16).
+    pub fn set_beam_batch(&mut self, batch_beams: usize) -> Result<(), XError> {
+        if !(1..=32).contains(&batch_beams) {
+            return Err(XError::Shape(format!(
+                "beam batch {batch_beams}, must be 1..=32"
+            )));
+        }
+        self.batch_beams = batch_beams;
+        Ok(())
+    }
+
     fn beam_fn(&mut self, n_beams: usize) -> Result<CudaFunction, XError> {
-        if let Some(f) = self.beam_fns.get(&n_beams) {
+        let key = (n_beams, self.batch_beams);
+        if let Some(f) = self.beam_fns.get(&key) {
             return Ok(f.clone());
         }
         let ptx = crate::gpu::compile_ptx(
             "beamform.cu",
             BEAMFORM_SRC,
-            &beamform_defines(&self.shape, n_beams),
+            &beamform_defines(&self.shape, n_beams, self.batch_beams),
             self.arch,
         )
         .map_err(XError::Gpu)?;
         let m = self.ctx.load_module(ptx).map_err(gerr)?;
         let f = m.load_function("beamform").map_err(gerr)?;
-        self.beam_fns.insert(n_beams, f.clone());
+        self.beam_fns.insert(key, f.clone());
         Ok(f)
     }
 
     /// Uploads prepared beam tables.
     pub(crate) fn upload_tables(&self, t: &BeamTables) -> Result<DevTables, XError> {
-        let (order, groups) = beam_groups(&t.pol);
+        let (order, groups) = beam_groups(&t.pol, self.batch_beams);
         Ok(DevTables {
             coef: self.stream.clone_htod(&t.coef).map_err(gerr)?,
             delay: self.stream.clone_htod(&t.delay).map_err(gerr)?,
