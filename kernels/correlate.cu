@@ -98,27 +98,44 @@ __device__ __forceinline__ void tile_coords(int idx, int &ti, int &tj) {
     ti = idx - j * (j + 1) / 2;
 }
 
+// Per-thread constants of the loader: thread copies chunk `chunk` of rows r0 + 16i.
+struct Loader {
+    const signed char *base;  // any valid address (source of zero-fill copies)
+    const signed char *a1src; // row r0 of the a1 tile, channel ch, time 0, batch 0
+    const signed char *a2src; // row r0 of the a2 tile
+    int r0, chunk;
+};
+
+#define ROWS_PER_PASS (THREADS / CHUNKS)
+#define ROW_STEP ((size_t)ROWS_PER_PASS * N_CHANNELS * SPECTRA * 4)
+#define BATCH_STEP ((size_t)N_ANTS * N_CHANNELS * SPECTRA * 4)
+
+__device__ __forceinline__ Loader make_loader(const signed char *in, int ch, int a1_base, int a2_base) {
+    Loader l;
+    l.base = in;
+    l.r0 = threadIdx.x / CHUNKS;
+    l.chunk = threadIdx.x % CHUNKS;
+    l.a1src = in + ((size_t)(a1_base + l.r0) * N_CHANNELS + ch) * SPECTRA * 4;
+    l.a2src = in + ((size_t)(a2_base + l.r0) * N_CHANNELS + ch) * SPECTRA * 4;
+    return l;
+}
+
 // Block-uniform: cp.async stage `st` (k-steps kbeg + st*KSTEPS_PER_STAGE ..) into raw buffer
 // `raw` ([ROWS][CHUNKS]); out-of-range antennas and times are zero-filled.
-__device__ __forceinline__ void load_stage(uint4 *raw, const signed char *__restrict__ in, int ch,
-                                           int a1_base, int a2_base, long long kbeg,
-                                           long long kend, int st) {
+__device__ __forceinline__ void load_stage(uint4 *raw, const Loader &l, int a1_base, int a2_base,
+                                           long long kbeg, long long kend, int st) {
+    const long long kk = kbeg + (long long)st * KSTEPS_PER_STAGE + l.chunk / 4;
+    const bool tvalid = kk < kend;
+    const long long t = kk * 16 + (l.chunk % 4) * 4;
+    const size_t toff = (size_t)(t / SPECTRA) * BATCH_STEP + (size_t)(t % SPECTRA) * 4;
 #pragma unroll
     for (int i = 0; i < ROWS * CHUNKS / THREADS; i++) {
-        int id = i * THREADS + threadIdx.x;
-        int row = id / CHUNKS;
-        int chunk = id % CHUNKS;
-        int ant = row < TILE ? a1_base + row : a2_base + row - TILE;
-        long long kk = kbeg + (long long)st * KSTEPS_PER_STAGE + chunk / 4;
-        bool valid = ant < N_ANTS && kk < kend;
-        const signed char *src = in;
-        if (valid) {
-            long long t = kk * 16 + (chunk % 4) * 4;
-            long long b = t / SPECTRA;
-            long long s = t % SPECTRA;
-            src = in + ((((size_t)b * N_ANTS + ant) * N_CHANNELS + ch) * SPECTRA + s) * 4;
-        }
-        cp_async16(raw + id, src, valid);
+        const int half = i * ROWS_PER_PASS < TILE ? 0 : 1;
+        const int ii = half ? i - TILE / ROWS_PER_PASS : i;
+        const int ant = (half ? a2_base : a1_base) + l.r0 + ii * ROWS_PER_PASS;
+        const bool valid = tvalid && ant < N_ANTS;
+        const signed char *src = (half ? l.a2src : l.a1src) + toff + ii * ROW_STEP;
+        cp_async16(raw + i * THREADS + threadIdx.x, valid ? src : l.base, valid);
     }
 }
 
@@ -176,12 +193,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
             for (int r = 0; r < 4; r++) accum[i][j][r] = 0;
 
+    const Loader ld = make_loader(in, ch, a1_base, a2_base);
     // Pipeline: raw stage st+2 is in flight (cp.async) while stage st+1 is rearranged into one
     // ready buffer and stage st is multiplied out of the other; one barrier per stage.
 #pragma unroll
     for (int s = 0; s < 2; s++) {
         if (s < n_stages)
-            load_stage(smem + RAW_OFF + s * ROWS * CHUNKS, in, ch, a1_base, a2_base, kbeg, kend, s);
+            load_stage(smem + RAW_OFF + s * ROWS * CHUNKS, ld, a1_base, a2_base, kbeg, kend, s);
         cp_async_commit();
     }
     cp_async_wait<1>();
@@ -193,7 +211,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         // stage st is transformed; raw st+1 has landed; everyone is done with ready[(st+1)%2]
         __syncthreads();
         if (st + 2 < n_stages)
-            load_stage(smem + RAW_OFF + ((st + 2) % N_STAGES) * ROWS * CHUNKS, in, ch, a1_base,
+            load_stage(smem + RAW_OFF + ((st + 2) % N_STAGES) * ROWS * CHUNKS, ld, a1_base,
                        a2_base, kbeg, kend, st + 2);
         cp_async_commit();
         if (st + 1 < n_stages) {

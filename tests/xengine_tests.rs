@@ -237,10 +237,7 @@ fn beam_reference(
             let cabs = (bs.channel_offset + c) as f64;
             for s in 0..ns {
                 let (mut re, mut im) = (0f64, 0f64);
-                for a in 0..na {
-                    if !present[a] {
-                        continue;
-                    }
+                for a in (0..na).filter(|&a| present[a]) {
                     let ph = beam.phases[a]
                         - 2.0
                             * std::f64::consts::PI

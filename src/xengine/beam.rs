@@ -127,8 +127,8 @@ impl BeamSet {
         let mut coef = Vec::with_capacity(2 * n);
         let mut delay = Vec::with_capacity(n);
         for b in &self.beams {
-            for a in 0..shape.n_ants {
-                if !present_ants[a] {
+            for (a, &present) in present_ants.iter().enumerate() {
+                if !present {
                     coef.extend([0.0, 0.0]);
                     delay.push(0.0);
                     continue;

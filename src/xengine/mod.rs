@@ -74,7 +74,10 @@ impl XShape {
                 "n_channels = {n_channels}, must be 1..=65535"
             )));
         }
-        if spectra_per_batch == 0 || spectra_per_batch % 16 != 0 || spectra_per_batch > 1 << 20 {
+        if spectra_per_batch == 0
+            || !spectra_per_batch.is_multiple_of(16)
+            || spectra_per_batch > 1 << 20
+        {
             return Err(XError::Shape(format!(
                 "spectra_per_batch = {spectra_per_batch}, must be a positive multiple of 16 (≤ 2^20)"
             )));
@@ -113,7 +116,7 @@ impl XShape {
     /// Checks a multi-batch input buffer; returns the number of batches.
     pub fn check_input(&self, input: &[i8]) -> Result<usize, XError> {
         let bb = self.batch_bytes();
-        if input.is_empty() || input.len() % bb != 0 {
+        if input.is_empty() || !input.len().is_multiple_of(bb) {
             return Err(XError::Size {
                 what: "correlator input (a whole number of batches)",
                 expected: bb * (input.len() / bb).max(1),
