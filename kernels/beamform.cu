@@ -75,15 +75,6 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #pragma unroll
             for (int k = 0; k < SPT; k++) ar[b][k] = ai[b][k] = 0.0f;
         for (int a0 = 0; a0 < N_ANTS; a0 += BATCH_ANTS) {
-            // issue this group's input loads first so their latency overlaps the coefficients
-            short xs[BATCH_ANTS][SPT];
-#pragma unroll
-            for (int a = 0; a < BATCH_ANTS; a++)
-#pragma unroll
-                for (int k = 0; k < SPT; k++)
-                    xs[a][k] = (a0 + a < N_ANTS && valid[k])
-                                   ? *(const short *)(in + (((size_t)(a0 + a) * N_CHANNELS + c) * SPECTRA + s[k]) * 4 + 2 * pol)
-                                   : (short)0;
             __syncthreads();
             for (int k = threadIdx.x; k < BATCH_ANTS * BATCH_BEAMS; k += THREADS) {
                 int a = k / BATCH_BEAMS, b = k % BATCH_BEAMS;
@@ -99,14 +90,17 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 w[a][b] = v;
             }
             __syncthreads();
-            // antennas beyond N_ANTS have zero input and zero coefficients: they add exact zeros
-#pragma unroll
-            for (int a = 0; a < BATCH_ANTS; a++) {
+            const int na = min(BATCH_ANTS, N_ANTS - a0);
+            for (int a = 0; a < na; a++) {
                 float xr[SPT], xi[SPT];
 #pragma unroll
                 for (int k = 0; k < SPT; k++) {
-                    xr[k] = (float)(signed char)(xs[a][k] & 0xff);
-                    xi[k] = (float)(signed char)((unsigned short)xs[a][k] >> 8);
+                    xr[k] = xi[k] = 0.0f;
+                    if (valid[k]) {
+                        char2 x = *(const char2 *)(in + (((size_t)(a0 + a) * N_CHANNELS + c) * SPECTRA + s[k]) * 4 + 2 * pol);
+                        xr[k] = x.x;
+                        xi[k] = x.y;
+                    }
                 }
 #pragma unroll
                 for (int b = 0; b < BATCH_BEAMS; b++) {

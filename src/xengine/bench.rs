@@ -1,6 +1,13 @@
 //! `gpucbf bench xbgpu`: correlator TOPS (8 real operations per complex multiply-add over the
 //! a1 ≤ a2 triangle, 4 pol products) for several array sizes, an int8 GEMM through cuBLASLt on
 //! the same GPU for comparison, and beamformer throughput against measured device copy bandwidth.
+//!
+//! Measured 2026-11-21 on an NVIDIA H200 (driver 580.159, CUDA 13, PTX JIT from NVRTC
+//! compute_90), `gpucbf bench xbgpu`, 8192 samples per launch, 256 spectra per batch:
+//! correlator 219 / 385 / 423 / 453 TOPS for 64 / 256 / 576 / 1024 antennas (channels
+//! 256 / 64 / 28 / 16); cuBLASLt int8 GEMM 8192³ 1511 TOPS (ratio 0.30); device copy 4211 GB/s;
+//! beamformer (80 antennas, 512 channels, batch 16) 0.104 ms = 10.5 % of copy bandwidth for
+//! 16 beams, 0.224 ms = 6.2 % for 64 beams (fp32-FMA-bound: 12 T FMA/s at 64 beams).
 
 use std::ffi::c_void;
 

@@ -226,6 +226,11 @@ impl GpuX {
                 got: input.len(),
             });
         }
+        if n_batches > i32::MAX as usize / self.shape.spectra_per_batch {
+            return Err(XError::Shape(format!(
+                "{n_batches} batches in one call: too many"
+            )));
+        }
         let (grid, kpb) = self.correlate_grid(n_batches);
         if grid.2 > 65535 {
             return Err(XError::Shape(format!(
@@ -436,5 +441,28 @@ impl XBackend for GpuX {
             beam_ants: t.beam_ants,
             saturated,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::beam_groups;
+
+    #[test]
+    fn beam_groups_are_pol_uniform_and_cover_every_beam_once() {
+        let pol = [1, 0, 0, 1, 1, 0, 1, 1, 1, 0];
+        for batch in [1, 2, 3, 16] {
+            let (order, groups) = beam_groups(&pol, batch);
+            let mut seen = vec![0; pol.len()];
+            for g in groups.chunks(3) {
+                let (start, n, p) = (g[0] as usize, g[1] as usize, g[2]);
+                assert!(n >= 1 && n <= batch);
+                for &b in &order[start..start + n] {
+                    assert_eq!(pol[b as usize], p);
+                    seen[b as usize] += 1;
+                }
+            }
+            assert!(seen.iter().all(|&k| k == 1), "batch {batch}: {seen:?}");
+        }
     }
 }
