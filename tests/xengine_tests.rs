@@ -79,7 +79,7 @@ fn naive_dump(shape: &XShape, batches: &[&[i8]], present: &[bool]) -> (Vec<i32>,
 
 #[test]
 fn cpu_correlator_matches_naive_reference() {
-    for (na, nc, ns) in [(1, 2, 16), (3, 3, 32), (5, 2, 48), (19, 2, 16)] {
+    for (na, nc, ns) in [(1, 2, 16), (3, 3, 32), (5, 2, 48), (19, 2, 16), (7, 1, 32)] {
         let shape = XShape::new(na, nc, ns).unwrap();
         let a = random_batches(&shape, 2, 11 + na as u64);
         let b = random_batches(&shape, 1, 99 + na as u64);

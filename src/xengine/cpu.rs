@@ -54,9 +54,9 @@ pub(crate) fn reduce_into(
     sat
 }
 
-fn correlate_channel(shape: &XShape, batch: &[i8], c: usize, acc: &mut [i64]) {
+/// re/im of every input (antenna, pol) of channel `c` as contiguous i32 time series.
+fn gather(shape: &XShape, batch: &[i8], c: usize) -> (Vec<i32>, Vec<i32>) {
     let (na, nc, ns) = (shape.n_ants, shape.n_channels, shape.spectra_per_batch);
-    // re/im per input (antenna, pol) as contiguous i32 time series
     let mut re = vec![0i32; na * 2 * ns];
     let mut im = vec![0i32; na * 2 * ns];
     for a in 0..na {
@@ -69,31 +69,52 @@ fn correlate_channel(shape: &XShape, batch: &[i8], c: usize, acc: &mut [i64]) {
             }
         }
     }
-    for a2 in 0..na {
-        for a1 in 0..=a2 {
-            let bl = a2 * (a2 + 1) / 2 + a1;
-            for p2 in 0..2 {
-                let (r2, i2) = (
-                    &re[(a2 * 2 + p2) * ns..][..ns],
-                    &im[(a2 * 2 + p2) * ns..][..ns],
+    (re, im)
+}
+
+/// Adds the baselines (a1, a2), a1 = 0..=a2, of one channel into `row` (`(a2 + 1) × 8` values).
+fn correlate_row(ns: usize, re: &[i32], im: &[i32], a2: usize, row: &mut [i64]) {
+    for a1 in 0..=a2 {
+        for p2 in 0..2 {
+            let (r2, i2) = (
+                &re[(a2 * 2 + p2) * ns..][..ns],
+                &im[(a2 * 2 + p2) * ns..][..ns],
+            );
+            for p1 in 0..2 {
+                let (r1, i1) = (
+                    &re[(a1 * 2 + p1) * ns..][..ns],
+                    &im[(a1 * 2 + p1) * ns..][..ns],
                 );
-                for p1 in 0..2 {
-                    let (r1, i1) = (
-                        &re[(a1 * 2 + p1) * ns..][..ns],
-                        &im[(a1 * 2 + p1) * ns..][..ns],
-                    );
-                    let mut sr = 0i64;
-                    let mut si = 0i64;
-                    for s in 0..ns {
-                        sr += (r1[s] * r2[s] + i1[s] * i2[s]) as i64;
-                        si += (i1[s] * r2[s] - r1[s] * i2[s]) as i64;
-                    }
-                    let o = (bl * 4 + p1 + 2 * p2) * 2;
-                    acc[o] += sr;
-                    acc[o + 1] += si;
+                let mut sr = 0i64;
+                let mut si = 0i64;
+                for s in 0..ns {
+                    sr += (r1[s] * r2[s] + i1[s] * i2[s]) as i64;
+                    si += (i1[s] * r2[s] - r1[s] * i2[s]) as i64;
                 }
+                let o = (a1 * 4 + p1 + 2 * p2) * 2;
+                row[o] += sr;
+                row[o + 1] += si;
             }
         }
+    }
+}
+
+/// Splits one channel's accumulator into the rows of baselines sharing a2.
+fn rows_of(acc: &mut [i64], na: usize) -> Vec<&mut [i64]> {
+    let mut rows = Vec::with_capacity(na);
+    let mut rest = acc;
+    for a2 in 0..na {
+        let (r, t) = rest.split_at_mut((a2 + 1) * 8);
+        rows.push(r);
+        rest = t;
+    }
+    rows
+}
+
+fn correlate_channel(shape: &XShape, batch: &[i8], c: usize, acc: &mut [i64]) {
+    let (re, im) = gather(shape, batch, c);
+    for (a2, row) in rows_of(acc, shape.n_ants).into_iter().enumerate() {
+        correlate_row(shape.spectra_per_batch, &re, &im, a2, row);
     }
 }
 
@@ -194,10 +215,23 @@ impl XBackend for CpuX {
         let per_ch = shape.n_baselines() * 8;
         for b in 0..n_batches {
             let batch = &input[b * shape.batch_bytes()..][..shape.batch_bytes()];
-            self.acc
-                .par_chunks_mut(per_ch)
-                .enumerate()
-                .for_each(|(c, acc)| correlate_channel(&shape, batch, c, acc));
+            if shape.n_channels >= rayon::current_num_threads() {
+                self.acc
+                    .par_chunks_mut(per_ch)
+                    .enumerate()
+                    .for_each(|(c, acc)| correlate_channel(&shape, batch, c, acc));
+            } else {
+                // few channels: parallel over baseline rows instead
+                for (c, acc) in self.acc.chunks_mut(per_ch).enumerate() {
+                    let (re, im) = gather(&shape, batch, c);
+                    rows_of(acc, shape.n_ants)
+                        .into_par_iter()
+                        .enumerate()
+                        .for_each(|(a2, row)| {
+                            correlate_row(shape.spectra_per_batch, &re, &im, a2, row)
+                        });
+                }
+            }
         }
         Ok(())
     }
