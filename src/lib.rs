@@ -17,3 +17,4 @@ pub mod shutdown;
 pub mod spead;
 pub mod telemetry;
 pub mod xbgpu;
+pub mod xengine;

@@ -43,6 +43,12 @@ enum Command {
         /// Capture to read.
         path: PathBuf,
     },
+    /// Benchmarks (`gpucbf bench xbgpu`).
+    Bench {
+        /// What to benchmark: `xbgpu` (X-engine correlator, beamformer, cuBLASLt int8 GEMM).
+        #[arg(value_parser = ["xbgpu"])]
+        what: String,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -77,6 +83,10 @@ fn main() -> anyhow::Result<()> {
         Command::PcapInfo { path } => {
             let s = gpucbf::inspect::summarise(&path)?;
             println!("{}", serde_json::to_string_pretty(&s)?);
+        }
+        Command::Bench { what } => {
+            debug_assert_eq!(what, "xbgpu");
+            gpucbf::xengine::bench_gpu(&[64, 256, 576, 1024], 8192)?;
         }
     }
     Ok(())
