@@ -6,6 +6,7 @@
 //! backends), [`telemetry`] (logs and metrics).
 
 pub mod bitpack;
+pub mod fengine;
 pub mod gpu;
 pub mod inspect;
 pub mod net;

@@ -1,0 +1,68 @@
+//! CPU throughput measurement (to be wired into `gpucbf bench fgpu`).
+
+use super::{Block, CpuBackend, FBackend, FConfig, FError, PolBlock, Samples};
+use crate::bitpack;
+use num_complex::Complex32;
+use std::time::Instant;
+
+/// Channelises `iters` blocks of `spectra` spectra (2 pols, packed `bits`-bit noise-like
+/// input) with `cfg` on the CPU backend and prints and returns the throughput in ADC
+/// GS/s per polarisation (input samples consumed per second per pol, the unit of
+/// dsp.md §13), together with GS/s per core (rayon threads).
+pub fn bench_cpu(cfg: FConfig, spectra: usize, bits: u32, iters: usize) -> Result<f64, FError> {
+    let mut be = CpuBackend::new(cfg.clone())?;
+    let need = cfg.input_samples_needed(spectra);
+    let raw: Vec<i16> = (0..need)
+        .map(|i| {
+            let v = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58; // 0..63
+            v as i16 - 32
+        })
+        .collect();
+    let mut packed = vec![0u8; bitpack::packed_len(need, bits) + 1];
+    bitpack::pack(&raw, bits, &mut packed);
+    let fine = vec![0.1; spectra];
+    let phase = vec![0.2; spectra];
+    let gains = vec![Complex32::new(0.01, 0.0); cfg.channels];
+    let spectra_out = spectra.div_ceil(cfg.spectra_per_heap) * cfg.spectra_per_heap;
+    let mut out = vec![0u8; cfg.output_len(spectra_out)];
+    let pol = PolBlock {
+        samples: Samples::Packed {
+            data: &packed,
+            bits,
+            len: need,
+        },
+        timestamp: 0,
+        offset: 0,
+        fine_delay: &fine,
+        phase: &phase,
+        gains: &gains,
+    };
+    let block = Block {
+        spectra,
+        first_spectrum: 0,
+        out_first: 0,
+        pols: [pol, pol],
+    };
+    be.process(&block, &mut out)?; // warm-up (plans, buffers)
+    let t = Instant::now();
+    for _ in 0..iters.max(1) {
+        be.process(&block, &mut out)?;
+    }
+    let dt = t.elapsed().as_secs_f64();
+    let samples = (spectra * cfg.samples_between_spectra() * iters.max(1)) as f64;
+    let gsps = samples / dt / 1e9;
+    let cores = rayon::current_num_threads();
+    let kind = if cfg.narrowband.is_some() {
+        "narrowband"
+    } else {
+        "wideband"
+    };
+    println!(
+        "fgpu cpu {kind}: {} channels, {} taps, {spectra} spectra × {iters}, {bits}-bit in: \
+         {gsps:.4} GS/s per pol ({:.4} GS/s per pol per core, {cores} threads)",
+        cfg.channels,
+        cfg.taps,
+        gsps / cores as f64
+    );
+    Ok(gsps)
+}

@@ -1,0 +1,143 @@
+//! PFB FIR (dsp.md §3.2) and the FFT that follows it (§4).
+//!
+//! Real (wideband): y_s[j] = Σ_t w[t·step + j]·x[s·step + t·step + j], step = 2N, then a real
+//! FFT of length 2N keeping bins 0..N (the Nyquist bin is dropped). Complex (narrowband):
+//! the same FIR on complex samples with step = N, then a complex FFT of length N.
+
+use super::FError;
+use num_complex::Complex32;
+use realfft::{RealFftPlanner, RealToComplex};
+use rustfft::{Fft, FftPlanner};
+use std::sync::Arc;
+
+/// y += w ⊙ x, written so that it vectorises.
+#[inline]
+fn mac(y: &mut [f32], w: &[f32], x: &[f32]) {
+    for ((y, &w), &x) in y.iter_mut().zip(w).zip(x) {
+        *y += w * x;
+    }
+}
+
+/// Real PFB FIR for spectrum `s` of `x` (first window sample at s·step) into `out` (step).
+pub(crate) fn fir_real(x: &[f32], w: &[f32], step: usize, s: usize, out: &mut [f32]) {
+    let taps = w.len() / step;
+    let base = s * step;
+    out.fill(0.0);
+    for t in 0..taps {
+        let o = base + t * step;
+        mac(out, &w[t * step..(t + 1) * step], &x[o..o + step]);
+    }
+}
+
+/// Complex PFB FIR for spectrum `s` (step = N complex samples); real and imaginary parts
+/// are filtered with the same weight.
+pub(crate) fn fir_complex(
+    u: &[Complex32],
+    w: &[f32],
+    step: usize,
+    s: usize,
+    out: &mut [Complex32],
+) {
+    let taps = w.len() / step;
+    let base = s * step;
+    out.fill(Complex32::new(0.0, 0.0));
+    for t in 0..taps {
+        let o = base + t * step;
+        for ((y, &w), x) in out
+            .iter_mut()
+            .zip(&w[t * step..(t + 1) * step])
+            .zip(&u[o..o + step])
+        {
+            y.re += w * x.re;
+            y.im += w * x.im;
+        }
+    }
+}
+
+/// FFT plans for one channeliser (shareable between threads).
+#[derive(Clone)]
+pub(crate) enum Transform {
+    Real(Arc<dyn RealToComplex<f32>>),
+    Complex(Arc<dyn Fft<f32>>),
+}
+
+impl Transform {
+    /// Real FFT of length 2N (wideband) or complex FFT of length N (narrowband).
+    pub(crate) fn new(n_pfb: usize, complex: bool) -> Self {
+        if complex {
+            Transform::Complex(FftPlanner::new().plan_fft_forward(n_pfb))
+        } else {
+            Transform::Real(RealFftPlanner::new().plan_fft_forward(2 * n_pfb))
+        }
+    }
+
+    pub(crate) fn scratch_len(&self) -> usize {
+        match self {
+            Transform::Real(p) => p.get_scratch_len(),
+            Transform::Complex(p) => p.get_inplace_scratch_len(),
+        }
+    }
+}
+
+/// Per-thread working buffers for the FIR + FFT of one spectrum.
+pub(crate) struct Work {
+    pub real_in: Vec<f32>,
+    /// FFT output: N + 1 bins (real) or N (complex, in place).
+    pub spec: Vec<Complex32>,
+    pub scratch: Vec<Complex32>,
+}
+
+impl Work {
+    pub(crate) fn new(n_pfb: usize, t: &Transform) -> Self {
+        let (real_len, spec_len) = match t {
+            Transform::Real(_) => (2 * n_pfb, n_pfb + 1),
+            Transform::Complex(_) => (0, n_pfb),
+        };
+        Work {
+            real_in: vec![0.0; real_len],
+            spec: vec![Complex32::new(0.0, 0.0); spec_len],
+            scratch: vec![Complex32::new(0.0, 0.0); t.scratch_len()],
+        }
+    }
+}
+
+/// Channelises spectrum `s` into `work.spec` (FFT bin order, DC first).
+pub(crate) fn channelise_real(
+    x: &[f32],
+    w: &[f32],
+    s: usize,
+    t: &Transform,
+    work: &mut Work,
+) -> Result<(), FError> {
+    let Transform::Real(plan) = t else {
+        return Err(internal("real channelisation with a complex plan"));
+    };
+    let step = work.real_in.len();
+    fir_real(x, w, step, s, &mut work.real_in);
+    plan.process_with_scratch(&mut work.real_in, &mut work.spec, &mut work.scratch)
+        .map_err(|e| internal(&e.to_string()))
+}
+
+fn internal(why: &str) -> FError {
+    FError::BadParameter {
+        what: "fft",
+        why: why.to_string(),
+    }
+}
+
+/// Complex channelisation of spectrum `s` into `work.spec` (FFT bin order).
+pub(crate) fn channelise_complex(
+    u: &[Complex32],
+    w: &[f32],
+    s: usize,
+    t: &Transform,
+    work: &mut Work,
+) -> Result<(), FError> {
+    let Transform::Complex(plan) = t else {
+        return Err(internal("complex channelisation with a real plan"));
+    };
+    let n = work.spec.len();
+    fir_complex(u, w, n, s, &mut work.spec);
+    plan.process_with_scratch(&mut work.spec, &mut work.scratch);
+    Ok(())
+}
