@@ -245,9 +245,8 @@ impl FBackend for CpuBackend {
                             } else {
                                 channelise_real(&xbuf[p], weights, s, transform, work)?;
                             }
-                            let key = dither.then(|| {
-                                dither_key(seed, seq, p, block.first_spectrum + s as u64)
-                            });
+                            let key = dither
+                                .then(|| dither_key(seed, seq, p, block.first_spectrum + s as u64));
                             let o = (ls * 2 + p) * bpv;
                             sat[p] += post.spectrum(
                                 &work.spec,

@@ -267,7 +267,9 @@ mod tests {
     fn ddc_matches_direct_f64() {
         // Odd case like katgpucbf's test: 55 taps, S = 5, exact mixer f = −0.21.
         let (s, taps, n_out) = (5usize, 55usize, 300usize);
-        let h: Vec<f32> = (0..taps).map(|k| ((k * 37 % 11) as f32 - 5.0) / 40.0).collect();
+        let h: Vec<f32> = (0..taps)
+            .map(|k| ((k * 37 % 11) as f32 - 5.0) / 40.0)
+            .collect();
         let mixer = MixerFrequency::from_hz(21.0, 100.0).unwrap();
         let ddc = Ddc::new(&h, s, mixer);
         let n_in = (n_out - 1) * s + taps;

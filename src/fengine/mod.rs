@@ -22,7 +22,12 @@ mod remez;
 mod stats;
 mod weights;
 
-//TESTMODS
+#[cfg(test)]
+mod test_util;
+#[cfg(test)]
+mod tests_narrowband;
+#[cfg(test)]
+mod tests_wideband;
 
 pub use backend::{CpuBackend, FBackend};
 pub use bench::bench_cpu;
@@ -56,7 +61,11 @@ pub enum FError {
         got: usize,
     },
     #[error("input too short for pol {pol}: need samples up to {needed}, have {have}")]
-    InputTooShort { pol: usize, needed: usize, have: usize },
+    InputTooShort {
+        pol: usize,
+        needed: usize,
+        have: usize,
+    },
     #[error("invalid parameter {what}: {why}")]
     BadParameter { what: &'static str, why: String },
     #[error("filter design failed: {0}")]

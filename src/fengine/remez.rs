@@ -189,7 +189,9 @@ pub fn remez(numtaps: usize, bands: &[Band], fs: f64, maxiter: usize) -> Result<
     };
     let nt = numtaps as f64;
     let c = (nt - 1.0) / 2.0;
-    let samples: Vec<f64> = (0..=(numtaps - 1) / 2).map(|k| amp(k as f64 / nt)).collect();
+    let samples: Vec<f64> = (0..=(numtaps - 1) / 2)
+        .map(|k| amp(k as f64 / nt))
+        .collect();
     let h = (0..numtaps)
         .map(|m| {
             let mut s = samples[0];
