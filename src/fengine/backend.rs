@@ -83,7 +83,7 @@ impl CpuBackend {
         }
         let row = cfg.channels * 2 * cfg.out_bytes_per_value();
         let n_out = out.len() / row;
-        if out.len() % row != 0 || n_out % cfg.spectra_per_heap != 0 {
+        if !out.len().is_multiple_of(row) || !n_out.is_multiple_of(cfg.spectra_per_heap) {
             return Err(FError::BadOutputLength {
                 expected: row * cfg.spectra_per_heap * n_out.div_ceil(cfg.spectra_per_heap).max(1),
                 got: out.len(),

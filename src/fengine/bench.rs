@@ -66,3 +66,32 @@ pub fn bench_cpu(cfg: FConfig, spectra: usize, bits: u32, iters: usize) -> Resul
     );
     Ok(gsps)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Narrowband, NarrowbandMode};
+    use super::*;
+
+    /// Not a unit test: prints CPU throughput for the report. Run with
+    /// `cargo test --lib fengine::bench -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn print_cpu_throughput() {
+        for (channels, sph, spectra) in [(1024, 1024, 1024), (4096, 256, 256), (32768, 32, 64)] {
+            let cfg = FConfig::wideband(channels, sph);
+            bench_cpu(cfg, spectra, 10, 5).unwrap();
+        }
+        let cfg = FConfig {
+            narrowband: Some(Narrowband {
+                decimation: 8,
+                centre_frequency: 1_284_000_000.0 - 856_000_000.0,
+                adc_rate: 1_712_000_000.0,
+                ddc_taps: None,
+                weight_pass: 0.005,
+                mode: NarrowbandMode::Discard,
+            }),
+            ..FConfig::wideband(32768, 32)
+        };
+        bench_cpu(cfg, 32, 10, 2).unwrap();
+    }
+}

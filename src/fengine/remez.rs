@@ -181,7 +181,7 @@ pub fn remez(numtaps: usize, bands: &[Band], fs: f64, maxiter: usize) -> Result<
     // Amplitude response as a function of normalised frequency.
     let amp = |f: f64| {
         let p = it.eval((2.0 * PI * f).cos());
-        if numtaps % 2 == 0 {
+        if numtaps.is_multiple_of(2) {
             p * (PI * f).cos()
         } else {
             p
