@@ -47,6 +47,32 @@ fn sample_at(data: &[u8], bits: u32, i: usize) -> i32 {
     ((word << (8 + shift)) as i32) >> (32 - bits)
 }
 
+/// Decodes `out.len()` samples from sample index `start`. Groups of 8 samples occupy
+/// exactly `bits` bytes, so aligned groups are loaded as one big-endian u128 and split
+/// with shifts; the unaligned head and tail go sample by sample.
+fn decode_run(data: &[u8], bits: u32, start: usize, out: &mut [f32]) {
+    let n = out.len();
+    let head = ((8 - start % 8) % 8).min(n);
+    for (k, o) in out[..head].iter_mut().enumerate() {
+        *o = sample_at(data, bits, start + k) as f32;
+    }
+    let nb = bits as usize;
+    let mut k = head;
+    while k + 8 <= n {
+        let byte = (start + k) / 8 * nb;
+        let mut b = [0u8; 16];
+        b[..nb].copy_from_slice(&data[byte..byte + nb]);
+        let v = u128::from_be_bytes(b);
+        for m in 0..8 {
+            out[k + m] = (((v << (m * nb)) as i128) >> (128 - nb)) as f32;
+        }
+        k += 8;
+    }
+    for (j, o) in out[k..].iter_mut().enumerate() {
+        *o = sample_at(data, bits, start + k + j) as f32;
+    }
+}
+
 /// Decodes samples `[start, start + out.len())` into `out` as f32 (multi-threaded).
 pub fn decode_f32(samples: &Samples, start: usize, out: &mut [f32]) -> Result<(), FError> {
     validate(samples, 0)?;
@@ -78,9 +104,7 @@ pub fn decode_f32(samples: &Samples, start: usize, out: &mut [f32]) -> Result<()
                             *o = data[base + k] as i8 as f32;
                         }
                     } else {
-                        for (k, o) in o.iter_mut().enumerate() {
-                            *o = sample_at(data, bits, base + k) as f32;
-                        }
+                        decode_run(data, bits, base, o);
                     }
                 });
         }

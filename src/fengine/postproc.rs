@@ -47,7 +47,15 @@ pub fn dither_value(key: u64, channel: usize) -> (f32, f32) {
 #[inline(always)]
 pub fn quantise(v: f32, qmax: f32) -> (i8, bool) {
     let c = v.clamp(-qmax, qmax);
-    (c.round_ties_even() as i8, v.abs() > qmax)
+    (round_half_even(c) as i8, v.abs() > qmax)
+}
+
+/// Round half to even for |x| < 2^22 without a libm call: adding 1.5·2^23 leaves no
+/// fraction bits, so the FPU's default rounding (to nearest, ties to even) does the work.
+#[inline(always)]
+fn round_half_even(x: f32) -> f32 {
+    const M: f32 = 12_582_912.0;
+    (x + M) - M
 }
 
 /// Static parameters of the post-processing of one output stream.
@@ -149,6 +157,10 @@ mod tests {
         assert_eq!(quantise(7.2, 7.0), (7, true));
         assert_eq!(quantise(-6.5, 7.0), (-6, false));
         assert_eq!(quantise(f32::NAN, 127.0), (0, false));
+        for i in -2540..=2540 {
+            let x = i as f32 * 0.05;
+            assert_eq!(round_half_even(x), x.round_ties_even(), "{x}");
+        }
     }
 
     #[test]
