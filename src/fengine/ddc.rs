@@ -140,7 +140,7 @@ pub(crate) struct Ddc {
     pub mixer: MixerFrequency,
 }
 
-const LANES: usize = 8;
+const LANES: usize = 16;
 
 impl Ddc {
     pub(crate) fn new(h: &[f32], subsampling: usize, mixer: MixerFrequency) -> Self {
@@ -167,23 +167,39 @@ impl Ddc {
     /// Computes `out.len()` outputs from `x` whose first sample has timestamp `t0`.
     /// `x` must hold (out.len() − 1)·S + taps samples.
     pub(crate) fn run(&self, x: &[f32], t0: u64, out: &mut [Complex32]) {
+        out.par_chunks_mut(1024).enumerate().for_each(|(ci, o)| {
+            #[cfg(target_arch = "x86_64")]
+            if std::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU supports AVX2 (just checked).
+                return unsafe { self.run_chunk_avx2(x, t0, ci * 1024, o) };
+            }
+            self.run_chunk(x, t0, ci * 1024, o)
+        });
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn run_chunk_avx2(&self, x: &[f32], t0: u64, first: usize, o: &mut [Complex32]) {
+        self.run_chunk(x, t0, first, o)
+    }
+
+    #[inline(always)]
+    fn run_chunk(&self, x: &[f32], t0: u64, first: usize, o: &mut [Complex32]) {
         let s = self.subsampling;
         let taps = self.taps();
-        out.par_chunks_mut(1024).enumerate().for_each(|(ci, o)| {
-            for (k, y) in o.iter_mut().enumerate() {
-                let j = ci * 1024 + k;
-                let win = &x[j * s..j * s + taps];
-                let (ar, ai) = dot2(win, &self.zr, &self.zi);
-                let (c, sn) = MixerFrequency::phasor(self.mixer.phase(t0 + (j * s) as u64));
-                let (c, sn) = (c as f32, sn as f32);
-                *y = Complex32::new(ar * c - ai * sn, ar * sn + ai * c);
-            }
-        });
+        for (k, y) in o.iter_mut().enumerate() {
+            let j = first + k;
+            let win = &x[j * s..j * s + taps];
+            let (ar, ai) = dot2(win, &self.zr, &self.zi);
+            let (c, sn) = MixerFrequency::phasor(self.mixer.phase(t0 + (j * s) as u64));
+            let (c, sn) = (c as f32, sn as f32);
+            *y = Complex32::new(ar * c - ai * sn, ar * sn + ai * c);
+        }
     }
 }
 
 /// (Σ x·a, Σ x·b) with LANES independent accumulators so that it vectorises.
-#[inline]
+#[inline(always)]
 fn dot2(x: &[f32], a: &[f32], b: &[f32]) -> (f32, f32) {
     let mut sa = [0f32; LANES];
     let mut sb = [0f32; LANES];

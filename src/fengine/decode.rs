@@ -64,7 +64,7 @@ fn decode_run(data: &[u8], bits: u32, start: usize, out: &mut [f32]) {
         b[..nb].copy_from_slice(&data[byte..byte + nb]);
         let v = u128::from_be_bytes(b);
         for m in 0..8 {
-            out[k + m] = (((v << (m * nb)) as i128) >> (128 - nb)) as f32;
+            out[k + m] = ((((v << (m * nb)) as i128) >> (128 - nb)) as i32) as f32;
         }
         k += 8;
     }

@@ -11,7 +11,7 @@ use rustfft::{Fft, FftPlanner};
 use std::sync::Arc;
 
 /// y += w ⊙ x, written so that it vectorises.
-#[inline]
+#[inline(always)]
 fn mac(y: &mut [f32], w: &[f32], x: &[f32]) {
     for ((y, &w), &x) in y.iter_mut().zip(w).zip(x) {
         *y += w * x;
@@ -20,6 +20,22 @@ fn mac(y: &mut [f32], w: &[f32], x: &[f32]) {
 
 /// Real PFB FIR for spectrum `s` of `x` (first window sample at s·step) into `out` (step).
 pub(crate) fn fir_real(x: &[f32], w: &[f32], step: usize, s: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (just checked).
+        return unsafe { fir_real_avx2(x, w, step, s, out) };
+    }
+    fir_real_generic(x, w, step, s, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn fir_real_avx2(x: &[f32], w: &[f32], step: usize, s: usize, out: &mut [f32]) {
+    fir_real_generic(x, w, step, s, out)
+}
+
+#[inline(always)]
+fn fir_real_generic(x: &[f32], w: &[f32], step: usize, s: usize, out: &mut [f32]) {
     let taps = w.len() / step;
     let base = s * step;
     out.fill(0.0);
@@ -38,6 +54,28 @@ pub(crate) fn fir_complex(
     s: usize,
     out: &mut [Complex32],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (just checked).
+        return unsafe { fir_complex_avx2(u, w, step, s, out) };
+    }
+    fir_complex_generic(u, w, step, s, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn fir_complex_avx2(
+    u: &[Complex32],
+    w: &[f32],
+    step: usize,
+    s: usize,
+    out: &mut [Complex32],
+) {
+    fir_complex_generic(u, w, step, s, out)
+}
+
+#[inline(always)]
+fn fir_complex_generic(u: &[Complex32], w: &[f32], step: usize, s: usize, out: &mut [Complex32]) {
     let taps = w.len() / step;
     let base = s * step;
     out.fill(Complex32::new(0.0, 0.0));

@@ -77,7 +77,8 @@ impl Post {
     #[inline(always)]
     fn bin(&self, c: usize) -> usize {
         if self.narrowband {
-            (c + self.n_pfb - self.channels / 2) % self.n_pfb
+            // n_pfb is a power of two.
+            (c + self.n_pfb - self.channels / 2) & (self.n_pfb - 1)
         } else {
             c
         }
@@ -97,44 +98,93 @@ impl Post {
         out: &mut [u8],
         stride: usize,
     ) -> u64 {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (just checked).
+            return unsafe {
+                self.spectrum_avx2(spec, fine_delay, phase, gains, dither, out, stride)
+            };
+        }
+        self.spectrum_generic(spec, fine_delay, phase, gains, dither, out, stride)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn spectrum_avx2(
+        &self,
+        spec: &[Complex32],
+        fine_delay: f64,
+        phase: f64,
+        gains: &[Complex32],
+        dither: Option<u64>,
+        out: &mut [u8],
+        stride: usize,
+    ) -> u64 {
+        self.spectrum_generic(spec, fine_delay, phase, gains, dither, out, stride)
+    }
+
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn spectrum_generic(
+        &self,
+        spec: &[Complex32],
+        fine_delay: f64,
+        phase: f64,
+        gains: &[Complex32],
+        dither: Option<u64>,
+        out: &mut [u8],
+        stride: usize,
+    ) -> u64 {
         // phase_c = fine·(−π/N)·(c − C/2) + phase, with the fine delay divided by the
-        // internal decimation for narrowband (dsp.md §6). Evaluated as a phasor recurrence
-        // in f64, re-anchored exactly every BLOCK channels.
+        // internal decimation for narrowband (dsp.md §6). e^{j·phase_c} = hi·lo with
+        // hi = e^{j(slope·(c0 − C/2) + phase)} exact per block of BLOCK channels and
+        // lo[i] = e^{j·slope·i} from an f64 recurrence shared by all blocks.
         const BLOCK: usize = 64;
         let slope = -PI * (fine_delay / self.fine_divisor) / self.n_pfb as f64;
         let half = (self.channels / 2) as f64;
+        let mut lo = [Complex32::new(0.0, 0.0); BLOCK];
         let (ss, cs) = slope.sin_cos();
+        let (mut pr, mut pi) = (1.0f64, 0.0f64);
+        for l in lo.iter_mut() {
+            *l = Complex32::new(pr as f32, pi as f32);
+            let npr = pr * cs - pi * ss;
+            pi = pr * ss + pi * cs;
+            pr = npr;
+        }
+        let mut vr = [0f32; BLOCK];
+        let mut vi = [0f32; BLOCK];
         let mut sat = 0u64;
         let q = self.qmax;
         for c0 in (0..self.channels).step_by(BLOCK) {
+            let n = BLOCK.min(self.channels - c0);
             let (s0, k0) = (slope * (c0 as f64 - half) + phase).sin_cos();
-            let (mut pr, mut pi) = (k0, s0);
-            for c in c0..(c0 + BLOCK).min(self.channels) {
-                let g = gains[c];
-                let x = spec[self.bin(c)];
-                // rot = e^{jφ}·g, then v = x·rot.
-                let rr = pr as f32 * g.re - pi as f32 * g.im;
-                let ri = pr as f32 * g.im + pi as f32 * g.re;
-                let mut vr = x.re * rr - x.im * ri;
-                let mut vi = x.re * ri + x.im * rr;
-                if let Some(key) = dither {
-                    let (dr, di) = dither_value(key, c);
-                    vr += dr;
-                    vi += di;
+            let hi = Complex32::new(k0 as f32, s0 as f32);
+            let g = &gains[c0..c0 + n];
+            for i in 0..n {
+                let x = spec[self.bin(c0 + i)];
+                let v = x * (hi * lo[i] * g[i]);
+                vr[i] = v.re;
+                vi[i] = v.im;
+            }
+            if let Some(key) = dither {
+                for i in 0..n {
+                    let (dr, di) = dither_value(key, c0 + i);
+                    vr[i] += dr;
+                    vi[i] += di;
                 }
-                let (qr, sr) = quantise(vr, q);
-                let (qi, si) = quantise(vi, q);
+            }
+            for i in 0..n {
+                let (qr, sr) = quantise(vr[i], q);
+                let (qi, si) = quantise(vi[i], q);
                 sat += (sr || si) as u64;
-                let o = c * stride;
+                let o = (c0 + i) * stride;
                 if self.four_bit {
                     out[o] = ((qr as u8) << 4) | (qi as u8 & 0x0f);
                 } else {
                     out[o] = qr as u8;
                     out[o + 1] = qi as u8;
                 }
-                let npr = pr * cs - pi * ss;
-                pi = pr * ss + pi * cs;
-                pr = npr;
             }
         }
         sat
