@@ -169,28 +169,28 @@ impl Ddc {
     pub(crate) fn run(&self, x: &[f32], t0: u64, out: &mut [Complex32]) {
         out.par_chunks_mut(1024).enumerate().for_each(|(ci, o)| {
             #[cfg(target_arch = "x86_64")]
-            if std::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU supports AVX2 (just checked).
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                // SAFETY: the CPU supports AVX2 and FMA (just checked).
                 return unsafe { self.run_chunk_avx2(x, t0, ci * 1024, o) };
             }
-            self.run_chunk(x, t0, ci * 1024, o)
+            self.run_chunk::<false>(x, t0, ci * 1024, o)
         });
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,fma")]
     unsafe fn run_chunk_avx2(&self, x: &[f32], t0: u64, first: usize, o: &mut [Complex32]) {
-        self.run_chunk(x, t0, first, o)
+        self.run_chunk::<true>(x, t0, first, o)
     }
 
     #[inline(always)]
-    fn run_chunk(&self, x: &[f32], t0: u64, first: usize, o: &mut [Complex32]) {
+    fn run_chunk<const FMA: bool>(&self, x: &[f32], t0: u64, first: usize, o: &mut [Complex32]) {
         let s = self.subsampling;
         let taps = self.taps();
         for (k, y) in o.iter_mut().enumerate() {
             let j = first + k;
             let win = &x[j * s..j * s + taps];
-            let (ar, ai) = dot2(win, &self.zr, &self.zi);
+            let (ar, ai) = dot2::<FMA>(win, &self.zr, &self.zi);
             let (c, sn) = MixerFrequency::phasor(self.mixer.phase(t0 + (j * s) as u64));
             let (c, sn) = (c as f32, sn as f32);
             *y = Complex32::new(ar * c - ai * sn, ar * sn + ai * c);
@@ -198,9 +198,10 @@ impl Ddc {
     }
 }
 
-/// (Σ x·a, Σ x·b) with LANES independent accumulators so that it vectorises.
+/// (Σ x·a, Σ x·b) with LANES independent accumulators so that it vectorises; `FMA`
+/// uses fused multiply-adds (only where the CPU has them).
 #[inline(always)]
-fn dot2(x: &[f32], a: &[f32], b: &[f32]) -> (f32, f32) {
+fn dot2<const FMA: bool>(x: &[f32], a: &[f32], b: &[f32]) -> (f32, f32) {
     let mut sa = [0f32; LANES];
     let mut sb = [0f32; LANES];
     let xc = x.chunks_exact(LANES);
@@ -208,8 +209,13 @@ fn dot2(x: &[f32], a: &[f32], b: &[f32]) -> (f32, f32) {
     let (a_rem, b_rem) = (ar.remainder(), br.remainder());
     for ((xv, av), bv) in xc.zip(ar).zip(br) {
         for l in 0..LANES {
-            sa[l] += xv[l] * av[l];
-            sb[l] += xv[l] * bv[l];
+            if FMA {
+                sa[l] = xv[l].mul_add(av[l], sa[l]);
+                sb[l] = xv[l].mul_add(bv[l], sb[l]);
+            } else {
+                sa[l] += xv[l] * av[l];
+                sb[l] += xv[l] * bv[l];
+            }
         }
     }
     let mut ra: f32 = sa.iter().sum();

@@ -49,27 +49,46 @@ fn sample_at(data: &[u8], bits: u32, i: usize) -> i32 {
 
 /// Decodes `out.len()` samples from sample index `start`. Groups of 8 samples occupy
 /// exactly `bits` bytes, so aligned groups are loaded as one big-endian u128 and split
-/// with shifts; the unaligned head and tail go sample by sample.
+/// with constant shifts (the width is a const generic); the unaligned head, the tail and
+/// groups within 16 bytes of the end of the buffer go sample by sample.
 fn decode_run(data: &[u8], bits: u32, start: usize, out: &mut [f32]) {
+    macro_rules! dispatch {
+        ($($b:literal)*) => {
+            match bits {
+                $($b => decode_run_n::<$b>(data, start, out),)*
+                _ => {
+                    for (k, o) in out.iter_mut().enumerate() {
+                        *o = sample_at(data, bits, start + k) as f32;
+                    }
+                }
+            }
+        };
+    }
+    dispatch!(2 3 4 5 6 7 9 10 11 12 13 14 15 16)
+}
+
+fn decode_run_n<const B: usize>(data: &[u8], start: usize, out: &mut [f32]) {
     let n = out.len();
     let head = ((8 - start % 8) % 8).min(n);
     for (k, o) in out[..head].iter_mut().enumerate() {
-        *o = sample_at(data, bits, start + k) as f32;
+        *o = sample_at(data, B as u32, start + k) as f32;
     }
-    let nb = bits as usize;
     let mut k = head;
     while k + 8 <= n {
-        let byte = (start + k) / 8 * nb;
+        let byte = (start + k) / 8 * B;
+        let Some(w) = data.get(byte..byte + 16) else {
+            break;
+        };
         let mut b = [0u8; 16];
-        b[..nb].copy_from_slice(&data[byte..byte + nb]);
+        b.copy_from_slice(w);
         let v = u128::from_be_bytes(b);
         for m in 0..8 {
-            out[k + m] = ((((v << (m * nb)) as i128) >> (128 - nb)) as i32) as f32;
+            out[k + m] = ((((v << (m * B)) as i128) >> (128 - B)) as i32) as f32;
         }
         k += 8;
     }
     for (j, o) in out[k..].iter_mut().enumerate() {
-        *o = sample_at(data, bits, start + k + j) as f32;
+        *o = sample_at(data, B as u32, start + k + j) as f32;
     }
 }
 

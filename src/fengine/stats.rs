@@ -22,20 +22,22 @@ impl InputStats {
         }
     }
 
-    /// Adds integer-valued samples (as decoded to f32).
+    /// Adds integer-valued samples (as decoded to f32). Squares (< 2^31) are summed in
+    /// f64 over runs of 2^20 samples, which stays below 2^53 and is therefore exact.
     pub fn add(&mut self, x: &[f32]) {
         let hi = ((1i64 << (self.bits - 1)) - 1) as f32;
         let lo = -(1i64 << (self.bits - 1)) as f32;
-        let mut sum = 0u64;
-        let mut clipped = 0u64;
-        for &v in x {
-            let i = v as i64;
-            sum += (i * i) as u64;
-            clipped += (v >= hi || v <= lo) as u64;
+        for run in x.chunks(1 << 20) {
+            let mut sum = 0f64;
+            let mut clipped = 0u64;
+            for &v in run {
+                sum += v as f64 * v as f64;
+                clipped += (v >= hi || v <= lo) as u64;
+            }
+            self.sum_sq += sum as u64;
+            self.clipped += clipped;
         }
-        self.sum_sq += sum;
         self.samples += x.len() as u64;
-        self.clipped += clipped;
     }
 
     /// Combines statistics over disjoint sample sets.
