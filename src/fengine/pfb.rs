@@ -39,11 +39,22 @@ fn fir_real_generic<const FMA: bool>(x: &[f32], w: &[f32], step: usize, s: usize
     let taps = w.len() / step;
     let base = s * step;
     out.fill(0.0);
-    for t in 0..taps {
-        let o = base + t * step;
-        mac::<FMA>(out, &w[t * step..(t + 1) * step], &x[o..o + step]);
+    // Column blocks keep the accumulators in L1 while the taps stream past.
+    for j0 in (0..step).step_by(COLS) {
+        let j1 = (j0 + COLS).min(step);
+        for t in 0..taps {
+            let o = base + t * step;
+            mac::<FMA>(
+                &mut out[j0..j1],
+                &w[t * step + j0..t * step + j1],
+                &x[o + j0..o + j1],
+            );
+        }
     }
 }
+
+/// Columns per FIR block.
+const COLS: usize = 2048;
 
 /// Complex PFB FIR for spectrum `s` (step = N complex samples); real and imaginary parts
 /// are filtered with the same weight.
@@ -79,15 +90,18 @@ fn fir_complex_generic(u: &[Complex32], w: &[f32], step: usize, s: usize, out: &
     let taps = w.len() / step;
     let base = s * step;
     out.fill(Complex32::new(0.0, 0.0));
-    for t in 0..taps {
-        let o = base + t * step;
-        for ((y, &w), x) in out
-            .iter_mut()
-            .zip(&w[t * step..(t + 1) * step])
-            .zip(&u[o..o + step])
-        {
-            y.re += w * x.re;
-            y.im += w * x.im;
+    for j0 in (0..step).step_by(COLS / 2) {
+        let j1 = (j0 + COLS / 2).min(step);
+        for t in 0..taps {
+            let o = base + t * step;
+            for ((y, &w), x) in out[j0..j1]
+                .iter_mut()
+                .zip(&w[t * step + j0..t * step + j1])
+                .zip(&u[o + j0..o + j1])
+            {
+                y.re += w * x.re;
+                y.im += w * x.im;
+            }
         }
     }
 }
