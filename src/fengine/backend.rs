@@ -89,11 +89,11 @@ impl CpuBackend {
                 got: out.len(),
             });
         }
-        if block.out_first + m > n_out {
+        if block.out_first.checked_add(m).is_none_or(|end| end > n_out) {
             return Err(FError::BadOutputLength {
-                expected: (block.out_first + m).div_ceil(cfg.spectra_per_heap)
-                    * cfg.spectra_per_heap
-                    * row,
+                expected: (block.out_first.saturating_add(m))
+                    .div_ceil(cfg.spectra_per_heap)
+                    .saturating_mul(cfg.spectra_per_heap * row),
                 got: out.len(),
             });
         }
@@ -136,7 +136,7 @@ impl CpuBackend {
                     });
                 }
             }
-            let end = pol.offset + needed;
+            let end = pol.offset.saturating_add(needed);
             if end > pol.samples.len() {
                 return Err(FError::InputTooShort {
                     pol: p,
@@ -245,8 +245,14 @@ impl FBackend for CpuBackend {
                             } else {
                                 channelise_real(&xbuf[p], weights, s, transform, work)?;
                             }
-                            let key = dither
-                                .then(|| dither_key(seed, seq, p, block.first_spectrum + s as u64));
+                            let key = dither.then(|| {
+                                dither_key(
+                                    seed,
+                                    seq,
+                                    p,
+                                    block.first_spectrum.wrapping_add(s as u64),
+                                )
+                            });
                             let o = (ls * 2 + p) * bpv;
                             sat[p] += post.spectrum(
                                 &work.spec,

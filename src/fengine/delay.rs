@@ -110,6 +110,15 @@ impl LinearDelayModel {
     ) -> Result<Vec<DelaySegment>, FError> {
         self.validate()?;
         let mut out: Vec<DelaySegment> = vec![];
+        let last = (spectra as u64)
+            .checked_mul(step)
+            .and_then(|span| first.checked_add(span));
+        if last.is_none() {
+            return Err(FError::BadParameter {
+                what: "spectra",
+                why: "timestamps overflow".into(),
+            });
+        }
         for s in 0..spectra {
             let t = first + s as u64 * step;
             let (coarse, fine, mut phase) = self.at(t, unit);

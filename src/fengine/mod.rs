@@ -41,6 +41,15 @@ pub use weights::{pfb_weights, Window};
 
 use num_complex::Complex32;
 
+/// Largest supported channel count (katgpucbf's largest mode is 32768).
+pub const MAX_CHANNELS: usize = 1 << 22;
+/// Largest supported PFB tap count.
+pub const MAX_TAPS: usize = 256;
+/// Largest supported narrowband decimation.
+pub const MAX_DECIMATION: usize = 1 << 12;
+/// Largest supported DDC FIR length.
+pub const MAX_DDC_TAPS: usize = 1 << 16;
+
 /// Errors from the F-engine compute stages. Bad configuration or input never panics.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum FError {
@@ -235,7 +244,13 @@ impl FConfig {
         if !c.is_power_of_two() || c < 2 {
             return Err(FError::BadChannels { got: c, min: 2 });
         }
-        if self.taps == 0 {
+        if c > MAX_CHANNELS {
+            return Err(FError::BadParameter {
+                what: "channels",
+                why: format!("{c} exceeds the supported maximum {MAX_CHANNELS}"),
+            });
+        }
+        if self.taps == 0 || self.taps > MAX_TAPS {
             return Err(FError::BadTaps(self.taps));
         }
         if self.out_bits != 8 && self.out_bits != 4 {
@@ -260,10 +275,10 @@ impl FConfig {
             });
         }
         if let Some(nb) = self.narrowband {
-            if nb.decimation == 0 {
+            if nb.decimation == 0 || nb.decimation > MAX_DECIMATION {
                 return Err(FError::BadParameter {
                     what: "decimation",
-                    why: "must be positive".into(),
+                    why: format!("must be in 1..={MAX_DECIMATION}"),
                 });
             }
             if nb.mode == NarrowbandMode::Discard && nb.decimation % 2 != 0 {
@@ -290,8 +305,9 @@ impl FConfig {
                     why: "must be positive".into(),
                 });
             }
-            if self.ddc_taps() == 0 {
-                return Err(FError::BadTaps(0));
+            let t = self.ddc_taps();
+            if t < 3 || t > MAX_DDC_TAPS {
+                return Err(FError::BadTaps(t));
             }
         }
         Ok(())
