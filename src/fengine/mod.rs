@@ -306,7 +306,7 @@ impl FConfig {
                 });
             }
             let t = self.ddc_taps();
-            if t < 3 || t > MAX_DDC_TAPS {
+            if !(3..=MAX_DDC_TAPS).contains(&t) {
                 return Err(FError::BadTaps(t));
             }
         }
