@@ -202,6 +202,12 @@ impl Ddc {
 /// uses fused multiply-adds (only where the CPU has them).
 #[inline(always)]
 fn dot2<const FMA: bool>(x: &[f32], a: &[f32], b: &[f32]) -> (f32, f32) {
+    #[cfg(target_arch = "x86_64")]
+    if FMA {
+        // SAFETY: FMA = true is only instantiated from `run_chunk_avx2`, which runs only
+        // after AVX2 and FMA were detected.
+        return unsafe { dot2_fma(x, a, b) };
+    }
     let mut sa = [0f32; LANES];
     let mut sb = [0f32; LANES];
     let xc = x.chunks_exact(LANES);
@@ -223,6 +229,45 @@ fn dot2<const FMA: bool>(x: &[f32], a: &[f32], b: &[f32]) -> (f32, f32) {
     for ((&xv, &av), &bv) in xr.iter().zip(a_rem).zip(b_rem) {
         ra += xv * av;
         rb += xv * bv;
+    }
+    (ra, rb)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot2_fma(x: &[f32], a: &[f32], b: &[f32]) -> (f32, f32) {
+    use std::arch::x86_64::*;
+    let n = x.len().min(a.len()).min(b.len());
+    let (mut a0, mut a1, mut b0, mut b1) = (
+        _mm256_setzero_ps(),
+        _mm256_setzero_ps(),
+        _mm256_setzero_ps(),
+        _mm256_setzero_ps(),
+    );
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: i + 16 ≤ n ≤ each slice's length.
+        unsafe {
+            let x0 = _mm256_loadu_ps(x.as_ptr().add(i));
+            let x1 = _mm256_loadu_ps(x.as_ptr().add(i + 8));
+            a0 = _mm256_fmadd_ps(x0, _mm256_loadu_ps(a.as_ptr().add(i)), a0);
+            a1 = _mm256_fmadd_ps(x1, _mm256_loadu_ps(a.as_ptr().add(i + 8)), a1);
+            b0 = _mm256_fmadd_ps(x0, _mm256_loadu_ps(b.as_ptr().add(i)), b0);
+            b1 = _mm256_fmadd_ps(x1, _mm256_loadu_ps(b.as_ptr().add(i + 8)), b1);
+        }
+        i += 16;
+    }
+    let mut la = [0f32; 8];
+    let mut lb = [0f32; 8];
+    // SAFETY: each array holds 8 floats.
+    unsafe {
+        _mm256_storeu_ps(la.as_mut_ptr(), _mm256_add_ps(a0, a1));
+        _mm256_storeu_ps(lb.as_mut_ptr(), _mm256_add_ps(b0, b1));
+    }
+    let (mut ra, mut rb): (f32, f32) = (la.iter().sum(), lb.iter().sum());
+    for k in i..n {
+        ra = x[k].mul_add(a[k], ra);
+        rb = x[k].mul_add(b[k], rb);
     }
     (ra, rb)
 }
@@ -283,6 +328,24 @@ mod tests {
         assert!((amplitude(&h, 0.1 / 8.0) - 1.0).abs() < 0.05);
         assert!(amplitude(&h, 0.7 / 8.0).abs() < 1e-3);
         assert!(ddc_weights_no_discard(8, 64, 0.005, 1.5).is_err());
+    }
+
+    #[test]
+    fn simd_dot_matches_portable() {
+        for n in [5usize, 16, 55, 128] {
+            let x: Vec<f32> = (0..n).map(|i| (i * 13 % 29) as f32 - 14.0).collect();
+            let a: Vec<f32> = (0..n).map(|i| ((i * 7 % 11) as f32 - 5.0) / 7.0).collect();
+            let b: Vec<f32> = (0..n).map(|i| ((i * 5 % 13) as f32 - 6.0) / 3.0).collect();
+            let p = dot2::<false>(&x, &a, &b);
+            #[cfg(target_arch = "x86_64")]
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                let f = dot2::<true>(&x, &a, &b);
+                assert!((p.0 - f.0).abs() < 1e-3 && (p.1 - f.1).abs() < 1e-3);
+            }
+            let ea: f64 = (0..n).map(|i| x[i] as f64 * a[i] as f64).sum();
+            let eb: f64 = (0..n).map(|i| x[i] as f64 * b[i] as f64).sum();
+            assert!((p.0 as f64 - ea).abs() < 1e-3 && (p.1 as f64 - eb).abs() < 1e-3);
+        }
     }
 
     #[test]

@@ -174,16 +174,25 @@ impl Post {
                     vi[i] += di;
                 }
             }
+            // Branch-free quantisation over the block (vectorises), then the stores.
+            let mut nsat = 0u32;
             for i in 0..n {
-                let (qr, sr) = quantise(vr[i], q);
-                let (qi, si) = quantise(vi[i], q);
-                sat += (sr || si) as u64;
-                let o = (c0 + i) * stride;
-                if self.four_bit {
-                    out[o] = ((qr as u8) << 4) | (qi as u8 & 0x0f);
-                } else {
-                    out[o] = qr as u8;
-                    out[o + 1] = qi as u8;
+                let (r, m) = (vr[i], vi[i]);
+                nsat += ((r.abs() > q) | (m.abs() > q)) as u32;
+                vr[i] = round_half_even(r.clamp(-q, q));
+                vi[i] = round_half_even(m.clamp(-q, q));
+            }
+            sat += nsat as u64;
+            let dst = &mut out[c0 * stride..];
+            if self.four_bit {
+                for i in 0..n {
+                    let (qr, qi) = (vr[i] as i8, vi[i] as i8);
+                    dst[i * stride] = ((qr as u8) << 4) | (qi as u8 & 0x0f);
+                }
+            } else {
+                for i in 0..n {
+                    dst[i * stride] = vr[i] as i8 as u8;
+                    dst[i * stride + 1] = vi[i] as i8 as u8;
                 }
             }
         }
