@@ -2,7 +2,7 @@
 
 use super::ddc::{ddc_weights, Ddc, MixerFrequency};
 use super::decode::{decode_f32, validate as validate_samples};
-use super::pfb::{channelise_complex, channelise_real, Transform, Work};
+use super::pfb::{channelise_complex, channelise_real, duplicate_weights, Transform, Work};
 use super::postproc::{dither_key, Post};
 use super::stats::InputStats;
 use super::weights::pfb_weights;
@@ -25,6 +25,8 @@ pub trait FBackend {
 pub struct CpuBackend {
     cfg: FConfig,
     weights: Vec<f32>,
+    /// Narrowband: each weight twice, for the complex FIR.
+    weights_dup: Vec<f32>,
     transform: Transform,
     post: Post,
     ddc: Option<Ddc>,
@@ -56,7 +58,13 @@ impl CpuBackend {
             qmax: if cfg.out_bits == 4 { 7.0 } else { 127.0 },
             four_bit: cfg.out_bits == 4,
         };
+        let weights_dup = if cfg.narrowband.is_some() {
+            duplicate_weights(&weights)
+        } else {
+            vec![]
+        };
         Ok(CpuBackend {
+            weights_dup,
             transform: Transform::new(n_pfb, cfg.narrowband.is_some()),
             cfg,
             weights,
@@ -225,7 +233,8 @@ impl FBackend for CpuBackend {
         let stride = 2 * bpv; // per spectrum: 2 pols
         let dither = cfg.dither == Dither::Uniform;
         let (seed, seq) = (cfg.dither_seed, cfg.feng_id);
-        let (weights, transform, post) = (&self.weights, &self.transform, &self.post);
+        let (weights, weights_dup) = (&self.weights, &self.weights_dup);
+        let (transform, post) = (&self.transform, &self.post);
         let (xbuf, ubuf) = (&self.xbuf, &self.ubuf);
         let narrow = self.ddc.is_some();
         let channels = cfg.channels;
@@ -241,7 +250,7 @@ impl FBackend for CpuBackend {
                         let s = first + ls;
                         for (p, pol) in block.pols.iter().enumerate() {
                             if narrow {
-                                channelise_complex(&ubuf[p], weights, s, transform, work)?;
+                                channelise_complex(&ubuf[p], weights_dup, s, transform, work)?;
                             } else {
                                 channelise_real(&xbuf[p], weights, s, transform, work)?;
                             }
