@@ -10,6 +10,16 @@
 //!
 //! Output layout is `(heap, channel, spectrum-in-heap, pol, re/im)`, int8 in [−127, 127]
 //! (or one byte per complex value with 4-bit output, real in the high nibble).
+//!
+//! Differences from katgpucbf that are deliberate and do not change the maths:
+//! * Dither is a counter-based hash (splitmix64) keyed by (seed, feng_id, pol, absolute
+//!   spectrum, channel) instead of curand XORWOW state: same distribution and mapping to
+//!   (−½, ½), independent of thread and block boundaries, but not bit-identical.
+//! * The DDC filter comes from our own Parks–McClellan implementation ([`remez`]) with
+//!   scipy's band set-up; it is equiripple on the same bands but not bit-identical to scipy.
+//! * The CPU FFT is a direct real (wideband) or complex (narrowband) FFT; katgpucbf's
+//!   unzipped-FFT split (dsp.md §5) is a GPU memory-pass optimisation with the same result.
+//! * The narrowband coarse delay may be any multiple of S (the GPU needs chunk alignment).
 
 mod backend;
 mod bench;
