@@ -163,11 +163,19 @@ fn no_discard_tone_lands_in_its_channel() {
 #[test]
 fn narrowband_delay_and_phase_move_tone_phase() {
     // Coarse delays are multiples of S = 8; the remainder is a per-channel phase slope.
-    for (delay, phi) in [(3.0, 0.0), (-21.0, 0.5), (130.7, -1.2), (4.0, 2.0)] {
-        let cfg = nb_cfg(64, 8, 300_032.0, NarrowbandMode::Discard);
-        let f = channel_freq(&cfg, 11);
-        let r = run_tone(cfg, f, f, delay, phi, 2);
-        check_tone(&r, 11, 2);
+    let modes = [
+        NarrowbandMode::Discard,
+        NarrowbandMode::NoDiscard {
+            pass_bandwidth: 0.8 * ADC / 16.0,
+        },
+    ];
+    for mode in modes {
+        for (delay, phi) in [(3.0, 0.0), (-21.0, 0.5), (130.7, -1.2), (4.0, 2.0)] {
+            let cfg = nb_cfg(64, 8, 300_032.0, mode);
+            let f = channel_freq(&cfg, 11);
+            let r = run_tone(cfg, f, f, delay, phi, 2);
+            check_tone(&r, 11, 2);
+        }
     }
 }
 

@@ -11,7 +11,7 @@ pub enum Window {
     Rect,
 }
 
-/// w[i] = A · W[i] · sinc(w_cutoff · ((i + ½)/step − taps/2)), i = 0..step·taps,
+/// `w[i] = A · W[i] · sinc(w_cutoff · ((i + ½)/step − taps/2))`, i = 0..step·taps,
 /// with A such that Σw² = 1. Computed in f64, returned as f32. Not reversed.
 pub fn pfb_weights(
     step: usize,
