@@ -90,7 +90,9 @@ mod tests {
     use super::*;
 
     /// Not a unit test: prints CPU throughput for the report. Run with
-    /// `cargo test --lib fengine::bench -- --ignored --nocapture`.
+    /// `cargo test --lib fengine::bench -- --ignored --nocapture` (for representative
+    /// numbers add `--config 'profile.dev.package.gpucbf.opt-level=3'` and the same for
+    /// `overflow-checks=false`, `debug-assertions=false`; `RAYON_NUM_THREADS` picks cores).
     #[test]
     #[ignore]
     fn print_cpu_throughput() {
