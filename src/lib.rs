@@ -9,6 +9,7 @@ pub mod bitpack;
 pub mod chunk;
 pub mod control;
 pub mod dsim;
+pub mod fengine;
 pub mod fgpu;
 pub mod gpu;
 pub mod inspect;
