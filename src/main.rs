@@ -21,6 +21,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// F-engine: digitiser heaps (UDP or pcap) → channelised F-engine heaps.
+    Fgpu(gpucbf::fgpu::FgpuArgs),
     /// Digitiser simulator: SPEAD digitiser heaps to UDP destinations or a pcap file.
     Dsim(gpucbf::dsim::DsimArgs),
     /// Print every SPEAD heap of a pcap file or UDP port as one JSON line (items, descriptors).
@@ -55,6 +57,10 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
+        Command::Fgpu(args) => {
+            let summary = gpucbf::fgpu::run(&args)?;
+            println!("{}", serde_json::to_string_pretty(&summary)?);
+        }
         Command::Dsim(args) => {
             let cfg = args.validate().map_err(anyhow::Error::msg)?;
             let summary = gpucbf::dsim::run(&cfg)?;

@@ -30,9 +30,9 @@ impl Channelizer for Recording {
     ) -> Result<[u64; 2], String> {
         assert_eq!(input[0].len(), self.window);
         // The input really starts at batch_ts: the digitiser payload encodes its heap index.
-        let heap = (batch_ts / 4096) as f32;
-        assert_eq!(input[0][0], heap % 200.0);
-        assert_eq!(input[1][0], -(heap % 200.0));
+        let heap = (batch_ts / 4096) as i16;
+        assert_eq!(input[0][0], heap % 200);
+        assert_eq!(input[1][0], -(heap % 200));
         out.iter_mut()
             .enumerate()
             .for_each(|(i, b)| *b = ((batch_ts / self.step) as usize + i) as u8);

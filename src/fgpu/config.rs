@@ -12,7 +12,19 @@ pub enum WindowFunction {
     Rect,
 }
 
-/// One wideband output (`--wideband name=,channels=,dst=[,...]`).
+/// Narrowband options of an output.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NarrowbandOpts {
+    /// Baseband frequency (Hz) moved to the centre of the output band.
+    pub centre_frequency: f64,
+    pub decimation: usize,
+    pub ddc_taps: Option<usize>,
+    pub weight_pass: f64,
+    /// Present: no-discard (VLBI) mode with this pass bandwidth (Hz).
+    pub pass_bandwidth: Option<f64>,
+}
+
+/// One output (`--wideband` or `--narrowband name=,channels=,dst=[,...]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WidebandSpec {
     pub name: String,
@@ -23,6 +35,7 @@ pub struct WidebandSpec {
     pub w_cutoff: f64,
     pub window_function: WindowFunction,
     pub dither: bool,
+    pub narrowband: Option<NarrowbandOpts>,
 }
 
 impl WidebandSpec {
@@ -31,7 +44,7 @@ impl WidebandSpec {
     }
 
     pub fn samples_between_spectra(&self) -> u64 {
-        2 * self.channels as u64
+        2 * self.channels as u64 * self.narrowband.map_or(1, |n| n.decimation as u64)
     }
 
     /// ADC samples between consecutive output batches (heap timestamp step).
@@ -76,6 +89,22 @@ fn parse_num<T: std::str::FromStr>(k: &str, v: &str) -> Result<T, String> {
 
 /// Parses a `--wideband` value.
 pub fn parse_wideband(spec: &str) -> Result<WidebandSpec, String> {
+    parse_output(spec, false)
+}
+
+/// Parses a `--narrowband` value.
+pub fn parse_narrowband(spec: &str) -> Result<WidebandSpec, String> {
+    parse_output(spec, true)
+}
+
+fn parse_output(spec: &str, narrow: bool) -> Result<WidebandSpec, String> {
+    let mut nb = NarrowbandOpts {
+        centre_frequency: f64::NAN,
+        decimation: 0,
+        ddc_taps: None,
+        weight_pass: 0.005,
+        pass_bandwidth: None,
+    };
     let mut name = None;
     let mut channels = None;
     let mut dst = None;
@@ -88,6 +117,7 @@ pub fn parse_wideband(spec: &str) -> Result<WidebandSpec, String> {
         w_cutoff: 1.0,
         window_function: WindowFunction::Hann,
         dither: true,
+        narrowband: None,
     };
     for (k, v) in kv(spec)? {
         match k.as_str() {
@@ -111,12 +141,37 @@ pub fn parse_wideband(spec: &str) -> Result<WidebandSpec, String> {
                     _ => return Err(format!("dither={v}: expected uniform or none")),
                 }
             }
-            _ => return Err(format!("unknown --wideband key {k:?}")),
+            "centre_frequency" if narrow => nb.centre_frequency = parse_num(&k, &v)?,
+            "decimation" if narrow => nb.decimation = parse_num(&k, &v)?,
+            "ddc_taps" if narrow => nb.ddc_taps = Some(parse_num(&k, &v)?),
+            "weight_pass" if narrow => nb.weight_pass = parse_num(&k, &v)?,
+            "pass_bandwidth" if narrow => nb.pass_bandwidth = Some(parse_num(&k, &v)?),
+            _ => {
+                return Err(format!(
+                    "unknown --{} key {k:?}",
+                    if narrow { "narrowband" } else { "wideband" }
+                ))
+            }
         }
     }
-    w.name = name.ok_or("--wideband needs name=")?;
-    w.channels = channels.ok_or("--wideband needs channels=")?;
-    w.dst = dst.ok_or("--wideband needs dst=")?;
+    if narrow {
+        if !nb.centre_frequency.is_finite() {
+            return Err("--narrowband needs centre_frequency=".into());
+        }
+        if nb.decimation == 0 {
+            return Err("--narrowband needs decimation= (≥ 1)".into());
+        }
+        if nb.pass_bandwidth.is_none() && !nb.decimation.is_multiple_of(2) {
+            return Err(format!(
+                "decimation={} must be even in discard mode",
+                nb.decimation
+            ));
+        }
+        w.narrowband = Some(nb);
+    }
+    w.name = name.ok_or("output needs name=")?;
+    w.channels = channels.ok_or("output needs channels=")?;
+    w.dst = dst.ok_or("output needs dst=")?;
     if !w.channels.is_power_of_two() || w.channels < 64 {
         return Err(format!(
             "channels={} must be a power of two ≥ 64",
@@ -251,5 +306,17 @@ mod tests {
         ] {
             assert!(parse_wideband(bad).is_err(), "{bad}");
         }
+        let n = parse_narrowband(
+            "name=nb,channels=1024,centre_frequency=284e6,decimation=8,dst=1.2.3.4:1",
+        )
+        .unwrap();
+        assert_eq!(n.samples_between_spectra(), 2 * 1024 * 8);
+        assert!(parse_narrowband("name=nb,channels=1024,decimation=8,dst=1.2.3.4:1").is_err());
+        assert!(parse_narrowband(
+            "name=nb,channels=1024,centre_frequency=1e8,decimation=3,dst=1.2.3.4:1"
+        )
+        .is_err());
+        assert!(parse_narrowband("name=nb,channels=1024,centre_frequency=1e8,decimation=3,pass_bandwidth=5e7,dst=1.2.3.4:1").is_ok());
+        assert!(parse_wideband("name=wb,channels=1024,dst=1.2.3.4:1,decimation=8").is_err());
     }
 }

@@ -29,7 +29,7 @@ pub trait Channelizer: Send {
     fn process(
         &mut self,
         batch_ts: u64,
-        input: [&[f32]; 2],
+        input: [&[i16]; 2],
         out: &mut [u8],
     ) -> Result<[u64; 2], String>;
 }
@@ -268,4 +268,92 @@ pub fn run_pipelines(
     }
     info!(?summary, "fgpu finished");
     Ok(summary)
+}
+
+/// `gpucbf fgpu`: builds the outputs from the command line and runs the engine.
+pub fn run(args: &super::FgpuArgs) -> anyhow::Result<FgpuSummary> {
+    crate::shutdown::install();
+    if !(args.adc_sample_rate.is_finite() && args.adc_sample_rate > 0.0) {
+        anyhow::bail!("--adc-sample-rate must be positive");
+    }
+    if !(2..=16).contains(&args.dig_sample_bits) {
+        anyhow::bail!(
+            "--dig-sample-bits {} is not supported (2..=16)",
+            args.dig_sample_bits
+        );
+    }
+    if args.send_sample_bits != 8 && args.send_sample_bits != 4 {
+        anyhow::bail!("--send-sample-bits must be 8 or 4");
+    }
+    if args.array_size == 0 || args.feng_id >= args.array_size {
+        anyhow::bail!("--feng-id must be below --array-size");
+    }
+    if !(args.send_rate_factor.is_finite() && args.send_rate_factor >= 0.0) {
+        anyhow::bail!("--send-rate-factor must be ≥ 0");
+    }
+    let mut specs = Vec::new();
+    for w in &args.wideband {
+        specs.push(
+            super::config::parse_wideband(w).map_err(|e| anyhow::anyhow!("--wideband {w}: {e}"))?,
+        );
+    }
+    for n in &args.narrowband {
+        specs.push(
+            super::config::parse_narrowband(n)
+                .map_err(|e| anyhow::anyhow!("--narrowband {n}: {e}"))?,
+        );
+    }
+    if specs.is_empty() {
+        anyhow::bail!("give at least one --wideband or --narrowband output");
+    }
+    let dither_seed = args.dither_seed.unwrap_or_else(rand::random);
+    let sink = crate::net::SharedSink::new(open_sink(
+        args.send_pcap.as_deref(),
+        args.send_interface,
+        args.send_ttl,
+    )?);
+    let bytes_per_value = if args.send_sample_bits == 4 { 1 } else { 2 };
+    let mut pipelines = Vec::new();
+    for spec in specs {
+        let chan = super::backend::make_channelizer(&spec, args, dither_seed)?;
+        let cps = spec.channels_per_substream();
+        let header = (8 + 8 * 8) as f64;
+        let values_per_s = 2.0 * args.adc_sample_rate * spec.channels as f64
+            / spec.samples_between_spectra() as f64;
+        let rate = values_per_s
+            * bytes_per_value as f64
+            * (1.0 + header / args.send_packet_payload as f64)
+            * args.send_rate_factor;
+        let mut sender = HeapSender::new(
+            Box::new(sink.clone()),
+            spec.dst.clone(),
+            args.feng_id,
+            args.array_size,
+            args.send_packet_payload,
+            Some(rate),
+        );
+        sender.send_descriptors(
+            &descriptors(cps, spec.spectra_per_heap(), args.send_sample_bits),
+            8872,
+        )?;
+        info!(output = %spec.name, channels = spec.channels, destinations = spec.dst.len(), "output ready");
+        pipelines.push(Pipeline::new(
+            spec,
+            chan,
+            sender,
+            args.feng_id,
+            bytes_per_value,
+        ));
+    }
+    let mut placement = DigitiserPlacement::new(
+        args.recv_packet_samples,
+        args.dig_sample_bits,
+        args.recv_chunk_samples,
+    )
+    .map_err(anyhow::Error::msg)?;
+    if let Some(m) = args.mask_timestamp {
+        placement.timestamp_mask = m;
+    }
+    let src = open_source(&args.src, args.recv_interface)?;
+    run_pipelines(src, placement, pipelines, args.dig_sample_bits)
 }

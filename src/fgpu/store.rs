@@ -30,9 +30,8 @@ pub struct SampleStore {
     pub heap_samples: u64,
     pub bits: u32,
     pub base_ts: u64,
-    samples: [Vec<f32>; 2],
+    samples: [Vec<i16>; 2],
     present: [Vec<bool>; 2],
-    scratch: Vec<i16>,
     pub stats: InputStats,
     started: bool,
 }
@@ -45,7 +44,6 @@ impl SampleStore {
             base_ts: 0,
             samples: [Vec::new(), Vec::new()],
             present: [Vec::new(), Vec::new()],
-            scratch: vec![0; heap_samples as usize],
             stats: InputStats::default(),
             started: false,
         }
@@ -73,7 +71,7 @@ impl SampleStore {
         }
         let gap = ts - self.end_ts();
         for p in 0..2 {
-            self.samples[p].resize(self.samples[p].len() + gap as usize, 0.0);
+            self.samples[p].resize(self.samples[p].len() + gap as usize, 0);
             self.present[p].resize(
                 self.present[p].len() + (gap / self.heap_samples) as usize,
                 false,
@@ -87,14 +85,13 @@ impl SampleStore {
                 let ok = chunk.present(slot);
                 self.present[p].push(ok);
                 let start = self.samples[p].len();
-                self.samples[p].resize(start + hs, 0.0);
+                self.samples[p].resize(start + hs, 0);
                 if ok {
-                    bitpack::unpack(chunk.slot(slot), self.bits, &mut self.scratch);
                     let dst = &mut self.samples[p][start..];
+                    bitpack::unpack(chunk.slot(slot), self.bits, dst);
                     let mut clipped = 0u64;
                     let mut sq = 0i64;
-                    for (d, &s) in dst.iter_mut().zip(&self.scratch) {
-                        *d = s as f32;
+                    for &s in dst.iter() {
                         clipped += (s >= clip_hi || s <= -clip_hi) as u64;
                         sq += s as i64 * s as i64;
                     }
@@ -120,7 +117,7 @@ impl SampleStore {
     }
 
     /// Samples [a, a + len) of `pol`; the range must lie in the store.
-    pub fn slice(&self, pol: usize, a: u64, len: usize) -> &[f32] {
+    pub fn slice(&self, pol: usize, a: u64, len: usize) -> &[i16] {
         let off = (a - self.base_ts) as usize;
         &self.samples[pol][off..off + len]
     }
