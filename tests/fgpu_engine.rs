@@ -25,7 +25,7 @@ impl Channelizer for Recording {
     fn process(
         &mut self,
         batch_ts: u64,
-        input: [&[f32]; 2],
+        input: [&[i16]; 2],
         out: &mut [u8],
     ) -> Result<[u64; 2], String> {
         assert_eq!(input[0].len(), self.window);
