@@ -23,6 +23,8 @@ struct Cli {
 enum Command {
     /// F-engine: digitiser heaps (UDP or pcap) → channelised F-engine heaps.
     Fgpu(gpucbf::fgpu::FgpuArgs),
+    /// XB-engine: F-engine heaps (UDP or pcap) → correlation products and beams.
+    Xbgpu(gpucbf::xbgpu::XbgpuArgs),
     /// Digitiser simulator: SPEAD digitiser heaps to UDP destinations or a pcap file.
     Dsim(gpucbf::dsim::DsimArgs),
     /// Print every SPEAD heap of a pcap file or UDP port as one JSON line (items, descriptors).
@@ -59,6 +61,10 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Fgpu(args) => {
             let summary = gpucbf::fgpu::run(&args)?;
+            println!("{}", serde_json::to_string_pretty(&summary)?);
+        }
+        Command::Xbgpu(args) => {
+            let summary = gpucbf::xbgpu::run(&args)?;
             println!("{}", serde_json::to_string_pretty(&summary)?);
         }
         Command::Dsim(args) => {

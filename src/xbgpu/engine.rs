@@ -43,6 +43,7 @@ pub trait Beamformer: Send {
     /// beam b as (channel, spectrum, re/im) int8. Returns saturated values per beam.
     fn beamform(
         &mut self,
+        batch_ts: u64,
         batch: &[i8],
         present: &[bool],
         out: &mut [Vec<i8>],
@@ -249,7 +250,7 @@ impl BPipeline {
         }
         let clipped = self
             .bf
-            .beamform(data, present, &mut self.outs)
+            .beamform(ts, data, present, &mut self.outs)
             .map_err(anyhow::Error::msg)?;
         for (b, out) in self.outs.iter().enumerate() {
             if !self.enabled[b].load(Ordering::Relaxed) {

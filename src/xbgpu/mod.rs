@@ -3,6 +3,8 @@
 
 pub mod config;
 pub mod engine;
+pub mod run;
 
 pub use config::{parse_beam, parse_corrprod, XbgpuArgs};
 pub use engine::{baseline_index, n_baselines, Beamformer, Correlator, XPipeline, MISSING};
+pub use run::run;
