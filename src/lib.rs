@@ -9,5 +9,6 @@ pub mod bitpack;
 pub mod gpu;
 pub mod inspect;
 pub mod net;
+pub mod nufft;
 pub mod spead;
 pub mod telemetry;

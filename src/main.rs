@@ -26,6 +26,9 @@ enum Command {
         /// Capture to read.
         path: PathBuf,
     },
+    /// Non-uniform FFTs (FINUFFT conventions) on .npy files, and the CPU benchmark.
+    #[command(subcommand)]
+    Nufft(gpucbf::nufft::cli::NufftCmd),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -36,6 +39,7 @@ fn main() -> anyhow::Result<()> {
             let s = gpucbf::inspect::summarise(&path)?;
             println!("{}", serde_json::to_string_pretty(&s)?);
         }
+        Command::Nufft(cmd) => gpucbf::nufft::cli::run(cmd)?,
     }
     Ok(())
 }

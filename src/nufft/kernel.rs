@@ -1,0 +1,206 @@
+//! The exponential-of-semicircle (ES) spreading kernel and its Fourier transform.
+//!
+//! With `z = 2x/ns` (x in fine-grid units), `φ(z) = exp(β·(√(1 − z²) − 1))` for `|z| ≤ 1`,
+//! else 0 (Barnett, Magland, af Klinteberg 2019). Width and shape follow FINUFFT's legacy ES
+//! rule, which cuFINUFFT still uses:
+//!
+//! * σ = 2: `ns = ⌈log10(10/ε)⌉`, `β = 2.30·ns` (2.20, 2.26, 2.38 for ns = 2, 3, 4);
+//! * other σ: `ns = ⌈ln(1/ε) / (π·√(1 − 1/σ))⌉`, `β = 0.97·π·(1 − 1/(2σ))·ns`;
+//! * `ns ≥ 2`; a width above [`MAX_NS`] is an error rather than a silent clamp.
+//!
+//! The deconvolution factors `φ̂(k)` come from Gauss–Legendre quadrature of the kernel's
+//! Fourier integral over its half-support, in `f64`.
+
+use super::{NufftError, Real, MAX_NS};
+
+/// Kernel parameters fixed at plan time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KernelParams {
+    /// Width in fine-grid points per dimension.
+    pub ns: usize,
+    /// Shape parameter β.
+    pub beta: f64,
+}
+
+impl KernelParams {
+    /// Width and β for tolerance `eps` at upsampling factor `sigma` (legacy ES rule).
+    pub fn from_eps(eps: f64, sigma: f64) -> Result<Self, NufftError> {
+        let ns_real = if sigma == 2.0 {
+            (10.0 / eps).log10().ceil()
+        } else {
+            ((1.0 / eps).ln() / (std::f64::consts::PI * (1.0 - 1.0 / sigma).sqrt())).ceil()
+        };
+        let ns = (ns_real.max(2.0)) as usize;
+        if ns > MAX_NS {
+            return Err(NufftError::KernelTooWide {
+                eps,
+                ns,
+                upsampfac: sigma,
+            });
+        }
+        let beta_over_ns = if sigma == 2.0 {
+            match ns {
+                2 => 2.20,
+                3 => 2.26,
+                4 => 2.38,
+                _ => 2.30,
+            }
+        } else {
+            0.97 * std::f64::consts::PI * (1.0 - 1.0 / (2.0 * sigma))
+        };
+        Ok(KernelParams {
+            ns,
+            beta: beta_over_ns * ns as f64,
+        })
+    }
+
+    /// φ at offset `x` from the point, in grid units (f64 reference).
+    pub fn phi(&self, x: f64) -> f64 {
+        let z = 2.0 * x / self.ns as f64;
+        let a = 1.0 - z * z;
+        if a < 0.0 {
+            0.0
+        } else {
+            (self.beta * (a.sqrt() - 1.0)).exp()
+        }
+    }
+
+    /// `φ̂(k) = ∫ φ(x)·exp(2πi·k·x/nf) dx` for `k = 0..=kmax` (φ is even, so φ̂ is real and
+    /// even), by Gauss–Legendre quadrature over `[0, ns/2]`.
+    pub fn fourier_series(&self, nf: usize, kmax: usize) -> Vec<f64> {
+        let half = self.ns as f64 / 2.0;
+        let q = 4 + 3 * self.ns;
+        let (nodes, weights) = gauss_legendre(q);
+        // Map [-1, 1] → [0, half].
+        let pts: Vec<(f64, f64)> = nodes
+            .iter()
+            .zip(&weights)
+            .map(|(&u, &w)| {
+                let x = half * (u + 1.0) / 2.0;
+                (x, 2.0 * (half / 2.0) * w * self.phi(x))
+            })
+            .collect();
+        (0..=kmax)
+            .map(|k| {
+                let om = 2.0 * std::f64::consts::PI * k as f64 / nf as f64;
+                pts.iter().map(|&(x, wp)| wp * (om * x).cos()).sum()
+            })
+            .collect()
+    }
+}
+
+/// Kernel evaluator in working precision.
+#[derive(Clone, Copy, Debug)]
+pub struct Kernel<T> {
+    /// Width.
+    pub ns: usize,
+    half_ns: T,
+    beta: T,
+    es_c: T,
+}
+
+impl<T: Real> Kernel<T> {
+    /// Evaluator for the given parameters.
+    pub fn new(p: &KernelParams) -> Self {
+        Kernel {
+            ns: p.ns,
+            half_ns: T::cast(p.ns as f64 / 2.0),
+            beta: T::cast(p.beta),
+            es_c: T::cast(4.0 / (p.ns * p.ns) as f64),
+        }
+    }
+
+    /// For a point at grid coordinate `t`: the first grid index the kernel touches,
+    /// `i0 = ⌈t − ns/2⌉`, and the `ns` kernel values at `i0, i0+1, …` (rest of `vals` zero).
+    #[inline]
+    pub fn eval(&self, t: T, vals: &mut [T; MAX_NS]) -> isize {
+        let i0 = (t - self.half_ns).ceil();
+        let x0 = i0 - t;
+        let mut z = x0;
+        for v in vals.iter_mut().take(self.ns) {
+            let a = T::one() - self.es_c * z * z;
+            *v = if a > T::zero() {
+                (self.beta * (a.sqrt() - T::one())).exp()
+            } else {
+                T::zero()
+            };
+            z = z + T::one();
+        }
+        i0.to_isize().unwrap_or(0)
+    }
+}
+
+/// Gauss–Legendre nodes and weights on `[-1, 1]` (Newton iteration on `P_n`).
+pub fn gauss_legendre(n: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut nodes = Vec::with_capacity(n);
+    let mut weights = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut x = (std::f64::consts::PI * (i as f64 + 0.75) / (n as f64 + 0.5)).cos();
+        let mut dp = 1.0;
+        for _ in 0..100 {
+            let (mut p0, mut p1) = (1.0, x);
+            for k in 2..=n {
+                let p2 = ((2 * k - 1) as f64 * x * p1 - (k - 1) as f64 * p0) / k as f64;
+                p0 = p1;
+                p1 = p2;
+            }
+            let pn = if n == 0 { 1.0 } else { p1 };
+            let pn1 = if n <= 1 { 1.0 } else { p0 };
+            dp = n as f64 * (x * pn - pn1) / (x * x - 1.0);
+            let dx = pn / dp;
+            x -= dx;
+            if dx.abs() < 1e-16 {
+                break;
+            }
+        }
+        nodes.push(x);
+        weights.push(2.0 / ((1.0 - x * x) * dp * dp));
+    }
+    (nodes, weights)
+}
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    #[test]
+    fn gauss_legendre_integrates_polynomials_exactly() {
+        let (x, w) = gauss_legendre(7);
+        // Exact for degree ≤ 13: ∫ x^12 = 2/13, ∫ x^13 = 0.
+        let i12: f64 = x.iter().zip(&w).map(|(x, w)| w * x.powi(12)).sum();
+        let i13: f64 = x.iter().zip(&w).map(|(x, w)| w * x.powi(13)).sum();
+        assert!((i12 - 2.0 / 13.0).abs() < 1e-14, "{i12}");
+        assert!(i13.abs() < 1e-14);
+    }
+
+    #[test]
+    fn legacy_width_rule() {
+        for (eps, ns) in [(1e-3, 4), (1e-5, 6), (1e-6, 7), (1e-9, 10)] {
+            assert_eq!(KernelParams::from_eps(eps, 2.0).unwrap().ns, ns);
+        }
+        assert_eq!(KernelParams::from_eps(1e-6, 1.25).unwrap().ns, 10);
+        assert_eq!(KernelParams::from_eps(1e-9, 1.25).unwrap().ns, 15);
+        assert!(KernelParams::from_eps(1e-10, 1.25).is_err());
+        let p = KernelParams::from_eps(1e-6, 2.0).unwrap();
+        assert!((p.beta - 2.30 * 7.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn fourier_series_matches_dense_riemann_sum() {
+        let p = KernelParams::from_eps(1e-6, 2.0).unwrap();
+        let nf = 64;
+        let fs = p.fourier_series(nf, 16);
+        let h = 1e-4;
+        let n = (p.ns as f64 / h) as i64;
+        for (k, &v) in fs.iter().enumerate() {
+            let om = 2.0 * std::f64::consts::PI * k as f64 / nf as f64;
+            let r: f64 = (-n / 2..=n / 2)
+                .map(|i| {
+                    let x = i as f64 * h;
+                    p.phi(x) * (om * x).cos() * h
+                })
+                .sum();
+            assert!((v - r).abs() < 1e-6 * fs[0], "k={k}: {v} vs {r}");
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! Spreading (type 1) and interpolation (type 2) between non-uniform points and the
+//! periodic fine grid.
+//!
+//! Points are folded into `[0, 2π)` in `f64`, rescaled to grid units, then counting-sorted
+//! into bins (axis 0 slowest, as the grid). The sorted list is cut into chunks of at most
+//! [`MAX_CHUNK`] points that never cross a bin row, so each chunk is spatially compact.
+//! Spreading: each rayon task spreads one chunk into a private subgrid covering the chunk's
+//! footprint, then adds it to the fine grid row by row under one mutex per stripe of
+//! axis-0 rows. Interpolation reads the grid directly (no locks).
+
+use std::ops::Range;
+use std::sync::Mutex;
+
+use num_complex::Complex;
+use rayon::prelude::*;
+
+use super::kernel::Kernel;
+use super::{NufftError, Real, MAX_NS};
+
+/// Most points per chunk (FINUFFT's subproblem size is of the same order).
+pub const MAX_CHUNK: usize = 8192;
+/// Bin sizes in fine-grid points, axis 0 first, for 2-D and 3-D.
+const BINS_2D: [usize; 3] = [16, 32, 1];
+const BINS_3D: [usize; 3] = [8, 8, 16];
+
+/// Points in bin order, in grid units.
+pub struct SortedPoints<T> {
+    /// Dimension (2 or 3).
+    pub dim: usize,
+    /// Grid coordinates `t ∈ [0, nf)`, `dim` per point, in sorted order.
+    pub t: Vec<T>,
+    /// Sorted position → original index.
+    pub perm: Vec<usize>,
+    /// Ranges of sorted positions processed as one task.
+    pub chunks: Vec<Range<usize>>,
+}
+
+impl<T: Real> SortedPoints<T> {
+    /// Validates, folds, rescales and sorts the points. `nf` has `dim` entries used.
+    pub fn new(coords: &[&[T]], nf: &[usize; 3], dim: usize) -> Result<Self, NufftError> {
+        if coords.len() != dim {
+            return Err(NufftError::WrongCoordCount {
+                expected: dim,
+                got: coords.len(),
+            });
+        }
+        let m = coords[0].len();
+        if coords.iter().any(|c| c.len() != m) {
+            return Err(NufftError::LengthMismatch(
+                coords.iter().map(|c| c.len()).collect(),
+            ));
+        }
+        for (axis, c) in coords.iter().enumerate() {
+            if let Some(index) = c.par_iter().position_first(|v| !v.is_finite()) {
+                return Err(NufftError::NonFiniteCoordinate {
+                    axis,
+                    index,
+                    value: c[index].as_f64(),
+                });
+            }
+        }
+        let bins = if dim == 2 { BINS_2D } else { BINS_3D };
+        let nbins: Vec<usize> = (0..dim).map(|d| nf[d].div_ceil(bins[d])).collect();
+        // Grid coordinates, unsorted, interleaved.
+        let mut tu = vec![T::zero(); m * dim];
+        let mut key = vec![0usize; m];
+        tu.par_chunks_mut(dim)
+            .zip(key.par_iter_mut())
+            .enumerate()
+            .for_each(|(j, (tj, kj))| {
+                let mut b = 0usize;
+                for d in 0..dim {
+                    let t = to_grid::<T>(coords[d][j], nf[d]);
+                    tj[d] = t;
+                    let bd = ((t.as_f64() as usize) / bins[d]).min(nbins[d] - 1);
+                    b = b * nbins[d] + bd;
+                }
+                *kj = b;
+            });
+        // Counting sort by bin.
+        let nb: usize = nbins.iter().product();
+        let mut start = vec![0usize; nb + 1];
+        for &k in &key {
+            start[k + 1] += 1;
+        }
+        for b in 0..nb {
+            start[b + 1] += start[b];
+        }
+        let mut fill = start.clone();
+        let mut perm = vec![0usize; m];
+        for (j, &k) in key.iter().enumerate() {
+            perm[fill[k]] = j;
+            fill[k] += 1;
+        }
+        let mut t = vec![T::zero(); m * dim];
+        t.par_chunks_mut(dim)
+            .zip(perm.par_iter())
+            .for_each(|(ts, &j)| ts.copy_from_slice(&tu[j * dim..(j + 1) * dim]));
+        // Chunks: bins of one row (all but the last axis fixed) are contiguous in sorted order.
+        let row_bins = nbins[dim - 1];
+        let mut chunks = Vec::new();
+        for row in 0..nb / row_bins {
+            let (a, b) = (start[row * row_bins], start[(row + 1) * row_bins]);
+            let mut s = a;
+            while s < b {
+                let e = (s + MAX_CHUNK).min(b);
+                chunks.push(s..e);
+                s = e;
+            }
+        }
+        Ok(SortedPoints {
+            dim,
+            t,
+            perm,
+            chunks,
+        })
+    }
+
+    /// Number of points.
+    pub fn len(&self) -> usize {
+        self.perm.len()
+    }
+}
+
+/// Folds `x` into `[0, 2π)` (in f64) and rescales to `[0, nf)` grid units.
+fn to_grid<T: Real>(x: T, nf: usize) -> T {
+    let two_pi = 2.0 * std::f64::consts::PI;
+    let u = x.as_f64().rem_euclid(two_pi) / two_pi;
+    let t = T::cast(u * nf as f64);
+    if t >= T::cast(nf as f64) || t < T::zero() {
+        T::zero()
+    } else {
+        t
+    }
+}
+
+/// Grid geometry: `nf` per axis (unused axes 1), stripes of axis-0 rows for locking.
+struct Stripes<'a, T> {
+    nf: [usize; 3],
+    rows_per: usize,
+    locks: Vec<Mutex<&'a mut [Complex<T>]>>,
+}
+
+/// Spreads strengths `c` (original order) onto `grid` (zeroed by the caller, C order,
+/// shape `nf[0..dim]`).
+pub fn spread<T: Real>(
+    pts: &SortedPoints<T>,
+    c: &[Complex<T>],
+    kernel: &Kernel<T>,
+    nf: [usize; 3],
+    grid: &mut [Complex<T>],
+) {
+    let row_len = nf[1] * nf[2];
+    let rows_per = nf[0].div_ceil(64).max(1);
+    let stripes = Stripes {
+        nf,
+        rows_per,
+        locks: grid
+            .chunks_mut(rows_per * row_len)
+            .map(Mutex::new)
+            .collect(),
+    };
+    pts.chunks.par_iter().for_each_init(Vec::new, |sub, r| {
+        spread_chunk(pts, r.clone(), c, kernel, &stripes, sub);
+    });
+}
+
+fn spread_chunk<T: Real>(
+    pts: &SortedPoints<T>,
+    r: Range<usize>,
+    c: &[Complex<T>],
+    kernel: &Kernel<T>,
+    g: &Stripes<'_, T>,
+    sub: &mut Vec<Complex<T>>,
+) {
+    let dim = pts.dim;
+    let ns = kernel.ns;
+    // Footprint of the chunk.
+    let mut lo = [isize::MAX; 3];
+    let mut hi = [isize::MIN; 3];
+    let half = T::cast(ns as f64 / 2.0);
+    for p in r.clone() {
+        for d in 0..dim {
+            let i0 = (pts.t[p * dim + d] - half).ceil().to_isize().unwrap_or(0);
+            lo[d] = lo[d].min(i0);
+            hi[d] = hi[d].max(i0);
+        }
+    }
+    let mut size = [1usize; 3];
+    for d in 0..dim {
+        size[d] = (hi[d] - lo[d]) as usize + ns;
+    }
+    if dim == 2 {
+        lo[2] = 0;
+    }
+    sub.clear();
+    sub.resize(
+        size[0] * size[1] * size[2],
+        Complex::new(T::zero(), T::zero()),
+    );
+    let mut k0 = [T::zero(); MAX_NS];
+    let mut k1 = [T::zero(); MAX_NS];
+    let mut k2 = [T::zero(); MAX_NS];
+    for p in r {
+        let cj = c[pts.perm[p]];
+        let a0 = (kernel.eval(pts.t[p * dim], &mut k0) - lo[0]) as usize;
+        let a1 = (kernel.eval(pts.t[p * dim + 1], &mut k1) - lo[1]) as usize;
+        if dim == 2 {
+            for (i, &w0) in k0[..ns].iter().enumerate() {
+                let (cr, ci) = (cj.re * w0, cj.im * w0);
+                let row = (a0 + i) * size[1] + a1;
+                for (s, &w1) in sub[row..row + ns].iter_mut().zip(&k1[..ns]) {
+                    s.re += cr * w1;
+                    s.im += ci * w1;
+                }
+            }
+        } else {
+            let a2 = (kernel.eval(pts.t[p * dim + 2], &mut k2) - lo[2]) as usize;
+            for (i, &w0) in k0[..ns].iter().enumerate() {
+                for (j, &w1) in k1[..ns].iter().enumerate() {
+                    let w = w0 * w1;
+                    let (cr, ci) = (cj.re * w, cj.im * w);
+                    let row = ((a0 + i) * size[1] + a1 + j) * size[2] + a2;
+                    for (s, &w2) in sub[row..row + ns].iter_mut().zip(&k2[..ns]) {
+                        s.re += cr * w2;
+                        s.im += ci * w2;
+                    }
+                }
+            }
+        }
+    }
+    add_subgrid(g, sub, lo, size);
+}
+
+/// Adds the subgrid at offset `lo` (may lie partly outside `[0, nf)`: wrapped) to the grid.
+fn add_subgrid<T: Real>(g: &Stripes<'_, T>, sub: &[Complex<T>], lo: [isize; 3], size: [usize; 3]) {
+    let nf = g.nf;
+    let row_len = nf[1] * nf[2];
+    for i in 0..size[0] {
+        let gi = (lo[0] + i as isize).rem_euclid(nf[0] as isize) as usize;
+        let mut stripe = g.locks[gi / g.rows_per]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let base = (gi % g.rows_per) * row_len;
+        if nf[2] == 1 {
+            // 2-D: one wrapped add per row.
+            let src = &sub[i * size[1]..(i + 1) * size[1]];
+            add_wrapped(&mut stripe[base..base + nf[1]], src, lo[1]);
+            continue;
+        }
+        for j in 0..size[1] {
+            let gj = (lo[1] + j as isize).rem_euclid(nf[1] as isize) as usize;
+            let src = &sub[(i * size[1] + j) * size[2]..(i * size[1] + j + 1) * size[2]];
+            let dst = &mut stripe[base + gj * nf[2]..base + (gj + 1) * nf[2]];
+            add_wrapped(dst, src, lo[2]);
+        }
+    }
+}
+
+/// `dst[(lo + k) mod len] += src[k]`, in at most a few contiguous segments.
+fn add_wrapped<T: Real>(dst: &mut [Complex<T>], src: &[Complex<T>], lo: isize) {
+    let n = dst.len();
+    let mut start = lo.rem_euclid(n as isize) as usize;
+    let mut k = 0;
+    while k < src.len() {
+        let len = (n - start).min(src.len() - k);
+        for (d, s) in dst[start..start + len].iter_mut().zip(&src[k..k + len]) {
+            *d += *s;
+        }
+        k += len;
+        start = 0;
+    }
+}
+
+/// Interpolates the grid at the points: `out` in original order.
+pub fn interp<T: Real>(
+    pts: &SortedPoints<T>,
+    grid: &[Complex<T>],
+    kernel: &Kernel<T>,
+    nf: [usize; 3],
+    out: &mut [Complex<T>],
+) {
+    let dim = pts.dim;
+    let ns = kernel.ns;
+    let mut sorted = vec![Complex::new(T::zero(), T::zero()); pts.len()];
+    sorted
+        .par_chunks_mut(1024)
+        .enumerate()
+        .for_each(|(blk, vals)| {
+            let mut k = [[T::zero(); MAX_NS]; 3];
+            let mut idx = [[0usize; MAX_NS]; 3];
+            for (o, v) in vals.iter_mut().enumerate() {
+                let p = blk * 1024 + o;
+                for d in 0..dim {
+                    let i0 = kernel.eval(pts.t[p * dim + d], &mut k[d]);
+                    for (a, ix) in idx[d][..ns].iter_mut().enumerate() {
+                        *ix = (i0 + a as isize).rem_euclid(nf[d] as isize) as usize;
+                    }
+                }
+                let (mut sr, mut si) = (T::zero(), T::zero());
+                for a in 0..ns {
+                    let (mut rr, mut ri) = (T::zero(), T::zero());
+                    if dim == 2 {
+                        let row = &grid[idx[0][a] * nf[1]..(idx[0][a] + 1) * nf[1]];
+                        for b in 0..ns {
+                            let gv = row[idx[1][b]];
+                            rr += gv.re * k[1][b];
+                            ri += gv.im * k[1][b];
+                        }
+                    } else {
+                        for b in 0..ns {
+                            let base = (idx[0][a] * nf[1] + idx[1][b]) * nf[2];
+                            let row = &grid[base..base + nf[2]];
+                            let (mut qr, mut qi) = (T::zero(), T::zero());
+                            for e in 0..ns {
+                                let gv = row[idx[2][e]];
+                                qr += gv.re * k[2][e];
+                                qi += gv.im * k[2][e];
+                            }
+                            rr += qr * k[1][b];
+                            ri += qi * k[1][b];
+                        }
+                    }
+                    sr += rr * k[0][a];
+                    si += ri * k[0][a];
+                }
+                *v = Complex::new(sr, si);
+            }
+        });
+    for (v, &j) in sorted.iter().zip(&pts.perm) {
+        out[j] = *v;
+    }
+}
