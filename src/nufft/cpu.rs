@@ -61,7 +61,11 @@ fn check_options<T: Real>(opts: &Options) -> Result<KernelParams, NufftError> {
     if !(s >= UPSAMPFAC_RANGE.0 && s <= UPSAMPFAC_RANGE.1) {
         return Err(NufftError::BadUpsampfac(s));
     }
-    KernelParams::from_eps(eps, s)
+    let p = KernelParams::from_eps(eps, s)?;
+    if s < 1.4 && p.ns > T::MAX_NS_LOW_SIGMA {
+        return Ok(KernelParams::with_ns(T::MAX_NS_LOW_SIGMA, s));
+    }
+    Ok(p)
 }
 
 impl<T: Real> CpuPlan<T> {

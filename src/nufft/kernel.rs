@@ -6,7 +6,10 @@
 //!
 //! * σ = 2: `ns = ⌈log10(10/ε)⌉`, `β = 2.30·ns` (2.20, 2.26, 2.38 for ns = 2, 3, 4);
 //! * other σ: `ns = ⌈ln(1/ε) / (π·√(1 − 1/σ))⌉`, `β = 0.97·π·(1 − 1/(2σ))·ns`;
-//! * `ns ≥ 2`; a width above [`MAX_NS`] is an error rather than a silent clamp.
+//! * `ns ≥ 2`; a width above [`MAX_NS`] is an error rather than a silent clamp;
+//! * in `f32` with σ < 1.4 the width is capped at 8 (as FINUFFT 2.5 does): β grows with ns,
+//!   so does the dynamic range of `1/φ̂` that amplifies single-precision rounding at the
+//!   band edge, and beyond ns = 8 that amplification costs more than the wider kernel gains.
 //!
 //! The deconvolution factors `φ̂(k)` come from Gauss–Legendre quadrature of the kernel's
 //! Fourier integral over its half-support, in `f64`.
@@ -38,6 +41,11 @@ impl KernelParams {
                 upsampfac: sigma,
             });
         }
+        Ok(Self::with_ns(ns, sigma))
+    }
+
+    /// Parameters for a given width `ns` at upsampling factor `sigma` (β from the legacy rule).
+    pub fn with_ns(ns: usize, sigma: f64) -> Self {
         let beta_over_ns = if sigma == 2.0 {
             match ns {
                 2 => 2.20,
@@ -48,10 +56,10 @@ impl KernelParams {
         } else {
             0.97 * std::f64::consts::PI * (1.0 - 1.0 / (2.0 * sigma))
         };
-        Ok(KernelParams {
+        KernelParams {
             ns,
             beta: beta_over_ns * ns as f64,
-        })
+        }
     }
 
     /// φ at offset `x` from the point, in grid units (f64 reference).
@@ -89,14 +97,17 @@ impl KernelParams {
     }
 }
 
-/// Kernel evaluator in working precision.
+/// Kernel evaluator. Values are computed in `f64` and rounded to `T`: in `f32` the
+/// exponent `β·(√(1−z²)−1)` reaches −30, and evaluating it in `f32` costs ~|exponent|·ε
+/// relative accuracy, which the deconvolution amplifies at the band edge.
 #[derive(Clone, Copy, Debug)]
 pub struct Kernel<T> {
     /// Width.
     pub ns: usize,
-    half_ns: T,
-    beta: T,
-    es_c: T,
+    half_ns: f64,
+    beta: f64,
+    es_c: f64,
+    _t: std::marker::PhantomData<T>,
 }
 
 impl<T: Real> Kernel<T> {
@@ -104,29 +115,37 @@ impl<T: Real> Kernel<T> {
     pub fn new(p: &KernelParams) -> Self {
         Kernel {
             ns: p.ns,
-            half_ns: T::cast(p.ns as f64 / 2.0),
-            beta: T::cast(p.beta),
-            es_c: T::cast(4.0 / (p.ns * p.ns) as f64),
+            half_ns: p.ns as f64 / 2.0,
+            beta: p.beta,
+            es_c: 4.0 / (p.ns * p.ns) as f64,
+            _t: std::marker::PhantomData,
         }
     }
 
-    /// For a point at grid coordinate `t`: the first grid index the kernel touches,
-    /// `i0 = ⌈t − ns/2⌉`, and the `ns` kernel values at `i0, i0+1, …` (rest of `vals` zero).
+    /// First grid index the kernel touches for a point at grid coordinate `t`:
+    /// `i0 = ⌈t − ns/2⌉`.
+    #[inline]
+    pub fn first_index(&self, t: T) -> isize {
+        (t.as_f64() - self.half_ns).ceil() as isize
+    }
+
+    /// For a point at grid coordinate `t`: returns [`Kernel::first_index`] and writes the
+    /// `ns` kernel values at `i0, i0+1, …` into `vals` (the rest is left alone).
     #[inline]
     pub fn eval(&self, t: T, vals: &mut [T; MAX_NS]) -> isize {
+        let t = t.as_f64();
         let i0 = (t - self.half_ns).ceil();
-        let x0 = i0 - t;
-        let mut z = x0;
+        let mut z = i0 - t;
         for v in vals.iter_mut().take(self.ns) {
-            let a = T::one() - self.es_c * z * z;
-            *v = if a > T::zero() {
-                (self.beta * (a.sqrt() - T::one())).exp()
+            let a = 1.0 - self.es_c * z * z;
+            *v = if a > 0.0 {
+                T::cast((self.beta * (a.sqrt() - 1.0)).exp())
             } else {
                 T::zero()
             };
-            z = z + T::one();
+            z += 1.0;
         }
-        i0.to_isize().unwrap_or(0)
+        i0 as isize
     }
 }
 

@@ -46,6 +46,8 @@ pub trait Real:
     const NAME: &'static str;
     /// Smallest tolerance accepted for this precision.
     const MIN_EPS: f64;
+    /// Widest kernel used when σ < 1.4 (single precision cannot use more, see [`kernel`]).
+    const MAX_NS_LOW_SIGMA: usize;
     /// Conversion from `f64` (rounding).
     fn cast(v: f64) -> Self;
     /// Conversion to `f64` (exact).
@@ -55,6 +57,7 @@ pub trait Real:
 impl Real for f32 {
     const NAME: &'static str = "f32";
     const MIN_EPS: f64 = 1e-7;
+    const MAX_NS_LOW_SIGMA: usize = 8;
     fn cast(v: f64) -> Self {
         v as f32
     }
@@ -66,6 +69,7 @@ impl Real for f32 {
 impl Real for f64 {
     const NAME: &'static str = "f64";
     const MIN_EPS: f64 = 1e-15;
+    const MAX_NS_LOW_SIGMA: usize = MAX_NS;
     fn cast(v: f64) -> Self {
         v
     }

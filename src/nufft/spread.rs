@@ -178,10 +178,9 @@ fn spread_chunk<T: Real>(
     // Footprint of the chunk.
     let mut lo = [isize::MAX; 3];
     let mut hi = [isize::MIN; 3];
-    let half = T::cast(ns as f64 / 2.0);
     for p in r.clone() {
         for d in 0..dim {
-            let i0 = (pts.t[p * dim + d] - half).ceil().to_isize().unwrap_or(0);
+            let i0 = kernel.first_index(pts.t[p * dim + d]);
             lo[d] = lo[d].min(i0);
             hi[d] = hi[d].max(i0);
         }
