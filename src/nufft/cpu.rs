@@ -101,7 +101,7 @@ impl<T: Real> CpuPlan<T> {
             nf,
             positive: opts.isign >= 0,
             params,
-            kernel: Kernel::new(&params),
+            kernel: Kernel::new(&params, opts.eps),
             weights,
             fft: FftNd::new(&nf[..dim]),
             grid: vec![Complex::default(); total],

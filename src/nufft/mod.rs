@@ -36,11 +36,7 @@ pub use num_complex::Complex;
 
 /// Floating-point precision the NUFFT is generic over (`f32` or `f64`).
 pub trait Real:
-    rustfft::FftNum
-    + num_traits::Float
-    + Default
-    + num_traits::NumAssign
-    + std::iter::Sum
+    rustfft::FftNum + num_traits::Float + Default + num_traits::NumAssign + std::iter::Sum
 {
     /// Human-readable name ("f32" / "f64").
     const NAME: &'static str;
