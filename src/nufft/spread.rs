@@ -23,6 +23,19 @@ pub const MAX_CHUNK: usize = 8192;
 const BINS_2D: [usize; 3] = [16, 32, 1];
 const BINS_3D: [usize; 3] = [8, 8, 16];
 
+/// A raw pointer shared by tasks that write disjoint elements.
+#[derive(Clone, Copy)]
+struct SharedPtr<U>(*mut U);
+// SAFETY: used only in the parallel scatter of `SortedPoints::new`, where the writes of
+// different tasks go to disjoint positions, and the vectors outlive the tasks.
+unsafe impl<U> Send for SharedPtr<U> {}
+unsafe impl<U> Sync for SharedPtr<U> {}
+impl<U> SharedPtr<U> {
+    fn get(self) -> *mut U {
+        self.0
+    }
+}
+
 /// Points in bin order, in grid units.
 pub struct SortedPoints<T> {
     /// Dimension (2 or 3).
@@ -80,25 +93,51 @@ impl<T: Real> SortedPoints<T> {
                 }
                 *kj = b;
             });
-        // Counting sort by bin.
+        // Counting sort by bin, in parallel: per-block histograms, then each block
+        // scatters into its own reserved range of every bin.
         let nb: usize = nbins.iter().product();
+        let nblk = (2 * rayon::current_num_threads()).min(m / 65536 + 1);
+        let blk_len = m.div_ceil(nblk).max(1);
+        let mut offsets: Vec<Vec<usize>> = key
+            .par_chunks(blk_len)
+            .map(|ks| {
+                let mut h = vec![0usize; nb];
+                ks.iter().for_each(|&k| h[k] += 1);
+                h
+            })
+            .collect();
         let mut start = vec![0usize; nb + 1];
-        for &k in &key {
-            start[k + 1] += 1;
-        }
+        let mut run = 0;
         for b in 0..nb {
-            start[b + 1] += start[b];
+            start[b] = run;
+            for h in offsets.iter_mut() {
+                let count = h[b];
+                h[b] = run;
+                run += count;
+            }
         }
-        let mut fill = start.clone();
+        start[nb] = run;
         let mut perm = vec![0usize; m];
-        for (j, &k) in key.iter().enumerate() {
-            perm[fill[k]] = j;
-            fill[k] += 1;
-        }
         let mut t = vec![0.0f64; m * dim];
-        t.par_chunks_mut(dim)
-            .zip(perm.par_iter())
-            .for_each(|(ts, &j)| ts.copy_from_slice(&tu[j * dim..(j + 1) * dim]));
+        let (pp, tp) = (SharedPtr(perm.as_mut_ptr()), SharedPtr(t.as_mut_ptr()));
+        key.par_chunks(blk_len)
+            .zip(offsets.par_iter_mut())
+            .enumerate()
+            .for_each(|(blk, (ks, off))| {
+                for (o, &k) in ks.iter().enumerate() {
+                    let j = blk * blk_len + o;
+                    let pos = off[k];
+                    off[k] += 1;
+                    // SAFETY: `pos < m`, and every (block, point) gets a distinct `pos`: each
+                    // block owns the range of every bin reserved for it above.
+                    unsafe {
+                        *pp.get().add(pos) = j;
+                        for d in 0..dim {
+                            *tp.get().add(pos * dim + d) = tu[j * dim + d];
+                        }
+                    }
+                }
+            });
         // Chunks: bins of one row (all but the last axis fixed) are contiguous in sorted order.
         let row_bins = nbins[dim - 1];
         let mut chunks = Vec::new();
@@ -331,5 +370,41 @@ pub fn interp<T: Real>(
         });
     for (v, &j) in sorted.iter().zip(&pts.perm) {
         out[j] = *v;
+    }
+}
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+    use crate::nufft::bench::SplitMix64;
+
+    /// Large enough for the multi-block parallel scatter: the result must be a stable
+    /// permutation into bin order carrying the right grid coordinates.
+    #[test]
+    fn parallel_bin_sort_is_a_stable_permutation() {
+        let m = 300_000;
+        let mut rng = SplitMix64(5);
+        let x: Vec<f64> = (0..m).map(|_| rng.uniform(-10.0, 10.0)).collect();
+        let y: Vec<f64> = (0..m).map(|_| rng.uniform(-3.5, 3.5)).collect();
+        let nf = [200, 96, 1];
+        let s = SortedPoints::<f64>::new(&[&x, &y], &nf, 2).unwrap();
+        let mut seen = vec![false; m];
+        let bin = |p: usize| ((s.t[2 * p] as usize) / 16, (s.t[2 * p + 1] as usize) / 32);
+        for p in 0..m {
+            let j = s.perm[p];
+            assert!(!seen[j]);
+            seen[j] = true;
+            assert_eq!(s.t[2 * p], to_grid(x[j], nf[0]));
+            assert_eq!(s.t[2 * p + 1], to_grid(y[j], nf[1]));
+            if p > 0 {
+                assert!(bin(p - 1) <= bin(p), "not in bin order at {p}");
+                if bin(p - 1) == bin(p) {
+                    assert!(s.perm[p - 1] < j, "not stable at {p}");
+                }
+            }
+        }
+        let covered: usize = s.chunks.iter().map(|r| r.len()).sum();
+        assert_eq!(covered, m);
+        assert!(s.chunks.iter().all(|r| r.len() <= MAX_CHUNK));
     }
 }
