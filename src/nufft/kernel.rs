@@ -189,16 +189,28 @@ impl<T: Real> Kernel<T> {
     }
 
     /// For a point at grid coordinate `t`: returns [`Kernel::first_index`] and writes the
-    /// kernel values at `i0, i0+1, …, i0+ns−1` into `vals[..ns]` (the rest become 0).
+    /// kernel values at `i0, i0+1, …, i0+ns−1` into `vals[..ns]`; `vals[ns..8]` become 0
+    /// (all of `vals[ns..]` when `ns > 8`), the rest is left alone.
     #[inline]
     pub fn eval(&self, t: f64, vals: &mut [T; MAX_NS]) -> isize {
+        if self.ns <= 8 {
+            self.eval_lanes::<8>(t, vals)
+        } else {
+            self.eval_lanes::<MAX_NS>(t, vals)
+        }
+    }
+
+    /// [`Kernel::eval`] over a fixed number of lanes `W ≥ ns` (values `ns..W` are 0).
+    #[inline]
+    fn eval_lanes<const W: usize>(&self, t: f64, vals: &mut [T; MAX_NS]) -> isize {
         let i0 = (t - self.half_ns).ceil();
         let s = T::cast(2.0 * (i0 - t + self.half_ns) - 1.0);
         let (last, rest) = self.coef.split_last().expect("non-empty table");
-        *vals = *last;
+        let v = &mut vals[..W];
+        v.copy_from_slice(&last[..W]);
         for c in rest.iter().rev() {
-            for (v, &cj) in vals.iter_mut().zip(c) {
-                *v = *v * s + cj;
+            for (vj, &cj) in v.iter_mut().zip(&c[..W]) {
+                *vj = *vj * s + cj;
             }
         }
         i0 as isize

@@ -168,7 +168,8 @@ impl<T: Real> SortedPoints<T> {
 /// Folds `x` into `[0, 2π)` and rescales to `[0, nf)` grid units.
 fn to_grid(x: f64, nf: usize) -> f64 {
     let two_pi = 2.0 * std::f64::consts::PI;
-    let t = x.rem_euclid(two_pi) / two_pi * nf as f64;
+    let u = x / two_pi;
+    let t = (u - u.floor()) * nf as f64;
     if (0.0..nf as f64).contains(&t) {
         t
     } else {
@@ -203,11 +204,17 @@ pub fn spread<T: Real>(
             .collect(),
     };
     pts.chunks.par_iter().for_each_init(Vec::new, |sub, r| {
-        spread_chunk(pts, r.clone(), c, kernel, &stripes, sub);
+        if kernel.ns <= 8 {
+            spread_chunk::<T, 8>(pts, r.clone(), c, kernel, &stripes, sub);
+        } else {
+            spread_chunk::<T, MAX_NS>(pts, r.clone(), c, kernel, &stripes, sub);
+        }
     });
 }
 
-fn spread_chunk<T: Real>(
+/// Spreads one chunk; the innermost loop runs over a fixed `W ≥ ns` lanes (kernel values
+/// beyond `ns` are exactly 0, the subgrid's last axis is padded by `W − ns`).
+fn spread_chunk<T: Real, const W: usize>(
     pts: &SortedPoints<T>,
     r: Range<usize>,
     c: &[Complex<T>],
@@ -231,6 +238,7 @@ fn spread_chunk<T: Real>(
     for d in 0..dim {
         size[d] = (hi[d] - lo[d]) as usize + ns;
     }
+    size[dim - 1] += W - ns;
     if dim == 2 {
         lo[2] = 0;
     }
@@ -250,7 +258,7 @@ fn spread_chunk<T: Real>(
             for (i, &w0) in k0[..ns].iter().enumerate() {
                 let (cr, ci) = (cj.re * w0, cj.im * w0);
                 let row = (a0 + i) * size[1] + a1;
-                for (s, &w1) in sub[row..row + ns].iter_mut().zip(&k1[..ns]) {
+                for (s, &w1) in sub[row..row + W].iter_mut().zip(&k1[..W]) {
                     s.re += cr * w1;
                     s.im += ci * w1;
                 }
@@ -262,7 +270,7 @@ fn spread_chunk<T: Real>(
                     let w = w0 * w1;
                     let (cr, ci) = (cj.re * w, cj.im * w);
                     let row = ((a0 + i) * size[1] + a1 + j) * size[2] + a2;
-                    for (s, &w2) in sub[row..row + ns].iter_mut().zip(&k2[..ns]) {
+                    for (s, &w2) in sub[row..row + W].iter_mut().zip(&k2[..W]) {
                         s.re += cr * w2;
                         s.im += ci * w2;
                     }
