@@ -55,15 +55,13 @@ impl<T: Real> FftNd<T> {
     pub fn process(&self, data: &mut [Complex<T>], positive: bool) {
         assert_eq!(data.len(), self.shape.iter().product::<usize>());
         let plans = if positive { &self.inv } else { &self.fwd };
-        let nd = self.shape.len();
-        for axis in 0..nd {
+        for (axis, fft) in plans.iter().enumerate() {
             let n = self.shape[axis];
             if n == 1 {
                 continue;
             }
             let outer: usize = self.shape[..axis].iter().product();
             let inner: usize = self.shape[axis + 1..].iter().product();
-            let fft = &plans[axis];
             if inner == 1 {
                 let rows_per_task = (4096 / n).max(1);
                 data.par_chunks_mut(n * rows_per_task).for_each_init(

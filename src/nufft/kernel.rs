@@ -118,6 +118,7 @@ pub struct Kernel<T> {
 
 /// Monomial coefficients (in `s ∈ [-1, 1]`) of the Chebyshev interpolant of degree
 /// `deg` of every panel: panel `j` holds `φ(x)` for `x = (s+1)/2 − ns/2 + j`.
+#[allow(clippy::needless_range_loop)] // `j` is the inner index of `mono[d][j]`
 fn fit_panels(p: &KernelParams, deg: usize) -> Vec<[f64; MAX_NS]> {
     let n = deg + 1;
     let pi = std::f64::consts::PI;
