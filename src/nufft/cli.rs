@@ -244,3 +244,143 @@ fn transform<T: Real>(
     plan.execute(input, &mut out)?;
     Ok(out)
 }
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+    use crate::nufft::bench::SplitMix64;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(subcommand)]
+        cmd: NufftCmd,
+    }
+
+    fn cli(dir: &Path, args: &str) -> Result<()> {
+        let argv = std::iter::once("nufft".to_string()).chain(
+            args.split_whitespace()
+                .map(|a| a.replace("@", &format!("{}/", dir.display()))),
+        );
+        run(Wrap::try_parse_from(argv)?.cmd)
+    }
+
+    /// End to end through .npy files: layout (N1, N2) with the first axis going with x,
+    /// modes from -N/2, both types, f64 and f32 (f64 coordinates folded first).
+    #[test]
+    fn cli_type1_and_type2_match_direct_sums() {
+        let dir = std::env::temp_dir().join(format!("gpucbf-nufft-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut rng = SplitMix64(3);
+        let m = 50;
+        let x: Vec<f64> = (0..m).map(|_| rng.uniform(-9.0, 9.0)).collect();
+        let y: Vec<f64> = (0..m).map(|_| rng.uniform(-3.2, 3.2)).collect();
+        let c: Vec<Complex<f64>> = (0..m)
+            .map(|_| Complex::new(rng.uniform(-1.0, 1.0), rng.uniform(-1.0, 1.0)))
+            .collect();
+        write_npy(&dir.join("x.npy"), &[m], &NpyData::F64(x.clone())).unwrap();
+        write_npy(&dir.join("y.npy"), &[m], &NpyData::F64(y.clone())).unwrap();
+        write_npy(&dir.join("c.npy"), &[m], &NpyData::C128(c.clone())).unwrap();
+        let c32: Vec<Complex<f32>> = c
+            .iter()
+            .map(|v| Complex::new(v.re as f32, v.im as f32))
+            .collect();
+        write_npy(&dir.join("c32.npy"), &[m], &NpyData::C64(c32)).unwrap();
+        let (n1, n2) = (12usize, 9usize);
+        let direct = |sign: f64, i1: usize, i2: usize| -> Complex<f64> {
+            let (k1, k2) = (i1 as f64 - (n1 / 2) as f64, i2 as f64 - (n2 / 2) as f64);
+            (0..m)
+                .map(|j| c[j] * Complex::from_polar(1.0, sign * (k1 * x[j] + k2 * y[j])))
+                .sum()
+        };
+        cli(
+            &dir,
+            "type1 --x @x.npy --y @y.npy --c @c.npy --modes 12,9 --eps 1e-10 --out @f.npy",
+        )
+        .unwrap();
+        let f = read_npy(&dir.join("f.npy")).unwrap();
+        assert_eq!(f.shape, vec![n1, n2]);
+        let NpyData::C128(fv) = &f.data else {
+            panic!("dtype {}", f.data.dtype())
+        };
+        for i1 in 0..n1 {
+            for i2 in 0..n2 {
+                assert!(
+                    (fv[i1 * n2 + i2] - direct(1.0, i1, i2)).norm() < 1e-8,
+                    "[{i1},{i2}]"
+                );
+            }
+        }
+        let args = "type1 --x @x.npy --y @y.npy --c @c32.npy --modes 12,9 --eps 1e-5 --isign -1 --upsampfac 1.25 --out @f32.npy";
+        cli(&dir, args).unwrap();
+        let f32a = read_npy(&dir.join("f32.npy")).unwrap();
+        let NpyData::C64(fv32) = &f32a.data else {
+            panic!("dtype {}", f32a.data.dtype())
+        };
+        let (mut num, mut den) = (0.0, 0.0);
+        for i1 in 0..n1 {
+            for i2 in 0..n2 {
+                let d = direct(-1.0, i1, i2);
+                let g = fv32[i1 * n2 + i2];
+                num += (Complex::new(g.re as f64, g.im as f64) - d).norm_sqr();
+                den += d.norm_sqr();
+            }
+        }
+        assert!(
+            (num / den).sqrt() < 1e-4,
+            "f32 rel err {}",
+            (num / den).sqrt()
+        );
+        // Type 2 of the type-1 output: c'_j = Σ_k f_k exp(-i k·x_j).
+        cli(
+            &dir,
+            "type2 --x @x.npy --y @y.npy --f @f.npy --eps 1e-10 --out @c2.npy",
+        )
+        .unwrap();
+        let c2 = read_npy(&dir.join("c2.npy")).unwrap();
+        assert_eq!(c2.shape, vec![m]);
+        let NpyData::C128(c2v) = &c2.data else {
+            panic!("dtype {}", c2.data.dtype())
+        };
+        for (j, got) in c2v.iter().enumerate() {
+            let mut want = Complex::new(0.0, 0.0);
+            for i1 in 0..n1 {
+                for i2 in 0..n2 {
+                    let (k1, k2) = (i1 as f64 - 6.0, i2 as f64 - 4.0);
+                    want += fv[i1 * n2 + i2] * Complex::from_polar(1.0, -(k1 * x[j] + k2 * y[j]));
+                }
+            }
+            assert!(
+                (got - want).norm() < 1e-8 * (1.0 + want.norm()),
+                "point {j}"
+            );
+        }
+        // Clear errors.
+        let e = cli(
+            &dir,
+            "type2 --x @x.npy --y @y.npy --f @f.npy --modes 9,12 --eps 1e-6 --out @e.npy",
+        );
+        assert!(e.unwrap_err().to_string().contains("does not match"));
+        let e = cli(&dir, "type1 --x @x.npy --y @y.npy --c @c.npy --modes 8,8 --eps 1e-6 --backend gpu --out @e.npy");
+        assert_eq!(
+            e.unwrap_err().to_string(),
+            "GPU NUFFT backend not built yet"
+        );
+        let e = cli(
+            &dir,
+            "type1 --x @x.npy --y @c.npy --c @c.npy --modes 8,8 --eps 1e-6 --out @e.npy",
+        );
+        assert!(e.unwrap_err().to_string().contains("float32 or float64"));
+        let e = cli(
+            &dir,
+            "type1 --x @x.npy --y @y.npy --c @c.npy --modes 8,0 --eps 1e-6 --out @e.npy",
+        );
+        assert!(e.unwrap_err().to_string().contains("axis 1"));
+        let e = cli(
+            &dir,
+            "type1 --x @x.npy --y @y.npy --c @c.npy --modes 8,8,8 --eps 1e-6 --out @e.npy",
+        );
+        assert!(e.is_err());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -77,22 +77,17 @@ impl<T: Real> SortedPoints<T> {
         }
         let bins = if dim == 2 { BINS_2D } else { BINS_3D };
         let nbins: Vec<usize> = (0..dim).map(|d| nf[d].div_ceil(bins[d])).collect();
-        // Grid coordinates, unsorted, interleaved.
-        let mut tu = vec![0.0f64; m * dim];
+        // Bin of every point (grid coordinates are recomputed, identically, in the scatter).
         let mut key = vec![0usize; m];
-        tu.par_chunks_mut(dim)
-            .zip(key.par_iter_mut())
-            .enumerate()
-            .for_each(|(j, (tj, kj))| {
-                let mut b = 0usize;
-                for d in 0..dim {
-                    let t = to_grid(coords[d][j].as_f64(), nf[d]);
-                    tj[d] = t;
-                    let bd = ((t as usize) / bins[d]).min(nbins[d] - 1);
-                    b = b * nbins[d] + bd;
-                }
-                *kj = b;
-            });
+        key.par_iter_mut().enumerate().for_each(|(j, kj)| {
+            let mut b = 0usize;
+            for d in 0..dim {
+                let t = to_grid(coords[d][j].as_f64(), nf[d]);
+                let bd = ((t as usize) / bins[d]).min(nbins[d] - 1);
+                b = b * nbins[d] + bd;
+            }
+            *kj = b;
+        });
         // Counting sort by bin, in parallel: per-block histograms, then each block
         // scatters into its own reserved range of every bin.
         let nb: usize = nbins.iter().product();
@@ -133,7 +128,7 @@ impl<T: Real> SortedPoints<T> {
                     unsafe {
                         *pp.get().add(pos) = j;
                         for d in 0..dim {
-                            *tp.get().add(pos * dim + d) = tu[j * dim + d];
+                            *tp.get().add(pos * dim + d) = to_grid(coords[d][j].as_f64(), nf[d]);
                         }
                     }
                 }
@@ -203,13 +198,52 @@ pub fn spread<T: Real>(
             .map(Mutex::new)
             .collect(),
     };
-    pts.chunks.par_iter().for_each_init(Vec::new, |sub, r| {
-        if kernel.ns <= 8 {
-            spread_chunk::<T, 8>(pts, r.clone(), c, kernel, &stripes, sub);
-        } else {
-            spread_chunk::<T, MAX_NS>(pts, r.clone(), c, kernel, &stripes, sub);
+    pts.chunks
+        .par_iter()
+        .for_each_init(Scratch::default, |scratch, r| {
+            // Gather the chunk's strengths first: a tight loop of independent random loads.
+            scratch.c.clear();
+            scratch.c.extend(pts.perm[r.clone()].iter().map(|&j| c[j]));
+            if kernel.ns <= 8 {
+                spread_chunk::<T, 8>(pts, r.clone(), kernel, &stripes, scratch);
+            } else {
+                spread_chunk::<T, MAX_NS>(pts, r.clone(), kernel, &stripes, scratch);
+            }
+        });
+}
+
+/// Per-task buffers.
+struct Scratch<T> {
+    /// Subgrid.
+    sub: Vec<Complex<T>>,
+    /// Strengths of the chunk, in sorted order.
+    c: Vec<Complex<T>>,
+}
+
+impl<T> Default for Scratch<T> {
+    fn default() -> Self {
+        Scratch {
+            sub: Vec::new(),
+            c: Vec::new(),
         }
-    });
+    }
+}
+
+/// Views complex values as interleaved `re, im` reals.
+fn as_reals<T: Real>(v: &mut [Complex<T>]) -> &mut [T] {
+    // SAFETY: `Complex<T>` is `#[repr(C)] { re: T, im: T }`, so `n` complex values are
+    // `2n` contiguous `T`s with the same alignment; the borrow is carried over.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut T, 2 * v.len()) }
+}
+
+/// `dst[q] += a[q]·w[q/2]` over `2W` interleaved reals, `a = (re, im, re, im, …)`.
+#[inline(always)]
+fn axpy_row<T: Real, const W: usize>(dst: &mut [T], cr: T, ci: T, w: &[T; MAX_NS]) {
+    let dst = &mut dst[..2 * W];
+    for (pair, &wb) in dst.chunks_exact_mut(2).zip(&w[..W]) {
+        pair[0] += cr * wb;
+        pair[1] += ci * wb;
+    }
 }
 
 /// Spreads one chunk; the innermost loop runs over a fixed `W ≥ ns` lanes (kernel values
@@ -217,11 +251,11 @@ pub fn spread<T: Real>(
 fn spread_chunk<T: Real, const W: usize>(
     pts: &SortedPoints<T>,
     r: Range<usize>,
-    c: &[Complex<T>],
     kernel: &Kernel<T>,
     g: &Stripes<'_, T>,
-    sub: &mut Vec<Complex<T>>,
+    scratch: &mut Scratch<T>,
 ) {
+    let sub = &mut scratch.sub;
     let dim = pts.dim;
     let ns = kernel.ns;
     // Footprint of the chunk.
@@ -250,18 +284,15 @@ fn spread_chunk<T: Real, const W: usize>(
     let mut k0 = [T::zero(); MAX_NS];
     let mut k1 = [T::zero(); MAX_NS];
     let mut k2 = [T::zero(); MAX_NS];
-    for p in r {
-        let cj = c[pts.perm[p]];
+    let reals = as_reals(sub);
+    for (p, &cj) in r.zip(&scratch.c) {
         let a0 = (kernel.eval(pts.t[p * dim], &mut k0) - lo[0]) as usize;
         let a1 = (kernel.eval(pts.t[p * dim + 1], &mut k1) - lo[1]) as usize;
         if dim == 2 {
             for (i, &w0) in k0[..ns].iter().enumerate() {
                 let (cr, ci) = (cj.re * w0, cj.im * w0);
                 let row = (a0 + i) * size[1] + a1;
-                for (s, &w1) in sub[row..row + W].iter_mut().zip(&k1[..W]) {
-                    s.re += cr * w1;
-                    s.im += ci * w1;
-                }
+                axpy_row::<T, W>(&mut reals[2 * row..], cr, ci, &k1);
             }
         } else {
             let a2 = (kernel.eval(pts.t[p * dim + 2], &mut k2) - lo[2]) as usize;
@@ -270,10 +301,7 @@ fn spread_chunk<T: Real, const W: usize>(
                     let w = w0 * w1;
                     let (cr, ci) = (cj.re * w, cj.im * w);
                     let row = ((a0 + i) * size[1] + a1 + j) * size[2] + a2;
-                    for (s, &w2) in sub[row..row + W].iter_mut().zip(&k2[..W]) {
-                        s.re += cr * w2;
-                        s.im += ci * w2;
-                    }
+                    axpy_row::<T, W>(&mut reals[2 * row..], cr, ci, &k2);
                 }
             }
         }
