@@ -14,7 +14,7 @@
 //! The deconvolution factors `φ̂(k)` come from Gauss–Legendre quadrature of the kernel's
 //! Fourier integral over its half-support, in `f64`.
 
-use super::{NufftError, Real, MAX_NS};
+use super::{fast_ceil, NufftError, Real, MAX_NS};
 
 /// Kernel parameters fixed at plan time.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -186,7 +186,7 @@ impl<T: Real> Kernel<T> {
     /// `i0 = ⌈t − ns/2⌉`.
     #[inline]
     pub fn first_index(&self, t: f64) -> isize {
-        (t - self.half_ns).ceil() as isize
+        fast_ceil(t - self.half_ns) as isize
     }
 
     /// For a point at grid coordinate `t`: returns [`Kernel::first_index`] and writes the
@@ -204,7 +204,7 @@ impl<T: Real> Kernel<T> {
     /// [`Kernel::eval`] over a fixed number of lanes `W ≥ ns` (values `ns..W` are 0).
     #[inline]
     fn eval_lanes<const W: usize>(&self, t: f64, vals: &mut [T; MAX_NS]) -> isize {
-        let i0 = (t - self.half_ns).ceil();
+        let i0 = fast_ceil(t - self.half_ns);
         let s = T::cast(2.0 * (i0 - t + self.half_ns) - 1.0);
         let (last, rest) = self.coef.split_last().expect("non-empty table");
         let v = &mut vals[..W];

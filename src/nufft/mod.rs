@@ -235,6 +235,28 @@ pub fn nufft_type2<T: Real>(
     Ok(out)
 }
 
+/// `⌊x⌋` without a libm call (the x86-64 baseline has no `roundsd`, so `f64::floor` is a
+/// function call in hot loops). Exact for all finite `x`.
+#[inline(always)]
+pub(crate) fn fast_floor(x: f64) -> f64 {
+    if x.abs() < 4.5e15 {
+        let i = x as i64 as f64;
+        if i > x {
+            i - 1.0
+        } else {
+            i
+        }
+    } else {
+        x.floor()
+    }
+}
+
+/// `⌈x⌉` without a libm call; exact for all finite `x`.
+#[inline(always)]
+pub(crate) fn fast_ceil(x: f64) -> f64 {
+    -fast_floor(-x)
+}
+
 /// Smallest even 2,3,5-smooth integer `≥ n` (FINUFFT's `next235even`).
 pub fn next_smooth_even(n: usize) -> usize {
     let mut m = n.max(2);

@@ -15,13 +15,13 @@ use num_complex::Complex;
 use rayon::prelude::*;
 
 use super::kernel::Kernel;
-use super::{NufftError, Real, MAX_NS};
+use super::{fast_floor, NufftError, Real, MAX_NS};
 
 /// Most points per chunk (FINUFFT's subproblem size is of the same order).
 pub const MAX_CHUNK: usize = 8192;
-/// Bin sizes in fine-grid points, axis 0 first, for 2-D and 3-D.
-const BINS_2D: [usize; 3] = [16, 32, 1];
-const BINS_3D: [usize; 3] = [8, 8, 16];
+/// log2 of the bin sizes in fine-grid points, axis 0 first: 16×32 in 2-D, 8×8×16 in 3-D.
+const BIN_SHIFT_2D: [u32; 3] = [4, 5, 0];
+const BIN_SHIFT_3D: [u32; 3] = [3, 3, 4];
 
 /// A raw pointer shared by tasks that write disjoint elements.
 #[derive(Clone, Copy)]
@@ -67,7 +67,12 @@ impl<T: Real> SortedPoints<T> {
             ));
         }
         for (axis, c) in coords.iter().enumerate() {
-            if let Some(index) = c.par_iter().position_first(|v| !v.is_finite()) {
+            let bad_block = c
+                .par_chunks(1 << 16)
+                .position_first(|b| !b.iter().all(|v| v.is_finite()));
+            if let Some(blk) = bad_block {
+                let start = blk << 16;
+                let index = start + c[start..].iter().position(|v| !v.is_finite()).unwrap_or(0);
                 return Err(NufftError::NonFiniteCoordinate {
                     axis,
                     index,
@@ -75,15 +80,15 @@ impl<T: Real> SortedPoints<T> {
                 });
             }
         }
-        let bins = if dim == 2 { BINS_2D } else { BINS_3D };
-        let nbins: Vec<usize> = (0..dim).map(|d| nf[d].div_ceil(bins[d])).collect();
+        let shift = if dim == 2 { BIN_SHIFT_2D } else { BIN_SHIFT_3D };
+        let nbins: Vec<usize> = (0..dim).map(|d| nf[d].div_ceil(1 << shift[d])).collect();
         // Bin of every point (grid coordinates are recomputed, identically, in the scatter).
         let mut key = vec![0usize; m];
         key.par_iter_mut().enumerate().for_each(|(j, kj)| {
             let mut b = 0usize;
             for d in 0..dim {
                 let t = to_grid(coords[d][j].as_f64(), nf[d]);
-                let bd = ((t as usize) / bins[d]).min(nbins[d] - 1);
+                let bd = ((t as usize) >> shift[d]).min(nbins[d] - 1);
                 b = b * nbins[d] + bd;
             }
             *kj = b;
@@ -164,7 +169,7 @@ impl<T: Real> SortedPoints<T> {
 fn to_grid(x: f64, nf: usize) -> f64 {
     let two_pi = 2.0 * std::f64::consts::PI;
     let u = x / two_pi;
-    let t = (u - u.floor()) * nf as f64;
+    let t = (u - fast_floor(u)) * nf as f64;
     if (0.0..nf as f64).contains(&t) {
         t
     } else {

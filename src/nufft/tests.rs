@@ -416,3 +416,28 @@ fn fine_grid_is_even_smooth_and_large_enough() {
     .unwrap();
     assert_eq!(q.fine_grid(), [40, 40, 1]);
 }
+
+#[test]
+fn fast_floor_and_ceil_match_libm() {
+    let mut rng = SplitMix64(13);
+    let mut vals = vec![
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        2.0 - 1e-16,
+        -3.0,
+        1e15 + 0.5,
+        -4.4e15,
+        1e300,
+        -1e300,
+    ];
+    vals.extend((0..10_000).map(|_| rng.uniform(-1e6, 1e6)));
+    vals.extend((0..10_000).map(|_| rng.uniform(-3.0, 3.0)));
+    for v in vals {
+        assert_eq!(fast_floor(v), v.floor(), "floor({v})");
+        assert_eq!(fast_ceil(v), v.ceil(), "ceil({v})");
+    }
+}
