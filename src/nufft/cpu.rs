@@ -89,10 +89,17 @@ impl<T: Real> CpuPlan<T> {
                 return Err(NufftError::GridTooLarge(want));
             }
             nf[d] = next_smooth_even(want.max(2 * params.ns));
-            weights[d] = deconv::weights(&params, nf[d], modes[d]);
         }
+        // Refuse (rather than abort on) grids that cannot be allocated.
         let total = nf.iter().try_fold(1usize, |a, &n| a.checked_mul(n));
         let total = total.ok_or(NufftError::GridTooLarge(nf[0]))?;
+        let mut grid = Vec::new();
+        grid.try_reserve_exact(total)
+            .map_err(|_| NufftError::GridTooLarge(nf[0]))?;
+        grid.resize(total, Complex::default());
+        for d in 0..dim {
+            weights[d] = deconv::weights(&params, nf[d], modes[d]);
+        }
         Ok(CpuPlan {
             ty,
             dim,
@@ -104,7 +111,7 @@ impl<T: Real> CpuPlan<T> {
             kernel: Kernel::new(&params, opts.eps),
             weights,
             fft: FftNd::new(&nf[..dim]),
-            grid: vec![Complex::default(); total],
+            grid,
             points: None,
             times: StageTimes::default(),
         })

@@ -147,7 +147,7 @@ pub enum NufftError {
          raise eps or use upsampfac 2.0"
     )]
     KernelTooWide { eps: f64, ns: usize, upsampfac: f64 },
-    #[error("fine grid of {0} points per axis is too large")]
+    #[error("fine grid of {0} points on the first axis is too large to allocate")]
     GridTooLarge(usize),
     #[error("expected {expected} coordinate arrays (one per dimension), got {got}")]
     WrongCoordCount { expected: usize, got: usize },

@@ -389,9 +389,36 @@ fn bad_input_is_an_error_not_a_panic() {
         plan.execute(&[C64::default(); 64], &mut out),
         Err(NufftError::NoPoints)
     );
+    let huge = CpuPlan::<f32>::new(NufftType::Type1, &[1 << 23, 1 << 23], &o);
+    assert!(matches!(huge.err(), Some(NufftError::GridTooLarge(_))));
+    let huge = CpuPlan::<f32>::new(NufftType::Type1, &[1 << 30, 4], &o);
+    assert!(matches!(huge.err(), Some(NufftError::GridTooLarge(_))));
     let gpu = make_plan::<f32>(Backend::Gpu, NufftType::Type1, &[8, 8], &o);
     let err = gpu.err().expect("GPU backend must not pretend to exist");
     assert_eq!(err.to_string(), "GPU NUFFT backend not built yet");
+}
+
+/// Degenerate but valid shapes: one mode on an axis, odd sizes, in both types.
+#[test]
+fn single_and_odd_mode_counts() {
+    let mut rng = SplitMix64(14);
+    let coords = random_points(&mut rng, 200, 3);
+    for modes in [[1usize, 5, 3], [7, 1, 1], [3, 4, 5]] {
+        let c = random_complex(&mut rng, 200);
+        let opts = Options::new(1e-10);
+        let got = run_t::<f64>(NufftType::Type1, &coords, &c, &modes, &opts);
+        assert!(
+            rel_l2(&got, &direct_type1(&coords, &c, &modes, 1)) < 1e-9,
+            "{modes:?}"
+        );
+        let f = random_complex(&mut rng, modes.iter().product());
+        let opts2 = Options { isign: -1, ..opts };
+        let got2 = run_t::<f64>(NufftType::Type2, &coords, &f, &modes, &opts2);
+        assert!(
+            rel_l2(&got2, &direct_type2(&coords, &f, &modes, -1)) < 1e-9,
+            "{modes:?}"
+        );
+    }
 }
 
 #[test]
