@@ -15,6 +15,7 @@ pub mod gpu;
 pub mod inspect;
 pub mod net;
 pub mod shutdown;
+pub mod nufft;
 pub mod spead;
 pub mod telemetry;
 pub mod xbgpu;

@@ -53,6 +53,9 @@ enum Command {
         #[arg(value_parser = ["xbgpu"])]
         what: String,
     },
+    /// Non-uniform FFTs (FINUFFT conventions) on .npy files, and the CPU benchmark.
+    #[command(subcommand)]
+    Nufft(gpucbf::nufft::cli::NufftCmd),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -100,6 +103,7 @@ fn main() -> anyhow::Result<()> {
             debug_assert_eq!(what, "xbgpu");
             gpucbf::xengine::bench_gpu(&[64, 256, 576, 1024], 8192)?;
         }
+        Command::Nufft(cmd) => gpucbf::nufft::cli::run(cmd)?,
     }
     Ok(())
 }

@@ -1,0 +1,270 @@
+//! Minimal `.npy` reader and writer: little-endian float32/64 and complex64/128, C order,
+//! format versions 1.0–3.0 on input, 1.0 on output.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use num_complex::Complex;
+
+/// Typed array contents.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NpyData {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    C64(Vec<Complex<f32>>),
+    C128(Vec<Complex<f64>>),
+}
+
+impl NpyData {
+    fn descr(&self) -> &'static str {
+        match self {
+            NpyData::F32(_) => "<f4",
+            NpyData::F64(_) => "<f8",
+            NpyData::C64(_) => "<c8",
+            NpyData::C128(_) => "<c16",
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            NpyData::F32(v) => v.len(),
+            NpyData::F64(v) => v.len(),
+            NpyData::C64(v) => v.len(),
+            NpyData::C128(v) => v.len(),
+        }
+    }
+
+    /// True if there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The dtype name as numpy spells it.
+    pub fn dtype(&self) -> &'static str {
+        match self {
+            NpyData::F32(_) => "float32",
+            NpyData::F64(_) => "float64",
+            NpyData::C64(_) => "complex64",
+            NpyData::C128(_) => "complex128",
+        }
+    }
+}
+
+/// An array: shape (C order) and data.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NpyArray {
+    pub shape: Vec<usize>,
+    pub data: NpyData,
+}
+
+/// Reading or writing failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NpyError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a .npy file or unsupported header: {why}")]
+    Format { path: String, why: String },
+    #[error("shape {shape:?} holds {expected} elements but data has {got}")]
+    ShapeMismatch {
+        shape: Vec<usize>,
+        expected: usize,
+        got: usize,
+    },
+}
+
+fn fmt_err(path: &Path, why: impl Into<String>) -> NpyError {
+    NpyError::Format {
+        path: path.display().to_string(),
+        why: why.into(),
+    }
+}
+
+/// Value of `'key':` in a header dict, up to the next top-level comma or closing brace.
+fn dict_value<'a>(h: &'a str, key: &str) -> Option<&'a str> {
+    let pat = format!("'{key}'");
+    let start = h.find(&pat)? + pat.len();
+    let rest = h[start..].trim_start().strip_prefix(':')?.trim_start();
+    let end = if rest.starts_with('(') {
+        rest.find(')')? + 1
+    } else {
+        rest.find([',', '}']).unwrap_or(rest.len())
+    };
+    Some(rest[..end].trim())
+}
+
+/// Reads a `.npy` file.
+pub fn read_npy(path: &Path) -> Result<NpyArray, NpyError> {
+    let io = |source| NpyError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .map_err(io)?;
+    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+        return Err(fmt_err(path, "missing magic string"));
+    }
+    let (hlen, hstart) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
+        v => return Err(fmt_err(path, format!("format version {v}"))),
+    };
+    let header = bytes
+        .get(hstart..hstart + hlen)
+        .and_then(|h| std::str::from_utf8(h).ok())
+        .ok_or_else(|| fmt_err(path, "truncated header"))?;
+    let descr = dict_value(header, "descr")
+        .ok_or_else(|| fmt_err(path, "no descr"))?
+        .trim_matches(|c| c == '\'' || c == '"');
+    match dict_value(header, "fortran_order") {
+        Some("False") => {}
+        Some("True") => return Err(fmt_err(path, "Fortran order is not supported")),
+        _ => return Err(fmt_err(path, "no fortran_order")),
+    }
+    let shape_s = dict_value(header, "shape").ok_or_else(|| fmt_err(path, "no shape"))?;
+    let shape = shape_s
+        .trim_start_matches('(')
+        .trim_end_matches(')')
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.trim_end_matches('L').parse::<usize>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| fmt_err(path, format!("bad shape {shape_s}: {e}")))?;
+    let n: usize = shape.iter().product();
+    let body = &bytes[hstart + hlen..];
+    let width = match descr {
+        "<f4" => 4,
+        "<f8" | "<c8" => 8,
+        "<c16" => 16,
+        d => {
+            return Err(fmt_err(
+                path,
+                format!("dtype {d} (need little-endian float32/64 or complex64/128)"),
+            ))
+        }
+    };
+    if body.len() != n * width {
+        return Err(fmt_err(
+            path,
+            format!("data has {} bytes, shape needs {}", body.len(), n * width),
+        ));
+    }
+    let f4 = |c: &[u8]| f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+    let f8 = |c: &[u8]| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+    let data = match descr {
+        "<f4" => NpyData::F32(body.chunks_exact(4).map(f4).collect()),
+        "<f8" => NpyData::F64(body.chunks_exact(8).map(f8).collect()),
+        "<c8" => NpyData::C64(
+            body.chunks_exact(8)
+                .map(|c| Complex::new(f4(&c[..4]), f4(&c[4..])))
+                .collect(),
+        ),
+        _ => NpyData::C128(
+            body.chunks_exact(16)
+                .map(|c| Complex::new(f8(&c[..8]), f8(&c[8..])))
+                .collect(),
+        ),
+    };
+    Ok(NpyArray { shape, data })
+}
+
+/// Writes a `.npy` file (version 1.0, C order).
+pub fn write_npy(path: &Path, shape: &[usize], data: &NpyData) -> Result<(), NpyError> {
+    let expected: usize = shape.iter().product();
+    if expected != data.len() {
+        return Err(NpyError::ShapeMismatch {
+            shape: shape.to_vec(),
+            expected,
+            got: data.len(),
+        });
+    }
+    let shape_s = match shape.len() {
+        1 => format!("({},)", shape[0]),
+        _ => format!(
+            "({})",
+            shape
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let mut header = format!(
+        "{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}",
+        data.descr(),
+        shape_s
+    );
+    // Pad so that magic + version + length + header is a multiple of 64, ending in '\n'.
+    let total = 10 + header.len() + 1;
+    header.push_str(&" ".repeat((64 - total % 64) % 64));
+    header.push('\n');
+    let mut out = Vec::with_capacity(10 + header.len() + data.len() * 16);
+    out.extend_from_slice(b"\x93NUMPY\x01\x00");
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    match data {
+        NpyData::F32(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        NpyData::F64(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        NpyData::C64(v) => v.iter().for_each(|x| {
+            out.extend_from_slice(&x.re.to_le_bytes());
+            out.extend_from_slice(&x.im.to_le_bytes());
+        }),
+        NpyData::C128(v) => v.iter().for_each(|x| {
+            out.extend_from_slice(&x.re.to_le_bytes());
+            out.extend_from_slice(&x.im.to_le_bytes());
+        }),
+    }
+    std::fs::File::create(path)
+        .and_then(|mut f| f.write_all(&out))
+        .map_err(|source| NpyError::Io {
+            path: path.display().to_string(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    #[test]
+    fn round_trip_all_dtypes() {
+        let dir = std::env::temp_dir().join(format!("gpucbf-npy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cases = [
+            (vec![3], NpyData::F32(vec![1.0, -2.5, 3.25])),
+            (vec![2, 2], NpyData::F64(vec![1.0, 2.0, 3.0, 4.0])),
+            (vec![1], NpyData::C64(vec![Complex::new(1.0, -1.0)])),
+            (
+                vec![2, 1, 1],
+                NpyData::C128(vec![Complex::new(0.5, 2.0), Complex::new(-3.0, 1e-300)]),
+            ),
+        ];
+        for (i, (shape, data)) in cases.into_iter().enumerate() {
+            let p = dir.join(format!("a{i}.npy"));
+            write_npy(&p, &shape, &data).unwrap();
+            let bytes = std::fs::read(&p).unwrap();
+            let hl = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+            assert_eq!((10 + hl) % 64, 0);
+            let back = read_npy(&p).unwrap();
+            assert_eq!(back.shape, shape);
+            assert_eq!(back.data, data);
+        }
+        assert!(write_npy(&dir.join("bad.npy"), &[2], &NpyData::F32(vec![1.0])).is_err());
+        std::fs::write(dir.join("junk.npy"), b"hello world").unwrap();
+        assert!(read_npy(&dir.join("junk.npy")).is_err());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
