@@ -1,12 +1,11 @@
 //! Glue between the engine's [`Channelizer`] seam and the F-engine compute backends.
 
-use num_complex::Complex32;
-
 use super::config::{FgpuArgs, WidebandSpec, WindowFunction};
+use super::control::{OutputControl, SharedControl};
 use super::engine::Channelizer;
 use crate::fengine::{
-    Block, CpuBackend, Dither, FBackend, FConfig, Narrowband, NarrowbandMode, PolBlock, Samples,
-    Window,
+    Block, CpuBackend, DelaySegment, Dither, FBackend, FConfig, Narrowband, NarrowbandMode,
+    PolBlock, Samples, Window,
 };
 
 /// The compute configuration of one output.
@@ -43,38 +42,70 @@ pub fn fconfig(spec: &WidebandSpec, args: &FgpuArgs, dither_seed: u64) -> FConfi
     }
 }
 
-/// A [`Channelizer`] over an [`FBackend`]: one block per batch, constant gains, no delay.
+/// A [`Channelizer`] over an [`FBackend`]: gains and delay models from a shared
+/// [`OutputControl`]; blocks are cut where either polarisation's coarse delay changes.
 pub struct BackendChannelizer<B: FBackend + Send> {
     backend: B,
     spectra: usize,
     bits: u32,
     sbs: u64,
-    window: usize,
-    gains: Vec<Complex32>,
-    fine: Vec<f64>,
-    phase: Vec<f64>,
+    /// Coarse-delay resolution (1 wideband, S narrowband).
+    unit: u64,
+    wideband: bool,
+    cfg: crate::fengine::FConfig,
+    pub control: SharedControl,
 }
 
 impl<B: FBackend + Send> BackendChannelizer<B> {
-    pub fn new(backend: B, bits: u32, gain: f32) -> Self {
+    pub fn new(backend: B, bits: u32, control: SharedControl) -> Self {
         let cfg = backend.config().clone();
-        let spectra = cfg.spectra_per_heap;
         BackendChannelizer {
-            window: cfg.input_samples_needed(spectra),
+            spectra: cfg.spectra_per_heap,
             sbs: cfg.samples_between_spectra() as u64,
-            gains: vec![Complex32::new(gain, 0.0); cfg.channels],
-            fine: vec![0.0; spectra],
-            phase: vec![0.0; spectra],
+            unit: cfg.subsampling() as u64,
+            wideband: cfg.narrowband.is_none(),
+            cfg,
             backend,
-            spectra,
             bits,
+            control,
         }
+    }
+
+    fn segments(
+        &self,
+        ctl: &OutputControl,
+        pol: usize,
+        batch_ts: u64,
+    ) -> Result<Vec<DelaySegment>, String> {
+        ctl.model_at(pol, batch_ts)
+            .segments(batch_ts, self.spectra, self.sbs, self.unit, self.wideband)
+            .map_err(|e| e.to_string())
     }
 }
 
 impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
-    fn window_samples(&self) -> usize {
-        self.window
+    fn input_range(&self, batch_ts: u64) -> [(u64, u64); 2] {
+        let ctl = match self.control.lock() {
+            Ok(c) => c.clone(),
+            Err(_) => return [(batch_ts, u64::MAX); 2],
+        };
+        let mut out = [(batch_ts, batch_ts); 2];
+        for (p, o) in out.iter_mut().enumerate() {
+            let segs = self.segments(&ctl, p, batch_ts).unwrap_or_default();
+            let mut lo = u64::MAX;
+            let mut hi = 0u64;
+            for s in &segs {
+                let start = (s.timestamp as i128 - s.coarse as i128).max(0) as u64;
+                lo = lo.min(start);
+                hi = hi.max(start + self.cfg.input_samples_needed(s.len()) as u64);
+            }
+            *o = if segs.is_empty() {
+                (batch_ts, u64::MAX)
+            } else {
+                (lo, hi)
+            };
+        }
+        out
     }
 
     fn process(
@@ -83,28 +114,61 @@ impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
         input: [&[i16]; 2],
         out: &mut [u8],
     ) -> Result<[u64; 2], String> {
-        let pol = |p: usize| PolBlock {
-            samples: Samples::Decoded {
-                data: input[p],
-                bits: self.bits,
-            },
-            timestamp: batch_ts,
-            offset: 0,
-            fine_delay: &self.fine,
-            phase: &self.phase,
-            gains: &self.gains,
-        };
-        let block = Block {
-            spectra: self.spectra,
-            first_spectrum: batch_ts / self.sbs,
-            out_first: 0,
-            pols: [pol(0), pol(1)],
-        };
-        let stats = self
-            .backend
-            .process(&block, out)
-            .map_err(|e| e.to_string())?;
-        Ok(stats.saturated)
+        let ctl = self
+            .control
+            .lock()
+            .map_err(|_| "control lock poisoned")?
+            .clone();
+        let ranges = self.input_range(batch_ts);
+        let segs = [
+            self.segments(&ctl, 0, batch_ts)?,
+            self.segments(&ctl, 1, batch_ts)?,
+        ];
+        // Cut points: where either pol's coarse delay changes.
+        let mut cuts: Vec<usize> = segs.iter().flatten().map(|s| s.first).collect();
+        cuts.push(self.spectra);
+        cuts.sort_unstable();
+        cuts.dedup();
+        let mut sat = [0u64; 2];
+        for w in cuts.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            let mut pols = Vec::with_capacity(2);
+            for p in 0..2 {
+                let seg = segs[p]
+                    .iter()
+                    .rev()
+                    .find(|s| s.first <= a)
+                    .ok_or("no delay segment")?;
+                let k = a - seg.first;
+                let t_a = batch_ts + a as u64 * self.sbs;
+                let in_start = t_a as i128 - seg.coarse as i128 - ranges[p].0 as i128;
+                let offset = usize::try_from(in_start).map_err(|_| "negative input offset")?;
+                pols.push(PolBlock {
+                    samples: Samples::Decoded {
+                        data: input[p],
+                        bits: self.bits,
+                    },
+                    timestamp: ranges[p].0,
+                    offset,
+                    fine_delay: &seg.fine_delay[k..k + (b - a)],
+                    phase: &seg.phase[k..k + (b - a)],
+                    gains: &ctl.gains[p],
+                });
+            }
+            let block = Block {
+                spectra: b - a,
+                first_spectrum: batch_ts / self.sbs + a as u64,
+                out_first: a,
+                pols: [pols[0], pols[1]],
+            };
+            let st = self
+                .backend
+                .process(&block, out)
+                .map_err(|e| e.to_string())?;
+            sat[0] += st.saturated[0];
+            sat[1] += st.saturated[1];
+        }
+        Ok(sat)
     }
 }
 
@@ -113,6 +177,7 @@ pub fn make_channelizer(
     spec: &WidebandSpec,
     args: &FgpuArgs,
     dither_seed: u64,
+    control: SharedControl,
 ) -> anyhow::Result<Box<dyn Channelizer>> {
     if !args.gain.is_finite() {
         anyhow::bail!("--gain must be finite");
@@ -131,6 +196,6 @@ pub fn make_channelizer(
     Ok(Box::new(BackendChannelizer::new(
         backend,
         args.dig_sample_bits,
-        args.gain as f32,
+        control,
     )))
 }

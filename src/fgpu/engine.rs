@@ -21,11 +21,12 @@ use crate::spead::{ids, Descriptor};
 
 /// A channeliser backend for one output: the compute behind the engine.
 pub trait Channelizer: Send {
-    /// Input samples per polarisation needed for one batch (PFB footprint included).
-    fn window_samples(&self) -> usize;
-    /// Channelises one batch. `input[p]` holds `window_samples()` samples of pol `p` starting
-    /// at the batch timestamp. Writes the batch as (channel, spectrum, pol, re/im) bytes into
-    /// `out` and returns the clipped output values per pol.
+    /// Input samples [start, end) each polarisation needs for the batch at `batch_ts`
+    /// (PFB footprint and coarse delay included).
+    fn input_range(&self, batch_ts: u64) -> [(u64, u64); 2];
+    /// Channelises one batch. `input[p]` holds pol `p`'s samples over `input_range`.
+    /// Writes the batch as (channel, spectrum, pol, re/im) bytes into `out` and returns the
+    /// clipped output values per pol.
     fn process(
         &mut self,
         batch_ts: u64,
@@ -84,33 +85,37 @@ impl Pipeline {
 
     /// Earliest sample this pipeline still needs.
     pub fn needed_from(&self) -> Option<u64> {
-        self.next_ts
+        let r = self.chan.input_range(self.next_ts?);
+        Some(r[0].0.min(r[1].0))
     }
 
-    /// Processes every batch whose input window is in the store.
+    /// Processes every batch whose input is in the store.
     pub fn run_ready(&mut self, store: &SampleStore) -> anyhow::Result<()> {
         let step = self.spec.batch_step();
-        let win = self.chan.window_samples() as u64;
         let n_dst = self.spec.dst.len() as u64;
-        let next = self
-            .next_ts
-            .get_or_insert(store.base_ts.div_ceil(step) * step);
-        if *next < store.base_ts {
-            // The timeline restarted past us: skip to its start.
-            let skipped = (store.base_ts - *next).div_ceil(step);
-            self.stats.skipped_heaps += skipped * n_dst;
-            *next += skipped * step;
+        if self.next_ts.is_none() {
+            // First batch: the first aligned one whose input starts inside the store.
+            let mut t = store.base_ts.div_ceil(step) * step;
+            while self.chan.input_range(t).iter().any(|r| r.0 < store.base_ts) {
+                t += step;
+            }
+            self.next_ts = Some(t);
         }
-        while *next + win <= store.end_ts() {
-            let ts = *next;
-            *next += step;
-            if !(store.all_present(0, ts, ts + win) && store.all_present(1, ts, ts + win)) {
+        loop {
+            let ts = self.next_ts.unwrap_or(0);
+            let ranges = self.chan.input_range(ts);
+            if ranges.iter().any(|r| r.1 > store.end_ts()) {
+                return Ok(());
+            }
+            self.next_ts = Some(ts + step);
+            let ok = (0..2).all(|p| store.all_present(p, ranges[p].0, ranges[p].1));
+            if !ok {
                 self.stats.skipped_heaps += n_dst;
                 continue;
             }
             let input = [
-                store.slice(0, ts, win as usize),
-                store.slice(1, ts, win as usize),
+                store.slice(0, ranges[0].0, (ranges[0].1 - ranges[0].0) as usize),
+                store.slice(1, ranges[1].0, (ranges[1].1 - ranges[1].0) as usize),
             ];
             let clipped = self
                 .chan
@@ -139,7 +144,6 @@ impl Pipeline {
             self.stats.first_timestamp.get_or_insert(ts);
             self.stats.last_timestamp = Some(ts);
         }
-        Ok(())
     }
 
     pub fn finish(&mut self) -> std::io::Result<()> {
@@ -314,8 +318,13 @@ pub fn run(args: &super::FgpuArgs) -> anyhow::Result<FgpuSummary> {
     )?);
     let bytes_per_value = if args.send_sample_bits == 4 { 1 } else { 2 };
     let mut pipelines = Vec::new();
+    let mut controls = Vec::new();
     for spec in specs {
-        let chan = super::backend::make_channelizer(&spec, args, dither_seed)?;
+        let control = std::sync::Arc::new(std::sync::Mutex::new(
+            super::control::OutputControl::new(spec.channels, args.gain as f32),
+        ));
+        let chan = super::backend::make_channelizer(&spec, args, dither_seed, control.clone())?;
+        controls.push((spec.name.clone(), spec.channels, control));
         let cps = spec.channels_per_substream();
         let header = (8 + 8 * 8) as f64;
         let values_per_s = 2.0 * args.adc_sample_rate * spec.channels as f64

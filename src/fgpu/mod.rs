@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod config;
+pub mod control;
 pub mod engine;
 pub mod store;
 
