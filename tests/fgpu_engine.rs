@@ -18,8 +18,8 @@ struct Recording {
 }
 
 impl Channelizer for Recording {
-    fn window_samples(&self) -> usize {
-        self.window
+    fn input_range(&self, batch_ts: u64) -> [(u64, u64); 2] {
+        [(batch_ts, batch_ts + self.window as u64); 2]
     }
 
     fn process(
@@ -104,6 +104,7 @@ fn batches_skips_and_heaps() {
         DigitiserPlacement::new(4096, 10, 8 * 4096).unwrap(),
         vec![pipe],
         10,
+        &mut |_, _| {},
     )
     .unwrap();
 

@@ -260,9 +260,15 @@ pub struct FgpuArgs {
     /// Compute backend.
     #[arg(long, default_value = "auto")]
     pub backend: String,
-    /// katcp control port.
-    #[arg(long, default_value_t = 7147)]
-    pub katcp_port: u16,
+    /// katcp control port (default 7147 for network input, none for a pcap file; 0: none).
+    #[arg(long)]
+    pub katcp_port: Option<u16>,
+    /// katcp listening address.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub katcp_host: Ipv4Addr,
+    /// Prometheus metrics port (none by default).
+    #[arg(long)]
+    pub prometheus_port: Option<u16>,
     /// Dither seed (random if absent).
     #[arg(long)]
     pub dither_seed: Option<u64>,

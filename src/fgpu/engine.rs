@@ -83,6 +83,11 @@ impl Pipeline {
         }
     }
 
+    /// Timestamp of the next batch to process (once known).
+    pub fn next_batch(&self) -> Option<u64> {
+        self.next_ts
+    }
+
     /// Earliest sample this pipeline still needs.
     pub fn needed_from(&self) -> Option<u64> {
         let r = self.chan.input_range(self.next_ts?);
@@ -229,6 +234,7 @@ pub fn run_pipelines(
     placement: DigitiserPlacement,
     mut pipelines: Vec<Pipeline>,
     bits: u32,
+    hook: &mut dyn FnMut(&SampleStore, &[Pipeline]),
 ) -> anyhow::Result<FgpuSummary> {
     let (tx, rx) = crossbeam_channel::bounded::<Chunk>(4);
     let (back_tx, back_rx) = crossbeam_channel::bounded::<Chunk>(8);
@@ -244,6 +250,7 @@ pub fn run_pipelines(
         if let Some(keep) = pipelines.iter().filter_map(|p| p.needed_from()).min() {
             store.trim_before(keep);
         }
+        hook(&store, &pipelines);
     }
     let recv_stats = receiver
         .join()
@@ -363,6 +370,117 @@ pub fn run(args: &super::FgpuArgs) -> anyhow::Result<FgpuSummary> {
     if let Some(m) = args.mask_timestamp {
         placement.timestamp_mask = m;
     }
+    let is_file = Path::new(&args.src).is_file();
+    let katcp_port = match args.katcp_port {
+        Some(0) => None,
+        Some(p) => Some(p),
+        None if is_file => None,
+        None => Some(7147),
+    };
+    let handles = controls
+        .into_iter()
+        .zip(&pipelines)
+        .map(
+            |((name, channels, control), p)| super::device::OutputHandle {
+                name,
+                channels,
+                batch_step: p.spec.batch_step(),
+                control,
+            },
+        )
+        .collect();
+    let device = std::sync::Arc::new(super::device::FgpuDevice::new(
+        handles,
+        args.adc_sample_rate,
+        args.sync_time,
+        args.gain,
+        dither_seed,
+    ));
+    let _server = match katcp_port {
+        Some(p) => match crate::control::Server::start((args.katcp_host, p).into(), device.clone())
+        {
+            Ok(s) => Some(s),
+            Err(e) if args.katcp_port.is_none() => {
+                warn!(port = p, error = %e, "katcp port unavailable; running without katcp (give --katcp-port)");
+                None
+            }
+            Err(e) => return Err(anyhow::anyhow!("katcp port {p}: {e}")),
+        },
+        None => None,
+    };
+    let metrics = crate::telemetry::metrics::Metrics::new("fgpu");
+    let m_in = metrics.counter_family("input_heaps", "Digitiser heaps received");
+    let m_missing = metrics.counter_family("input_missing_heaps", "Digitiser heaps missing");
+    let m_clip = metrics.counter_family("input_clipped_samples", "Digitiser samples that clipped");
+    let m_out = metrics.counter_family("output_heaps", "Heaps transmitted");
+    let m_skip = metrics.counter_family(
+        "output_skipped_heaps",
+        "Heaps not sent because their input was incomplete",
+    );
+    let m_oclip = metrics.counter_family("output_clipped_samples", "Output values that saturated");
+    if let Some(p) = args.prometheus_port {
+        let bound = metrics.serve((args.katcp_host, p).into())?;
+        info!(%bound, "prometheus metrics at /metrics");
+    }
+    let mut seen_in = super::store::InputStats::default();
+    let mut seen_out: Vec<OutputStats> = vec![OutputStats::default(); pipelines.len()];
+    let dev = device.clone();
+    let mut hook = move |store: &SampleStore, pipes: &[Pipeline]| {
+        use crate::telemetry::metrics::labels;
+        let s = &store.stats;
+        for p in 0..2 {
+            let pol = p.to_string();
+            let l = labels(&[("pol", &pol)]);
+            m_in.get_or_create(&l).inc_by(s.heaps[p] - seen_in.heaps[p]);
+            m_missing
+                .get_or_create(&l)
+                .inc_by(s.missing_heaps[p] - seen_in.missing_heaps[p]);
+            m_clip
+                .get_or_create(&l)
+                .inc_by(s.clipped_samples[p] - seen_in.clipped_samples[p]);
+            dev.sensors.set(
+                &format!("input{p}.dig-clip-cnt"),
+                s.clipped_samples[p],
+                crate::control::Status::Nominal,
+            );
+            let db = s.rms_dbfs(p, store.bits);
+            let status = if (-33.0..=-7.0).contains(&db) {
+                crate::control::Status::Nominal
+            } else {
+                crate::control::Status::Warn
+            };
+            dev.sensors.set(
+                &format!("input{p}.dig-rms-dbfs"),
+                format!("{db:.3}"),
+                status,
+            );
+        }
+        seen_in = s.clone();
+        for (k, pl) in pipes.iter().enumerate() {
+            let o = &pl.stats;
+            let l = labels(&[("stream", &o.name)]);
+            m_out.get_or_create(&l).inc_by(o.heaps - seen_out[k].heaps);
+            m_skip
+                .get_or_create(&l)
+                .inc_by(o.skipped_heaps - seen_out[k].skipped_heaps);
+            for p in 0..2 {
+                let pol = p.to_string();
+                m_oclip
+                    .get_or_create(&labels(&[("stream", &o.name), ("pol", &pol)]))
+                    .inc_by(o.clipped_samples[p] - seen_out[k].clipped_samples[p]);
+                dev.sensors.set(
+                    &format!("{}.input{p}.feng-clip-cnt", o.name),
+                    o.clipped_samples[p],
+                    crate::control::Status::Nominal,
+                );
+            }
+            seen_out[k] = o.clone();
+            if let Some(t) = pl.next_batch() {
+                dev.next_batch
+                    .fetch_max(t, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    };
     let src = open_source(&args.src, args.recv_interface)?;
-    run_pipelines(src, placement, pipelines, args.dig_sample_bits)
+    run_pipelines(src, placement, pipelines, args.dig_sample_bits, &mut hook)
 }

@@ -4,6 +4,7 @@
 pub mod backend;
 pub mod config;
 pub mod control;
+pub mod device;
 pub mod engine;
 pub mod store;
 
