@@ -5,8 +5,8 @@ use num_complex::Complex32;
 use super::config::{FgpuArgs, WidebandSpec, WindowFunction};
 use super::engine::Channelizer;
 use crate::fengine::{
-    Block, CpuBackend, Dither, FBackend, FConfig, Narrowband, NarrowbandMode, PolBlock, Samples,
-    Window,
+    Block, CpuBackend, Dither, FBackend, FConfig, GpuBackend, Narrowband, NarrowbandMode, PolBlock,
+    Samples, Window,
 };
 
 /// The compute configuration of one output.
@@ -120,17 +120,25 @@ pub fn make_channelizer(
     let cfg = fconfig(spec, args, dither_seed);
     let use_gpu = match args.backend.as_str() {
         "cpu" => false,
-        "gpu" => true,
-        "auto" => false,
+        "gpu" => {
+            if !crate::gpu::gpu_available() {
+                anyhow::bail!(
+                    "--backend gpu: no usable CUDA device found (use --backend cpu or auto)"
+                );
+            }
+            true
+        }
+        // The GPU backend does wideband only so far; narrowband stays on the CPU.
+        "auto" => cfg.narrowband.is_none() && crate::gpu::gpu_available(),
         other => anyhow::bail!("--backend {other}: expected auto, cpu or gpu"),
     };
+    let bits = args.dig_sample_bits;
+    let gain = args.gain as f32;
     if use_gpu {
-        anyhow::bail!("the GPU F-engine backend is not built yet: use --backend cpu");
+        let backend =
+            GpuBackend::new(cfg).map_err(|e| anyhow::anyhow!("output {}: {e}", spec.name))?;
+        return Ok(Box::new(BackendChannelizer::new(backend, bits, gain)));
     }
     let backend = CpuBackend::new(cfg).map_err(|e| anyhow::anyhow!("output {}: {e}", spec.name))?;
-    Ok(Box::new(BackendChannelizer::new(
-        backend,
-        args.dig_sample_bits,
-        args.gain as f32,
-    )))
+    Ok(Box::new(BackendChannelizer::new(backend, bits, gain)))
 }
