@@ -98,8 +98,9 @@ impl Case {
         let cfg = cfg(channels, sph, out_bits);
         let n = cfg.input_samples_needed(spectra) + 50;
         let mut r = rng(seed);
-        // Output σ ≈ input σ·|g|: ≈ 40 of 127 (8-bit), ≈ 2.7 of 7 (4-bit): some saturate.
-        let g = if out_bits == 8 { 0.4 } else { 0.027 };
+        // Output re/im σ ≈ input σ·|g|/√2: ≈ 64 of 127 (8-bit), ≈ 3.5 of 7 (4-bit), so a
+        // few per cent saturate.
+        let g = if out_bits == 8 { 0.9 } else { 0.05 };
         let xs = [noise(n, 100.0, BITS, seed), noise(n, 110.0, BITS, seed + 1)];
         let bufs = [pack(&xs[0], BITS), pack(&xs[1], BITS)];
         let v = |r: &mut rand_xoshiro::Xoshiro256PlusPlus, a: f64| -> Vec<f64> {
