@@ -59,6 +59,29 @@ __device__ __forceinline__ unsigned long long warp_sum(unsigned long long v) {
     return v;
 }
 
+// One spectrum of the sliding window: loads the newest row (sample index i) into ring slot
+// (u + T − 1) mod T, where the window's rows t = 0..T−1 sit in slots (u + t) mod T.
+template <int T>
+__device__ __forceinline__ void fir_step(int u, const unsigned char* __restrict__ base,
+                                         long long i, const float2 (&wr)[T], float2 (&buf)[T],
+                                         float2* __restrict__ dst, int hi, int lo,
+                                         unsigned long long& sum_sq,
+                                         unsigned long long& clipped) {
+    int a, b;
+    load_pair(base, i, a, b);
+    sum_sq += (unsigned long long)((long long)a * a + (long long)b * b);
+    clipped += (a >= hi || a <= lo) + (b >= hi || b <= lo);
+    buf[(u + T - 1) % T] = make_float2((float)a, (float)b);
+    float ar = 0.0f, ai = 0.0f;
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        const float2 x = buf[(u + t) % T];
+        ar = fmaf(wr[t].x, x.x, ar);
+        ai = fmaf(wr[t].y, x.y, ai);
+    }
+    *dst = make_float2(ar, ai);
+}
+
 // Grid: x over pairs m (blockDim.x threads each), y over runs of `run` spectra, z over
 // pols (pol = pol0 + z; blockDim.x must be a multiple of 32).
 // in: both pols, pol p at in + p·in_pol_stride bytes; first_p: index of the first sample
@@ -94,24 +117,20 @@ extern "C" __global__ void pfb_fir(const unsigned char* __restrict__ in, long lo
         float2* dst = out + ((long long)pol * UNZIP + (m % UNZIP)) * L + m / UNZIP;
         const long long spec_stride = 2LL * N;  // (2 pols · UNZIP · L) float2 per spectrum
         for (int g = s_begin; g < s_end; g += TAPS) {
+            if (g + TAPS <= s_end) {
+                // Whole group: no guards, so the loads can all be issued up front.
 #pragma unroll
-            for (int u = 0; u < TAPS; u++) {
-                const int s = g + u;
-                if (s < s_end) {
-                    int a, b;
-                    load_pair(base, col + (long long)(s + TAPS - 1) * STEP, a, b);
-                    sum_sq += (unsigned long long)((long long)a * a + (long long)b * b);
-                    clipped += (a >= hi || a <= lo) + (b >= hi || b <= lo);
-                    buf[(u + TAPS - 1) % TAPS] = make_float2((float)a, (float)b);
-                    float ar = 0.0f, ai = 0.0f;
+                for (int u = 0; u < TAPS; u++)
+                    fir_step<TAPS>(u, base, col + (long long)(g + u + TAPS - 1) * STEP, wr, buf,
+                                   dst + (long long)(g + u) * spec_stride, hi, lo, sum_sq,
+                                   clipped);
+            } else {
 #pragma unroll
-                    for (int t = 0; t < TAPS; t++) {
-                        const float2 x = buf[(u + t) % TAPS];
-                        ar = fmaf(wr[t].x, x.x, ar);
-                        ai = fmaf(wr[t].y, x.y, ai);
-                    }
-                    dst[(long long)s * spec_stride] = make_float2(ar, ai);
-                }
+                for (int u = 0; u < TAPS; u++)
+                    if (g + u < s_end)
+                        fir_step<TAPS>(u, base, col + (long long)(g + u + TAPS - 1) * STEP, wr,
+                                       buf, dst + (long long)(g + u) * spec_stride, hi, lo,
+                                       sum_sq, clipped);
             }
         }
     }

@@ -116,9 +116,11 @@ extern "C" __global__ void postproc(const float2* __restrict__ fft, unsigned cha
         const int ka = k % L, kb = (N - k) % L;
         const int cb = N - k;  // mirrored channel (only for 0 < k < N/2)
         const bool mirror = k > 0 && k < N / 2;
-        for (int sl = ty; sl < TILE; sl += ROWS) {
+#pragma unroll
+        for (int j = 0; j < TILE / ROWS; j++) {
+            const int sl = ty + j * ROWS;
             const int s = st + sl;
-            if (s >= spectra) break;
+            if (s >= spectra) continue;
             unsigned int wa = 0, wb = 0;
 #pragma unroll
             for (int p = 0; p < 2; p++) {

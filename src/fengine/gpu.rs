@@ -357,7 +357,6 @@ impl GpuBackend {
     /// (which must hold spectra out_first..out_first + m). Counters are reset first.
     pub(crate) fn compute(&mut self, m: usize, out_first: usize) -> Result<(), FError> {
         let n = self.cfg.pfb_channels();
-        let l = n / self.unzip;
         let batch = m * 2 * self.unzip;
         if m.div_ceil(POST_TILE) > 65535 || batch > i32::MAX as usize {
             return Err(FError::BadParameter {
@@ -369,7 +368,14 @@ impl GpuBackend {
         ensure(&self.stream, &mut self.fft_out, m * 2 * n)?;
         self.stream.memset_zeros(&mut self.in_stats).map_err(gerr)?;
         self.stream.memset_zeros(&mut self.sat).map_err(gerr)?;
+        self.launch_fir(m)?;
+        self.launch_fft(m)?;
+        self.launch_post(m, out_first)
+    }
 
+    /// Queues the FIR of `m` staged spectra (buffers sized by [`Self::compute`]).
+    pub(crate) fn launch_fir(&mut self, m: usize) -> Result<(), FError> {
+        let n = self.cfg.pfb_channels();
         // FIR: one launch for both pols when they share a format, else one each.
         let st = self.staged;
         let groups: &[(usize, u32)] =
@@ -409,7 +415,13 @@ impl GpuBackend {
             // floats and fir_out holds m·2N complex values.
             unsafe { b.launch(cfg) }.map_err(gerr)?;
         }
+        Ok(())
+    }
 
+    /// Queues the batched FFT of `m` spectra.
+    pub(crate) fn launch_fft(&mut self, m: usize) -> Result<(), FError> {
+        let l = self.cfg.pfb_channels() / self.unzip;
+        let batch = m * 2 * self.unzip;
         if !self.plans.contains_key(&batch) {
             let li = l as i32;
             let plan = CudaFft::plan_many(
@@ -430,7 +442,13 @@ impl GpuBackend {
         let plan = &self.plans[&batch];
         plan.exec_c2c(&mut self.fir_out, &mut self.fft_out, FftDirection::Forward)
             .map_err(gerr)?;
+        Ok(())
+    }
 
+    /// Queues the post-processing of `m` spectra into device output spectra
+    /// out_first..out_first + m.
+    pub(crate) fn launch_post(&mut self, m: usize, out_first: usize) -> Result<(), FError> {
+        let n = self.cfg.pfb_channels();
         let cfg = LaunchConfig {
             grid_dim: (
                 (n / 2 + 1).div_ceil(POST_TILE) as u32,

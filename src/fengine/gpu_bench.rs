@@ -151,6 +151,9 @@ pub fn bench_gpu() -> Result<(), FError> {
             be.process(&block, &mut out)?;
             let samples = (2 * m * step) as f64;
             let t_res = time_gpu(&stream, REPS, || be.compute(m, 0))?;
+            let t_fir = time_gpu(&stream, REPS, || be.launch_fir(m))?;
+            let t_fft = time_gpu(&stream, REPS, || be.launch_fft(m))?;
+            let t_post = time_gpu(&stream, REPS, || be.launch_post(m, 0))?;
             let pins = [
                 pinned_from(&stream, &packed[0])?,
                 pinned_from(&stream, &packed[1])?,
@@ -179,6 +182,20 @@ pub fn bench_gpu() -> Result<(), FError> {
                 e2e / 1e9,
                 100.0 * e2e / e2e_bound,
                 e2e_bound / 1e9
+            );
+            // Stages: bytes each moves per sample and the bandwidth it reaches.
+            let gbs = |b: f64, t: f64| b * samples / t / 1e9;
+            let serial = 1.0 / ((IN_BITS as f64 / 8.0) / bw.1 + 1.0 / bw.2 + 1.0 / res);
+            println!(
+                "    stages: FIR {:.0} us ({:.0} GB/s), FFT {:.0} us ({:.0} GB/s), postproc {:.0} us ({:.0} GB/s); \
+                 serial copy-compute-copy bound {:.1} GS/s",
+                t_fir * 1e6,
+                gbs(IN_BITS as f64 / 8.0 + 4.0, t_fir),
+                t_fft * 1e6,
+                gbs(8.0, t_fft),
+                t_post * 1e6,
+                gbs(5.0, t_post),
+                serial / 1e9
             );
         }
     }
