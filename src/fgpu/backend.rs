@@ -142,3 +142,55 @@ pub fn make_channelizer(
     let backend = CpuBackend::new(cfg).map_err(|e| anyhow::anyhow!("output {}: {e}", spec.name))?;
     Ok(Box::new(BackendChannelizer::new(backend, bits, gain)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fgpu::parse_wideband;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: FgpuArgs,
+    }
+
+    fn args(backend: &str) -> FgpuArgs {
+        Cli::try_parse_from([
+            "fgpu",
+            "--adc-sample-rate",
+            "1712e6",
+            "--sync-time",
+            "0",
+            "--backend",
+            backend,
+            "x.pcap",
+        ])
+        .unwrap()
+        .args
+    }
+
+    /// `--backend gpu` builds the GPU channeliser where there is a GPU and is a clear error
+    /// where there is none; `cpu` and `auto` always work; other names are refused.
+    #[test]
+    fn backend_selection() {
+        let spec = parse_wideband("name=wb,channels=1024,dst=127.0.0.1:7148").unwrap();
+        assert!(make_channelizer(&spec, &args("cpu"), 1).is_ok());
+        assert!(make_channelizer(&spec, &args("auto"), 1).is_ok());
+        let gpu = make_channelizer(&spec, &args("gpu"), 1);
+        if crate::gpu::gpu_available() {
+            assert!(gpu.is_ok(), "{:?}", gpu.err());
+        } else {
+            let e = gpu
+                .err()
+                .expect("--backend gpu without a GPU must fail")
+                .to_string();
+            assert!(e.contains("no usable CUDA device"), "{e}");
+        }
+        let e = make_channelizer(&spec, &args("tpu"), 1)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("expected auto, cpu or gpu"), "{e}");
+    }
+}
