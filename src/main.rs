@@ -47,10 +47,11 @@ enum Command {
         /// Capture to read.
         path: PathBuf,
     },
-    /// Benchmarks (`gpucbf bench xbgpu`).
+    /// Benchmarks (`gpucbf bench xbgpu`, `gpucbf bench fgpu`).
     Bench {
-        /// What to benchmark: `xbgpu` (X-engine correlator, beamformer, cuBLASLt int8 GEMM).
-        #[arg(value_parser = ["xbgpu"])]
+        /// What to benchmark: `xbgpu` (X-engine correlator, beamformer, cuBLASLt int8 GEMM)
+        /// or `fgpu` (wideband GPU F-engine: resident and end-to-end throughput, bandwidths).
+        #[arg(value_parser = ["xbgpu", "fgpu"])]
         what: String,
     },
     /// Non-uniform FFTs (FINUFFT conventions) on .npy files, and the CPU benchmark.
@@ -100,8 +101,11 @@ fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&s)?);
         }
         Command::Bench { what } => {
-            debug_assert_eq!(what, "xbgpu");
-            gpucbf::xengine::bench_gpu(&[64, 256, 576, 1024], 8192)?;
+            if what == "fgpu" {
+                gpucbf::fengine::bench_gpu()?;
+            } else {
+                gpucbf::xengine::bench_gpu(&[64, 256, 576, 1024], 8192)?;
+            }
         }
         Command::Nufft(cmd) => gpucbf::nufft::cli::run(cmd)?,
     }

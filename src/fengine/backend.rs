@@ -81,87 +81,92 @@ impl CpuBackend {
     }
 
     fn validate(&self, block: &Block, out: &[u8]) -> Result<usize, FError> {
-        let cfg = &self.cfg;
-        let m = block.spectra;
-        if m == 0 {
-            return Err(FError::BadParameter {
-                what: "spectra",
-                why: "must be positive".into(),
-            });
-        }
-        let row = cfg.channels * 2 * cfg.out_bytes_per_value();
-        let n_out = out.len() / row;
-        if !out.len().is_multiple_of(row) || !n_out.is_multiple_of(cfg.spectra_per_heap) {
-            return Err(FError::BadOutputLength {
-                expected: row * cfg.spectra_per_heap * n_out.div_ceil(cfg.spectra_per_heap).max(1),
-                got: out.len(),
-            });
-        }
-        if block.out_first.checked_add(m).is_none_or(|end| end > n_out) {
-            return Err(FError::BadOutputLength {
-                expected: (block.out_first.saturating_add(m))
-                    .div_ceil(cfg.spectra_per_heap)
-                    .saturating_mul(cfg.spectra_per_heap * row),
-                got: out.len(),
-            });
-        }
-        let needed = cfg.input_samples_needed(m);
-        for (p, pol) in block.pols.iter().enumerate() {
-            validate_samples(&pol.samples, p)?;
-            for (what, len) in [
-                ("fine_delay", pol.fine_delay.len()),
-                ("phase", pol.phase.len()),
-            ] {
-                if len != m {
-                    return Err(FError::BadLength {
-                        what,
-                        expected: m,
-                        got: len,
-                    });
-                }
-            }
-            if pol.gains.len() != cfg.channels {
-                return Err(FError::BadLength {
-                    what: "gains",
-                    expected: cfg.channels,
-                    got: pol.gains.len(),
-                });
-            }
-            for &v in pol.fine_delay.iter().chain(pol.phase) {
-                if !v.is_finite() {
-                    return Err(FError::NotFinite {
-                        what: "fine delay / phase",
-                        value: v,
-                    });
-                }
-            }
-            for g in pol.gains {
-                if !g.re.is_finite() || !g.im.is_finite() {
-                    let value = if g.re.is_finite() { g.im } else { g.re } as f64;
-                    return Err(FError::NotFinite {
-                        what: "gain",
-                        value,
-                    });
-                }
-            }
-            let end = pol.offset.saturating_add(needed);
-            if end > pol.samples.len() {
-                return Err(FError::InputTooShort {
-                    pol: p,
-                    needed: end,
-                    have: pol.samples.len(),
-                });
-            }
-            let s = cfg.subsampling();
-            if pol.offset % s != 0 {
-                return Err(FError::BadParameter {
-                    what: "offset",
-                    why: format!("{} is not a multiple of the subsampling {s}", pol.offset),
-                });
-            }
-        }
-        Ok(n_out)
+        validate_block(&self.cfg, block, out)
     }
+}
+
+/// Checks a block and its output buffer against `cfg` (shared by all backends); returns
+/// the number of spectra `out` holds.
+pub(crate) fn validate_block(cfg: &FConfig, block: &Block, out: &[u8]) -> Result<usize, FError> {
+    let m = block.spectra;
+    if m == 0 {
+        return Err(FError::BadParameter {
+            what: "spectra",
+            why: "must be positive".into(),
+        });
+    }
+    let row = cfg.channels * 2 * cfg.out_bytes_per_value();
+    let n_out = out.len() / row;
+    if !out.len().is_multiple_of(row) || !n_out.is_multiple_of(cfg.spectra_per_heap) {
+        return Err(FError::BadOutputLength {
+            expected: row * cfg.spectra_per_heap * n_out.div_ceil(cfg.spectra_per_heap).max(1),
+            got: out.len(),
+        });
+    }
+    if block.out_first.checked_add(m).is_none_or(|end| end > n_out) {
+        return Err(FError::BadOutputLength {
+            expected: (block.out_first.saturating_add(m))
+                .div_ceil(cfg.spectra_per_heap)
+                .saturating_mul(cfg.spectra_per_heap * row),
+            got: out.len(),
+        });
+    }
+    let needed = cfg.input_samples_needed(m);
+    for (p, pol) in block.pols.iter().enumerate() {
+        validate_samples(&pol.samples, p)?;
+        for (what, len) in [
+            ("fine_delay", pol.fine_delay.len()),
+            ("phase", pol.phase.len()),
+        ] {
+            if len != m {
+                return Err(FError::BadLength {
+                    what,
+                    expected: m,
+                    got: len,
+                });
+            }
+        }
+        if pol.gains.len() != cfg.channels {
+            return Err(FError::BadLength {
+                what: "gains",
+                expected: cfg.channels,
+                got: pol.gains.len(),
+            });
+        }
+        for &v in pol.fine_delay.iter().chain(pol.phase) {
+            if !v.is_finite() {
+                return Err(FError::NotFinite {
+                    what: "fine delay / phase",
+                    value: v,
+                });
+            }
+        }
+        for g in pol.gains {
+            if !g.re.is_finite() || !g.im.is_finite() {
+                let value = if g.re.is_finite() { g.im } else { g.re } as f64;
+                return Err(FError::NotFinite {
+                    what: "gain",
+                    value,
+                });
+            }
+        }
+        let end = pol.offset.saturating_add(needed);
+        if end > pol.samples.len() {
+            return Err(FError::InputTooShort {
+                pol: p,
+                needed: end,
+                have: pol.samples.len(),
+            });
+        }
+        let s = cfg.subsampling();
+        if pol.offset % s != 0 {
+            return Err(FError::BadParameter {
+                what: "offset",
+                why: format!("{} is not a multiple of the subsampling {s}", pol.offset),
+            });
+        }
+    }
+    Ok(n_out)
 }
 
 /// Computed output of one tile of spectra (all within one heap).

@@ -26,6 +26,8 @@ mod bench;
 mod ddc;
 mod decode;
 mod delay;
+mod gpu;
+mod gpu_bench;
 mod pfb;
 mod postproc;
 mod remez;
@@ -34,6 +36,8 @@ mod weights;
 
 #[cfg(test)]
 mod test_util;
+#[cfg(test)]
+mod tests_gpu;
 #[cfg(test)]
 mod tests_narrowband;
 #[cfg(test)]
@@ -44,6 +48,8 @@ pub use bench::bench_cpu;
 pub use ddc::{ddc_weights, ddc_weights_discard, ddc_weights_no_discard, MixerFrequency};
 pub use decode::{decode, decode_f32};
 pub use delay::{DelaySegment, LinearDelayModel};
+pub use gpu::{GpuBackend, PFB_FIR_SRC, POSTPROC_SRC};
+pub use gpu_bench::bench_gpu;
 pub use postproc::{dither_value, quantise};
 pub use remez::{remez, Band};
 pub use stats::InputStats;
@@ -91,6 +97,8 @@ pub enum FError {
     FilterDesign(String),
     #[error("output buffer: expected {expected} bytes, got {got}")]
     BadOutputLength { expected: usize, got: usize },
+    #[error("GPU backend: {0}")]
+    Gpu(String),
 }
 
 /// Whether and how uniform dither is added before quantisation (dsp.md §7).

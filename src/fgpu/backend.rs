@@ -4,8 +4,8 @@ use super::config::{FgpuArgs, WidebandSpec, WindowFunction};
 use super::control::{OutputControl, SharedControl};
 use super::engine::Channelizer;
 use crate::fengine::{
-    Block, CpuBackend, DelaySegment, Dither, FBackend, FConfig, Narrowband, NarrowbandMode,
-    PolBlock, Samples, Window,
+    Block, CpuBackend, DelaySegment, Dither, FBackend, FConfig, GpuBackend, Narrowband,
+    NarrowbandMode, PolBlock, Samples, Window,
 };
 
 /// The compute configuration of one output.
@@ -185,17 +185,80 @@ pub fn make_channelizer(
     let cfg = fconfig(spec, args, dither_seed);
     let use_gpu = match args.backend.as_str() {
         "cpu" => false,
-        "gpu" => true,
-        "auto" => false,
+        "gpu" => {
+            if !crate::gpu::gpu_available() {
+                anyhow::bail!(
+                    "--backend gpu: no usable CUDA device found (use --backend cpu or auto)"
+                );
+            }
+            true
+        }
+        // The GPU backend does wideband only so far; narrowband stays on the CPU.
+        "auto" => cfg.narrowband.is_none() && crate::gpu::gpu_available(),
         other => anyhow::bail!("--backend {other}: expected auto, cpu or gpu"),
     };
+    let bits = args.dig_sample_bits;
     if use_gpu {
-        anyhow::bail!("the GPU F-engine backend is not built yet: use --backend cpu");
+        let backend =
+            GpuBackend::new(cfg).map_err(|e| anyhow::anyhow!("output {}: {e}", spec.name))?;
+        return Ok(Box::new(BackendChannelizer::new(backend, bits, control)));
     }
     let backend = CpuBackend::new(cfg).map_err(|e| anyhow::anyhow!("output {}: {e}", spec.name))?;
-    Ok(Box::new(BackendChannelizer::new(
-        backend,
-        args.dig_sample_bits,
-        control,
-    )))
+    Ok(Box::new(BackendChannelizer::new(backend, bits, control)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fgpu::parse_wideband;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: FgpuArgs,
+    }
+
+    fn ctl() -> SharedControl {
+        std::sync::Arc::new(std::sync::Mutex::new(OutputControl::new(1024, 1.0)))
+    }
+
+    fn args(backend: &str) -> FgpuArgs {
+        Cli::try_parse_from([
+            "fgpu",
+            "--adc-sample-rate",
+            "1712e6",
+            "--sync-time",
+            "0",
+            "--backend",
+            backend,
+            "x.pcap",
+        ])
+        .unwrap()
+        .args
+    }
+
+    /// `--backend gpu` builds the GPU channeliser where there is a GPU and is a clear error
+    /// where there is none; `cpu` and `auto` always work; other names are refused.
+    #[test]
+    fn backend_selection() {
+        let spec = parse_wideband("name=wb,channels=1024,dst=127.0.0.1:7148").unwrap();
+        assert!(make_channelizer(&spec, &args("cpu"), 1, ctl()).is_ok());
+        assert!(make_channelizer(&spec, &args("auto"), 1, ctl()).is_ok());
+        let gpu = make_channelizer(&spec, &args("gpu"), 1, ctl());
+        if crate::gpu::gpu_available() {
+            assert!(gpu.is_ok(), "{:?}", gpu.err());
+        } else {
+            let e = gpu
+                .err()
+                .expect("--backend gpu without a GPU must fail")
+                .to_string();
+            assert!(e.contains("no usable CUDA device"), "{e}");
+        }
+        let e = make_channelizer(&spec, &args("tpu"), 1, ctl())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("expected auto, cpu or gpu"), "{e}");
+    }
 }
