@@ -3,7 +3,11 @@
 //! * [`endpoint`]: `ADDR[+N]:PORT` lists.
 //! * [`pcap`]: classic libpcap files (Ethernet/IPv4/UDP) as a source and a sink.
 //! * [`udp`]: kernel UDP sockets with sendmmsg, multicast and pacing.
+//! * `dpdk` (feature `dpdk`): DPDK poll-mode receive.
+//! * `ibverbs` (feature `ibverbs`): raw-packet verbs receive, libibverbs loaded at run time.
 
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
 pub mod endpoint;
 pub mod heapsend;
 pub mod pcap;
