@@ -14,6 +14,7 @@ pub mod fgpu;
 pub mod gpu;
 pub mod inspect;
 pub mod net;
+pub mod recvbench;
 pub mod shutdown;
 pub mod spead;
 pub mod telemetry;

@@ -45,11 +45,15 @@ enum Command {
         /// Capture to read.
         path: PathBuf,
     },
-    /// Benchmarks (`gpucbf bench xbgpu`).
+    /// Benchmarks (`gpucbf bench xbgpu`, `gpucbf bench recv`).
     Bench {
-        /// What to benchmark: `xbgpu` (X-engine correlator, beamformer, cuBLASLt int8 GEMM).
-        #[arg(value_parser = ["xbgpu"])]
+        /// What to benchmark: `xbgpu` (X-engine correlator, beamformer, cuBLASLt int8 GEMM) or
+        /// `recv` (packets/s of the file, UDP loopback and DPDK sources vs spead2).
+        #[arg(value_parser = ["xbgpu", "recv"])]
         what: String,
+        /// Options of `bench recv`.
+        #[command(flatten)]
+        recv: gpucbf::recvbench::RecvBenchArgs,
     },
 }
 
@@ -90,10 +94,12 @@ fn main() -> anyhow::Result<()> {
             let s = gpucbf::inspect::summarise(&path)?;
             println!("{}", serde_json::to_string_pretty(&s)?);
         }
-        Command::Bench { what } => {
-            debug_assert_eq!(what, "xbgpu");
-            gpucbf::xengine::bench_gpu(&[64, 256, 576, 1024], 8192)?;
-        }
+        Command::Bench { what, recv } => match what.as_str() {
+            "recv" => {
+                gpucbf::recvbench::run(&recv)?;
+            }
+            _ => gpucbf::xengine::bench_gpu(&[64, 256, 576, 1024], 8192)?,
+        },
     }
     Ok(())
 }

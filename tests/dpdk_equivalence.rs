@@ -101,8 +101,8 @@ fn pcap_file_and_dpdk_net_pcap_give_identical_chunks() {
     std::fs::remove_dir_all(&dir).ok();
 
     assert_eq!(n_dpdk, n_file);
-    assert_eq!(st.frames, 179);
-    assert_eq!(st.filtered, 60);
+    assert_eq!(st.frames.frames, 179);
+    assert_eq!(st.frames.filtered, 60);
     assert_eq!(st.port_ipackets, 179);
     assert_eq!(from_file.len(), 8);
     assert_eq!(from_dpdk.len(), from_file.len());

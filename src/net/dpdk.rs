@@ -14,9 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use dpdk_sys as sys;
-use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 
-use super::source::{PacketSource, Poll};
+use super::source::{deliver_frame, FrameStats, PacketSource, Poll};
 
 /// Set once the EAL has been initialised in this process (it cannot be initialised twice,
 /// not even after `rte_eal_cleanup`).
@@ -26,19 +25,11 @@ const BURST: usize = 64;
 /// Largest frame we accept in one mbuf segment (jumbo digitiser packets fit).
 const MAX_FRAME: u32 = 9216 + 64;
 
-/// Counters of the DPDK source.
+/// Counters of the DPDK source: frame counters plus the port's own.
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct DpdkStats {
-    /// Frames taken from the RX queue.
-    pub frames: u64,
-    /// UDP payloads handed on.
-    pub datagrams: u64,
-    /// Frames that were not IPv4/UDP (ARP, IPv6, fragments, …).
-    pub not_udp: u64,
-    /// Frames etherparse could not parse.
-    pub malformed: u64,
-    /// UDP datagrams to other endpoints.
-    pub filtered: u64,
+    #[serde(flatten)]
+    pub frames: FrameStats,
     /// Port counters at the last [`DpdkSource::port_stats`] call.
     pub port_ipackets: u64,
     pub port_imissed: u64,
@@ -225,48 +216,6 @@ impl DpdkSource {
         }
         &self.stats
     }
-
-    /// Parses one frame and hands its UDP payload on if it is for us; true if handed on.
-    fn deliver(
-        endpoints: &[SocketAddrV4],
-        stats: &mut DpdkStats,
-        frame: &[u8],
-        f: &mut dyn FnMut(&[u8]),
-    ) -> bool {
-        let sliced = match SlicedPacket::from_ethernet(frame) {
-            Ok(s) => s,
-            Err(_) => {
-                stats.malformed += 1;
-                return false;
-            }
-        };
-        let dst_ip = match &sliced.net {
-            Some(NetSlice::Ipv4(ip)) if !ip.is_payload_fragmented() => {
-                ip.header().destination_addr()
-            }
-            _ => {
-                stats.not_udp += 1;
-                return false;
-            }
-        };
-        match &sliced.transport {
-            Some(TransportSlice::Udp(udp)) => {
-                let dst = SocketAddrV4::new(dst_ip, udp.destination_port());
-                if endpoints.is_empty() || endpoints.contains(&dst) {
-                    stats.datagrams += 1;
-                    f(udp.payload());
-                    true
-                } else {
-                    stats.filtered += 1;
-                    false
-                }
-            }
-            _ => {
-                stats.not_udp += 1;
-                false
-            }
-        }
-    }
 }
 
 impl PacketSource for DpdkSource {
@@ -287,7 +236,7 @@ impl PacketSource for DpdkSource {
         let mut handed = 0;
         for i in 0..n {
             let m = self.bufs[i];
-            self.stats.frames += 1;
+            self.stats.frames.frames += 1;
             // SAFETY: rx_burst returned n valid mbufs; each segment's data lies at
             // buf_addr + data_off for data_len bytes. Each mbuf is freed exactly once.
             unsafe {
@@ -297,7 +246,7 @@ impl PacketSource for DpdkSource {
                     seg.data_len as usize,
                 );
                 let ok = if seg.nb_segs <= 1 || seg.next.is_null() {
-                    Self::deliver(&self.endpoints, &mut self.stats, first, f)
+                    deliver_frame(&self.endpoints, &mut self.stats.frames, first, f)
                 } else {
                     self.scratch.clear();
                     let mut s = m;
@@ -309,7 +258,7 @@ impl PacketSource for DpdkSource {
                         ));
                         s = r.next;
                     }
-                    Self::deliver(&self.endpoints, &mut self.stats, &self.scratch, f)
+                    deliver_frame(&self.endpoints, &mut self.stats.frames, &self.scratch, f)
                 };
                 handed += ok as usize;
                 sys::rte_pktmbuf_free(m);
@@ -359,46 +308,5 @@ mod tests {
         assert_eq!(eal_argv("--file-prefix=abc").len(), 2);
         assert!(replays_pcap_file("--vdev net_pcap0,rx_pcap=f"));
         assert!(!replays_pcap_file("--vdev net_af_packet0,iface=va"));
-    }
-
-    #[test]
-    fn frames_are_parsed_and_filtered() {
-        let ep = SocketAddrV4::new(std::net::Ipv4Addr::new(239, 1, 2, 3), 7148);
-        let mut frame = Vec::new();
-        etherparse::PacketBuilder::ethernet2([2; 6], [1, 0, 0x5e, 1, 2, 3])
-            .ipv4([169, 254, 0, 1], ep.ip().octets(), 4)
-            .udp(1000, 7148)
-            .write(&mut frame, b"hello")
-            .unwrap();
-        let mut stats = DpdkStats::default();
-        let mut got = Vec::new();
-        assert!(DpdkSource::deliver(&[ep], &mut stats, &frame, &mut |p| got.push(p.to_vec())));
-        assert!(DpdkSource::deliver(&[], &mut stats, &frame, &mut |p| got.push(p.to_vec())));
-        let other = SocketAddrV4::new(*ep.ip(), 7149);
-        assert!(!DpdkSource::deliver(
-            &[other],
-            &mut stats,
-            &frame,
-            &mut |_| {}
-        ));
-        assert!(!DpdkSource::deliver(
-            &[],
-            &mut stats,
-            &frame[..20],
-            &mut |_| {}
-        ));
-        let mut arp = frame.clone();
-        arp[12] = 0x08;
-        arp[13] = 0x06;
-        assert!(!DpdkSource::deliver(
-            &[],
-            &mut stats,
-            &arp[..42],
-            &mut |_| {}
-        ));
-        assert_eq!(got, vec![b"hello".to_vec(), b"hello".to_vec()]);
-        assert_eq!(stats.datagrams, 2);
-        assert_eq!(stats.filtered, 1);
-        assert_eq!(stats.malformed + stats.not_udp, 2);
     }
 }

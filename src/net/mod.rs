@@ -10,6 +10,8 @@
 pub mod dpdk;
 pub mod endpoint;
 pub mod heapsend;
+#[cfg(feature = "ibverbs")]
+pub mod ibverbs;
 pub mod pcap;
 pub mod source;
 pub mod udp;
