@@ -15,6 +15,7 @@ pub mod gpu;
 pub mod inspect;
 pub mod net;
 pub mod nufft;
+pub mod recvbench;
 pub mod shutdown;
 pub mod spead;
 pub mod telemetry;

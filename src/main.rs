@@ -47,12 +47,16 @@ enum Command {
         /// Capture to read.
         path: PathBuf,
     },
-    /// Benchmarks (`gpucbf bench xbgpu`, `gpucbf bench fgpu`).
+    /// Benchmarks (`gpucbf bench xbgpu | fgpu | recv`).
     Bench {
-        /// What to benchmark: `xbgpu` (X-engine correlator, beamformer, cuBLASLt int8 GEMM)
-        /// or `fgpu` (wideband GPU F-engine: resident and end-to-end throughput, bandwidths).
-        #[arg(value_parser = ["xbgpu", "fgpu"])]
+        /// What to benchmark: `xbgpu` (X-engine correlator, beamformer, cuBLASLt int8 GEMM),
+        /// `fgpu` (wideband GPU F-engine: resident and end-to-end throughput, bandwidths) or
+        /// `recv` (packets/s of the file, UDP loopback and DPDK sources vs spead2).
+        #[arg(value_parser = ["xbgpu", "fgpu", "recv"])]
         what: String,
+        /// Options of `bench recv`.
+        #[command(flatten)]
+        recv: gpucbf::recvbench::RecvBenchArgs,
     },
     /// Non-uniform FFTs (FINUFFT conventions) on .npy files, and the CPU benchmark.
     #[command(subcommand)]
@@ -100,13 +104,13 @@ fn main() -> anyhow::Result<()> {
             let s = gpucbf::inspect::summarise(&path)?;
             println!("{}", serde_json::to_string_pretty(&s)?);
         }
-        Command::Bench { what } => {
-            if what == "fgpu" {
-                gpucbf::fengine::bench_gpu()?;
-            } else {
-                gpucbf::xengine::bench_gpu(&[64, 256, 576, 1024], 8192)?;
+        Command::Bench { what, recv } => match what.as_str() {
+            "recv" => {
+                gpucbf::recvbench::run(&recv)?;
             }
-        }
+            "fgpu" => gpucbf::fengine::bench_gpu()?,
+            _ => gpucbf::xengine::bench_gpu(&[64, 256, 576, 1024], 8192)?,
+        },
         Command::Nufft(cmd) => gpucbf::nufft::cli::run(cmd)?,
     }
     Ok(())

@@ -239,6 +239,11 @@ pub struct FgpuArgs {
     /// Local interface address for multicast receive.
     #[arg(long, default_value = "0.0.0.0")]
     pub recv_interface: Ipv4Addr,
+    /// Receive through DPDK (feature `dpdk`) with these EAL arguments, e.g.
+    /// "--no-huge --no-pci -m 512 --vdev net_pcap0,rx_pcap=FILE"; SRC then lists the
+    /// endpoints to keep ("all": every UDP datagram).
+    #[arg(long, allow_hyphen_values = true, value_name = "EAL ARGS")]
+    pub recv_dpdk: Option<String>,
     /// Local interface address to send from.
     #[arg(long, default_value = "0.0.0.0")]
     pub send_interface: Ipv4Addr,

@@ -185,13 +185,43 @@ pub fn descriptors(cps: usize, spectra_per_heap: usize, sample_bits: u32) -> Vec
 }
 
 /// Opens the input: an existing file is a pcap replay, anything else an endpoint list.
-pub fn open_source(src: &str, interface: Ipv4Addr) -> anyhow::Result<Box<dyn PacketSource>> {
+/// With `dpdk` (EAL arguments, `--recv-dpdk`) the packets come through DPDK instead, and
+/// `src` lists the endpoints to keep (`all` or an empty string: every UDP datagram).
+pub fn open_source(
+    src: &str,
+    interface: Ipv4Addr,
+    dpdk: Option<&str>,
+) -> anyhow::Result<Box<dyn PacketSource>> {
+    if let Some(eal) = dpdk {
+        let eps = if src.is_empty() || src == "all" {
+            Vec::new()
+        } else {
+            crate::net::parse_endpoints(src)
+                .map_err(|e| anyhow::anyhow!("--recv-dpdk: source {src:?} is not endpoints: {e}"))?
+        };
+        return open_dpdk(eal, eps);
+    }
     if Path::new(src).is_file() {
         return Ok(Box::new(PcapFileSource::open(Path::new(src), Vec::new())?));
     }
     let eps = crate::net::parse_endpoints(src)
         .map_err(|e| anyhow::anyhow!("source {src:?} is neither a file nor endpoints: {e}"))?;
     Ok(Box::new(UdpRecvSource::new(&eps, interface, 128 << 20)?))
+}
+
+#[cfg(feature = "dpdk")]
+fn open_dpdk(eal: &str, eps: Vec<std::net::SocketAddrV4>) -> anyhow::Result<Box<dyn PacketSource>> {
+    Ok(Box::new(crate::net::dpdk::DpdkSource::new(eal, eps)?))
+}
+
+#[cfg(not(feature = "dpdk"))]
+fn open_dpdk(
+    _eal: &str,
+    _eps: Vec<std::net::SocketAddrV4>,
+) -> anyhow::Result<Box<dyn PacketSource>> {
+    anyhow::bail!(
+        "--recv-dpdk: this gpucbf binary was built without DPDK support (rebuild with `cargo build --features dpdk`; needs libdpdk-dev)"
+    )
 }
 
 /// Opens the output sink (a pcap file if asked).
@@ -481,6 +511,6 @@ pub fn run(args: &super::FgpuArgs) -> anyhow::Result<FgpuSummary> {
             }
         }
     };
-    let src = open_source(&args.src, args.recv_interface)?;
+    let src = open_source(&args.src, args.recv_interface, args.recv_dpdk.as_deref())?;
     run_pipelines(src, placement, pipelines, args.dig_sample_bits, &mut hook)
 }

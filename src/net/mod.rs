@@ -3,9 +3,15 @@
 //! * [`endpoint`]: `ADDR[+N]:PORT` lists.
 //! * [`pcap`]: classic libpcap files (Ethernet/IPv4/UDP) as a source and a sink.
 //! * [`udp`]: kernel UDP sockets with sendmmsg, multicast and pacing.
+//! * `dpdk` (feature `dpdk`): DPDK poll-mode receive.
+//! * `ibverbs` (feature `ibverbs`): raw-packet verbs receive, libibverbs loaded at run time.
 
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
 pub mod endpoint;
 pub mod heapsend;
+#[cfg(feature = "ibverbs")]
+pub mod ibverbs;
 pub mod pcap;
 pub mod source;
 pub mod udp;

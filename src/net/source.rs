@@ -70,6 +70,64 @@ impl PacketSource for PcapFileSource {
     }
 }
 
+/// Counters for sources that see whole Ethernet frames (DPDK, ibverbs).
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct FrameStats {
+    /// Frames taken from the device.
+    pub frames: u64,
+    /// UDP payloads handed on.
+    pub datagrams: u64,
+    /// Frames that were not unfragmented IPv4/UDP (ARP, IPv6, fragments, ...).
+    pub not_udp: u64,
+    /// Frames that could not be parsed.
+    pub malformed: u64,
+    /// UDP datagrams to other endpoints.
+    pub filtered: u64,
+}
+
+/// Parses an Ethernet frame and hands its UDP payload to `f` if its destination is in
+/// `endpoints` (or `endpoints` is empty). Anything else is counted in `stats`. True if
+/// handed on.
+pub fn deliver_frame(
+    endpoints: &[SocketAddrV4],
+    stats: &mut FrameStats,
+    frame: &[u8],
+    f: &mut dyn FnMut(&[u8]),
+) -> bool {
+    use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+    let sliced = match SlicedPacket::from_ethernet(frame) {
+        Ok(s) => s,
+        Err(_) => {
+            stats.malformed += 1;
+            return false;
+        }
+    };
+    let dst_ip = match &sliced.net {
+        Some(NetSlice::Ipv4(ip)) if !ip.is_payload_fragmented() => ip.header().destination_addr(),
+        _ => {
+            stats.not_udp += 1;
+            return false;
+        }
+    };
+    match &sliced.transport {
+        Some(TransportSlice::Udp(udp)) => {
+            let dst = SocketAddrV4::new(dst_ip, udp.destination_port());
+            if endpoints.is_empty() || endpoints.contains(&dst) {
+                stats.datagrams += 1;
+                f(udp.payload());
+                true
+            } else {
+                stats.filtered += 1;
+                false
+            }
+        }
+        _ => {
+            stats.not_udp += 1;
+            false
+        }
+    }
+}
+
 const BATCH: usize = 64;
 const MAX_DATAGRAM: usize = 9216;
 
@@ -197,5 +255,36 @@ impl PacketSource for UdpRecvSource {
         } else {
             Poll::Packets(total)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_parsed_and_filtered() {
+        let ep = SocketAddrV4::new(Ipv4Addr::new(239, 1, 2, 3), 7148);
+        let mut frame = Vec::new();
+        etherparse::PacketBuilder::ethernet2([2; 6], [1, 0, 0x5e, 1, 2, 3])
+            .ipv4([169, 254, 0, 1], ep.ip().octets(), 4)
+            .udp(1000, 7148)
+            .write(&mut frame, b"hello")
+            .unwrap();
+        let mut st = FrameStats::default();
+        let mut got = Vec::new();
+        assert!(deliver_frame(&[ep], &mut st, &frame, &mut |p| got.push(p.to_vec())));
+        assert!(deliver_frame(&[], &mut st, &frame, &mut |p| got.push(p.to_vec())));
+        let other = SocketAddrV4::new(*ep.ip(), 7149);
+        assert!(!deliver_frame(&[other], &mut st, &frame, &mut |_| {}));
+        assert!(!deliver_frame(&[], &mut st, &frame[..20], &mut |_| {}));
+        let mut arp = frame.clone();
+        arp[12] = 0x08;
+        arp[13] = 0x06;
+        assert!(!deliver_frame(&[], &mut st, &arp[..42], &mut |_| {}));
+        assert_eq!(got, vec![b"hello".to_vec(), b"hello".to_vec()]);
+        assert_eq!(st.datagrams, 2);
+        assert_eq!(st.filtered, 1);
+        assert_eq!(st.malformed + st.not_udp, 2);
     }
 }

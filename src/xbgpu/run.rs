@@ -427,6 +427,6 @@ pub fn run(args: &XbgpuArgs) -> anyhow::Result<XbgpuSummary> {
         }
         None => None,
     };
-    let src = open_source(&args.src, args.recv_interface)?;
+    let src = open_source(&args.src, args.recv_interface, None)?;
     run_pipelines(src, placement, xs, beams)
 }
