@@ -79,3 +79,18 @@ pub fn compile_ptx(
     cudarc::nvrtc::compile_ptx_with_opts(src, opts)
         .map_err(|e| format!("NVRTC failed to compile {name} for {arch}: {e:?}"))
 }
+
+/// For kernel-compilation tests: true if NVRTC is present; otherwise prints a notice and
+/// returns false, or panics when `GPUCBF_REQUIRE_NVRTC=1` (CI installs NVRTC and sets it).
+pub fn nvrtc_test_guard(test: &str) -> bool {
+    if nvrtc_available() {
+        return true;
+    }
+    if std::env::var("GPUCBF_REQUIRE_NVRTC").as_deref() == Ok("1") {
+        panic!(
+            "{test}: GPUCBF_REQUIRE_NVRTC=1 but libnvrtc could not be loaded (LD_LIBRARY_PATH?)"
+        );
+    }
+    eprintln!("SKIPPED {test}: NVRTC not available");
+    false
+}

@@ -109,3 +109,92 @@ fn record(s: &mut StreamSummary, h: &crate::spead::Heap) {
         }
     }
 }
+
+/// One heap as JSON (for `gpucbf spead-dump` and interop tests).
+pub fn heap_json(h: &crate::spead::Heap) -> serde_json::Value {
+    use crate::spead::ItemValue;
+    use serde_json::json;
+    let items: Vec<serde_json::Value> = h
+        .items()
+        .into_iter()
+        .filter(|(id, _)| *id != ids::DESCRIPTOR && *id != ids::NULL)
+        .map(|(id, v)| match v {
+            ItemValue::Immediate(x) => json!({"id": id, "immediate": x}),
+            ItemValue::Bytes(b) => {
+                let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+                json!({"id": id, "hex": hex})
+            }
+        })
+        .collect();
+    let descriptors: Vec<serde_json::Value> = h
+        .descriptors()
+        .into_iter()
+        .map(|d| match d {
+            Ok(d) => json!({
+                "id": d.id, "name": d.name, "description": d.description,
+                "shape": d.shape, "format": d.format.iter().map(|(c, b)| (c.to_string(), *b)).collect::<Vec<_>>(),
+                "dtype": d.dtype,
+            }),
+            Err(e) => json!({"error": e}),
+        })
+        .collect();
+    json!({"cnt": h.cnt, "complete": h.complete, "stop": h.is_stop(), "items": items, "descriptors": descriptors})
+}
+
+/// Where `spead-dump` reads packets from.
+pub enum DumpSource {
+    Pcap(std::path::PathBuf),
+    Udp {
+        addr: SocketAddrV4,
+        idle_timeout: std::time::Duration,
+    },
+}
+
+/// Assembles heaps from `src` and writes one JSON line per heap to `out`. Stops at end of
+/// file, after `max_heaps`, after a stop heap (UDP), or after `idle_timeout` with no packet.
+/// Returns the assembler counters.
+pub fn dump(
+    src: DumpSource,
+    max_heaps: Option<u64>,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<crate::spead::AssemblerStats> {
+    let mut asm = Assembler::new(64);
+    let mut heaps = Vec::new();
+    let mut n = 0u64;
+    let emit = |heaps: &mut Vec<crate::spead::Heap>,
+                out: &mut dyn std::io::Write,
+                n: &mut u64|
+     -> std::io::Result<bool> {
+        let mut stop = false;
+        for h in heaps.drain(..) {
+            writeln!(out, "{}", heap_json(&h))?;
+            *n += 1;
+            stop |= h.is_stop() || max_heaps.is_some_and(|m| *n >= m);
+        }
+        Ok(stop)
+    };
+    match src {
+        DumpSource::Pcap(path) => {
+            let mut p = PcapSource::open(&path)?;
+            while let Some(d) = p.next_datagram()? {
+                let _ = asm.push(&d.payload, &mut heaps);
+                if emit(&mut heaps, out, &mut n)? && max_heaps.is_some_and(|m| n >= m) {
+                    break;
+                }
+            }
+        }
+        DumpSource::Udp { addr, idle_timeout } => {
+            let sock =
+                crate::net::udp::UdpSource::bind(addr, std::net::Ipv4Addr::UNSPECIFIED, 8 << 20)?;
+            let mut buf = vec![0u8; 65536];
+            while let Some(len) = sock.recv(&mut buf, idle_timeout)? {
+                let _ = asm.push(&buf[..len], &mut heaps);
+                if emit(&mut heaps, out, &mut n)? {
+                    break;
+                }
+            }
+        }
+    }
+    asm.flush(&mut heaps);
+    Ok(asm.stats)
+}

@@ -6,9 +6,17 @@
 //! backends), [`telemetry`] (logs and metrics).
 
 pub mod bitpack;
+pub mod chunk;
+pub mod control;
+pub mod dsim;
+pub mod fengine;
+pub mod fgpu;
 pub mod gpu;
 pub mod inspect;
 pub mod net;
 pub mod nufft;
+pub mod shutdown;
 pub mod spead;
 pub mod telemetry;
+pub mod xbgpu;
+pub mod xengine;

@@ -21,6 +21,27 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// F-engine: digitiser heaps (UDP or pcap) → channelised F-engine heaps.
+    Fgpu(gpucbf::fgpu::FgpuArgs),
+    /// XB-engine: F-engine heaps (UDP or pcap) → correlation products and beams.
+    Xbgpu(gpucbf::xbgpu::XbgpuArgs),
+    /// Digitiser simulator: SPEAD digitiser heaps to UDP destinations or a pcap file.
+    Dsim(gpucbf::dsim::DsimArgs),
+    /// Print every SPEAD heap of a pcap file or UDP port as one JSON line (items, descriptors).
+    SpeadDump {
+        /// Read this pcap file.
+        #[arg(long, conflicts_with = "udp", required_unless_present = "udp")]
+        pcap: Option<PathBuf>,
+        /// Receive on this UDP endpoint (unicast or multicast ADDR:PORT).
+        #[arg(long)]
+        udp: Option<std::net::SocketAddrV4>,
+        /// Stop after this many heaps.
+        #[arg(long)]
+        max_heaps: Option<u64>,
+        /// UDP: stop after this many seconds without a packet.
+        #[arg(long, default_value_t = 5.0)]
+        idle_timeout: f64,
+    },
     /// Decode the SPEAD heaps of a pcap file and print a JSON summary per destination.
     PcapInfo {
         /// Capture to read.
@@ -29,17 +50,60 @@ enum Command {
     /// Non-uniform FFTs (FINUFFT conventions) on .npy files, and the CPU benchmark.
     #[command(subcommand)]
     Nufft(gpucbf::nufft::cli::NufftCmd),
+    /// Benchmarks (`gpucbf bench xbgpu`).
+    Bench {
+        /// What to benchmark: `xbgpu` (X-engine correlator, beamformer, cuBLASLt int8 GEMM).
+        #[arg(value_parser = ["xbgpu"])]
+        what: String,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
+        Command::Fgpu(args) => {
+            let summary = gpucbf::fgpu::run(&args)?;
+            println!("{}", serde_json::to_string_pretty(&summary)?);
+        }
+        Command::Xbgpu(args) => {
+            let summary = gpucbf::xbgpu::run(&args)?;
+            println!("{}", serde_json::to_string_pretty(&summary)?);
+        }
+        Command::Dsim(args) => {
+            let cfg = args.validate().map_err(anyhow::Error::msg)?;
+            let summary = gpucbf::dsim::run(&cfg)?;
+            if args.summary {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            }
+        }
+        Command::SpeadDump {
+            pcap,
+            udp,
+            max_heaps,
+            idle_timeout,
+        } => {
+            use gpucbf::inspect::{dump, DumpSource};
+            let src = match (pcap, udp) {
+                (Some(p), _) => DumpSource::Pcap(p),
+                (None, Some(addr)) => DumpSource::Udp {
+                    addr,
+                    idle_timeout: std::time::Duration::from_secs_f64(idle_timeout.max(0.001)),
+                },
+                (None, None) => anyhow::bail!("give --pcap FILE or --udp ADDR:PORT"),
+            };
+            let stats = dump(src, max_heaps, &mut std::io::stdout().lock())?;
+            tracing::info!(?stats, "spead-dump finished");
+        }
         Command::PcapInfo { path } => {
             let s = gpucbf::inspect::summarise(&path)?;
             println!("{}", serde_json::to_string_pretty(&s)?);
         }
         Command::Nufft(cmd) => gpucbf::nufft::cli::run(cmd)?,
+        Command::Bench { what } => {
+            debug_assert_eq!(what, "xbgpu");
+            gpucbf::xengine::bench_gpu(&[64, 256, 576, 1024], 8192)?;
+        }
     }
     Ok(())
 }

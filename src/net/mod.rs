@@ -5,7 +5,9 @@
 //! * [`udp`]: kernel UDP sockets with sendmmsg, multicast and pacing.
 
 pub mod endpoint;
+pub mod heapsend;
 pub mod pcap;
+pub mod source;
 pub mod udp;
 
 use std::io;
@@ -81,5 +83,39 @@ impl Pacer {
             }
             _ => 0.0,
         }
+    }
+}
+
+/// A sink shared by several senders (e.g. all outputs of an engine writing one pcap file).
+#[derive(Clone)]
+pub struct SharedSink(std::sync::Arc<std::sync::Mutex<Box<dyn PacketSink>>>);
+
+impl SharedSink {
+    pub fn new(sink: Box<dyn PacketSink>) -> Self {
+        SharedSink(std::sync::Arc::new(std::sync::Mutex::new(sink)))
+    }
+
+    fn lock(&self) -> io::Result<std::sync::MutexGuard<'_, Box<dyn PacketSink>>> {
+        self.0
+            .lock()
+            .map_err(|_| io::Error::other("sink lock poisoned"))
+    }
+}
+
+impl PacketSink for SharedSink {
+    fn send(&mut self, dst: SocketAddrV4, parts: &[&[u8]]) -> io::Result<()> {
+        self.lock()?.send(dst, parts)
+    }
+
+    fn send_batch(&mut self, packets: &[(SocketAddrV4, &[&[u8]])]) -> io::Result<()> {
+        self.lock()?.send_batch(packets)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.lock()?.flush()
+    }
+
+    fn is_offline(&self) -> bool {
+        self.lock().map(|s| s.is_offline()).unwrap_or(false)
     }
 }

@@ -44,16 +44,14 @@ impl ItemValue<'_> {
 }
 
 impl Heap {
-    /// Byte range of each addressed item: up to the next higher address, or the heap end.
-    fn addressed_range(&self, p: &ItemPointer) -> Option<(usize, usize)> {
-        let start = p.value;
-        let end = self
-            .pointers
+    /// Byte range of an addressed item: from its address to the address of the next
+    /// addressed item in pointer order (as spead2 does), or to the heap end.
+    fn addressed_range(&self, idx: usize) -> Option<(usize, usize)> {
+        let start = self.pointers[idx].value;
+        let end = self.pointers[idx + 1..]
             .iter()
-            .filter(|q| !q.immediate && q.value > start)
-            .map(|q| q.value)
-            .min()
-            .unwrap_or(self.size);
+            .find(|q| !q.immediate)
+            .map_or(self.size, |q| q.value);
         if start > end || end > self.payload.len() as u64 {
             return None;
         }
@@ -62,24 +60,24 @@ impl Heap {
 
     /// Value of the first item with this ID.
     pub fn item(&self, id: u16) -> Option<ItemValue<'_>> {
-        let p = self.pointers.iter().find(|p| p.id == id)?;
-        self.value_of(p)
+        let i = self.pointers.iter().position(|p| p.id == id)?;
+        self.value_of(i)
     }
 
-    fn value_of(&self, p: &ItemPointer) -> Option<ItemValue<'_>> {
+    fn value_of(&self, idx: usize) -> Option<ItemValue<'_>> {
+        let p = self.pointers[idx];
         if p.immediate {
             Some(ItemValue::Immediate(p.value))
         } else {
-            let (a, b) = self.addressed_range(p)?;
+            let (a, b) = self.addressed_range(idx)?;
             Some(ItemValue::Bytes(&self.payload[a..b]))
         }
     }
 
     /// All items, in pointer order (descriptor and NULL items included).
     pub fn items(&self) -> Vec<(u16, ItemValue<'_>)> {
-        self.pointers
-            .iter()
-            .filter_map(|p| Some((p.id, self.value_of(p)?)))
+        (0..self.pointers.len())
+            .filter_map(|i| Some((self.pointers[i].id, self.value_of(i)?)))
             .collect()
     }
 
@@ -97,10 +95,9 @@ impl Heap {
 
     /// Descriptors carried by this heap; malformed ones are returned as errors.
     pub fn descriptors(&self) -> Vec<Result<Descriptor, String>> {
-        self.pointers
-            .iter()
-            .filter(|p| p.id == ids::DESCRIPTOR)
-            .map(|p| match self.value_of(p) {
+        (0..self.pointers.len())
+            .filter(|&i| self.pointers[i].id == ids::DESCRIPTOR)
+            .map(|i| match self.value_of(i) {
                 Some(ItemValue::Bytes(b)) => Descriptor::decode(b),
                 _ => Err("descriptor item is not an addressed item".to_string()),
             })
@@ -144,12 +141,21 @@ impl AssemblerStats {
 
 struct Partial {
     heap: Heap,
+    /// Pointers with their order key (payload offset of the packet, index in it): pointer
+    /// order defines addressed item lengths, and packets may arrive in any order.
+    keyed: Vec<((u64, usize), ItemPointer)>,
     /// Received byte ranges [start, end), sorted, merged.
     ranges: Vec<(u64, u64)>,
     last_used: u64,
 }
 
 impl Partial {
+    fn into_heap(mut self) -> Heap {
+        self.keyed.sort_by_key(|(k, _)| *k);
+        self.heap.pointers = self.keyed.into_iter().map(|(_, p)| p).collect();
+        self.heap
+    }
+
     /// Checks [a, b) against what is already received: Ok(()) if new.
     fn check(&self, a: u64, b: u64) -> Result<(), DropReason> {
         for &(s, e) in &self.ranges {
@@ -254,7 +260,7 @@ impl Assembler {
             self.stats.incomplete_heaps_evicted += 1;
         }
         if self.keep_incomplete {
-            let mut h = p.heap;
+            let mut h = p.into_heap();
             h.complete = false;
             if h.addresses_valid() {
                 out.push(h);
@@ -333,6 +339,7 @@ impl Assembler {
                         complete: false,
                         received: 0,
                     },
+                    keyed: Vec::new(),
                     ranges: Vec::new(),
                     last_used: 0,
                 });
@@ -345,9 +352,11 @@ impl Assembler {
         let clock = self.clock;
         let p = &mut self.partial[idx];
         p.last_used = clock;
-        for ptr in pkt.items() {
-            if !p.heap.pointers.contains(&ptr) {
-                p.heap.pointers.push(ptr);
+        for (i, ptr) in pkt.items().enumerate() {
+            let key = (a, i);
+            match p.keyed.iter_mut().find(|(_, q)| *q == ptr) {
+                Some(k) => k.0 = k.0.min(key),
+                None => p.keyed.push((key, ptr)),
             }
         }
         if pkt.heap_size.is_none() && p.heap.payload.len() < b as usize {
@@ -360,7 +369,7 @@ impl Assembler {
         let done = pkt.heap_size.is_some() && p.heap.received == p.heap.size;
         if done {
             let p = self.partial.swap_remove(idx);
-            self.finish(p.heap, out);
+            self.finish(p.into_heap(), out);
         }
         Ok(())
     }

@@ -20,3 +20,5 @@ pub fn init_logging(format: LogFormat) {
         LogFormat::Json => builder.json().try_init(),
     };
 }
+
+pub mod metrics;

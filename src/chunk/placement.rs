@@ -1,0 +1,121 @@
+//! Placement rules of the engines (ICD §5).
+
+use super::{Place, Placement, Reject};
+use crate::spead::{ids, PacketView};
+
+/// Digitiser heaps into F-engine input chunks: `chunk_samples` samples per polarisation,
+/// polarisation the major axis, each pol's heaps contiguous (so a chunk holds one packed
+/// sample stream per pol).
+#[derive(Debug, Clone)]
+pub struct DigitiserPlacement {
+    pub heap_samples: u64,
+    pub bits: u32,
+    pub chunk_samples: u64,
+    /// ANDed into timestamps first (`--mask-timestamp`); all ones by default.
+    pub timestamp_mask: u64,
+}
+
+impl DigitiserPlacement {
+    pub fn new(heap_samples: u64, bits: u32, chunk_samples: u64) -> Result<Self, String> {
+        if heap_samples == 0 || chunk_samples == 0 || !chunk_samples.is_multiple_of(heap_samples) {
+            return Err(format!("chunk samples {chunk_samples} must be a positive multiple of heap samples {heap_samples}"));
+        }
+        if !(heap_samples * bits as u64).is_multiple_of(8) {
+            return Err("heap samples × bits must be whole bytes".into());
+        }
+        Ok(DigitiserPlacement {
+            heap_samples,
+            bits,
+            chunk_samples,
+            timestamp_mask: u64::MAX,
+        })
+    }
+
+    pub fn heaps_per_pol(&self) -> usize {
+        (self.chunk_samples / self.heap_samples) as usize
+    }
+
+    /// Slot of (pol, heap index within the chunk).
+    pub fn slot(&self, pol: usize, heap: usize) -> usize {
+        pol * self.heaps_per_pol() + heap
+    }
+}
+
+impl Placement for DigitiserPlacement {
+    fn slot_bytes(&self) -> usize {
+        (self.heap_samples * self.bits as u64 / 8) as usize
+    }
+
+    fn n_slots(&self) -> usize {
+        2 * self.heaps_per_pol()
+    }
+
+    fn place(&self, pkt: &PacketView<'_>) -> Result<Place, Reject> {
+        if pkt.heap_size != Some(self.slot_bytes() as u64) {
+            return Err(Reject::MetadataHeap);
+        }
+        let ts = pkt.immediate(ids::TIMESTAMP).ok_or(Reject::MetadataHeap)? & self.timestamp_mask;
+        let id = pkt
+            .immediate(ids::DIGITISER_ID)
+            .ok_or(Reject::MetadataHeap)?;
+        if !ts.is_multiple_of(self.heap_samples) {
+            return Err(Reject::BadTimestamp);
+        }
+        let pol = (id & 1) as usize;
+        let heap = ((ts % self.chunk_samples) / self.heap_samples) as usize;
+        Ok(Place {
+            chunk_id: ts / self.chunk_samples,
+            slot: self.slot(pol, heap),
+        })
+    }
+}
+
+/// F-engine heaps into X-engine input chunks: `batches_per_chunk` batches × `n_ants`
+/// antennas, each slot one heap of (channels, spectra, pol, re/im) samples.
+#[derive(Debug, Clone)]
+pub struct FengPlacement {
+    pub n_ants: usize,
+    pub channels_per_substream: usize,
+    pub spectra_per_heap: usize,
+    pub sample_bits: u32,
+    pub samples_between_spectra: u64,
+    pub batches_per_chunk: usize,
+}
+
+impl FengPlacement {
+    /// ADC samples between consecutive batches.
+    pub fn batch_step(&self) -> u64 {
+        self.spectra_per_heap as u64 * self.samples_between_spectra
+    }
+}
+
+impl Placement for FengPlacement {
+    fn slot_bytes(&self) -> usize {
+        self.channels_per_substream * self.spectra_per_heap * 4 * self.sample_bits as usize / 8
+    }
+
+    fn n_slots(&self) -> usize {
+        self.batches_per_chunk * self.n_ants
+    }
+
+    fn place(&self, pkt: &PacketView<'_>) -> Result<Place, Reject> {
+        if pkt.heap_size != Some(self.slot_bytes() as u64) {
+            return Err(Reject::MetadataHeap);
+        }
+        let ts = pkt.immediate(ids::TIMESTAMP).ok_or(Reject::MetadataHeap)?;
+        let feng = pkt.immediate(ids::FENG_ID).ok_or(Reject::MetadataHeap)?;
+        let step = self.batch_step();
+        if step == 0 || !ts.is_multiple_of(step) {
+            return Err(Reject::BadTimestamp);
+        }
+        if feng >= self.n_ants as u64 {
+            return Err(Reject::BadId);
+        }
+        let batch = ts / step;
+        let bpc = self.batches_per_chunk as u64;
+        Ok(Place {
+            chunk_id: batch / bpc,
+            slot: (batch % bpc) as usize * self.n_ants + feng as usize,
+        })
+    }
+}

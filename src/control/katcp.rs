@@ -1,0 +1,237 @@
+//! katcp v5 message codec: `?request[id] args`, `!reply[id] args`, `#inform[id] args`,
+//! space-separated arguments with katcp escapes (`\\ \_ \0 \n \r \e \t \@`). Parsing never
+//! panics; malformed lines are errors.
+
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Request,
+    Reply,
+    Inform,
+}
+
+impl Kind {
+    fn sigil(self) -> u8 {
+        match self {
+            Kind::Request => b'?',
+            Kind::Reply => b'!',
+            Kind::Inform => b'#',
+        }
+    }
+}
+
+/// One katcp message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub kind: Kind,
+    pub name: String,
+    pub mid: Option<u32>,
+    pub args: Vec<Vec<u8>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError(pub String);
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+fn unescape(arg: &[u8]) -> Result<Vec<u8>, ParseError> {
+    if arg == b"\\@" {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::with_capacity(arg.len());
+    let mut it = arg.iter();
+    while let Some(&c) = it.next() {
+        if c != b'\\' {
+            out.push(c);
+            continue;
+        }
+        let e = it
+            .next()
+            .ok_or_else(|| ParseError("trailing backslash".into()))?;
+        out.push(match e {
+            b'\\' => b'\\',
+            b'_' => b' ',
+            b'0' => 0,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b'e' => 0x1b,
+            b't' => b'\t',
+            b'@' => return Err(ParseError("\\@ inside an argument".into())),
+            other => return Err(ParseError(format!("unknown escape \\{}", *other as char))),
+        });
+    }
+    Ok(out)
+}
+
+fn escape(arg: &[u8], out: &mut Vec<u8>) {
+    if arg.is_empty() {
+        out.extend_from_slice(b"\\@");
+        return;
+    }
+    for &c in arg {
+        match c {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b' ' => out.extend_from_slice(b"\\_"),
+            0 => out.extend_from_slice(b"\\0"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            0x1b => out.extend_from_slice(b"\\e"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            c => out.push(c),
+        }
+    }
+}
+
+impl Message {
+    pub fn new(kind: Kind, name: &str, mid: Option<u32>, args: Vec<Vec<u8>>) -> Self {
+        Message {
+            kind,
+            name: name.to_string(),
+            mid,
+            args,
+        }
+    }
+
+    /// A reply or inform with string arguments.
+    pub fn with_args<S: AsRef<str>>(kind: Kind, name: &str, mid: Option<u32>, args: &[S]) -> Self {
+        Message::new(
+            kind,
+            name,
+            mid,
+            args.iter()
+                .map(|a| a.as_ref().as_bytes().to_vec())
+                .collect(),
+        )
+    }
+
+    /// Argument `i` as UTF-8 text.
+    pub fn arg_str(&self, i: usize) -> Option<&str> {
+        self.args.get(i).and_then(|a| std::str::from_utf8(a).ok())
+    }
+
+    /// Parses one line (without the newline).
+    pub fn parse(line: &[u8]) -> Result<Message, ParseError> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let mut parts = line
+            .split(|&c| c == b' ' || c == b'\t')
+            .filter(|p| !p.is_empty());
+        let head = parts
+            .next()
+            .ok_or_else(|| ParseError("empty message".into()))?;
+        let kind = match head[0] {
+            b'?' => Kind::Request,
+            b'!' => Kind::Reply,
+            b'#' => Kind::Inform,
+            _ => return Err(ParseError("message must start with ?, ! or #".into())),
+        };
+        let rest = &head[1..];
+        let (name, mid) = match rest.iter().position(|&c| c == b'[') {
+            Some(i) => {
+                let close = rest
+                    .len()
+                    .checked_sub(1)
+                    .filter(|&j| j > i && rest[j] == b']');
+                let close = close.ok_or_else(|| ParseError("unterminated message id".into()))?;
+                let id = std::str::from_utf8(&rest[i + 1..close])
+                    .ok()
+                    .and_then(|s| s.parse::<u32>().ok())
+                    .filter(|&v| v > 0)
+                    .ok_or_else(|| ParseError("message id must be a positive integer".into()))?;
+                (&rest[..i], Some(id))
+            }
+            None => (rest, None),
+        };
+        let valid = !name.is_empty()
+            && name[0].is_ascii_alphabetic()
+            && name.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-');
+        if !valid {
+            return Err(ParseError("bad message name".into()));
+        }
+        let args = parts.map(unescape).collect::<Result<Vec<_>, _>>()?;
+        Ok(Message {
+            kind,
+            name: String::from_utf8_lossy(name).into_owned(),
+            mid,
+            args,
+        })
+    }
+
+    /// The message as a line, newline included.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![self.kind.sigil()];
+        out.extend_from_slice(self.name.as_bytes());
+        if let Some(m) = self.mid {
+            out.extend_from_slice(format!("[{m}]").as_bytes());
+        }
+        for a in &self.args {
+            out.push(b' ');
+            escape(a, &mut out);
+        }
+        out.push(b'\n');
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_escapes() {
+        let m = Message::new(
+            Kind::Request,
+            "gain",
+            Some(7),
+            vec![
+                b"wide band".to_vec(),
+                Vec::new(),
+                b"a\\b\n\t\0\x1b\r".to_vec(),
+            ],
+        );
+        let line = m.encode();
+        assert_eq!(
+            &line[..],
+            &b"?gain[7] wide\\_band \\@ a\\\\b\\n\\t\\0\\e\\r\n"[..]
+        );
+        assert_eq!(Message::parse(&line[..line.len() - 1]).unwrap(), m);
+        for bad in [
+            &b""[..],
+            b"gain",
+            b"?",
+            b"?gain[0]",
+            b"?gain[x]",
+            b"?ga in\\q",
+            b"?gain[3",
+            b"?9x",
+            b"?a b\\",
+        ] {
+            assert!(
+                Message::parse(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_lines_never_panic(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let _ = Message::parse(&data);
+        }
+
+        #[test]
+        fn any_args_round_trip(args in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..20), 0..5)) {
+            let args: Vec<Vec<u8>> = args.into_iter().map(|a| a.into_iter().filter(|&c| c != b'\n').collect()).collect();
+            let m = Message::new(Kind::Inform, "x-y", None, args);
+            let line = m.encode();
+            proptest::prop_assert_eq!(Message::parse(&line[..line.len() - 1]).unwrap(), m);
+        }
+    }
+}

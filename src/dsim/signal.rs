@@ -1,0 +1,680 @@
+//! The dsim signal language and its evaluation.
+//!
+//! ```text
+//! program   := { statement }
+//! statement := NAME '=' top ';'  |  top ';'
+//! top       := 'nodither' '(' expr ')' | expr
+//! expr      := term { ('+' | '-') term }
+//! term      := unary { '*' unary }
+//! unary     := '-' unary | atom
+//! atom      := NUMBER | NAME | call | '(' expr ')'
+//! call      := cw(amp, freq) | multicw(m, amp0, amp_step, freq0, freq_step)
+//!            | comb(amp, freq) | wgn(std [, entropy]) | delay(expr, samples)
+//! ```
+//!
+//! Every signal is periodic with the replay period P: frequencies are rounded to a
+//! multiple of adc_rate / P. Values are a pure function of the sample index (noise uses a
+//! counter-based generator), so any range of samples can be evaluated independently, in
+//! parallel, and the result does not depend on the thread count.
+
+use std::collections::HashMap;
+use std::f64::consts::PI;
+use std::sync::Arc;
+
+/// A parsed signal expression.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Signal {
+    Const(f64),
+    Cw {
+        amp: f64,
+        freq: f64,
+    },
+    MultiCw {
+        m: u32,
+        amp0: f64,
+        amp_step: f64,
+        freq0: f64,
+        freq_step: f64,
+    },
+    Comb {
+        amp: f64,
+        freq: f64,
+    },
+    Wgn {
+        std: f64,
+        entropy: u64,
+    },
+    Delay(Arc<Signal>, i64),
+    Add(Arc<Signal>, Arc<Signal>),
+    Sub(Arc<Signal>, Arc<Signal>),
+    Mul(Arc<Signal>, Arc<Signal>),
+}
+
+/// One output stream's signal and whether to dither it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamSignal {
+    pub signal: Arc<Signal>,
+    pub dither: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Num(f64),
+    Name(String),
+    Sym(char),
+}
+
+fn tokenize(s: &str) -> Result<Vec<(usize, Tok)>, String> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    let mut out = Vec::new();
+    while i < b.len() {
+        let c = b[i] as char;
+        if c.is_ascii_whitespace() {
+            i += 1;
+        } else if c.is_ascii_digit()
+            || (c == '.' && i + 1 < b.len() && (b[i + 1] as char).is_ascii_digit())
+        {
+            let start = i;
+            while i < b.len() && ((b[i] as char).is_ascii_digit() || b[i] == b'.') {
+                i += 1;
+            }
+            if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
+                let save = i;
+                i += 1;
+                if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
+                    i += 1;
+                }
+                if i < b.len() && (b[i] as char).is_ascii_digit() {
+                    while i < b.len() && (b[i] as char).is_ascii_digit() {
+                        i += 1;
+                    }
+                } else {
+                    i = save;
+                }
+            }
+            let text = &s[start..i];
+            let v: f64 = text
+                .parse()
+                .map_err(|_| format!("bad number {text:?} at column {}", start + 1))?;
+            out.push((start, Tok::Num(v)));
+        } else if c.is_ascii_alphabetic() || c == '_' {
+            let start = i;
+            while i < b.len() && ((b[i] as char).is_ascii_alphanumeric() || b[i] == b'_') {
+                i += 1;
+            }
+            out.push((start, Tok::Name(s[start..i].to_string())));
+        } else if "+-*(),;=".contains(c) {
+            out.push((i, Tok::Sym(c)));
+            i += 1;
+        } else {
+            return Err(format!("unexpected character {c:?} at column {}", i + 1));
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Clone)]
+enum Value {
+    Sig(Arc<Signal>),
+    NoDither(Arc<Signal>),
+}
+
+struct Parser<'a> {
+    toks: Vec<(usize, Tok)>,
+    pos: usize,
+    vars: HashMap<String, Value>,
+    entropy: &'a mut dyn FnMut() -> u64,
+}
+
+impl Parser<'_> {
+    fn peek(&self) -> Option<&Tok> {
+        self.toks.get(self.pos).map(|t| &t.1)
+    }
+
+    fn where_(&self) -> String {
+        match self.toks.get(self.pos) {
+            Some((c, _)) => format!("column {}", c + 1),
+            None => "end of input".into(),
+        }
+    }
+
+    fn expect(&mut self, c: char) -> Result<(), String> {
+        match self.peek() {
+            Some(Tok::Sym(x)) if *x == c => {
+                self.pos += 1;
+                Ok(())
+            }
+            _ => Err(format!("expected '{c}' at {}", self.where_())),
+        }
+    }
+
+    fn number(&mut self) -> Result<f64, String> {
+        let neg = if self.peek() == Some(&Tok::Sym('-')) {
+            self.pos += 1;
+            true
+        } else {
+            false
+        };
+        match self.peek().cloned() {
+            Some(Tok::Num(v)) => {
+                self.pos += 1;
+                Ok(if neg { -v } else { v })
+            }
+            _ => Err(format!("expected a literal number at {}", self.where_())),
+        }
+    }
+
+    fn top(&mut self) -> Result<Value, String> {
+        // A nodither variable may stand alone as a statement.
+        if let (Some(Tok::Name(n)), Some(Tok::Sym(';'))) =
+            (self.peek(), self.toks.get(self.pos + 1).map(|t| &t.1))
+        {
+            if let Some(v @ Value::NoDither(_)) = self.vars.get(n) {
+                let v = v.clone();
+                self.pos += 1;
+                return Ok(v);
+            }
+        }
+        if let Some(Tok::Name(n)) = self.peek() {
+            if n == "nodither" {
+                self.pos += 1;
+                self.expect('(')?;
+                let e = self.expr()?;
+                self.expect(')')?;
+                return Ok(Value::NoDither(e));
+            }
+        }
+        Ok(Value::Sig(self.expr()?))
+    }
+
+    fn expr(&mut self) -> Result<Arc<Signal>, String> {
+        let mut lhs = self.term()?;
+        loop {
+            match self.peek() {
+                Some(Tok::Sym('+')) => {
+                    self.pos += 1;
+                    lhs = Arc::new(Signal::Add(lhs, self.term()?));
+                }
+                Some(Tok::Sym('-')) => {
+                    self.pos += 1;
+                    lhs = Arc::new(Signal::Sub(lhs, self.term()?));
+                }
+                _ => return Ok(lhs),
+            }
+        }
+    }
+
+    fn term(&mut self) -> Result<Arc<Signal>, String> {
+        let mut lhs = self.unary()?;
+        while self.peek() == Some(&Tok::Sym('*')) {
+            self.pos += 1;
+            lhs = Arc::new(Signal::Mul(lhs, self.unary()?));
+        }
+        Ok(lhs)
+    }
+
+    fn unary(&mut self) -> Result<Arc<Signal>, String> {
+        if self.peek() == Some(&Tok::Sym('-')) {
+            self.pos += 1;
+            let inner = self.unary()?;
+            return Ok(Arc::new(Signal::Sub(Arc::new(Signal::Const(0.0)), inner)));
+        }
+        self.atom()
+    }
+
+    fn args(&mut self, name: &str, min: usize, max: usize) -> Result<Vec<f64>, String> {
+        self.expect('(')?;
+        let mut v = vec![self.number()?];
+        while self.peek() == Some(&Tok::Sym(',')) {
+            self.pos += 1;
+            v.push(self.number()?);
+        }
+        self.expect(')')?;
+        if v.len() < min || v.len() > max {
+            return Err(format!(
+                "{name} takes {min}..={max} arguments, got {}",
+                v.len()
+            ));
+        }
+        if v.iter().any(|x| !x.is_finite()) {
+            return Err(format!("{name}: arguments must be finite"));
+        }
+        Ok(v)
+    }
+
+    fn atom(&mut self) -> Result<Arc<Signal>, String> {
+        let tok = self.peek().cloned();
+        match tok {
+            Some(Tok::Num(v)) => {
+                self.pos += 1;
+                Ok(Arc::new(Signal::Const(v)))
+            }
+            Some(Tok::Sym('(')) => {
+                self.pos += 1;
+                let e = self.expr()?;
+                self.expect(')')?;
+                Ok(e)
+            }
+            Some(Tok::Name(n)) => {
+                self.pos += 1;
+                match n.as_str() {
+                    "cw" => {
+                        let a = self.args("cw", 2, 2)?;
+                        Ok(Arc::new(Signal::Cw {
+                            amp: a[0],
+                            freq: a[1],
+                        }))
+                    }
+                    "comb" => {
+                        let a = self.args("comb", 2, 2)?;
+                        Ok(Arc::new(Signal::Comb {
+                            amp: a[0],
+                            freq: a[1],
+                        }))
+                    }
+                    "multicw" => {
+                        let a = self.args("multicw", 5, 5)?;
+                        if a[0] < 0.0 || a[0].fract() != 0.0 || a[0] > 1e6 {
+                            return Err("multicw: m must be a non-negative integer".into());
+                        }
+                        Ok(Arc::new(Signal::MultiCw {
+                            m: a[0] as u32,
+                            amp0: a[1],
+                            amp_step: a[2],
+                            freq0: a[3],
+                            freq_step: a[4],
+                        }))
+                    }
+                    "wgn" => {
+                        let a = self.args("wgn", 1, 2)?;
+                        if a[0] < 0.0 {
+                            return Err("wgn: std must be non-negative".into());
+                        }
+                        let entropy = match a.get(1) {
+                            Some(&e) if e >= 0.0 && e.fract() == 0.0 && e < 1.8e19 => e as u64,
+                            Some(_) => {
+                                return Err("wgn: entropy must be a non-negative integer".into())
+                            }
+                            None => (self.entropy)(),
+                        };
+                        Ok(Arc::new(Signal::Wgn { std: a[0], entropy }))
+                    }
+                    "delay" => {
+                        self.expect('(')?;
+                        let e = self.expr()?;
+                        self.expect(',')?;
+                        let d = self.number()?;
+                        self.expect(')')?;
+                        if d.fract() != 0.0 || d.abs() > 1e15 {
+                            return Err("delay: only integer sample delays are supported".into());
+                        }
+                        Ok(Arc::new(Signal::Delay(e, d as i64)))
+                    }
+                    "nodither" => Err("nodither(...) must be the whole statement".into()),
+                    name => match self.vars.get(name) {
+                        Some(Value::Sig(s)) => Ok(s.clone()),
+                        Some(Value::NoDither(_)) => Err(format!(
+                            "variable {name} is nodither(...) and cannot be combined"
+                        )),
+                        None => Err(format!("unknown function or variable {name:?}")),
+                    },
+                }
+            }
+            _ => Err(format!("expected a signal at {}", self.where_())),
+        }
+    }
+}
+
+/// Parses a program; `entropy` supplies seeds for `wgn` without an explicit one.
+pub fn parse(src: &str, entropy: &mut dyn FnMut() -> u64) -> Result<Vec<StreamSignal>, String> {
+    let toks = tokenize(src)?;
+    let mut p = Parser {
+        toks,
+        pos: 0,
+        vars: HashMap::new(),
+        entropy,
+    };
+    let mut outs = Vec::new();
+    while p.pos < p.toks.len() {
+        let assign = match (
+            p.toks.get(p.pos).map(|t| &t.1),
+            p.toks.get(p.pos + 1).map(|t| &t.1),
+        ) {
+            (Some(Tok::Name(n)), Some(Tok::Sym('='))) => Some(n.clone()),
+            _ => None,
+        };
+        if let Some(name) = assign {
+            if p.vars.contains_key(&name) {
+                return Err(format!("variable {name} is defined twice"));
+            }
+            if ["cw", "comb", "multicw", "wgn", "delay", "nodither"].contains(&name.as_str()) {
+                return Err(format!("{name} is a function name"));
+            }
+            p.pos += 2;
+            let v = p.top()?;
+            p.expect(';')?;
+            p.vars.insert(name, v);
+        } else {
+            let v = p.top()?;
+            p.expect(';')
+                .map_err(|e| format!("{e} (every statement ends with ';')"))?;
+            outs.push(match v {
+                Value::Sig(s) => StreamSignal {
+                    signal: s,
+                    dither: true,
+                },
+                Value::NoDither(s) => StreamSignal {
+                    signal: s,
+                    dither: false,
+                },
+            });
+        }
+    }
+    if outs.is_empty() {
+        return Err("no output signal: write one ';'-terminated expression per stream".into());
+    }
+    Ok(outs)
+}
+
+/// Maps the program's outputs onto `n_streams` streams: one each, or one for all.
+pub fn per_stream(outs: Vec<StreamSignal>, n_streams: usize) -> Result<Vec<StreamSignal>, String> {
+    match outs.len() {
+        1 => Ok(vec![outs[0].clone(); n_streams]),
+        n if n == n_streams => Ok(outs),
+        n => Err(format!(
+            "{n} signal expressions for {n_streams} streams (give one, or one per stream)"
+        )),
+    }
+}
+
+/// Evaluation context: the replay period and sample rate that frequencies snap to.
+#[derive(Debug, Clone, Copy)]
+pub struct Timebase {
+    pub adc_rate: f64,
+    pub period: u64,
+}
+
+impl Timebase {
+    /// Cycles per period for frequency `f` (rounded to an integer so the signal repeats).
+    pub fn cycles(&self, f: f64) -> i64 {
+        (f * self.period as f64 / self.adc_rate).round() as i64
+    }
+
+    /// The frequency actually generated for a requested `f`.
+    pub fn snapped(&self, f: f64) -> f64 {
+        self.cycles(f) as f64 * self.adc_rate / self.period as f64
+    }
+}
+
+/// SplitMix64 finaliser: a good 64-bit hash, the basis of the counter-based generators.
+#[inline]
+pub fn mix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Uniform in [0, 1) from 53 random bits.
+#[inline]
+pub fn unit(x: u64) -> f64 {
+    (x >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+/// Noise is generated in blocks of this many samples, each from its own generator seeded
+/// by (entropy, block index): any sample range can be produced independently.
+pub const NOISE_BLOCK: u64 = 1024;
+
+/// Adds `std` × standard-normal samples [start, start + out.len()) of stream `entropy`.
+fn wgn_into(std: f64, entropy: u64, start: u64, out: &mut [f64]) {
+    use rand::SeedableRng;
+    use rand_distr::{Distribution, StandardNormal};
+    let mut i = 0usize;
+    while i < out.len() {
+        let n = start + i as u64;
+        let (blk, off) = (n / NOISE_BLOCK, n % NOISE_BLOCK);
+        let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(mix64(entropy ^ mix64(blk)));
+        for _ in 0..off {
+            let _: f64 = StandardNormal.sample(&mut rng);
+        }
+        let take = ((NOISE_BLOCK - off) as usize).min(out.len() - i);
+        for v in &mut out[i..i + take] {
+            let z: f64 = StandardNormal.sample(&mut rng);
+            *v += std * z;
+        }
+        i += take;
+    }
+}
+
+fn cw_into(amp: f64, cycles: i64, tb: &Timebase, start: u64, out: &mut [f64]) {
+    if amp == 0.0 || out.is_empty() {
+        return;
+    }
+    let p = tb.period as i128;
+    let k = (cycles as i128).rem_euclid(p);
+    // Exact phase of the first sample, re-anchored every 1024 samples to bound drift.
+    let step = 2.0 * PI * k as f64 / p as f64;
+    let (ws, wc) = step.sin_cos();
+    for (blk, chunk) in out.chunks_mut(1024).enumerate() {
+        let n0 = start as i128 + (blk * 1024) as i128;
+        let ph = 2.0 * PI * ((k * n0).rem_euclid(p)) as f64 / p as f64;
+        let (mut s, mut c) = ph.sin_cos();
+        for v in chunk {
+            *v += amp * c;
+            let c2 = c * wc - s * ws;
+            s = s * wc + c * ws;
+            c = c2;
+        }
+    }
+}
+
+impl Signal {
+    /// Adds samples [start, start + out.len()) into `out`; `start` is taken modulo the
+    /// period and the range should not cross the period's end (callers evaluate whole
+    /// heaps and the period is a multiple of the heap size; `delay` splits its own wrap).
+    pub fn eval_add(&self, tb: &Timebase, start: u64, out: &mut [f64]) {
+        let p = tb.period;
+        let start = start % p;
+        match self {
+            Signal::Const(c) => out.iter_mut().for_each(|v| *v += c),
+            Signal::Cw { amp, freq } => cw_into(*amp, tb.cycles(*freq), tb, start, out),
+            Signal::MultiCw {
+                m,
+                amp0,
+                amp_step,
+                freq0,
+                freq_step,
+            } => {
+                for i in 0..*m {
+                    let a = amp0 + i as f64 * amp_step;
+                    let f = freq0 + i as f64 * freq_step;
+                    cw_into(a, tb.cycles(f), tb, start, out);
+                }
+            }
+            Signal::Comb { amp, freq } => {
+                let m = tb.cycles(*freq).unsigned_abs();
+                if m == 0 {
+                    return;
+                }
+                // Impulse j sits at round(j·P/m), j in 0..m; visit those in [start, end).
+                let m = m.min(p);
+                let end = start + out.len() as u64;
+                let pf = p as f64;
+                let mut j = ((start as f64) * m as f64 / pf).floor() as u64;
+                j = j.saturating_sub(1);
+                while j < m {
+                    let pos = ((j as f64) * pf / m as f64).round() as u64;
+                    if pos >= end {
+                        break;
+                    }
+                    if pos >= start {
+                        out[(pos - start) as usize] += amp;
+                    }
+                    j += 1;
+                }
+            }
+            Signal::Wgn { std, entropy } => wgn_into(*std, *entropy, start, out),
+            Signal::Delay(inner, d) => {
+                let s = (start as i128 - *d as i128).rem_euclid(p as i128) as u64;
+                // The shifted range may wrap around the period: split it.
+                let first = ((p - s) as usize).min(out.len());
+                inner.eval_add(tb, s, &mut out[..first]);
+                let mut off = first;
+                while off < out.len() {
+                    let n = (out.len() - off).min(p as usize);
+                    inner.eval_add(tb, 0, &mut out[off..off + n]);
+                    off += n;
+                }
+            }
+            Signal::Add(a, b) => {
+                a.eval_add(tb, start, out);
+                b.eval_add(tb, start, out);
+            }
+            Signal::Sub(a, b) => {
+                a.eval_add(tb, start, out);
+                let mut tmp = vec![0.0; out.len()];
+                b.eval_add(tb, start, &mut tmp);
+                out.iter_mut().zip(&tmp).for_each(|(o, t)| *o -= t);
+            }
+            Signal::Mul(a, b) => {
+                let mut x = vec![0.0; out.len()];
+                let mut y = vec![0.0; out.len()];
+                a.eval_add(tb, start, &mut x);
+                b.eval_add(tb, start, &mut y);
+                out.iter_mut()
+                    .zip(x.iter().zip(&y))
+                    .for_each(|(o, (x, y))| *o += x * y);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Result<Vec<StreamSignal>, String> {
+        let mut k = 0;
+        parse(s, &mut || {
+            k += 1;
+            k
+        })
+    }
+
+    fn eval(s: &Signal, tb: &Timebase, start: u64, n: usize) -> Vec<f64> {
+        let mut v = vec![0.0; n];
+        s.eval_add(tb, start, &mut v);
+        v
+    }
+
+    const TB: Timebase = Timebase {
+        adc_rate: 1712e6,
+        period: 1 << 20,
+    };
+
+    #[test]
+    fn grammar_and_errors() {
+        let o = p("a = cw(1.0, 1e8) + wgn(0.1); a + 0.5; nodither(a * -2);").unwrap();
+        assert_eq!(o.len(), 2);
+        assert!(o[0].dither && !o[1].dither);
+        let o = p("n = nodither(cw(0.5, 1e6)); n;").unwrap();
+        assert!(!o[0].dither);
+        for bad in [
+            "cw(1.0, 1e8)",
+            "cw(1.0);",
+            "foo(1);",
+            "a = 1; a = 2; a;",
+            "n = nodither(1); n + 1;",
+            "delay(cw(1, 2), 1.5);",
+            "wgn(-1);",
+            "cw(1, x);",
+            "1 + ;",
+            "cw(1.0, 1e8) $ 2;",
+            "",
+        ] {
+            assert!(p(bad).is_err(), "{bad:?} should fail");
+        }
+        assert!(per_stream(p("1; 2; 3;").unwrap(), 2).is_err());
+        assert_eq!(per_stream(p("1;").unwrap(), 3).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn cw_is_periodic_and_snapped() {
+        let s = Signal::Cw {
+            amp: 0.7,
+            freq: 123.456e6,
+        };
+        let f = TB.snapped(123.456e6);
+        assert!((f - 123.456e6).abs() <= TB.adc_rate / TB.period as f64 / 2.0);
+        let v = eval(&s, &TB, 1000, 4096);
+        for (i, x) in v.iter().enumerate() {
+            let t = (1000 + i) as f64;
+            let want = 0.7 * (2.0 * PI * f * t / TB.adc_rate).cos();
+            assert!((x - want).abs() < 1e-9, "sample {i}: {x} vs {want}");
+        }
+        // The last samples of the period join the first seamlessly.
+        let tail = eval(&s, &TB, TB.period - 1, 1)[0];
+        let want = 0.7 * (2.0 * PI * f * (TB.period - 1) as f64 / TB.adc_rate).cos();
+        assert!((tail - want).abs() < 1e-9);
+    }
+
+    #[test]
+    fn multicw_delay_comb_and_noise() {
+        let m = Signal::MultiCw {
+            m: 3,
+            amp0: 0.1,
+            amp_step: 0.05,
+            freq0: 1e7,
+            freq_step: 2e6,
+        };
+        let sum = Signal::Add(
+            Arc::new(Signal::Add(
+                Arc::new(Signal::Cw {
+                    amp: 0.1,
+                    freq: 1e7,
+                }),
+                Arc::new(Signal::Cw {
+                    amp: 0.15,
+                    freq: 1.2e7,
+                }),
+            )),
+            Arc::new(Signal::Cw {
+                amp: 0.2,
+                freq: 1.4e7,
+            }),
+        );
+        let (a, b) = (eval(&m, &TB, 77, 500), eval(&sum, &TB, 77, 500));
+        assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-12));
+
+        let w = Arc::new(Signal::Wgn {
+            std: 1.0,
+            entropy: 9,
+        });
+        let d = Signal::Delay(w.clone(), 10);
+        let base = eval(&w, &TB, 0, 3000);
+        let del = eval(&d, &TB, 10, 2990);
+        assert_eq!(&base[..2990], &del[..]);
+        // Negative delays and the period wrap.
+        let d = Signal::Delay(w.clone(), -5);
+        assert_eq!(eval(&d, &TB, TB.period - 5, 1)[0], base[0]);
+        // Noise statistics and independence from how the range is split.
+        let n = eval(&w, &TB, 0, 200_000);
+        let mean = n.iter().sum::<f64>() / n.len() as f64;
+        let var = n.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n.len() as f64;
+        assert!(
+            mean.abs() < 0.01 && (var - 1.0).abs() < 0.02,
+            "{mean} {var}"
+        );
+        assert_eq!(eval(&w, &TB, 1500, 100), n[1500..1600].to_vec());
+
+        let c = Signal::Comb {
+            amp: 0.5,
+            freq: TB.adc_rate / 1024.0,
+        };
+        let v = eval(&c, &TB, 0, 4096);
+        let hits: Vec<usize> = (0..4096).filter(|&i| v[i] != 0.0).collect();
+        assert_eq!(hits, vec![0, 1024, 2048, 3072]);
+        assert_eq!(eval(&c, &TB, 1024, 1)[0], 0.5);
+    }
+}

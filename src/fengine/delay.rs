@@ -1,0 +1,211 @@
+//! Linear delay model and its evaluation on the regular output-spectrum grid (dsp.md §6,
+//! katgpucbf `LinearDelayModel`).
+//!
+//! For an output timestamp T with r = T − start: d = d0 + r·delay_rate (ADC samples),
+//! coarse = rint(d) (narrowband: rounded to a multiple of the subsampling factor S),
+//! fine = d − coarse, input timestamp = T − coarse, φ = wrap(φ0 + r·phase_rate). Output
+//! spectra stay on the regular grid; each gets one delay for all its samples, and a block
+//! is cut wherever the coarse delay changes.
+
+use super::FError;
+use std::f64::consts::PI;
+
+/// Wraps an angle into [−π, π).
+pub fn wrap_angle(a: f64) -> f64 {
+    (a + PI).rem_euclid(2.0 * PI) - PI
+}
+
+/// One piece of a delay model (katcp `?delays` entry converted to samples).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinearDelayModel {
+    /// ADC timestamp at which the model applies.
+    pub start: u64,
+    /// Delay at `start`, ADC samples (seconds × adc_rate).
+    pub delay: f64,
+    /// Delay rate, samples per sample (s/s); |rate| < 1.
+    pub delay_rate: f64,
+    /// Phase at `start`, radians.
+    pub phase: f64,
+    /// Phase rate, radians per ADC sample (rad/s ÷ adc_rate).
+    pub phase_rate: f64,
+}
+
+/// A run of output spectra sharing one coarse delay.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DelaySegment {
+    /// Index of the first spectrum within the requested range.
+    pub first: usize,
+    /// Coarse delay, ADC samples (a multiple of the coarse unit).
+    pub coarse: i64,
+    /// Output timestamp of the first spectrum.
+    pub timestamp: u64,
+    /// Per spectrum fine delay (ADC samples) and phase (radians, wrapped; wideband
+    /// including the π/2·(coarse mod 4) term).
+    pub fine_delay: Vec<f64>,
+    pub phase: Vec<f64>,
+}
+
+impl DelaySegment {
+    pub fn len(&self) -> usize {
+        self.fine_delay.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.fine_delay.is_empty()
+    }
+
+    /// Input sample index (relative to a buffer whose first sample has timestamp
+    /// `buffer_timestamp`) of the first window: T − coarse − buffer_timestamp.
+    pub fn input_offset(&self, buffer_timestamp: u64) -> Option<usize> {
+        let t_in = self.timestamp as i128 - self.coarse as i128;
+        usize::try_from(t_in - buffer_timestamp as i128).ok()
+    }
+}
+
+impl LinearDelayModel {
+    pub fn validate(&self) -> Result<(), FError> {
+        for (what, value) in [
+            ("delay", self.delay),
+            ("delay_rate", self.delay_rate),
+            ("phase", self.phase),
+            ("phase_rate", self.phase_rate),
+        ] {
+            if !value.is_finite() {
+                return Err(FError::NotFinite { what, value });
+            }
+        }
+        if self.delay_rate.abs() >= 1.0 {
+            return Err(FError::BadParameter {
+                what: "delay_rate",
+                why: format!("|{}| must be < 1", self.delay_rate),
+            });
+        }
+        Ok(())
+    }
+
+    /// (coarse, fine, phase) at output timestamp `t`; coarse a multiple of `unit`.
+    pub fn at(&self, t: u64, unit: u64) -> (i64, f64, f64) {
+        let r = t as i128 - self.start as i128;
+        let d = self.delay + r as f64 * self.delay_rate;
+        let u = unit.max(1) as f64;
+        let coarse = ((d / u).round_ties_even() * u) as i64;
+        let fine = d - coarse as f64;
+        // Reduce the phase-rate product exactly enough: r·rate computed in f64 is fine
+        // for the spans of a delay model (r < 2^53).
+        let phase = wrap_angle(self.phase + wrap_angle(r as f64 * self.phase_rate));
+        (coarse, fine, phase)
+    }
+
+    /// Evaluates the model for `spectra` output spectra starting at timestamp `first`,
+    /// `step` ADC samples apart, splitting where the coarse delay changes. `unit` is the
+    /// coarse-delay resolution (1 wideband, S narrowband); `wideband` adds the
+    /// π/2·(coarse mod 4) term referencing the phase to the centre frequency.
+    pub fn segments(
+        &self,
+        first: u64,
+        spectra: usize,
+        step: u64,
+        unit: u64,
+        wideband: bool,
+    ) -> Result<Vec<DelaySegment>, FError> {
+        self.validate()?;
+        let mut out: Vec<DelaySegment> = vec![];
+        let last = (spectra as u64)
+            .checked_mul(step)
+            .and_then(|span| first.checked_add(span));
+        if last.is_none() {
+            return Err(FError::BadParameter {
+                what: "spectra",
+                why: "timestamps overflow".into(),
+            });
+        }
+        for s in 0..spectra {
+            let t = first + s as u64 * step;
+            let (coarse, fine, mut phase) = self.at(t, unit);
+            if wideband {
+                phase = wrap_angle(phase + PI / 2.0 * coarse.rem_euclid(4) as f64);
+            }
+            match out.last_mut() {
+                Some(seg) if seg.coarse == coarse => {
+                    seg.fine_delay.push(fine);
+                    seg.phase.push(phase);
+                }
+                _ => out.push(DelaySegment {
+                    first: s,
+                    coarse,
+                    timestamp: t,
+                    fine_delay: vec![fine],
+                    phase: vec![phase],
+                }),
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coarse_fine_split_and_segments() {
+        let m = LinearDelayModel {
+            start: 1000,
+            delay: 10.3,
+            delay_rate: 0.001,
+            phase: 0.5,
+            phase_rate: 0.0,
+        };
+        // d = 10.3 + 0.001·r; coarse changes from 10 to 11 when d crosses 10.5 (r = 200).
+        let segs = m.segments(1000, 10, 64, 1, true).unwrap();
+        assert_eq!(segs.len(), 2);
+        assert_eq!(segs[0].coarse, 10);
+        assert_eq!(segs[0].len(), 4); // r = 0, 64, 128, 192
+        assert_eq!(segs[1].first, 4);
+        assert_eq!(segs[1].coarse, 11);
+        assert_eq!(segs[1].timestamp, 1000 + 4 * 64);
+        assert!((segs[0].fine_delay[1] - (0.3 + 0.064)).abs() < 1e-12);
+        assert!((segs[1].fine_delay[0] - (10.3 + 0.256 - 11.0)).abs() < 1e-12);
+        // π/2·(coarse mod 4): 10 mod 4 = 2 ⇒ +π; 11 mod 4 = 3 ⇒ +3π/2.
+        assert!((segs[0].phase[0] - wrap_angle(0.5 + PI)).abs() < 1e-12);
+        assert!((segs[1].phase[0] - wrap_angle(0.5 + 1.5 * PI)).abs() < 1e-12);
+        assert_eq!(segs[0].input_offset(900), Some(90));
+        assert_eq!(segs[0].input_offset(995), None);
+    }
+
+    #[test]
+    fn negative_coarse_and_narrowband_unit() {
+        let m = LinearDelayModel {
+            start: 0,
+            delay: -13.0,
+            delay_rate: 0.0,
+            phase: 0.0,
+            phase_rate: 0.25,
+        };
+        let s = m.segments(0, 3, 8, 1, true).unwrap();
+        assert_eq!(s[0].coarse, -13);
+        // −13 mod 4 = 3 ⇒ +3π/2 ≡ −π/2.
+        assert!((s[0].phase[0] + PI / 2.0).abs() < 1e-12);
+        assert!((s[0].phase[1] - wrap_angle(2.0 - PI / 2.0)).abs() < 1e-12);
+        let n = m.segments(0, 1, 8, 8, false).unwrap();
+        assert_eq!(n[0].coarse, -16);
+        assert!((n[0].fine_delay[0] - 3.0).abs() < 1e-12);
+        assert_eq!(n[0].phase[0], 0.0);
+    }
+
+    #[test]
+    fn rejects_bad_models() {
+        let mut m = LinearDelayModel {
+            start: 0,
+            delay: f64::NAN,
+            delay_rate: 0.0,
+            phase: 0.0,
+            phase_rate: 0.0,
+        };
+        assert!(m.segments(0, 1, 8, 1, true).is_err());
+        m.delay = 0.0;
+        m.delay_rate = 1.0;
+        assert!(m.segments(0, 1, 8, 1, true).is_err());
+        assert!((wrap_angle(3.0 * PI) + PI).abs() < 1e-12);
+    }
+}

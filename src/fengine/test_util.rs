@@ -1,0 +1,172 @@
+//! Test helpers: deterministic signals, packing, and an independent float64 reference
+//! F-engine written straight from the equations (direct DFTs, no FFT library).
+
+use super::{FConfig, PolBlock, Samples};
+use crate::bitpack;
+use num_complex::{Complex32, Complex64};
+use rand::{RngExt, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use std::f64::consts::PI;
+
+pub(crate) fn rng(seed: u64) -> Xoshiro256PlusPlus {
+    Xoshiro256PlusPlus::seed_from_u64(seed)
+}
+
+/// Approximately Gaussian integer noise (sum of 12 uniforms), clipped to `bits`.
+pub(crate) fn noise(n: usize, sigma: f64, bits: u32, seed: u64) -> Vec<i16> {
+    let mut r = rng(seed);
+    let lim = (1i32 << (bits - 1)) - 1;
+    (0..n)
+        .map(|_| {
+            let g: f64 = (0..12).map(|_| r.random::<f64>()).sum::<f64>() - 6.0;
+            ((g * sigma).round() as i32).clamp(-lim - 1, lim) as i16
+        })
+        .collect()
+}
+
+/// A·cos(2π·f·(t0 + i) + θ) rounded to integers, f in cycles per sample (f64 exact enough
+/// for the test lengths).
+pub(crate) fn tone(n: usize, t0: u64, f: f64, amp: f64, theta: f64) -> Vec<i16> {
+    (0..n)
+        .map(|i| {
+            let cyc = (f * (t0 + i as u64) as f64).fract();
+            (amp * (2.0 * PI * cyc + theta).cos()).round() as i16
+        })
+        .collect()
+}
+
+pub(crate) fn pack(s: &[i16], bits: u32) -> Vec<u8> {
+    let mut b = vec![0u8; bitpack::packed_len(s.len(), bits)];
+    bitpack::pack(s, bits, &mut b);
+    b
+}
+
+pub(crate) fn packed<'a>(data: &'a [u8], bits: u32, len: usize) -> Samples<'a> {
+    Samples::Packed { data, bits, len }
+}
+
+pub(crate) fn pol<'a>(
+    samples: Samples<'a>,
+    offset: usize,
+    fine: &'a [f64],
+    phase: &'a [f64],
+    gains: &'a [Complex32],
+) -> PolBlock<'a> {
+    PolBlock {
+        samples,
+        timestamp: 0,
+        offset,
+        fine_delay: fine,
+        phase,
+        gains,
+    }
+}
+
+/// Complex value (re, im) of channel `c`, spectrum `s`, pol `p` from 8-bit output laid out
+/// as (heap, channel, spectrum, pol, re/im).
+pub(crate) fn value8(out: &[u8], cfg: &FConfig, c: usize, s: usize, p: usize) -> (i8, i8) {
+    let sph = cfg.spectra_per_heap;
+    let (h, si) = (s / sph, s % sph);
+    let i = (((h * cfg.channels + c) * sph + si) * 2 + p) * 2;
+    (out[i] as i8, out[i + 1] as i8)
+}
+
+/// Same for 4-bit output (sign-extended nibbles).
+pub(crate) fn value4(out: &[u8], cfg: &FConfig, c: usize, s: usize, p: usize) -> (i8, i8) {
+    let sph = cfg.spectra_per_heap;
+    let (h, si) = (s / sph, s % sph);
+    let b = out[((h * cfg.channels + c) * sph + si) * 2 + p];
+    ((b as i8) >> 4, ((b << 4) as i8) >> 4)
+}
+
+fn dft(y: &[Complex64], bins: impl Iterator<Item = usize>) -> Vec<Complex64> {
+    let n = y.len();
+    let tw: Vec<Complex64> = (0..n)
+        .map(|m| Complex64::from_polar(1.0, -2.0 * PI * m as f64 / n as f64))
+        .collect();
+    bins.map(|k| y.iter().enumerate().map(|(j, v)| v * tw[(j * k) % n]).sum())
+        .collect()
+}
+
+/// Float64 reference wideband channelisation of spectrum `s` of `x` (window at s·2C).
+pub(crate) fn ref_wideband(x: &[f64], w: &[f32], channels: usize, s: usize) -> Vec<Complex64> {
+    let step = 2 * channels;
+    let taps = w.len() / step;
+    let y: Vec<Complex64> = (0..step)
+        .map(|j| {
+            let v: f64 = (0..taps)
+                .map(|t| w[t * step + j] as f64 * x[s * step + t * step + j])
+                .sum();
+            Complex64::new(v, 0.0)
+        })
+        .collect();
+    dft(&y, 0..channels)
+}
+
+/// Float64 reference DDC: y[j] = Σ_k x[S·j + k]·h[k]·e^{2πj·f·(t0 + S·j + k)} with the
+/// mixer f = −num/den cycles per sample evaluated in exact integer arithmetic.
+pub(crate) fn ref_ddc(
+    x: &[f64],
+    h: &[f32],
+    s: usize,
+    t0: u64,
+    (num, den): (i128, i128),
+    n_out: usize,
+) -> Vec<Complex64> {
+    (0..n_out)
+        .map(|j| {
+            (0..h.len())
+                .map(|k| {
+                    let t = t0 as i128 + (s * j + k) as i128;
+                    let cyc = (-num * t).rem_euclid(den) as f64 / den as f64;
+                    Complex64::from_polar(x[s * j + k] * h[k] as f64, 2.0 * PI * cyc)
+                })
+                .sum()
+        })
+        .collect()
+}
+
+/// Float64 reference complex PFB + DFT of spectrum `s`, returned for output channels
+/// 0..C (bin (c − C/2) mod N).
+pub(crate) fn ref_narrowband(
+    u: &[Complex64],
+    w: &[f32],
+    n_pfb: usize,
+    channels: usize,
+    s: usize,
+) -> Vec<Complex64> {
+    let taps = w.len() / n_pfb;
+    let y: Vec<Complex64> = (0..n_pfb)
+        .map(|i| {
+            (0..taps)
+                .map(|t| u[s * n_pfb + t * n_pfb + i] * w[t * n_pfb + i] as f64)
+                .sum()
+        })
+        .collect();
+    dft(
+        &y,
+        (0..channels).map(|c| (c + n_pfb - channels / 2) % n_pfb),
+    )
+}
+
+/// Reference post-processing of one channel: X·e^{j·phase_c}·g with
+/// phase_c = (fine/div)·(−π/N)·(c − C/2) + phase.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn ref_post(
+    x: Complex64,
+    c: usize,
+    channels: usize,
+    n_pfb: usize,
+    fine: f64,
+    div: f64,
+    phase: f64,
+    g: Complex32,
+) -> Complex64 {
+    let ph = (fine / div) * (-PI / n_pfb as f64) * (c as f64 - (channels / 2) as f64) + phase;
+    x * Complex64::from_polar(1.0, ph) * Complex64::new(g.re as f64, g.im as f64)
+}
+
+/// Reference quantiser: clamp to ±q then round half to even, in f64.
+pub(crate) fn ref_quant(v: f64, q: f64) -> i32 {
+    v.clamp(-q, q).round_ties_even() as i32
+}

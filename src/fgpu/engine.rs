@@ -1,0 +1,359 @@
+//! The F-engine: receive digitiser heaps into chunks (own thread), decode onto a common
+//! timeline, channelise batch by batch through a [`Channelizer`] backend, send F-engine
+//! heaps (ICD §4.2). Batches touched by missing input are not sent (counted).
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::Path;
+
+use serde::Serialize;
+use tracing::{info, warn};
+
+use super::config::WidebandSpec;
+use super::store::SampleStore;
+use crate::chunk::placement::DigitiserPlacement;
+use crate::chunk::Chunk;
+use crate::net::heapsend::HeapSender;
+use crate::net::pcap::PcapSink;
+use crate::net::source::{PacketSource, PcapFileSource, UdpRecvSource};
+use crate::net::udp::UdpSink;
+use crate::net::PacketSink;
+use crate::spead::{ids, Descriptor};
+
+/// A channeliser backend for one output: the compute behind the engine.
+pub trait Channelizer: Send {
+    /// Input samples per polarisation needed for one batch (PFB footprint included).
+    fn window_samples(&self) -> usize;
+    /// Channelises one batch. `input[p]` holds `window_samples()` samples of pol `p` starting
+    /// at the batch timestamp. Writes the batch as (channel, spectrum, pol, re/im) bytes into
+    /// `out` and returns the clipped output values per pol.
+    fn process(
+        &mut self,
+        batch_ts: u64,
+        input: [&[i16]; 2],
+        out: &mut [u8],
+    ) -> Result<[u64; 2], String>;
+}
+
+/// Per-output counters (katgpucbf's `fgpu_output_*`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct OutputStats {
+    pub name: String,
+    pub batches: u64,
+    pub heaps: u64,
+    pub bytes: u64,
+    pub skipped_heaps: u64,
+    pub clipped_samples: [u64; 2],
+    pub first_timestamp: Option<u64>,
+    pub last_timestamp: Option<u64>,
+}
+
+/// One output stream: its channeliser, its sender and its place on the timeline.
+pub struct Pipeline {
+    pub spec: WidebandSpec,
+    chan: Box<dyn Channelizer>,
+    sender: HeapSender,
+    feng_id: u64,
+    next_ts: Option<u64>,
+    out: Vec<u8>,
+    pub stats: OutputStats,
+}
+
+impl Pipeline {
+    pub fn new(
+        spec: WidebandSpec,
+        chan: Box<dyn Channelizer>,
+        sender: HeapSender,
+        feng_id: u64,
+        bytes_per_value: usize,
+    ) -> Self {
+        let out = vec![0u8; spec.channels * spec.spectra_per_heap() * 2 * bytes_per_value];
+        let stats = OutputStats {
+            name: spec.name.clone(),
+            ..Default::default()
+        };
+        Pipeline {
+            spec,
+            chan,
+            sender,
+            feng_id,
+            next_ts: None,
+            out,
+            stats,
+        }
+    }
+
+    /// Earliest sample this pipeline still needs.
+    pub fn needed_from(&self) -> Option<u64> {
+        self.next_ts
+    }
+
+    /// Processes every batch whose input window is in the store.
+    pub fn run_ready(&mut self, store: &SampleStore) -> anyhow::Result<()> {
+        let step = self.spec.batch_step();
+        let win = self.chan.window_samples() as u64;
+        let n_dst = self.spec.dst.len() as u64;
+        let next = self
+            .next_ts
+            .get_or_insert(store.base_ts.div_ceil(step) * step);
+        if *next < store.base_ts {
+            // The timeline restarted past us: skip to its start.
+            let skipped = (store.base_ts - *next).div_ceil(step);
+            self.stats.skipped_heaps += skipped * n_dst;
+            *next += skipped * step;
+        }
+        while *next + win <= store.end_ts() {
+            let ts = *next;
+            *next += step;
+            if !(store.all_present(0, ts, ts + win) && store.all_present(1, ts, ts + win)) {
+                self.stats.skipped_heaps += n_dst;
+                continue;
+            }
+            let input = [
+                store.slice(0, ts, win as usize),
+                store.slice(1, ts, win as usize),
+            ];
+            let clipped = self
+                .chan
+                .process(ts, input, &mut self.out)
+                .map_err(anyhow::Error::msg)?;
+            self.stats.clipped_samples[0] += clipped[0];
+            self.stats.clipped_samples[1] += clipped[1];
+            let cps = self.spec.channels_per_substream();
+            let per_dst = self.out.len() / self.spec.dst.len();
+            for d in 0..self.spec.dst.len() {
+                let items = [
+                    (ids::TIMESTAMP, ts),
+                    (ids::FENG_ID, self.feng_id),
+                    (ids::FREQUENCY, (d * cps) as u64),
+                ];
+                self.sender.send_heap(
+                    d,
+                    &items,
+                    ids::FENG_RAW,
+                    &self.out[d * per_dst..(d + 1) * per_dst],
+                )?;
+            }
+            self.stats.batches += 1;
+            self.stats.heaps += n_dst;
+            self.stats.bytes += self.out.len() as u64;
+            self.stats.first_timestamp.get_or_insert(ts);
+            self.stats.last_timestamp = Some(ts);
+        }
+        Ok(())
+    }
+
+    pub fn finish(&mut self) -> std::io::Result<()> {
+        self.sender.flush()
+    }
+}
+
+/// Descriptors of an F-engine output stream.
+pub fn descriptors(cps: usize, spectra_per_heap: usize, sample_bits: u32) -> Vec<Descriptor> {
+    let u48 = [('u', 48)];
+    let raw = if sample_bits == 4 {
+        Descriptor::with_format(
+            ids::FENG_RAW,
+            "feng_raw",
+            "Channelised complex data (4-bit, real in the high nibble).",
+            &[cps as u64, spectra_per_heap as u64, 2],
+            &[('i', 4), ('i', 4)],
+        )
+    } else {
+        Descriptor::with_dtype(
+            ids::FENG_RAW,
+            "feng_raw",
+            "Channelised complex data.",
+            &[cps as u64, spectra_per_heap as u64, 2, 2],
+            "|i1",
+        )
+    };
+    vec![
+        Descriptor::with_format(ids::TIMESTAMP, "timestamp", "Timestamp provided by the MeerKAT digitisers and scaled to the digitiser sampling rate.", &[], &u48),
+        Descriptor::with_format(ids::FENG_ID, "feng_id", "Uniquely identifies the F-engine source for the data.", &[], &u48),
+        Descriptor::with_format(ids::FREQUENCY, "frequency", "Identifies the first channel in the band of frequencies in the SPEAD heap.", &[], &u48),
+        raw,
+    ]
+}
+
+/// Opens the input: an existing file is a pcap replay, anything else an endpoint list.
+pub fn open_source(src: &str, interface: Ipv4Addr) -> anyhow::Result<Box<dyn PacketSource>> {
+    if Path::new(src).is_file() {
+        return Ok(Box::new(PcapFileSource::open(Path::new(src), Vec::new())?));
+    }
+    let eps = crate::net::parse_endpoints(src)
+        .map_err(|e| anyhow::anyhow!("source {src:?} is neither a file nor endpoints: {e}"))?;
+    Ok(Box::new(UdpRecvSource::new(&eps, interface, 128 << 20)?))
+}
+
+/// Opens the output sink (a pcap file if asked).
+pub fn open_sink(
+    pcap: Option<&Path>,
+    interface: Ipv4Addr,
+    ttl: u32,
+) -> anyhow::Result<Box<dyn PacketSink>> {
+    Ok(match pcap {
+        Some(p) => {
+            let ip = if interface.is_unspecified() {
+                Ipv4Addr::LOCALHOST
+            } else {
+                interface
+            };
+            Box::new(PcapSink::create(
+                p,
+                SocketAddrV4::new(ip, 7148),
+                ttl.min(255) as u8,
+            )?)
+        }
+        None => Box::new(UdpSink::new(interface, ttl, 1 << 20)?),
+    })
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Serialize)]
+pub struct FgpuSummary {
+    pub input_heaps: [u64; 2],
+    pub input_missing_heaps: [u64; 2],
+    pub input_clipped_samples: [u64; 2],
+    pub input_rms_dbfs: [f64; 2],
+    pub recv_rejected: std::collections::BTreeMap<String, u64>,
+    pub outputs: Vec<OutputStats>,
+}
+
+/// Drives the engine until the input ends (pcap) or a stop is requested.
+pub fn run_pipelines(
+    src: Box<dyn PacketSource>,
+    placement: DigitiserPlacement,
+    mut pipelines: Vec<Pipeline>,
+    bits: u32,
+) -> anyhow::Result<FgpuSummary> {
+    let (tx, rx) = crossbeam_channel::bounded::<Chunk>(4);
+    let (back_tx, back_rx) = crossbeam_channel::bounded::<Chunk>(8);
+    let receiver = crate::chunk::spawn_receiver(src, placement.clone(), tx, back_rx);
+    let mut store = SampleStore::new(placement.heap_samples, bits);
+    let max_gap = 4 * placement.chunk_samples;
+    for chunk in rx.iter() {
+        store.append(&chunk, &placement, max_gap);
+        let _ = back_tx.try_send(chunk);
+        for p in pipelines.iter_mut() {
+            p.run_ready(&store)?;
+        }
+        if let Some(keep) = pipelines.iter().filter_map(|p| p.needed_from()).min() {
+            store.trim_before(keep);
+        }
+    }
+    let recv_stats = receiver
+        .join()
+        .map_err(|_| anyhow::anyhow!("receive thread panicked"))??;
+    for p in pipelines.iter_mut() {
+        p.finish()?;
+    }
+    let mut rejected = std::collections::BTreeMap::new();
+    for r in crate::chunk::Reject::ALL {
+        let n = recv_stats.rejected(r);
+        if n > 0 {
+            rejected.insert(r.name().to_string(), n);
+        }
+    }
+    let s = &store.stats;
+    let summary = FgpuSummary {
+        input_heaps: s.heaps,
+        input_missing_heaps: s.missing_heaps,
+        input_clipped_samples: s.clipped_samples,
+        input_rms_dbfs: [s.rms_dbfs(0, bits), s.rms_dbfs(1, bits)],
+        recv_rejected: rejected,
+        outputs: pipelines.iter().map(|p| p.stats.clone()).collect(),
+    };
+    if summary.outputs.iter().any(|o| o.skipped_heaps > 0) {
+        warn!("some output heaps were skipped because their input was incomplete");
+    }
+    info!(?summary, "fgpu finished");
+    Ok(summary)
+}
+
+/// `gpucbf fgpu`: builds the outputs from the command line and runs the engine.
+pub fn run(args: &super::FgpuArgs) -> anyhow::Result<FgpuSummary> {
+    crate::shutdown::install();
+    if !(args.adc_sample_rate.is_finite() && args.adc_sample_rate > 0.0) {
+        anyhow::bail!("--adc-sample-rate must be positive");
+    }
+    if !(2..=16).contains(&args.dig_sample_bits) {
+        anyhow::bail!(
+            "--dig-sample-bits {} is not supported (2..=16)",
+            args.dig_sample_bits
+        );
+    }
+    if args.send_sample_bits != 8 && args.send_sample_bits != 4 {
+        anyhow::bail!("--send-sample-bits must be 8 or 4");
+    }
+    if args.array_size == 0 || args.feng_id >= args.array_size {
+        anyhow::bail!("--feng-id must be below --array-size");
+    }
+    if !(args.send_rate_factor.is_finite() && args.send_rate_factor >= 0.0) {
+        anyhow::bail!("--send-rate-factor must be ≥ 0");
+    }
+    let mut specs = Vec::new();
+    for w in &args.wideband {
+        specs.push(
+            super::config::parse_wideband(w).map_err(|e| anyhow::anyhow!("--wideband {w}: {e}"))?,
+        );
+    }
+    for n in &args.narrowband {
+        specs.push(
+            super::config::parse_narrowband(n)
+                .map_err(|e| anyhow::anyhow!("--narrowband {n}: {e}"))?,
+        );
+    }
+    if specs.is_empty() {
+        anyhow::bail!("give at least one --wideband or --narrowband output");
+    }
+    let dither_seed = args.dither_seed.unwrap_or_else(rand::random);
+    let sink = crate::net::SharedSink::new(open_sink(
+        args.send_pcap.as_deref(),
+        args.send_interface,
+        args.send_ttl,
+    )?);
+    let bytes_per_value = if args.send_sample_bits == 4 { 1 } else { 2 };
+    let mut pipelines = Vec::new();
+    for spec in specs {
+        let chan = super::backend::make_channelizer(&spec, args, dither_seed)?;
+        let cps = spec.channels_per_substream();
+        let header = (8 + 8 * 8) as f64;
+        let values_per_s = 2.0 * args.adc_sample_rate * spec.channels as f64
+            / spec.samples_between_spectra() as f64;
+        let rate = values_per_s
+            * bytes_per_value as f64
+            * (1.0 + header / args.send_packet_payload as f64)
+            * args.send_rate_factor;
+        let mut sender = HeapSender::new(
+            Box::new(sink.clone()),
+            spec.dst.clone(),
+            args.feng_id,
+            args.array_size,
+            args.send_packet_payload,
+            Some(rate),
+        );
+        sender.send_descriptors(
+            &descriptors(cps, spec.spectra_per_heap(), args.send_sample_bits),
+            8872,
+        )?;
+        info!(output = %spec.name, channels = spec.channels, destinations = spec.dst.len(), "output ready");
+        pipelines.push(Pipeline::new(
+            spec,
+            chan,
+            sender,
+            args.feng_id,
+            bytes_per_value,
+        ));
+    }
+    let mut placement = DigitiserPlacement::new(
+        args.recv_packet_samples,
+        args.dig_sample_bits,
+        args.recv_chunk_samples,
+    )
+    .map_err(anyhow::Error::msg)?;
+    if let Some(m) = args.mask_timestamp {
+        placement.timestamp_mask = m;
+    }
+    let src = open_source(&args.src, args.recv_interface)?;
+    run_pipelines(src, placement, pipelines, args.dig_sample_bits)
+}

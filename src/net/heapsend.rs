@@ -1,0 +1,160 @@
+//! Heap transmission for the engines: heaps with repeat pointers and one payload item,
+//! packets of at most `packet_payload` payload bytes, heap counters from a sequence
+//! (start, step), optional pacing, descriptor and stop heaps. Payloads are borrowed from
+//! the engine's output buffers: nothing is copied before the transport.
+
+use std::io;
+use std::net::SocketAddrV4;
+
+use super::{Pacer, PacketSink};
+use crate::spead::{Descriptor, HeapBuilder};
+
+/// Counters of a heap sender.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SendStats {
+    pub heaps: u64,
+    pub packets: u64,
+    /// Payload bytes of data heaps.
+    pub bytes: u64,
+    pub descriptor_heaps: u64,
+}
+
+/// Sends heaps to a fixed list of destinations (substreams).
+pub struct HeapSender {
+    sink: Box<dyn PacketSink>,
+    pub dests: Vec<SocketAddrV4>,
+    next_cnt: u64,
+    cnt_step: u64,
+    packet_payload: usize,
+    pacer: Option<Pacer>,
+    desc_cnt: u64,
+    pub stats: SendStats,
+}
+
+impl HeapSender {
+    /// `cnt_start`/`cnt_step`: the heap counter sequence (katgpucbf's `set_cnt_sequence`).
+    /// `rate`: bytes per second including headers (None or an offline sink: no pacing).
+    pub fn new(
+        sink: Box<dyn PacketSink>,
+        dests: Vec<SocketAddrV4>,
+        cnt_start: u64,
+        cnt_step: u64,
+        packet_payload: usize,
+        rate: Option<f64>,
+    ) -> Self {
+        let pacer = match rate {
+            Some(r) if !sink.is_offline() && r > 0.0 => Some(Pacer::new(r)),
+            _ => None,
+        };
+        HeapSender {
+            sink,
+            dests,
+            next_cnt: cnt_start,
+            cnt_step: cnt_step.max(1),
+            packet_payload,
+            pacer,
+            desc_cnt: 1,
+            stats: SendStats::default(),
+        }
+    }
+
+    /// Sends one data heap to destination `dst`: the immediates in order, then `payload`
+    /// as item `payload_id` at offset 0.
+    pub fn send_heap(
+        &mut self,
+        dst: usize,
+        immediates: &[(u16, u64)],
+        payload_id: u16,
+        payload: &[u8],
+    ) -> io::Result<()> {
+        let cnt = self.next_cnt;
+        self.next_cnt = self.next_cnt.wrapping_add(self.cnt_step);
+        let mut h = HeapBuilder::new(cnt);
+        for &(id, v) in immediates {
+            h = h.immediate(id, v);
+        }
+        h = h.addressed(payload_id, payload);
+        let header_bytes = crate::spead::HEADER_BYTES + 8 * (4 + immediates.len() + 1);
+        let packets = h
+            .packets(header_bytes + self.packet_payload, true)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let dst = *self.dests.get(dst).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("no destination {dst}"))
+        })?;
+        let parts: Vec<Vec<&[u8]>> = packets
+            .iter()
+            .map(|p| {
+                std::iter::once(&p.header[..])
+                    .chain(p.payload.iter().copied())
+                    .collect()
+            })
+            .collect();
+        for chunk in parts.chunks(32) {
+            if let Some(p) = self.pacer.as_mut() {
+                p.wait(
+                    chunk
+                        .iter()
+                        .map(|v| v.iter().map(|s| s.len()).sum::<usize>())
+                        .sum(),
+                );
+            }
+            let batch: Vec<(SocketAddrV4, &[&[u8]])> =
+                chunk.iter().map(|v| (dst, &v[..])).collect();
+            self.sink.send_batch(&batch)?;
+        }
+        self.stats.heaps += 1;
+        self.stats.packets += packets.len() as u64;
+        self.stats.bytes += payload.len() as u64;
+        Ok(())
+    }
+
+    /// Sends a descriptor heap (counters 1, 3, 5, ... on their own sequence) to
+    /// every destination. Not paced.
+    pub fn send_descriptors(
+        &mut self,
+        descriptors: &[Descriptor],
+        max_packet_size: usize,
+    ) -> io::Result<()> {
+        let mut h = HeapBuilder::new(self.desc_cnt);
+        self.desc_cnt += 2;
+        for d in descriptors {
+            h = h.descriptor(d);
+        }
+        let packets = h
+            .packets(max_packet_size, false)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        for dst in self.dests.clone() {
+            for p in &packets {
+                let parts: Vec<&[u8]> = std::iter::once(&p.header[..])
+                    .chain(p.payload.iter().copied())
+                    .collect();
+                self.sink.send(dst, &parts)?;
+            }
+        }
+        self.stats.descriptor_heaps += 1;
+        Ok(())
+    }
+
+    /// Sends a stream-control stop heap to every destination.
+    pub fn send_stop(&mut self) -> io::Result<()> {
+        let cnt = self.next_cnt;
+        self.next_cnt = self.next_cnt.wrapping_add(self.cnt_step);
+        let heap = HeapBuilder::new(cnt).stop();
+        let packets = heap
+            .packets(1500, false)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        for dst in self.dests.clone() {
+            for p in &packets {
+                let parts: Vec<&[u8]> = std::iter::once(&p.header[..])
+                    .chain(p.payload.iter().copied())
+                    .collect();
+                self.sink.send(dst, &parts)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.sink.flush()
+    }
+}

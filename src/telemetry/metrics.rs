@@ -1,0 +1,136 @@
+//! Prometheus metrics: a registry per engine (namespace `dsim`, `fgpu`, `xbgpu`), counters
+//! with katgpucbf's names (exposed with `_total`), and a small HTTP endpoint at `/metrics`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Label set: (name, value) pairs.
+pub type Labels = Vec<(String, String)>;
+pub type CounterFamily = Family<Labels, Counter>;
+
+/// An engine's metrics registry.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Mutex<Registry>>,
+}
+
+impl Metrics {
+    /// A registry whose metric names start with `namespace_`.
+    pub fn new(namespace: &str) -> Self {
+        Metrics {
+            registry: Arc::new(Mutex::new(Registry::with_prefix(namespace))),
+        }
+    }
+
+    /// Registers a counter (exposed as `namespace_name_total`).
+    pub fn counter(&self, name: &str, help: &str) -> Counter {
+        let c = Counter::default();
+        if let Ok(mut r) = self.registry.lock() {
+            r.register(name, help, c.clone());
+        }
+        c
+    }
+
+    /// Registers a labelled counter family.
+    pub fn counter_family(&self, name: &str, help: &str) -> CounterFamily {
+        let f = CounterFamily::default();
+        if let Ok(mut r) = self.registry.lock() {
+            r.register(name, help, f.clone());
+        }
+        f
+    }
+
+    /// Registers a floating-point gauge.
+    pub fn gauge_f64(&self, name: &str, help: &str) -> Gauge<f64, std::sync::atomic::AtomicU64> {
+        let g = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        if let Ok(mut r) = self.registry.lock() {
+            r.register(name, help, g.clone());
+        }
+        g
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        if let Ok(r) = self.registry.lock() {
+            let _ = encode(&mut s, &r);
+        }
+        s
+    }
+
+    /// Serves `GET /metrics` on `addr` from a background thread; returns the bound address.
+    pub fn serve(&self, addr: SocketAddr) -> std::io::Result<SocketAddr> {
+        let listener = TcpListener::bind(addr)?;
+        let bound = listener.local_addr()?;
+        let me = self.clone();
+        std::thread::Builder::new().name("prometheus".into()).spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut s) = conn else { continue };
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut first = String::new();
+                let mut r = BufReader::new(match s.try_clone() {
+                    Ok(c) => c,
+                    Err(_) => continue,
+                });
+                if r.read_line(&mut first).is_err() {
+                    continue;
+                }
+                // Drain the request headers.
+                let mut line = String::new();
+                while r.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let (status, ctype, body) = if first.starts_with("GET /metrics") {
+                    ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", me.render())
+                } else {
+                    ("404 Not Found", "text/plain", "only /metrics is served\n".to_string())
+                };
+                let _ = write!(s, "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+            }
+        })?;
+        Ok(bound)
+    }
+}
+
+/// Label helper.
+pub fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_http() {
+        let m = Metrics::new("fgpu");
+        let c = m.counter("input_heaps", "heaps received");
+        let f = m.counter_family("output_skipped_heaps", "skipped");
+        c.inc_by(5);
+        f.get_or_create(&labels(&[("stream", "wb")])).inc_by(2);
+        let text = m.render();
+        assert!(text.contains("fgpu_input_heaps_total 5"), "{text}");
+        assert!(
+            text.contains("fgpu_output_skipped_heaps_total{stream=\"wb\"} 2"),
+            "{text}"
+        );
+        let addr = m.serve("127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut body = String::new();
+        std::io::Read::read_to_string(&mut s, &mut body).unwrap();
+        assert!(body.starts_with("HTTP/1.1 200 OK"));
+        assert!(body.contains("fgpu_input_heaps_total 5"));
+    }
+}

@@ -1,0 +1,432 @@
+//! `gpucbf xbgpu`: builds the outputs from the command line on the chosen backend, serves
+//! katcp (capture-start/stop, beam weights, delays and gains) and runs the engine.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tracing::info;
+
+use super::config::{parse_beam, parse_corrprod, XbgpuArgs};
+use super::engine::{
+    run_pipelines, x_descriptors, BPipeline, Beamformer, Correlator, XPipeline, XbgpuSummary,
+};
+use crate::chunk::placement::FengPlacement;
+use crate::control::{Device, SensorSet, SensorType, Status};
+use crate::fgpu::engine::{open_sink, open_source};
+use crate::net::heapsend::HeapSender;
+use crate::net::SharedSink;
+use crate::spead::{ids, Descriptor};
+use crate::xengine::{Beam, BeamSet, CpuX, GpuX, XBackend, XShape};
+
+struct Corr(Box<dyn XBackend + Send>);
+
+impl Correlator for Corr {
+    fn accumulate(&mut self, batch: &[i8]) -> Result<(), String> {
+        self.0.accumulate(batch).map_err(|e| e.to_string())
+    }
+
+    fn dump(&mut self, present: &[bool], out: &mut [i32]) -> Result<u64, String> {
+        self.0.dump(present, out).map_err(|e| e.to_string())
+    }
+}
+
+struct Beams {
+    backend: Box<dyn XBackend + Send>,
+    set: Arc<Mutex<BeamSet>>,
+    batch_step: u64,
+    flat: Vec<i8>,
+}
+
+impl Beamformer for Beams {
+    fn beamform(
+        &mut self,
+        batch_ts: u64,
+        batch: &[i8],
+        present: &[bool],
+        out: &mut [Vec<i8>],
+    ) -> Result<Vec<u64>, String> {
+        let set = self
+            .set
+            .lock()
+            .map_err(|_| "beam set lock poisoned")?
+            .clone();
+        let stats = self
+            .backend
+            .beamform(
+                batch,
+                present,
+                &set,
+                batch_ts / self.batch_step,
+                &mut self.flat,
+            )
+            .map_err(|e| e.to_string())?;
+        let per = self.flat.len() / out.len().max(1);
+        for (b, o) in out.iter_mut().enumerate() {
+            o.copy_from_slice(&self.flat[b * per..(b + 1) * per]);
+        }
+        Ok(stats.saturated)
+    }
+}
+
+fn backend(kind: &str, shape: XShape) -> anyhow::Result<Box<dyn XBackend + Send>> {
+    let gpu = match kind {
+        "cpu" => false,
+        "gpu" => true,
+        "auto" => crate::gpu::gpu_available(),
+        other => anyhow::bail!("--backend {other}: expected auto, cpu or gpu"),
+    };
+    Ok(if gpu {
+        Box::new(GpuX::new(shape).map_err(|e| anyhow::anyhow!("GPU backend: {e}"))?)
+    } else {
+        Box::new(CpuX::new(shape))
+    })
+}
+
+/// xbgpu's katcp interface.
+struct XbDevice {
+    sensors: SensorSet,
+    outputs: Vec<(String, Arc<AtomicBool>)>,
+    beams: Vec<String>,
+    set: Arc<Mutex<BeamSet>>,
+    n_ants: usize,
+}
+
+impl XbDevice {
+    fn output(&self, name: Option<&String>) -> Result<&Arc<AtomicBool>, String> {
+        let name = name.ok_or("which stream?")?;
+        self.outputs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, e)| e)
+            .ok_or_else(|| format!("unknown stream {name:?}"))
+    }
+
+    fn beam(&self, name: Option<&String>) -> Result<usize, String> {
+        let name = name.ok_or("which beam?")?;
+        self.beams
+            .iter()
+            .position(|n| n == name)
+            .ok_or_else(|| format!("unknown beam {name:?}"))
+    }
+
+    fn floats(&self, args: &[String]) -> Result<Vec<f64>, String> {
+        let v = args
+            .iter()
+            .map(|a| {
+                a.parse::<f64>()
+                    .map_err(|_| format!("{a:?} is not a number"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if v.iter().any(|x| !x.is_finite()) {
+            return Err("values must be finite".into());
+        }
+        Ok(v)
+    }
+}
+
+impl Device for XbDevice {
+    fn api_version(&self) -> String {
+        "katgpucbf-xbgpu-1.0".into()
+    }
+
+    fn requests(&self) -> Vec<(&'static str, &'static str)> {
+        vec![
+            (
+                "capture-start",
+                "Start transmitting a stream: ?capture-start stream",
+            ),
+            (
+                "capture-stop",
+                "Stop transmitting a stream: ?capture-stop stream",
+            ),
+            (
+                "beam-weights",
+                "Set a beam's antenna weights: ?beam-weights beam w0 … w(n−1)",
+            ),
+            (
+                "beam-delays",
+                "Set a beam's delays and phases: ?beam-delays beam d0:φ0 … (seconds:radians)",
+            ),
+            (
+                "beam-quant-gains",
+                "Set a beam's quantisation gain: ?beam-quant-gains beam g",
+            ),
+        ]
+    }
+
+    fn request(&self, name: &str, args: &[String]) -> Result<Vec<String>, String> {
+        match name {
+            "capture-start" | "capture-stop" => {
+                if args.len() > 2 {
+                    return Err(format!("usage: ?{name} stream"));
+                }
+                let e = self.output(args.first())?;
+                e.store(name == "capture-start", Ordering::Relaxed);
+                Ok(vec![])
+            }
+            "beam-weights" => {
+                let b = self.beam(args.first())?;
+                let w = self.floats(&args[1..])?;
+                if w.len() != self.n_ants {
+                    return Err(format!(
+                        "{} weights given, {} antennas",
+                        w.len(),
+                        self.n_ants
+                    ));
+                }
+                let mut set = self.set.lock().map_err(|_| "lock poisoned")?;
+                set.beams[b].weights = w;
+                self.sensors.set(
+                    &format!("{}.weight", self.beams[b]),
+                    format!("{:?}", set.beams[b].weights),
+                    Status::Nominal,
+                );
+                Ok(vec![])
+            }
+            "beam-quant-gains" => {
+                let b = self.beam(args.first())?;
+                let g = self.floats(&args[1..])?;
+                if g.len() != 1 {
+                    return Err("give one gain".into());
+                }
+                self.set.lock().map_err(|_| "lock poisoned")?.beams[b].quant_gain = g[0];
+                self.sensors.set(
+                    &format!("{}.quantiser-gain", self.beams[b]),
+                    g[0],
+                    Status::Nominal,
+                );
+                Ok(vec![])
+            }
+            "beam-delays" => {
+                let b = self.beam(args.first())?;
+                if args.len() - 1 != self.n_ants {
+                    return Err(format!(
+                        "{} delays given, {} antennas",
+                        args.len() - 1,
+                        self.n_ants
+                    ));
+                }
+                let mut d = Vec::new();
+                let mut p = Vec::new();
+                for a in &args[1..] {
+                    let (x, y) = a
+                        .split_once(':')
+                        .ok_or_else(|| format!("{a:?}: expected delay:phase"))?;
+                    let v = self.floats(&[x.to_string(), y.to_string()])?;
+                    d.push(v[0]);
+                    p.push(v[1]);
+                }
+                let mut set = self.set.lock().map_err(|_| "lock poisoned")?;
+                set.beams[b].delays = d;
+                set.beams[b].phases = p;
+                self.sensors.set(
+                    &format!("{}.delay", self.beams[b]),
+                    args[1..].join(" "),
+                    Status::Nominal,
+                );
+                Ok(vec![])
+            }
+            _ => Err(format!("unknown request {name}")),
+        }
+    }
+
+    fn sensors(&self) -> &SensorSet {
+        &self.sensors
+    }
+}
+
+fn beam_descriptors(cps: usize, sph: usize) -> Vec<Descriptor> {
+    let u48 = [('u', 48)];
+    vec![
+        Descriptor::with_format(
+            ids::TIMESTAMP,
+            "timestamp",
+            "Timestamp of the first spectrum, in ADC samples.",
+            &[],
+            &u48,
+        ),
+        Descriptor::with_format(
+            ids::FREQUENCY,
+            "frequency",
+            "Identifies the first channel in the band of frequencies in the SPEAD heap.",
+            &[],
+            &u48,
+        ),
+        Descriptor::with_format(
+            ids::BEAM_ANTS,
+            "beam_ants",
+            "Number of antennas present in the sum.",
+            &[],
+            &u48,
+        ),
+        Descriptor::with_dtype(
+            ids::BF_RAW,
+            "bf_raw",
+            "Beamformer output for the frequency range.",
+            &[cps as u64, sph as u64, 2],
+            "|i1",
+        ),
+    ]
+}
+
+/// Runs `gpucbf xbgpu`.
+pub fn run(args: &XbgpuArgs) -> anyhow::Result<XbgpuSummary> {
+    crate::shutdown::install();
+    args.validate().map_err(anyhow::Error::msg)?;
+    if !(args.adc_sample_rate.is_finite() && args.adc_sample_rate > 0.0) {
+        anyhow::bail!("--adc-sample-rate must be positive");
+    }
+    let n = args.array_size;
+    let cps = args.channels_per_substream;
+    let sph = args.spectra_per_heap();
+    let shape = XShape::new(n, cps, sph).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let placement = FengPlacement {
+        n_ants: n,
+        channels_per_substream: cps,
+        spectra_per_heap: sph,
+        sample_bits: 8,
+        samples_between_spectra: args.samples_between_spectra,
+        batches_per_chunk: args.heaps_per_fengine_per_chunk,
+    };
+    let batch_step = placement.batch_step();
+    let sink = SharedSink::new(open_sink(
+        args.send_pcap.as_deref(),
+        args.send_interface,
+        args.send_ttl,
+    )?);
+    let engines = (args.channels / cps) as u64;
+    let cnt0 = (args.channel_offset_value / cps) as u64;
+    let sensors = SensorSet::default();
+    let mut outputs = Vec::new();
+    let mut xs = Vec::new();
+    for spec in &args.corrprod {
+        let c = parse_corrprod(spec).map_err(|e| anyhow::anyhow!("--corrprod {spec}: {e}"))?;
+        let heap_bytes = shape.output_len() * 4;
+        let interval = (c.heap_accumulation_threshold * batch_step) as f64 / args.adc_sample_rate;
+        let rate =
+            heap_bytes as f64 * (1.0 + 64.0 / args.send_packet_payload as f64) / interval * 1.1;
+        let mut sender = HeapSender::new(
+            Box::new(sink.clone()),
+            vec![c.dst],
+            cnt0,
+            engines,
+            args.send_packet_payload,
+            Some(rate),
+        );
+        sender.send_descriptors(&x_descriptors(cps, n), 8872)?;
+        let corr = Box::new(Corr(backend(&args.backend, shape)?));
+        let x = XPipeline::new(
+            &c.name,
+            corr,
+            sender,
+            c.heap_accumulation_threshold,
+            batch_step,
+            args.channel_offset_value as u64,
+            n,
+            cps,
+            args.send_enabled,
+        );
+        sensors.add(
+            &format!("{}.chan-range", c.name),
+            "Channels of this engine",
+            "",
+            SensorType::String,
+            &format!(
+                "({},{})",
+                args.channel_offset_value,
+                args.channel_offset_value + cps - 1
+            ),
+        );
+        outputs.push((c.name.clone(), x.enabled.clone()));
+        info!(stream = %c.name, dump_seconds = interval, "corrprod output ready");
+        xs.push(x);
+    }
+    let mut beam_names = Vec::new();
+    let set = Arc::new(Mutex::new(BeamSet {
+        beams: Vec::new(),
+        channel_offset: args.channel_offset_value,
+        n_channels_total: args.channels,
+        bandwidth: args.adc_sample_rate / args.samples_between_spectra as f64
+            * args.channels as f64,
+        dither: true,
+        seed: rand::random(),
+    }));
+    let mut beam_dsts = Vec::new();
+    for spec in &args.beam {
+        let b = parse_beam(spec).map_err(|e| anyhow::anyhow!("--beam {spec}: {e}"))?;
+        let mut s = set.lock().map_err(|_| anyhow::anyhow!("lock"))?;
+        s.dither &= b.dither;
+        s.beams.push(Beam {
+            pol: b.pol,
+            quant_gain: 1.0,
+            weights: vec![1.0; n],
+            delays: vec![0.0; n],
+            phases: vec![0.0; n],
+        });
+        for (k, d) in [
+            ("weight", "Antenna weights"),
+            ("quantiser-gain", "Quantiser gain"),
+            ("delay", "Delays and phases"),
+        ] {
+            sensors.add(&format!("{}.{k}", b.name), d, "", SensorType::String, "");
+        }
+        beam_names.push(b.name.clone());
+        beam_dsts.push(b.dst);
+    }
+    let beams = if beam_names.is_empty() {
+        None
+    } else {
+        let beam_bytes = cps * sph * 2;
+        let rate = beam_names.len() as f64
+            * beam_bytes as f64
+            * (1.0 + 72.0 / args.send_packet_payload as f64)
+            / (batch_step as f64 / args.adc_sample_rate)
+            * 1.1;
+        let mut sender = HeapSender::new(
+            Box::new(sink.clone()),
+            beam_dsts,
+            cnt0,
+            engines,
+            args.send_packet_payload,
+            Some(rate),
+        );
+        sender.send_descriptors(&beam_descriptors(cps, sph), 8872)?;
+        let n_beams = beam_names.len();
+        let bf = Beams {
+            backend: backend(&args.backend, shape)?,
+            set: set.clone(),
+            batch_step,
+            flat: vec![0; shape.beam_output_len(n_beams)],
+        };
+        let bp = BPipeline::new(
+            &beam_names,
+            Box::new(bf),
+            sender,
+            args.channel_offset_value as u64,
+            beam_bytes,
+            args.send_enabled,
+        );
+        for (nm, e) in beam_names.iter().zip(&bp.enabled) {
+            outputs.push((nm.clone(), e.clone()));
+        }
+        Some(bp)
+    };
+    let _server = match args.katcp_port {
+        Some(p) => {
+            let dev = XbDevice {
+                sensors,
+                outputs,
+                beams: beam_names,
+                set,
+                n_ants: n,
+            };
+            Some(crate::control::Server::start(
+                ([0, 0, 0, 0], p).into(),
+                Arc::new(dev),
+            )?)
+        }
+        None => None,
+    };
+    let src = open_source(&args.src, args.recv_interface)?;
+    run_pipelines(src, placement, xs, beams)
+}

@@ -1,0 +1,181 @@
+//! Beam configuration, host-side coefficient preparation and the dither/quantiser shared by
+//! the CPU and GPU beamformers (dsp.md §10, icd.md §4.4).
+
+use super::{XError, XShape};
+
+/// One single-polarisation beam.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Beam {
+    /// Input polarisation (0 or 1).
+    pub pol: usize,
+    /// Quantisation gain g_b (`?beam-quant-gains`).
+    pub quant_gain: f64,
+    /// Real weight per antenna (`?beam-weights`).
+    pub weights: Vec<f64>,
+    /// Delay per antenna, seconds (`?beam-delays`).
+    pub delays: Vec<f64>,
+    /// Phase per antenna at the centre frequency of the whole band, radians.
+    pub phases: Vec<f64>,
+}
+
+/// All beams of one engine plus the frequency context.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BeamSet {
+    /// The beams.
+    pub beams: Vec<Beam>,
+    /// Absolute index of this engine's first channel.
+    pub channel_offset: usize,
+    /// Total channels of the stream (N).
+    pub n_channels_total: usize,
+    /// Stream bandwidth in Hz (Δf = bandwidth / N).
+    pub bandwidth: f64,
+    /// Add uniform dither in (−0.5, 0.5) before quantising.
+    pub dither: bool,
+    /// Dither seed.
+    pub seed: u64,
+}
+
+/// Per-batch beamformer statistics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BeamStats {
+    /// Number of present antennas (`beam_ants`); a batch with 0 is not sent.
+    pub beam_ants: usize,
+    /// Saturated complex samples per beam (re or im beyond ±127 before rounding).
+    pub saturated: Vec<u64>,
+}
+
+/// Host-prepared per-(beam, antenna) tables: `coef` = weight·gain·e^{j(φ − 2πΔf(c0 − N/2)τ)}
+/// (zero for absent antennas), `delay` = −2Δfτ wrapped to [−1, 1) (half-turns per channel).
+/// The coefficient of local channel c is `coef · e^{jπ·c·delay}`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BeamTables {
+    /// Interleaved re, im; `[beam][antenna]`.
+    pub coef: Vec<f32>,
+    /// `[beam][antenna]`.
+    pub delay: Vec<f32>,
+    /// Polarisation per beam.
+    pub pol: Vec<i32>,
+    /// Present antennas.
+    pub beam_ants: usize,
+}
+
+impl BeamSet {
+    /// Validates against `shape`: lengths, pols, finite parameters, channel range.
+    pub fn validate(&self, shape: &XShape) -> Result<(), XError> {
+        if self.beams.is_empty() || self.beams.len() > 4096 {
+            return Err(XError::Beam(format!(
+                "{} beams, need 1..=4096",
+                self.beams.len()
+            )));
+        }
+        if !(self.bandwidth.is_finite() && self.bandwidth > 0.0) {
+            return Err(XError::Beam(format!("bandwidth {}", self.bandwidth)));
+        }
+        if self.n_channels_total == 0
+            || self.channel_offset + shape.n_channels > self.n_channels_total
+        {
+            return Err(XError::Beam(format!(
+                "channels {}..{} outside 0..{}",
+                self.channel_offset,
+                self.channel_offset + shape.n_channels,
+                self.n_channels_total
+            )));
+        }
+        for (i, b) in self.beams.iter().enumerate() {
+            if b.pol > 1 {
+                return Err(XError::Beam(format!(
+                    "beam {i}: pol {} (must be 0 or 1)",
+                    b.pol
+                )));
+            }
+            if !b.quant_gain.is_finite() {
+                return Err(XError::Beam(format!(
+                    "beam {i}: quant gain {}",
+                    b.quant_gain
+                )));
+            }
+            for (name, v) in [
+                ("weights", &b.weights),
+                ("delays", &b.delays),
+                ("phases", &b.phases),
+            ] {
+                if v.len() != shape.n_ants {
+                    return Err(XError::Beam(format!(
+                        "beam {i}: {} {name} for {} antennas",
+                        v.len(),
+                        shape.n_ants
+                    )));
+                }
+                if let Some(a) = v.iter().position(|x| !x.is_finite()) {
+                    return Err(XError::Beam(format!(
+                        "beam {i}: {name}[{a}] = {} is not finite",
+                        v[a]
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Validates and builds the coefficient tables for the given antenna presence.
+    pub fn tables(&self, shape: &XShape, present_ants: &[bool]) -> Result<BeamTables, XError> {
+        self.validate(shape)?;
+        shape.check_present(present_ants)?;
+        let df = self.bandwidth / self.n_channels_total as f64;
+        let c0 = self.channel_offset as f64 - self.n_channels_total as f64 / 2.0;
+        let n = self.beams.len() * shape.n_ants;
+        let mut coef = Vec::with_capacity(2 * n);
+        let mut delay = Vec::with_capacity(n);
+        for b in &self.beams {
+            for (a, &present) in present_ants.iter().enumerate() {
+                if !present {
+                    coef.extend([0.0, 0.0]);
+                    delay.push(0.0);
+                    continue;
+                }
+                let tau = b.delays[a];
+                let ph = b.phases[a] - 2.0 * std::f64::consts::PI * df * c0 * tau;
+                let mag = b.weights[a] * b.quant_gain;
+                let (s, c) = ph.sin_cos();
+                coef.push((mag * c) as f32);
+                coef.push((mag * s) as f32);
+                let d = -2.0 * df * tau;
+                // e^{jπcd} is 2-periodic in d for integer c: wrap to [-1, 1) for f32 accuracy.
+                let w = d - 2.0 * ((d + 1.0) / 2.0).floor();
+                delay.push(w as f32);
+            }
+        }
+        Ok(BeamTables {
+            coef,
+            delay,
+            pol: self.beams.iter().map(|b| b.pol as i32).collect(),
+            beam_ants: present_ants.iter().filter(|&&p| p).count(),
+        })
+    }
+}
+
+fn splitmix64(mut z: u64) -> u64 {
+    z ^= z >> 30;
+    z = z.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z ^= z >> 27;
+    z = z.wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    z
+}
+
+fn dither_from(u: u32) -> f32 {
+    ((u as i32) as f32 + 0.5) * 2.328_270_9e-10
+}
+
+/// Dither (re, im), each uniform in (−0.5, 0.5), for `key` =
+/// ((batch·channels + c)·spectra + s)·beams + beam (identical on CPU and GPU).
+pub fn dither_pair(seed: u64, key: u64) -> (f32, f32) {
+    let h = splitmix64(seed.wrapping_add(key.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+    (dither_from(h as u32), dither_from((h >> 32) as u32))
+}
+
+/// Clamp to ±127 and round half to even; returns (value, saturated-before-rounding).
+pub(crate) fn quantise(v: f32) -> (i8, bool) {
+    let sat = v.abs() > 127.0;
+    (v.clamp(-127.0, 127.0).round_ties_even() as i8, sat)
+}

@@ -1,0 +1,468 @@
+//! GPU back end: `kernels/correlate.cu` (tensor cores, int64 accumulation, saturating reduce)
+//! and `kernels/beamform.cu`, compiled with NVRTC per shape (constants as `-D` defines).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+};
+
+use super::beam::BeamTables;
+use super::cpu::check_beam_io;
+use super::{present_baselines, BeamSet, BeamStats, XBackend, XError, XShape};
+
+/// Correlator kernel source (embedded so binaries need no kernel files at run time).
+pub const CORRELATE_SRC: &str = include_str!("../../kernels/correlate.cu");
+/// Beamformer kernel source.
+pub const BEAMFORM_SRC: &str = include_str!("../../kernels/beamform.cu");
+
+const TILE: usize = 64;
+/// Spectra per pipeline stage (`STAGE_TIMES` in the kernel).
+const STAGE_TIMES: usize = 64;
+const KSTEPS_PER_STAGE: usize = STAGE_TIMES / 16;
+/// Dynamic shared memory of `correlate`: 3 raw stages of 2·TILE rows and two ready buffers of
+/// A-ready (TILE rows) and B-ready (TILE rows × 2 variants).
+const CORRELATE_SMEM: usize = (3 * 2 * TILE + 2 * 3 * TILE) * (STAGE_TIMES / 4) * 16;
+const THREADS: u32 = 256;
+/// Default beams per pass of the beamformer kernel.
+const DEFAULT_BATCH_BEAMS: usize = 16;
+/// Spectra per beamformer thread block (128 threads × 2).
+const BEAM_BLOCK_SPECTRA: usize = 256;
+/// At most 65536 samples (4096 k-steps of 16) per block keep the int32 tensor-core sums exact.
+const MAX_KSTEPS_PER_BLOCK: usize = 4096;
+
+fn gerr<E: std::fmt::Debug>(e: E) -> XError {
+    XError::Gpu(format!("{e:?}"))
+}
+
+/// NVRTC defines for the correlator kernel of `shape`.
+pub fn correlate_defines(shape: &XShape) -> Vec<(&'static str, String)> {
+    vec![
+        ("N_ANTS", shape.n_ants.to_string()),
+        ("N_CHANNELS", shape.n_channels.to_string()),
+        ("SPECTRA", shape.spectra_per_batch.to_string()),
+        ("STAGE_TIMES", STAGE_TIMES.to_string()),
+    ]
+}
+
+/// NVRTC defines for the beamformer kernel of `shape` with `n_beams` beams, `batch_beams` beams
+/// per pass (registers: 16 → ≈ 96, 32 → ≈ 166 per thread).
+pub fn beamform_defines(
+    shape: &XShape,
+    n_beams: usize,
+    batch_beams: usize,
+) -> Vec<(&'static str, String)> {
+    let mut d = correlate_defines(shape);
+    d.push(("N_BEAMS", n_beams.to_string()));
+    d.push(("BATCH_BEAMS", batch_beams.to_string()));
+    d
+}
+
+fn arch_for(major: i32, minor: i32) -> Result<&'static str, XError> {
+    Ok(match (major, minor) {
+        (8, 0) => "compute_80",
+        (8, 6) => "compute_86",
+        (8, 7) => "compute_87",
+        (8, 9) => "compute_89",
+        (9, 0) => "compute_90",
+        (m, _) if m >= 8 => "compute_80", // newer: PTX for sm_80 JITs forward
+        _ => {
+            return Err(XError::Gpu(format!(
+                "compute capability {major}.{minor}: the correlator needs sm_80 or newer (cp.async, mma.sync s8)"
+            )))
+        }
+    })
+}
+
+/// Beam tables resident on the device.
+pub(crate) struct DevTables {
+    coef: CudaSlice<f32>,
+    delay: CudaSlice<f32>,
+    order: CudaSlice<i32>,
+    groups: CudaSlice<i32>,
+    n_groups: i32,
+}
+
+/// Beam order sorted by pol and groups (start, count ≤ batch, pol) of one pol each.
+fn beam_groups(pol: &[i32], batch: usize) -> (Vec<i32>, Vec<i32>) {
+    let mut order: Vec<i32> = (0..pol.len() as i32).collect();
+    order.sort_by_key(|&b| pol[b as usize]);
+    let mut groups = Vec::new();
+    let mut i = 0;
+    while i < order.len() {
+        let p = pol[order[i] as usize];
+        let mut n = 0;
+        while i + n < order.len() && n < batch && pol[order[i + n] as usize] == p {
+            n += 1;
+        }
+        groups.extend([i as i32, n as i32, p]);
+        i += n;
+    }
+    (order, groups)
+}
+
+/// GPU implementation of [`XBackend`].
+pub struct GpuX {
+    shape: XShape,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    arch: &'static str,
+    n_sms: usize,
+    correlate: CudaFunction,
+    reduce: CudaFunction,
+    beam_fns: HashMap<(usize, usize), CudaFunction>,
+    batch_beams: usize,
+    acc: CudaSlice<i64>,
+    out: CudaSlice<i32>,
+    present: CudaSlice<u8>,
+    saturated: CudaSlice<u64>,
+    input: Option<CudaSlice<i8>>,
+}
+
+impl GpuX {
+    /// Opens device 0 and compiles the correlator for `shape`. Fails cleanly without a GPU.
+    pub fn new(shape: XShape) -> Result<Self, XError> {
+        if !crate::gpu::gpu_available() {
+            return Err(XError::Gpu("no usable CUDA device".into()));
+        }
+        let ctx = CudaContext::new(0).map_err(gerr)?;
+        let major = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+            .map_err(gerr)?;
+        let minor = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+            .map_err(gerr)?;
+        let n_sms = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(gerr)? as usize;
+        let arch = arch_for(major, minor)?;
+        let ptx = crate::gpu::compile_ptx(
+            "correlate.cu",
+            CORRELATE_SRC,
+            &correlate_defines(&shape),
+            arch,
+        )
+        .map_err(XError::Gpu)?;
+        let module = ctx.load_module(ptx).map_err(gerr)?;
+        let correlate = module.load_function("correlate").map_err(gerr)?;
+        correlate
+            .set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                CORRELATE_SMEM as i32,
+            )
+            .map_err(gerr)?;
+        let reduce = module.load_function("reduce").map_err(gerr)?;
+        let stream = ctx.default_stream();
+        let acc = stream
+            .alloc_zeros::<i64>(shape.output_len())
+            .map_err(gerr)?;
+        let out = stream
+            .alloc_zeros::<i32>(shape.output_len())
+            .map_err(gerr)?;
+        let present = stream
+            .alloc_zeros::<u8>(shape.n_baselines())
+            .map_err(gerr)?;
+        let saturated = stream.alloc_zeros::<u64>(1).map_err(gerr)?;
+        Ok(Self {
+            shape,
+            ctx,
+            stream,
+            arch,
+            n_sms,
+            correlate,
+            reduce,
+            beam_fns: HashMap::new(),
+            batch_beams: DEFAULT_BATCH_BEAMS,
+            acc,
+            out,
+            present,
+            saturated,
+            input: None,
+        })
+    }
+
+    /// The CUDA stream all work is queued on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The CUDA context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// Number of streaming multiprocessors.
+    pub fn n_sms(&self) -> usize {
+        self.n_sms
+    }
+
+    /// Grid for `n_batches`: (triangle tiles, channels, time splits) and k-steps per split.
+    fn correlate_grid(&self, n_batches: usize) -> ((u32, u32, u32), usize) {
+        let nt = self.shape.n_ants.div_ceil(TILE);
+        let tiles = nt * (nt + 1) / 2;
+        let ksteps = n_batches * self.shape.spectra_per_batch / 16;
+        let xy = tiles * self.shape.n_channels;
+        // about four waves of one block per SM, but never more than 65536 samples per block
+        let want_z = (4 * self.n_sms).div_ceil(xy).max(1);
+        let mut kpb = ksteps.div_ceil(want_z).clamp(1, MAX_KSTEPS_PER_BLOCK);
+        kpb = (kpb.div_ceil(KSTEPS_PER_STAGE) * KSTEPS_PER_STAGE).min(MAX_KSTEPS_PER_BLOCK); // whole stages
+        let z = ksteps.div_ceil(kpb);
+        ((tiles as u32, self.shape.n_channels as u32, z as u32), kpb)
+    }
+
+    /// Queues the correlation of `n_batches` batches already on the device (no host copies).
+    pub fn accumulate_device(
+        &mut self,
+        input: &CudaSlice<i8>,
+        n_batches: usize,
+    ) -> Result<(), XError> {
+        let need = n_batches * self.shape.batch_bytes();
+        if n_batches == 0 || input.len() < need {
+            return Err(XError::Size {
+                what: "device correlator input",
+                expected: need,
+                got: input.len(),
+            });
+        }
+        if n_batches > i32::MAX as usize / self.shape.spectra_per_batch {
+            return Err(XError::Shape(format!(
+                "{n_batches} batches in one call: too many"
+            )));
+        }
+        let (grid, kpb) = self.correlate_grid(n_batches);
+        if grid.2 > 65535 {
+            return Err(XError::Shape(format!(
+                "{n_batches} batches: too many time splits"
+            )));
+        }
+        let cfg = LaunchConfig {
+            grid_dim: grid,
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: CORRELATE_SMEM as u32,
+        };
+        let nb = n_batches as i32;
+        let kpb = kpb as i32;
+        let mut b = self.stream.launch_builder(&self.correlate);
+        b.arg(input).arg(&mut self.acc).arg(&nb).arg(&kpb);
+        // SAFETY: argument types and order match `correlate` in kernels/correlate.cu; the input
+        // holds n_batches whole batches (checked above) and acc has output_len elements.
+        unsafe { b.launch(cfg) }.map_err(gerr)?;
+        Ok(())
+    }
+
+    /// Queues the reduce into the device output buffer; returns nothing until [`Self::dump`].
+    fn launch_reduce(&mut self, present_ants: &[bool]) -> Result<(), XError> {
+        let pb = present_baselines(present_ants);
+        self.stream
+            .memcpy_htod(&pb, &mut self.present)
+            .map_err(gerr)?;
+        self.stream
+            .memset_zeros(&mut self.saturated)
+            .map_err(gerr)?;
+        let n = self.shape.output_len() / 2;
+        let blocks = n.div_ceil(256).min(8 * self.n_sms.max(1) * 8) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks.max(1), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&self.reduce);
+        b.arg(&mut self.acc)
+            .arg(&mut self.out)
+            .arg(&self.present)
+            .arg(&mut self.saturated);
+        // SAFETY: matches `reduce` in kernels/correlate.cu; buffer sizes fixed by the shape.
+        unsafe { b.launch(cfg) }.map_err(gerr)?;
+        Ok(())
+    }
+
+    /// Beams per beamformer pass (a tuning knob: 1..=32; default 16).
+    pub fn set_beam_batch(&mut self, batch_beams: usize) -> Result<(), XError> {
+        if !(1..=32).contains(&batch_beams) {
+            return Err(XError::Shape(format!(
+                "beam batch {batch_beams}, must be 1..=32"
+            )));
+        }
+        self.batch_beams = batch_beams;
+        Ok(())
+    }
+
+    fn beam_fn(&mut self, n_beams: usize) -> Result<CudaFunction, XError> {
+        let key = (n_beams, self.batch_beams);
+        if let Some(f) = self.beam_fns.get(&key) {
+            return Ok(f.clone());
+        }
+        let ptx = crate::gpu::compile_ptx(
+            "beamform.cu",
+            BEAMFORM_SRC,
+            &beamform_defines(&self.shape, n_beams, self.batch_beams),
+            self.arch,
+        )
+        .map_err(XError::Gpu)?;
+        let m = self.ctx.load_module(ptx).map_err(gerr)?;
+        let f = m.load_function("beamform").map_err(gerr)?;
+        self.beam_fns.insert(key, f.clone());
+        Ok(f)
+    }
+
+    /// Uploads prepared beam tables.
+    pub(crate) fn upload_tables(&self, t: &BeamTables) -> Result<DevTables, XError> {
+        let (order, groups) = beam_groups(&t.pol, self.batch_beams);
+        Ok(DevTables {
+            coef: self.stream.clone_htod(&t.coef).map_err(gerr)?,
+            delay: self.stream.clone_htod(&t.delay).map_err(gerr)?,
+            order: self.stream.clone_htod(&order).map_err(gerr)?,
+            groups: self.stream.clone_htod(&groups).map_err(gerr)?,
+            n_groups: (groups.len() / 3) as i32,
+        })
+    }
+
+    /// Queues the beamformer on device buffers; `saturated` (one u64 per beam) is added to.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn beamform_device(
+        &mut self,
+        batch: &CudaSlice<i8>,
+        t: &DevTables,
+        n_beams: usize,
+        dither: bool,
+        seed: u64,
+        batch_index: u64,
+        out: &mut CudaSlice<i8>,
+        saturated: &mut CudaSlice<u64>,
+    ) -> Result<(), XError> {
+        let f = self.beam_fn(n_beams)?;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                self.shape.spectra_per_batch.div_ceil(BEAM_BLOCK_SPECTRA) as u32,
+                self.shape.n_channels as u32,
+                1,
+            ),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let d = i32::from(dither);
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(batch)
+            .arg(out)
+            .arg(&t.coef)
+            .arg(&t.delay)
+            .arg(&t.order)
+            .arg(&t.groups)
+            .arg(&t.n_groups)
+            .arg(saturated)
+            .arg(&d)
+            .arg(&seed)
+            .arg(&batch_index);
+        // SAFETY: matches `beamform` in kernels/beamform.cu (char2 out = 2 int8, float2 coef =
+        // 2 f32); sizes follow from the shape and n_beams, checked by the callers.
+        unsafe { b.launch(cfg) }.map_err(gerr)?;
+        Ok(())
+    }
+
+    fn upload_input(&mut self, input: &[i8]) -> Result<CudaSlice<i8>, XError> {
+        let mut buf = match self.input.take() {
+            Some(b) if b.len() == input.len() => b,
+            _ => self.stream.alloc_zeros::<i8>(input.len()).map_err(gerr)?,
+        };
+        self.stream.memcpy_htod(input, &mut buf).map_err(gerr)?;
+        Ok(buf)
+    }
+}
+
+impl XBackend for GpuX {
+    fn name(&self) -> &'static str {
+        "gpu"
+    }
+
+    fn shape(&self) -> XShape {
+        self.shape
+    }
+
+    fn accumulate(&mut self, input: &[i8]) -> Result<(), XError> {
+        let n_batches = self.shape.check_input(input)?;
+        let buf = self.upload_input(input)?;
+        let r = self.accumulate_device(&buf, n_batches);
+        self.input = Some(buf);
+        r
+    }
+
+    fn dump(&mut self, present_ants: &[bool], out: &mut [i32]) -> Result<u64, XError> {
+        self.shape.check_present(present_ants)?;
+        if out.len() != self.shape.output_len() {
+            return Err(XError::Size {
+                what: "correlator output",
+                expected: self.shape.output_len(),
+                got: out.len(),
+            });
+        }
+        self.launch_reduce(present_ants)?;
+        self.stream.memcpy_dtoh(&self.out, out).map_err(gerr)?;
+        let mut sat = [0u64];
+        self.stream
+            .memcpy_dtoh(&self.saturated, &mut sat)
+            .map_err(gerr)?;
+        self.stream.synchronize().map_err(gerr)?;
+        Ok(sat[0])
+    }
+
+    fn beamform(
+        &mut self,
+        batch: &[i8],
+        present_ants: &[bool],
+        beams: &BeamSet,
+        batch_index: u64,
+        out: &mut [i8],
+    ) -> Result<BeamStats, XError> {
+        let t = beams.tables(&self.shape, present_ants)?;
+        check_beam_io(&self.shape, batch, beams, out)?;
+        let nb = beams.beams.len();
+        let dt = self.upload_tables(&t)?;
+        let inp = self.upload_input(batch)?;
+        let mut dout = self.stream.alloc_zeros::<i8>(out.len()).map_err(gerr)?;
+        let mut sat = self.stream.alloc_zeros::<u64>(nb).map_err(gerr)?;
+        let r = self.beamform_device(
+            &inp,
+            &dt,
+            nb,
+            beams.dither,
+            beams.seed,
+            batch_index,
+            &mut dout,
+            &mut sat,
+        );
+        self.input = Some(inp);
+        r?;
+        self.stream.memcpy_dtoh(&dout, out).map_err(gerr)?;
+        let saturated = self.stream.clone_dtoh(&sat).map_err(gerr)?;
+        self.stream.synchronize().map_err(gerr)?;
+        Ok(BeamStats {
+            beam_ants: t.beam_ants,
+            saturated,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::beam_groups;
+
+    #[test]
+    fn beam_groups_are_pol_uniform_and_cover_every_beam_once() {
+        let pol = [1, 0, 0, 1, 1, 0, 1, 1, 1, 0];
+        for batch in [1, 2, 3, 16] {
+            let (order, groups) = beam_groups(&pol, batch);
+            let mut seen = vec![0; pol.len()];
+            for g in groups.chunks(3) {
+                let (start, n, p) = (g[0] as usize, g[1] as usize, g[2]);
+                assert!(n >= 1 && n <= batch);
+                for &b in &order[start..start + n] {
+                    assert_eq!(pol[b as usize], p);
+                    seen[b as usize] += 1;
+                }
+            }
+            assert!(seen.iter().all(|&k| k == 1), "batch {batch}: {seen:?}");
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! X-engine compute core: correlator (int8 in, int64 accumulation, saturating int32 dump with
+//! MISSING markers) and single-pol beamformer, each with a CPU reference ([`CpuX`]) and a GPU
+//! implementation ([`GpuX`], tensor cores through `kernels/correlate.cu`, `kernels/beamform.cu`).
+//!
+//! Input layout (one batch = the heaps of all F-engines for one timestamp), int8:
+//! `[antenna][channel][spectrum][pol][re/im]`, i.e. each antenna's `feng_raw`
+//! (channel, spectrum, pol, re/im) one after the other. Several batches are contiguous.
+//! Values must lie in [−127, 127] (the ICD guarantees −128 is never sent; the GPU's complex
+//! trick negates imaginary parts, so −128 would not be exact there).
+//!
+//! Correlator output (ICD §4.3), int32 `[channel][baseline][product][re/im]` with baseline
+//! `a2(a2+1)/2 + a1` (a1 ≤ a2) and product `p1 + 2·p2`, value Σ x[a1,p1]·conj(x[a2,p2]).
+
+mod beam;
+pub mod bench;
+mod cpu;
+mod gpu;
+
+pub use beam::{dither_pair, Beam, BeamSet, BeamStats, BeamTables};
+pub use bench::bench_gpu;
+pub use cpu::CpuX;
+pub use gpu::{beamform_defines, correlate_defines, GpuX, BEAMFORM_SRC, CORRELATE_SRC};
+
+/// MISSING marker written for every product of a baseline touching an absent antenna.
+pub const MISSING: [i32; 2] = [i32::MIN, 1];
+/// Largest antenna count supported.
+pub const MAX_ANTS: usize = 1024;
+
+/// Errors of the X-engine compute core.
+#[derive(Debug, thiserror::Error)]
+pub enum XError {
+    /// A shape parameter is out of range.
+    #[error("invalid shape: {0}")]
+    Shape(String),
+    /// A buffer has the wrong length.
+    #[error("{what}: expected {expected} elements, got {got}")]
+    Size {
+        /// Which buffer.
+        what: &'static str,
+        /// Required length.
+        expected: usize,
+        /// Given length.
+        got: usize,
+    },
+    /// A beam parameter is invalid (NaN, wrong length, bad pol).
+    #[error("invalid beam configuration: {0}")]
+    Beam(String),
+    /// The GPU or NVRTC failed.
+    #[error("GPU: {0}")]
+    Gpu(String),
+}
+
+/// Problem shape of one X-engine (one substream of channels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XShape {
+    /// Number of antennas (F-engines), 1..=[`MAX_ANTS`].
+    pub n_ants: usize,
+    /// Channels handled by this engine (channels per substream).
+    pub n_channels: usize,
+    /// Spectra per heap (per batch); a multiple of 16.
+    pub spectra_per_batch: usize,
+}
+
+impl XShape {
+    /// Validated shape.
+    pub fn new(n_ants: usize, n_channels: usize, spectra_per_batch: usize) -> Result<Self, XError> {
+        if n_ants == 0 || n_ants > MAX_ANTS {
+            return Err(XError::Shape(format!(
+                "n_ants = {n_ants}, must be 1..={MAX_ANTS}"
+            )));
+        }
+        if n_channels == 0 || n_channels > 65535 {
+            return Err(XError::Shape(format!(
+                "n_channels = {n_channels}, must be 1..=65535"
+            )));
+        }
+        if spectra_per_batch == 0
+            || !spectra_per_batch.is_multiple_of(16)
+            || spectra_per_batch > 1 << 20
+        {
+            return Err(XError::Shape(format!(
+                "spectra_per_batch = {spectra_per_batch}, must be a positive multiple of 16 (≤ 2^20)"
+            )));
+        }
+        let s = Self {
+            n_ants,
+            n_channels,
+            spectra_per_batch,
+        };
+        if s.output_len() >= 1 << 31 {
+            return Err(XError::Shape("output larger than 2^31 elements".into()));
+        }
+        Ok(s)
+    }
+
+    /// Number of baselines including autocorrelations.
+    pub fn n_baselines(&self) -> usize {
+        self.n_ants * (self.n_ants + 1) / 2
+    }
+
+    /// Bytes of one batch (all antennas).
+    pub fn batch_bytes(&self) -> usize {
+        self.n_ants * self.n_channels * self.spectra_per_batch * 4
+    }
+
+    /// Number of int32 values in a correlator dump (`channels × baselines × 4 × 2`).
+    pub fn output_len(&self) -> usize {
+        self.n_channels * self.n_baselines() * 8
+    }
+
+    /// Number of int8 values of a beamformer output for `n_beams` beams.
+    pub fn beam_output_len(&self, n_beams: usize) -> usize {
+        n_beams * self.n_channels * self.spectra_per_batch * 2
+    }
+
+    /// Checks a multi-batch input buffer; returns the number of batches.
+    pub fn check_input(&self, input: &[i8]) -> Result<usize, XError> {
+        let bb = self.batch_bytes();
+        if input.is_empty() || !input.len().is_multiple_of(bb) {
+            return Err(XError::Size {
+                what: "correlator input (a whole number of batches)",
+                expected: bb * (input.len() / bb).max(1),
+                got: input.len(),
+            });
+        }
+        Ok(input.len() / bb)
+    }
+
+    pub(crate) fn check_present(&self, present: &[bool]) -> Result<(), XError> {
+        if present.len() != self.n_ants {
+            return Err(XError::Size {
+                what: "present_ants",
+                expected: self.n_ants,
+                got: present.len(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Baseline index of antennas (a1, a2), a1 ≤ a2 (ICD §4.3).
+pub fn baseline_index(a1: usize, a2: usize) -> usize {
+    debug_assert!(a1 <= a2);
+    a2 * (a2 + 1) / 2 + a1
+}
+
+/// Offset (in int32 elements) of the real part of product (p1, p2) of baseline `bl` in channel `c`.
+pub fn output_offset(shape: &XShape, c: usize, bl: usize, p1: usize, p2: usize) -> usize {
+    ((c * shape.n_baselines() + bl) * 4 + p1 + 2 * p2) * 2
+}
+
+/// One byte per baseline: 1 when both antennas are present.
+pub fn present_baselines(present_ants: &[bool]) -> Vec<u8> {
+    let n = present_ants.len();
+    let mut out = Vec::with_capacity(n * (n + 1) / 2);
+    for a2 in 0..n {
+        for a1 in 0..=a2 {
+            out.push(u8::from(present_ants[a1] && present_ants[a2]));
+        }
+    }
+    out
+}
+
+/// The numeric back end of an X-engine: correlator accumulation and dumps, and beamforming.
+pub trait XBackend {
+    /// Short name ("cpu", "gpu").
+    fn name(&self) -> &'static str;
+    /// The shape this back end was built for.
+    fn shape(&self) -> XShape;
+    /// Adds the correlation of one or more whole batches to the 64-bit accumulator.
+    fn accumulate(&mut self, input: &[i8]) -> Result<(), XError>;
+    /// Saturates the accumulator to int32 into `out` (length [`XShape::output_len`]), writes
+    /// [`MISSING`] for baselines touching an antenna with `present_ants[a] == false`, resets the
+    /// accumulator, and returns the number of saturated products (present baselines only).
+    fn dump(&mut self, present_ants: &[bool], out: &mut [i32]) -> Result<u64, XError>;
+    /// Forms all beams of `beams` from one batch; `out` is int8 `[beam][channel][spectrum][re/im]`.
+    /// Absent antennas are zeroed. `batch_index` keys the dither.
+    fn beamform(
+        &mut self,
+        batch: &[i8],
+        present_ants: &[bool],
+        beams: &BeamSet,
+        batch_index: u64,
+        out: &mut [i8],
+    ) -> Result<BeamStats, XError>;
+}

@@ -1,0 +1,152 @@
+//! The F-engine's engine layer with a recording channeliser: batch scheduling and
+//! alignment, skipping of batches touched by missing input, substream split, heap
+//! counters and items, from a pcap file to a pcap file.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use gpucbf::chunk::placement::DigitiserPlacement;
+use gpucbf::fgpu::engine::{open_sink, run_pipelines};
+use gpucbf::fgpu::{parse_wideband, Channelizer, Pipeline};
+use gpucbf::net::heapsend::HeapSender;
+use gpucbf::net::pcap::{PcapSink, PcapSource};
+use gpucbf::net::source::PcapFileSource;
+use gpucbf::spead::{ids, Assembler};
+
+struct Recording {
+    window: usize,
+    step: u64,
+}
+
+impl Channelizer for Recording {
+    fn window_samples(&self) -> usize {
+        self.window
+    }
+
+    fn process(
+        &mut self,
+        batch_ts: u64,
+        input: [&[i16]; 2],
+        out: &mut [u8],
+    ) -> Result<[u64; 2], String> {
+        assert_eq!(input[0].len(), self.window);
+        // The input really starts at batch_ts: the digitiser payload encodes its heap index.
+        let heap = (batch_ts / 4096) as i16;
+        assert_eq!(input[0][0], heap % 200);
+        assert_eq!(input[1][0], -(heap % 200));
+        out.iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = ((batch_ts / self.step) as usize + i) as u8);
+        Ok([1, 2])
+    }
+}
+
+#[test]
+fn batches_skips_and_heaps() {
+    let dir = std::env::temp_dir().join(format!("gpucbf-fgpu-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dpcap = dir.join("d.pcap");
+    let fpcap = dir.join("f.pcap");
+    // 64 heaps per pol; every sample of heap h is h % 200 (pol 0) or −(h % 200) (pol 1).
+    let sink = Box::new(
+        PcapSink::create(&dpcap, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148), 4).unwrap(),
+    );
+    let dsts = vec![
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148),
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7149),
+    ];
+    let mut s = HeapSender::new(sink, dsts, 2, 2, 8192, None);
+    for h in 0..64u64 {
+        for pol in 0..2u64 {
+            if (h, pol) == (10, 1) {
+                continue;
+            }
+            let v = (h % 200) as i16 * if pol == 0 { 1 } else { -1 };
+            let mut payload = vec![0u8; 5120];
+            gpucbf::bitpack::pack(&vec![v; 4096], 10, &mut payload);
+            s.send_heap(
+                pol as usize,
+                &[
+                    (ids::TIMESTAMP, h * 4096),
+                    (ids::DIGITISER_ID, pol),
+                    (ids::DIGITISER_STATUS, 0),
+                ],
+                ids::ADC_SAMPLES,
+                &payload,
+            )
+            .unwrap();
+        }
+    }
+    s.flush().unwrap();
+    drop(s);
+
+    let spec = parse_wideband(
+        "name=wb,channels=64,dst=127.0.0.1:7150,127.0.0.1:7151,jones_per_batch=2048,taps=4",
+    )
+    .unwrap();
+    let step = spec.batch_step();
+    assert_eq!(step, 4096);
+    let sender = HeapSender::new(
+        open_sink(Some(&fpcap), Ipv4Addr::UNSPECIFIED, 4).unwrap(),
+        spec.dst.clone(),
+        3,
+        5,
+        8192,
+        None,
+    );
+    let chan = Box::new(Recording {
+        window: (32 + 3) * 128,
+        step,
+    });
+    let pipe = Pipeline::new(spec, chan, sender, 3, 2);
+    let src = Box::new(PcapFileSource::open(&dpcap, vec![]).unwrap());
+    let summary = run_pipelines(
+        src,
+        DigitiserPlacement::new(4096, 10, 8 * 4096).unwrap(),
+        vec![pipe],
+        10,
+    )
+    .unwrap();
+
+    let o = &summary.outputs[0];
+    assert_eq!(o.batches, 61);
+    assert_eq!(o.skipped_heaps, 4);
+    assert_eq!(o.clipped_samples, [61, 122]);
+    assert_eq!(summary.input_missing_heaps, [0, 1]);
+    assert_eq!(summary.input_heaps, [64, 63]);
+
+    // Read the output back: per destination, heaps with the ICD's items.
+    let mut src = PcapSource::open(&fpcap).unwrap();
+    let mut asm = Assembler::new(8);
+    let mut heaps = Vec::new();
+    while let Some(d) = src.next_datagram().unwrap() {
+        asm.push(&d.payload, &mut heaps).unwrap();
+    }
+    assert_eq!(heaps.len(), 122);
+    let mut cnts: Vec<u64> = heaps.iter().map(|h| h.cnt).collect();
+    cnts.sort();
+    assert_eq!(cnts, (0..122).map(|k| 3 + 5 * k).collect::<Vec<_>>());
+    for (k, h) in heaps.iter().enumerate() {
+        let ids_in_order: Vec<u16> = h.pointers.iter().map(|p| p.id).collect();
+        assert_eq!(
+            ids_in_order,
+            vec![ids::TIMESTAMP, ids::FENG_ID, ids::FREQUENCY, ids::FENG_RAW]
+        );
+        let ts = h.u64_item(ids::TIMESTAMP).unwrap();
+        assert_eq!(ts % step, 0);
+        assert!(
+            ts != 9 * 4096 && ts != 10 * 4096,
+            "batches touching the lost heap are skipped"
+        );
+        assert_eq!(h.u64_item(ids::FENG_ID), Some(3));
+        let d = k % 2;
+        assert_eq!(h.u64_item(ids::FREQUENCY), Some(32 * d as u64));
+        let payload = match h.item(ids::FENG_RAW).unwrap() {
+            gpucbf::spead::ItemValue::Bytes(b) => b,
+            _ => panic!(),
+        };
+        assert_eq!(payload.len(), 32 * 32 * 4);
+        let half = payload.len();
+        assert_eq!(payload[0], ((ts / step) as usize + d * half) as u8);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,0 +1,109 @@
+"""dsim's katcp interface driven by aiokatcp (a real katcp client): sensors, ?time,
+?signals (the new signal reaches the wire from the returned timestamp), bad requests, ?halt."""
+
+import asyncio
+import socket
+import subprocess
+import threading
+import time
+
+import aiokatcp
+import numpy as np
+import pytest
+import spead2
+import spead2.recv
+
+from conftest import free_udp_port
+from test_dsim_spead2 import unpack10
+
+ADC = 100e6
+PERIOD = 1 << 22
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def connect(port):
+    for _ in range(100):
+        try:
+            return await aiokatcp.Client.connect("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.1)
+    raise AssertionError("dsim katcp server did not come up")
+
+
+def test_signals_time_sensors_halt(gpucbf):
+    kport, uport = free_tcp_port(), free_udp_port()
+    stream = spead2.recv.Stream(spead2.ThreadPool(), spead2.recv.StreamConfig(max_heaps=8))
+    stream.add_udp_reader(uport, bind_hostname="127.0.0.1", buffer_size=16 << 20)
+    heaps = []
+
+    def collect():
+        for heap in stream:
+            items = {it.id: it.immediate_value if it.is_immediate else bytes(np.frombuffer(it, np.uint8)) for it in heap.get_items()}
+            heaps.append(items)
+
+    th = threading.Thread(target=collect, daemon=True)
+    th.start()
+    proc = subprocess.Popen(
+        [gpucbf, "dsim", "--adc-sample-rate", str(ADC), "--period", str(PERIOD), "--katcp-port", str(kport),
+         "--katcp-host", "127.0.0.1", "--dither-seed", "5", "--rate-factor", "0.05",
+         "--signals", "cw(0.2, 10e6);", f"127.0.0.1:{uport}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    async def drive():
+        client = await connect(kport)
+        try:
+            reply, informs = await client.request("sensor-value", "signals")
+            assert informs[0].arguments[2] == b"signals" and informs[0].arguments[4] == b"cw(0.2, 10e6);"
+            reply, _ = await client.request("sensor-value", "dither-seed")
+            _, informs = await client.request("sensor-list")
+            names = {i.arguments[0].decode() for i in informs}
+            assert {"signals", "period", "dither-seed", "adc-sample-rate", "sample-bits", "sync-time", "steady-state-timestamp"} <= names
+            reply, _ = await client.request("time")
+            assert abs(float(reply[0]) - time.time()) < 5
+            with pytest.raises(aiokatcp.FailReply):
+                await client.request("signals", "cw(0.1;")
+            with pytest.raises(aiokatcp.FailReply):
+                await client.request("signals", "cw(0.1, 1e6); cw(0.1, 1e6);")  # two specs, one stream
+            with pytest.raises(aiokatcp.FailReply):
+                await client.request("signals", "cw(0.1, 1e6);", "12345")  # other period
+            with pytest.raises(aiokatcp.InvalidReply):
+                await client.request("no-such-request")
+            reply, _ = await client.request("signals", "nodither(cw(0.5, 20e6));")
+            ts = int(reply[0])
+            assert ts % 4096 == 0
+            reply, informs = await client.request("sensor-value", "steady-state-timestamp")
+            assert int(informs[0].arguments[4]) == ts
+            await asyncio.sleep(0.5)
+            await client.request("halt")
+        finally:
+            client.close()
+            await client.wait_closed()
+        return ts
+
+    ts = asyncio.run(drive())
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    time.sleep(0.2)
+    stream.stop()
+    th.join(timeout=5)
+    data = [h for h in heaps if 0x3300 in h]
+    before = [h for h in data if h[0x1600] < ts]
+    after = [h for h in data if h[0x1600] >= ts]
+    assert before and after, (len(before), len(after))
+    f_old = round(10e6 * PERIOD / ADC) * ADC / PERIOD
+    f_new = round(20e6 * PERIOD / ADC) * ADC / PERIOD
+    for h, f, a in [(before[-1], f_old, 0.2), (after[0], f_new, 0.5)]:
+        x = unpack10(h[0x3300]).astype(float)
+        t = h[0x1600] + np.arange(4096)
+        amp = abs(np.dot(x, np.exp(-2j * np.pi * f / ADC * t))) * 2 / x.size
+        assert abs(amp - a * 511) < 2, (h[0x1600], amp)
+    # Without dither the new signal is exactly the rounded cosine.
+    h = after[0]
+    t = h[0x1600] + np.arange(4096)
+    expect = np.round(0.5 * 511 * np.cos(2 * np.pi * f_new / ADC * t))
+    assert np.array_equal(unpack10(h[0x3300]), expect)

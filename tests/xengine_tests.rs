@@ -1,0 +1,483 @@
+//! X-engine compute core: CPU correlator against a naive reference, CPU beamformer against an
+//! f64 reference, GPU == CPU (bit-exact correlator, ≤ 1 LSB beamformer), NVRTC compilation.
+
+use gpucbf::gpu::{compile_ptx, gpu_test_guard, nvrtc_available};
+use gpucbf::xengine::{
+    baseline_index, dither_pair, output_offset, Beam, BeamSet, CpuX, GpuX, XBackend, XShape,
+    MISSING,
+};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn sample(&mut self) -> i8 {
+        (((self.next() >> 33) % 255) as i32 - 127) as i8
+    }
+    fn uniform(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn random_batches(shape: &XShape, n: usize, seed: u64) -> Vec<i8> {
+    let mut r = Rng(seed | 1);
+    (0..n * shape.batch_bytes()).map(|_| r.sample()).collect()
+}
+
+/// Naive reference written straight from the ICD: int64 sums, then saturation / MISSING.
+fn naive_dump(shape: &XShape, batches: &[&[i8]], present: &[bool]) -> (Vec<i32>, u64) {
+    let (na, nc, ns) = (shape.n_ants, shape.n_channels, shape.spectra_per_batch);
+    let nbl = na * (na + 1) / 2;
+    let mut out = vec![0i32; nc * nbl * 8];
+    let mut sat = 0;
+    let x = |buf: &[i8], a: usize, c: usize, s: usize, p: usize| -> (i64, i64) {
+        let o = (((a * nc) + c) * ns + s) * 4 + 2 * p;
+        (buf[o] as i64, buf[o + 1] as i64)
+    };
+    for c in 0..nc {
+        for a2 in 0..na {
+            for a1 in 0..=a2 {
+                let bl = a2 * (a2 + 1) / 2 + a1;
+                for p2 in 0..2 {
+                    for p1 in 0..2 {
+                        let (mut re, mut im) = (0i64, 0i64);
+                        for buf in batches {
+                            for chunk in buf.chunks(shape.batch_bytes()) {
+                                for s in 0..ns {
+                                    // (ar + j ai)(br - j bi)
+                                    let (ar, ai) = x(chunk, a1, c, s, p1);
+                                    let (br, bi) = x(chunk, a2, c, s, p2);
+                                    re += ar * br + ai * bi;
+                                    im += ai * br - ar * bi;
+                                }
+                            }
+                        }
+                        let o = ((c * nbl + bl) * 4 + p1 + 2 * p2) * 2;
+                        if !(present[a1] && present[a2]) {
+                            out[o] = i32::MIN;
+                            out[o + 1] = 1;
+                            continue;
+                        }
+                        let lim = i32::MAX as i64;
+                        if re.abs() > lim || im.abs() > lim {
+                            sat += 1;
+                        }
+                        out[o] = re.clamp(-lim, lim) as i32;
+                        out[o + 1] = im.clamp(-lim, lim) as i32;
+                    }
+                }
+            }
+        }
+    }
+    (out, sat)
+}
+
+#[test]
+fn cpu_correlator_matches_naive_reference() {
+    for (na, nc, ns) in [(1, 2, 16), (3, 3, 32), (5, 2, 48), (19, 2, 16), (7, 1, 32)] {
+        let shape = XShape::new(na, nc, ns).unwrap();
+        let a = random_batches(&shape, 2, 11 + na as u64);
+        let b = random_batches(&shape, 1, 99 + na as u64);
+        let mut present = vec![true; na];
+        if na > 1 {
+            present[na / 2] = false;
+        }
+        let mut cpu = CpuX::new(shape);
+        cpu.accumulate(&a).unwrap();
+        cpu.accumulate(&b).unwrap();
+        let mut out = vec![7i32; shape.output_len()];
+        let sat = cpu.dump(&present, &mut out).unwrap();
+        let (want, want_sat) = naive_dump(&shape, &[&a, &b], &present);
+        assert_eq!(out, want, "n_ants={na}");
+        assert_eq!(sat, want_sat);
+        if na > 1 {
+            let bl = baseline_index(0, na / 2);
+            let o = output_offset(&shape, 0, bl, 1, 0);
+            assert_eq!([out[o], out[o + 1]], MISSING);
+        }
+        // the accumulator was reset by the dump
+        cpu.accumulate(&b).unwrap();
+        cpu.dump(&present, &mut out).unwrap();
+        assert_eq!(out, naive_dump(&shape, &[&b], &present).0);
+    }
+}
+
+#[test]
+fn cpu_correlator_known_values() {
+    // one antenna, constant (3 + 4j) on pol 0 and (1 - 2j) on pol 1, 32 spectra
+    let shape = XShape::new(1, 1, 32).unwrap();
+    let mut buf = Vec::new();
+    for _ in 0..32 {
+        buf.extend_from_slice(&[3i8, 4, 1, -2]);
+    }
+    let mut cpu = CpuX::new(shape);
+    cpu.accumulate(&buf).unwrap();
+    let mut out = vec![0; 8];
+    cpu.dump(&[true], &mut out).unwrap();
+    // aa = |3+4j|^2 = 25; ba = x1 conj(x0) = (1-2j)(3-4j) = -5-10j;
+    // ab = x0 conj(x1) = (3+4j)(1+2j) = -5+10j; bb = 5
+    assert_eq!(out, vec![800, 0, -160, -320, -160, 320, 160, 0]);
+}
+
+/// Constant large inputs over 69 632 samples so that some products pass ±(2^31 − 1).
+fn saturating_input() -> (XShape, Vec<i8>) {
+    let shape = XShape::new(2, 1, 4096).unwrap();
+    let mut buf = Vec::new();
+    for _ in 0..17 {
+        for a in 0..2 {
+            for _ in 0..4096 {
+                if a == 0 {
+                    buf.extend_from_slice(&[127i8, 127, -127, -127]);
+                } else {
+                    buf.extend_from_slice(&[127i8, -127, 5, 3]);
+                }
+            }
+        }
+    }
+    (shape, buf)
+}
+
+#[test]
+fn cpu_correlator_saturates() {
+    let (shape, buf) = saturating_input();
+    let mut cpu = CpuX::new(shape);
+    cpu.accumulate(&buf).unwrap();
+    let mut out = vec![0; shape.output_len()];
+    let sat = cpu.dump(&[true, true], &mut out).unwrap();
+    let (want, want_sat) = naive_dump(&shape, &[&buf], &[true, true]);
+    assert_eq!(out, want);
+    assert_eq!(sat, want_sat);
+    assert!(sat > 0 && (sat as usize) < shape.output_len() / 2);
+    let o = output_offset(&shape, 0, baseline_index(0, 0), 0, 0);
+    assert_eq!(out[o], i32::MAX);
+    let o = output_offset(&shape, 0, baseline_index(0, 0), 0, 1);
+    assert_eq!(out[o], -i32::MAX);
+}
+
+#[test]
+fn bad_input_is_an_error() {
+    assert!(XShape::new(0, 1, 16).is_err());
+    assert!(XShape::new(1025, 1, 16).is_err());
+    assert!(XShape::new(4, 1, 24).is_err());
+    let shape = XShape::new(4, 2, 16).unwrap();
+    let mut cpu = CpuX::new(shape);
+    assert!(cpu.accumulate(&[0i8; 3]).is_err());
+    assert!(cpu.accumulate(&[]).is_err());
+    let mut out = vec![0; shape.output_len()];
+    assert!(cpu.dump(&[true; 3], &mut out).is_err());
+    assert!(cpu.dump(&[true; 4], &mut out[1..]).is_err());
+    let batch = vec![0i8; shape.batch_bytes()];
+    let mut beams = beam_set(&shape, 2, 5);
+    let mut bout = vec![0i8; shape.beam_output_len(2)];
+    assert!(cpu
+        .beamform(&batch, &[true; 4], &beams, 0, &mut bout)
+        .is_ok());
+    assert!(cpu
+        .beamform(&batch[1..], &[true; 4], &beams, 0, &mut bout)
+        .is_err());
+    assert!(cpu
+        .beamform(&batch, &[true; 4], &beams, 0, &mut bout[2..])
+        .is_err());
+    beams.beams[1].weights[2] = f64::NAN;
+    assert!(cpu
+        .beamform(&batch, &[true; 4], &beams, 0, &mut bout)
+        .is_err());
+    let mut beams = beam_set(&shape, 2, 5);
+    beams.beams[0].pol = 2;
+    assert!(cpu
+        .beamform(&batch, &[true; 4], &beams, 0, &mut bout)
+        .is_err());
+    let mut beams = beam_set(&shape, 2, 5);
+    beams.beams[0].delays.pop();
+    assert!(cpu
+        .beamform(&batch, &[true; 4], &beams, 0, &mut bout)
+        .is_err());
+}
+
+fn beam_set(shape: &XShape, n_beams: usize, seed: u64) -> BeamSet {
+    let mut r = Rng(seed | 1);
+    let na = shape.n_ants;
+    BeamSet {
+        beams: (0..n_beams)
+            .map(|b| Beam {
+                pol: b % 2,
+                quant_gain: 0.3 + 1.5 * r.uniform(),
+                weights: (0..na).map(|_| r.uniform() * 1.5 - 0.25).collect(),
+                delays: (0..na).map(|_| (r.uniform() - 0.5) * 2e-8).collect(),
+                phases: (0..na).map(|_| (r.uniform() - 0.5) * 7.0).collect(),
+            })
+            .collect(),
+        channel_offset: 3 * shape.n_channels,
+        n_channels_total: 8 * shape.n_channels,
+        bandwidth: 856e6,
+        dither: true,
+        seed: seed ^ 0xabcdef,
+    }
+}
+
+/// f64 reference straight from dsp.md §10; returns (pre-quantisation value, quantised).
+fn beam_reference(
+    shape: &XShape,
+    batch: &[i8],
+    present: &[bool],
+    bs: &BeamSet,
+    batch_index: u64,
+) -> Vec<(f64, i8)> {
+    let (na, nc, ns) = (shape.n_ants, shape.n_channels, shape.spectra_per_batch);
+    let nb = bs.beams.len();
+    let df = bs.bandwidth / bs.n_channels_total as f64;
+    let mut out = Vec::new();
+    for (b, beam) in bs.beams.iter().enumerate() {
+        for c in 0..nc {
+            let cabs = (bs.channel_offset + c) as f64;
+            for s in 0..ns {
+                let (mut re, mut im) = (0f64, 0f64);
+                for a in (0..na).filter(|&a| present[a]) {
+                    let ph = beam.phases[a]
+                        - 2.0
+                            * std::f64::consts::PI
+                            * df
+                            * (cabs - bs.n_channels_total as f64 / 2.0)
+                            * beam.delays[a];
+                    let g = beam.quant_gain * beam.weights[a];
+                    let (wr, wi) = (g * ph.cos(), g * ph.sin());
+                    let o = ((a * nc + c) * ns + s) * 4 + 2 * beam.pol;
+                    let (xr, xi) = (batch[o] as f64, batch[o + 1] as f64);
+                    re += wr * xr - wi * xi;
+                    im += wr * xi + wi * xr;
+                }
+                if bs.dither {
+                    let key = ((batch_index * nc as u64 + c as u64) * ns as u64 + s as u64)
+                        * nb as u64
+                        + b as u64;
+                    let (dr, di) = dither_pair(bs.seed, key);
+                    re += dr as f64;
+                    im += di as f64;
+                }
+                for v in [re, im] {
+                    let q = v.clamp(-127.0, 127.0).round_ties_even() as i8;
+                    out.push((v, q));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn cpu_beamformer_matches_f64_reference() {
+    for (na, nc, ns, nb, dither) in [
+        (7, 4, 32, 5, true),
+        (3, 2, 16, 1, false),
+        (20, 3, 48, 9, true),
+    ] {
+        let shape = XShape::new(na, nc, ns).unwrap();
+        let batch = random_batches(&shape, 1, 5 + na as u64);
+        let mut bs = beam_set(&shape, nb, 77 + na as u64);
+        bs.dither = dither;
+        for b in &mut bs.beams {
+            b.quant_gain *= 0.25;
+        }
+        let mut present = vec![true; na];
+        present[na - 1] = false;
+        let mut cpu = CpuX::new(shape);
+        let mut out = vec![0i8; shape.beam_output_len(nb)];
+        let st = cpu.beamform(&batch, &present, &bs, 42, &mut out).unwrap();
+        assert_eq!(st.beam_ants, na - 1);
+        let want = beam_reference(&shape, &batch, &present, &bs, 42);
+        let mut clamped = 0;
+        for (i, (&got, &(v, q))) in out.iter().zip(&want).enumerate() {
+            assert!(
+                (got as i32 - q as i32).abs() <= 1,
+                "n_ants={na} i={i}: {got} vs {q} ({v})"
+            );
+            clamped += usize::from(v.abs() > 127.0);
+        }
+        // saturation count lies between the counts with ±0.01 margins (complex samples)
+        let per_beam = nc * ns;
+        for b in 0..nb {
+            let w = &want[b * per_beam * 2..][..per_beam * 2];
+            let lo = w
+                .chunks(2)
+                .filter(|p| p[0].0.abs() > 127.01 || p[1].0.abs() > 127.01)
+                .count();
+            let hi = w
+                .chunks(2)
+                .filter(|p| p[0].0.abs() > 126.99 || p[1].0.abs() > 126.99)
+                .count();
+            let s = st.saturated[b] as usize;
+            assert!(lo <= s && s <= hi, "beam {b}: {lo} <= {s} <= {hi}");
+        }
+        if na == 20 {
+            // like katgpucbf's test: between 10 % and 90 % of the outputs clamp
+            assert!(
+                clamped * 10 > out.len() && clamped * 10 < out.len() * 9,
+                "want 10-90 % clamped: {clamped} of {}",
+                out.len()
+            );
+        }
+    }
+}
+
+#[test]
+fn nvrtc_compiles_all_kernels() {
+    if !nvrtc_available() {
+        eprintln!("SKIPPED nvrtc_compiles_all_kernels: NVRTC not available");
+        return;
+    }
+    for arch in ["compute_80", "compute_90"] {
+        for (na, nc, ns) in [(1, 1, 16), (80, 16, 256), (1024, 4, 32)] {
+            let shape = XShape::new(na, nc, ns).unwrap();
+            let d = gpucbf::xengine::correlate_defines(&shape);
+            let ptx = compile_ptx("correlate.cu", gpucbf::xengine::CORRELATE_SRC, &d, arch)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let text = ptx.to_src();
+            assert!(text.contains("mma.sync.aligned.m16n8k32"), "{arch}");
+            assert!(text.contains("cp.async"), "{arch}");
+            for nb in [1, 64] {
+                let d = gpucbf::xengine::beamform_defines(&shape, nb, 32);
+                compile_ptx("beamform.cu", gpucbf::xengine::BEAMFORM_SRC, &d, arch)
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+    }
+}
+
+fn gpu_vs_cpu_correlator(shape: XShape, batches: &[Vec<i8>], present: &[bool]) {
+    let mut cpu = CpuX::new(shape);
+    let mut gpu = GpuX::new(shape).expect("GpuX::new");
+    for b in batches {
+        cpu.accumulate(b).unwrap();
+        gpu.accumulate(b).unwrap();
+    }
+    let mut want = vec![0i32; shape.output_len()];
+    let mut got = vec![0x5a5a5a5ai32; shape.output_len()];
+    let s_cpu = cpu.dump(present, &mut want).unwrap();
+    let s_gpu = gpu.dump(present, &mut got).unwrap();
+    if got != want {
+        let i = got.iter().zip(&want).position(|(a, b)| a != b).unwrap();
+        panic!(
+            "{shape:?}: first mismatch at {i}: gpu {} cpu {} ({} differ)",
+            got[i],
+            want[i],
+            got.iter().zip(&want).filter(|(a, b)| a != b).count()
+        );
+    }
+    assert_eq!(s_gpu, s_cpu, "{shape:?} saturation count");
+    // accumulator reset: a second dump of one more batch must match again
+    cpu.accumulate(&batches[0]).unwrap();
+    gpu.accumulate(&batches[0]).unwrap();
+    cpu.dump(present, &mut want).unwrap();
+    gpu.dump(present, &mut got).unwrap();
+    assert!(got == want, "{shape:?}: second dump differs");
+}
+
+#[test]
+fn gpu_correlator_bit_exact() {
+    if !gpu_test_guard("gpu_correlator_bit_exact") {
+        return;
+    }
+    let cases = [
+        (1, 3, 32),
+        (3, 4, 48),
+        (4, 2, 16),
+        (19, 5, 32),
+        (33, 3, 48),
+        (64, 2, 64),
+        (80, 4, 32),
+        (130, 2, 48),
+        (576, 1, 32),
+    ];
+    for (na, nc, ns) in cases {
+        let shape = XShape::new(na, nc, ns).unwrap();
+        let batches = vec![
+            random_batches(&shape, 1, 3 + na as u64),
+            random_batches(&shape, 3, 1000 + na as u64),
+        ];
+        let mut present = vec![true; na];
+        if na > 2 {
+            present[na / 3] = false;
+        }
+        gpu_vs_cpu_correlator(shape, &batches, &present);
+        eprintln!("gpu == cpu: n_ants={na} channels={nc} spectra={ns}");
+    }
+}
+
+#[test]
+fn gpu_correlator_saturation_and_long_integration() {
+    if !gpu_test_guard("gpu_correlator_saturation_and_long_integration") {
+        return;
+    }
+    let (shape, buf) = saturating_input();
+    gpu_vs_cpu_correlator(shape, &[buf], &[true, true]);
+    // long random integration: > 65536 samples per channel in one call (several time splits)
+    let shape = XShape::new(37, 2, 1024).unwrap();
+    let big = random_batches(&shape, 80, 5);
+    gpu_vs_cpu_correlator(shape, &[big], &[true; 37]);
+}
+
+fn gpu_vs_cpu_beams(
+    na: usize,
+    nc: usize,
+    ns: usize,
+    nb: usize,
+    batch_beams: usize,
+    expect_saturation: bool,
+) {
+    let shape = XShape::new(na, nc, ns).unwrap();
+    let batch = random_batches(&shape, 1, 9 + na as u64);
+    let bs = beam_set(&shape, nb, 123 + nb as u64);
+    let mut present = vec![true; na];
+    present[0] = false;
+    let mut cpu = CpuX::new(shape);
+    let mut gpu = GpuX::new(shape).unwrap();
+    gpu.set_beam_batch(batch_beams).unwrap();
+    let mut want = vec![0i8; shape.beam_output_len(nb)];
+    let mut got = vec![0x55i8; shape.beam_output_len(nb)];
+    let sc = cpu.beamform(&batch, &present, &bs, 17, &mut want).unwrap();
+    let sg = gpu.beamform(&batch, &present, &bs, 17, &mut got).unwrap();
+    let mut off = 0;
+    for (i, (&g, &c)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            (g as i32 - c as i32).abs() <= 1,
+            "beams {na}x{nb}: i={i}: gpu {g} cpu {c}"
+        );
+        off += usize::from(g != c);
+    }
+    assert!(off * 100 < got.len(), "too many 1-LSB differences: {off}");
+    assert_eq!(sg.beam_ants, sc.beam_ants);
+    for b in 0..nb {
+        let d = sg.saturated[b].abs_diff(sc.saturated[b]);
+        assert!(
+            d * 100 <= (nc * ns) as u64,
+            "beam {b}: {} vs {}",
+            sg.saturated[b],
+            sc.saturated[b]
+        );
+    }
+    if expect_saturation {
+        assert!(
+            sc.saturated.iter().any(|&s| s > 0),
+            "test should saturate some samples"
+        );
+    }
+}
+
+#[test]
+fn gpu_beamformer_within_one_lsb() {
+    if !gpu_test_guard("gpu_beamformer_within_one_lsb") {
+        return;
+    }
+    for batch in [16, 32] {
+        gpu_vs_cpu_beams(80, 8, 48, 64, batch, true);
+        gpu_vs_cpu_beams(80, 4, 512, 65, batch, true);
+        gpu_vs_cpu_beams(3, 2, 16, 1, batch, false);
+        gpu_vs_cpu_beams(33, 3, 160, 40, batch, true);
+        eprintln!("gpu beams within 1 LSB of cpu: batch {batch}");
+    }
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Idempotent set-up on Debian 12 / Ubuntu 24.04: system packages, the Rust toolchain if it
+# is missing, and the Python venv (.venv) with spead2, numpy and the NVRTC wheels.
+# Safe to run repeatedly: each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+need_apt=()
+command -v cc >/dev/null || need_apt+=(build-essential)
+command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+command -v curl >/dev/null || need_apt+=(curl ca-certificates)
+command -v ip >/dev/null || need_apt+=(iproute2)
+command -v python3 >/dev/null || need_apt+=(python3)
+python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing ${need_apt[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+fi
+
+if ! command -v cargo >/dev/null; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    echo "setup: installing the Rust toolchain (rustup)"
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+fi
+
+stamp=.venv/.requirements.sha256
+want=$(sha256sum tools/requirements.txt | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: creating the Python venv (.venv)"
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r tools/requirements.txt
+  echo "$want" > "$stamp"
+fi

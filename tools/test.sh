@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The test command (README, CI): set-up, release build, cargo tests (unit, integration,
+# property tests, NVRTC kernel compilation for sm_80/sm_90), then the interop tests against
+# real peers (spead2) in the venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/setup.sh
+source tools/env.sh
+if [ -n "${GPUCBF_CUDA_INCLUDE:-}" ]; then
+  echo "test: NVRTC from $(dirname "$GPUCBF_CUDA_INCLUDE")"
+fi
+export GPUCBF_REQUIRE_NVRTC=1
+cargo build --release --bin gpucbf
+cargo test --release
+.venv/bin/python -m pytest tests/interop -q -p no:cacheprovider
