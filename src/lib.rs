@@ -12,6 +12,7 @@ pub mod dsim;
 pub mod fengine;
 pub mod fgpu;
 pub mod gpu;
+pub mod imaging;
 pub mod inspect;
 pub mod net;
 pub mod nufft;

@@ -50,6 +50,8 @@ enum Command {
     /// Non-uniform FFTs (FINUFFT conventions) on .npy files, and the CPU benchmark.
     #[command(subcommand)]
     Nufft(gpucbf::nufft::cli::NufftCmd),
+    /// Dirty image (FITS, PNG) of correlator visibilities (.npy dumps or X-engine pcap).
+    Image(gpucbf::imaging::cli::ImageArgs),
     /// Benchmarks (`gpucbf bench xbgpu`).
     Bench {
         /// What to benchmark: `xbgpu` (X-engine correlator, beamformer, cuBLASLt int8 GEMM).
@@ -100,6 +102,10 @@ fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&s)?);
         }
         Command::Nufft(cmd) => gpucbf::nufft::cli::run(cmd)?,
+        Command::Image(args) => {
+            let summary = gpucbf::imaging::cli::run(&args)?;
+            println!("{}", serde_json::to_string_pretty(&summary)?);
+        }
         Command::Bench { what } => {
             debug_assert_eq!(what, "xbgpu");
             gpucbf::xengine::bench_gpu(&[64, 256, 576, 1024], 8192)?;
