@@ -90,16 +90,26 @@ pub fn load_npy(path: &Path) -> anyhow::Result<Visibilities> {
             .iter()
             .map(|c| Complex32::new(c.re as f32, c.im as f32))
             .collect(),
-        other => bail!("{}: expected complex64, got {}", path.display(), other.dtype()),
+        other => bail!(
+            "{}: expected complex64, got {}",
+            path.display(),
+            other.dtype()
+        ),
     };
     let shape: Vec<usize> = match arr.shape.len() {
         3 => [&[1], &arr.shape[..]].concat(),
         4 => arr.shape.clone(),
-        _ => bail!("expected shape (dumps, channels, baselines, 4), got {:?}", arr.shape),
+        _ => bail!(
+            "expected shape (dumps, channels, baselines, 4), got {:?}",
+            arr.shape
+        ),
     };
     let (dumps, channels, nb) = (shape[0], shape[1], shape[2]);
     if shape[3] != 4 || dumps == 0 || channels == 0 {
-        bail!("expected shape (dumps, channels, baselines, 4), got {:?}", arr.shape);
+        bail!(
+            "expected shape (dumps, channels, baselines, 4), got {:?}",
+            arr.shape
+        );
     }
     let n_ants = ants_from_baselines(nb)
         .with_context(|| format!("{nb} baselines is not n(n+1)/2 for any antenna count"))?;

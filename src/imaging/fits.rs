@@ -30,7 +30,11 @@ fn freal(x: f64) -> String {
 
 /// `YYYY-MM-DDThh:mm:ss.sss` (UTC) of a UNIX time.
 pub(crate) fn iso_date(time_unix: f64) -> String {
-    let t = if time_unix.is_finite() { time_unix } else { 0.0 };
+    let t = if time_unix.is_finite() {
+        time_unix
+    } else {
+        0.0
+    };
     let days = (t / 86400.0).floor();
     let secs = t - days * 86400.0;
     // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
@@ -79,7 +83,11 @@ pub(crate) fn header_cards(img: &DirtyImage) -> Vec<String> {
         card("EXTEND", "T", ""),
         card("BSCALE", "1.0", ""),
         card("BZERO", "0.0", ""),
-        card("BUNIT", &fstr("JY/BEAM"), "dirty image, unit-flux normalised"),
+        card(
+            "BUNIT",
+            &fstr("JY/BEAM"),
+            "dirty image, unit-flux normalised",
+        ),
         card("CTYPE1", &fstr("RA---SIN"), ""),
         card("CRPIX1", &freal(crpix1), ""),
         card("CRVAL1", &freal(img.ra.to_degrees().rem_euclid(360.0)), ""),

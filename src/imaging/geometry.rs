@@ -19,10 +19,7 @@ pub fn lst_rad(time_unix: f64, longitude_rad: f64) -> f64 {
 
 /// `(ra, dec)` of the zenith at the observation's time and place.
 pub fn zenith_radec(obs: &Observation) -> (f64, f64) {
-    (
-        lst_rad(obs.time_unix, obs.longitude_rad),
-        obs.latitude_rad,
-    )
+    (lst_rad(obs.time_unix, obs.longitude_rad), obs.latitude_rad)
 }
 
 /// The phase centre: the given one, or the zenith.

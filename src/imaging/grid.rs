@@ -144,12 +144,7 @@ fn weights(p: &Points, weighting: Weighting, size: usize, cell: f64) -> Vec<f64>
         Weighting::Briggs(r) => Some(r),
     };
     let du = 1.0 / (size as f64 * cell);
-    let key = |i: usize| {
-        (
-            (p.u[i] / du).round() as i64,
-            (p.v[i] / du).round() as i64,
-        )
-    };
+    let key = |i: usize| ((p.u[i] / du).round() as i64, (p.v[i] / du).round() as i64);
     let mut cells: HashMap<(i64, i64), f64> = HashMap::new();
     for i in 0..n {
         *cells.entry(key(i)).or_insert(0.0) += 1.0;
@@ -180,12 +175,11 @@ pub fn dirty_image(
     let cell = match params.cell_rad {
         Some(c) => c,
         None => {
-            let uv_max = p
-                .u
-                .iter()
-                .zip(&p.v)
-                .map(|(u, v)| u.hypot(*v))
-                .fold(0.0, f64::max);
+            let uv_max =
+                p.u.iter()
+                    .zip(&p.v)
+                    .map(|(u, v)| u.hypot(*v))
+                    .fold(0.0, f64::max);
             if !(uv_max > 0.0 && uv_max.is_finite()) {
                 return invalid("all baselines have zero projected length: give cell_rad");
             }
@@ -216,12 +210,11 @@ pub fn dirty_image(
         }
     }
 
-    let (w_min, w_max) = p
-        .w
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &w| {
-            (a.min(w), b.max(w))
-        });
+    let (w_min, w_max) =
+        p.w.iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &w| {
+                (a.min(w), b.max(w))
+            });
     let range = w_max - w_min;
     let n_planes = if params.w_planes > 0 {
         params.w_planes

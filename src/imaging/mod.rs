@@ -133,7 +133,11 @@ impl Visibilities {
 
     /// Decodes one `xeng_raw` heap: `channels × baselines × 4 × (re, im)` int32. A baseline is
     /// flagged if any of its products carries the MISSING marker.
-    pub fn from_xeng_raw(n_ants: usize, channels: usize, raw: &[i32]) -> Result<Self, ImagingError> {
+    pub fn from_xeng_raw(
+        n_ants: usize,
+        channels: usize,
+        raw: &[i32],
+    ) -> Result<Self, ImagingError> {
         if n_ants == 0 || channels == 0 {
             return Err(ImagingError::Invalid(format!(
                 "n_ants = {n_ants} and channels = {channels} must both be positive"

@@ -24,7 +24,11 @@ pub(crate) fn colour(t: f64) -> [u8; 3] {
         [122.0, 209.0, 81.0],
         [253.0, 231.0, 37.0],
     ];
-    let t = if t.is_finite() { t.clamp(0.0, 1.0) } else { 0.0 };
+    let t = if t.is_finite() {
+        t.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
     let x = t * (STOPS.len() - 1) as f64;
     let i = (x.floor() as usize).min(STOPS.len() - 2);
     let f = x - i as f64;
@@ -114,7 +118,12 @@ pub fn write_image_png(path: &Path, img: &DirtyImage, title: &str) -> std::io::R
         }
     }
     // Frame.
-    let (x0, y0, x1, y1) = (ml as f64 - 1.0, mt as f64 - 1.0, (ml + d) as f64, (mt + d) as f64);
+    let (x0, y0, x1, y1) = (
+        ml as f64 - 1.0,
+        mt as f64 - 1.0,
+        (ml + d) as f64,
+        (mt + d) as f64,
+    );
     cv.line(x0, y0, x1, y0, BLACK);
     cv.line(x0, y1, x1, y1, BLACK);
     cv.line(x0, y0, x0, y1, BLACK);
@@ -157,13 +166,7 @@ pub fn write_image_png(path: &Path, img: &DirtyImage, title: &str) -> std::io::R
         BLACK,
     );
     let tw = Canvas::text_width(title, 2) as f64;
-    cv.text(
-        ((w as f64 - tw) / 2.0).max(2.0) as i64,
-        12,
-        title,
-        2,
-        BLACK,
-    );
+    cv.text(((w as f64 - tw) / 2.0).max(2.0) as i64, 12, title, 2, BLACK);
 
     // Colour bar.
     let bx = (ml + d + bar_gap) as i64;
@@ -223,7 +226,11 @@ pub fn write_spectrum_png(
         .map(|&p| (p.is_finite() && p > 0.0).then(|| p.log10()))
         .collect();
     let lmin = logs.iter().flatten().cloned().fold(f64::INFINITY, f64::min);
-    let lmax = logs.iter().flatten().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let lmax = logs
+        .iter()
+        .flatten()
+        .cloned()
+        .fold(f64::NEG_INFINITY, f64::max);
     let (lmin, lmax) = if lmin.is_finite() {
         let lo = lmin.floor();
         let hi = lmax.ceil().max(lo + 1.0);
@@ -280,7 +287,13 @@ pub fn write_spectrum_png(
 
     let xl = "FREQUENCY [MHZ]";
     let xw = Canvas::text_width(xl, 2) as f64;
-    cv.text((x0 + pw / 2.0 - xw / 2.0) as i64, (y1 + 26.0) as i64, xl, 2, BLACK);
+    cv.text(
+        (x0 + pw / 2.0 - xw / 2.0) as i64,
+        (y1 + 26.0) as i64,
+        xl,
+        2,
+        BLACK,
+    );
     let yl = "POWER (LOG SCALE)";
     let yw = Canvas::text_width(yl, 2) as f64;
     cv.text_vertical(12, (y0 + ph / 2.0 + yw / 2.0) as i64, yl, 2, BLACK);

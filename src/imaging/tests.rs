@@ -162,7 +162,11 @@ fn flagged_baselines_are_skipped() {
     let mut flagged_clean = clean.clone();
     let mut garbage = clean.clone();
     let nb = n_baselines(12);
-    for (ch, bl) in [(0, baseline_index(1, 5)), (2, baseline_index(0, 11)), (1, 40)] {
+    for (ch, bl) in [
+        (0, baseline_index(1, 5)),
+        (2, baseline_index(0, 11)),
+        (1, 40),
+    ] {
         flagged_clean.flagged[ch * nb + bl] = true;
         garbage.flagged[ch * nb + bl] = true;
         for k in 0..4 {
@@ -177,7 +181,11 @@ fn flagged_baselines_are_skipped() {
     let mut unflagged = garbage.clone();
     unflagged.flagged.fill(false);
     let c = dirty_image(&o, &unflagged, &p, 0).unwrap();
-    assert!(c.pixels.iter().zip(&b.pixels).any(|(x, y)| (x - y).abs() > 1.0));
+    assert!(c
+        .pixels
+        .iter()
+        .zip(&b.pixels)
+        .any(|(x, y)| (x - y).abs() > 1.0));
     // Everything flagged: an error, not a panic or a NaN image.
     let mut all = clean.clone();
     all.flagged.fill(true);
@@ -370,7 +378,9 @@ fn pngs_decode_with_expected_sizes() {
 
     let spath = tmp("spec.png");
     let f: Vec<f64> = (0..64).map(|i| 856e6 + i as f64 * 13.375e6).collect();
-    let p: Vec<f64> = (0..64).map(|i| 10f64.powf(1.0 + (i as f64 / 10.0).sin())).collect();
+    let p: Vec<f64> = (0..64)
+        .map(|i| 10f64.powf(1.0 + (i as f64 / 10.0).sin()))
+        .collect();
     write_spectrum_png(&spath, &f, &p, "Spectrum").unwrap();
     let (w, h, rgb) = png_size(&spath);
     std::fs::remove_file(&spath).ok();
