@@ -149,7 +149,7 @@ pub fn load_pcap(path: &Path, n_ants: usize) -> anyhow::Result<Visibilities> {
                 continue;
             }
             let off = h.u64_item(ids::FREQUENCY).unwrap_or(0) as usize;
-            if raw.len() % (nb * 8 * 4) != 0 || raw.is_empty() {
+            if !raw.len().is_multiple_of(nb * 32) || raw.is_empty() {
                 bail!(
                     "xeng_raw of {} bytes is not a whole number of channels for {n_ants} antennas",
                     raw.len()

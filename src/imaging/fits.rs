@@ -128,7 +128,7 @@ pub fn write_fits(path: &Path, img: &DirtyImage) -> std::io::Result<()> {
     }
     let mut head: String = header_cards(img).concat();
     head.push_str(&format!("{:<80}", "END"));
-    while head.len() % BLOCK != 0 {
+    while !head.len().is_multiple_of(BLOCK) {
         head.push(' ');
     }
     let mut data = Vec::with_capacity((n * n * 4).div_ceil(BLOCK) * BLOCK);
