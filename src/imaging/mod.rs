@@ -22,6 +22,8 @@ mod grid;
 mod plot;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_cli;
 
 pub use fits::write_fits;
 pub use geometry::{gmst_rad, uvw, zenith_radec};
