@@ -177,9 +177,10 @@ pub fn write_image_png(path: &Path, img: &DirtyImage, title: &str) -> std::io::R
     for t in ticks(lo, hi, 6) {
         let y = mt as f64 + (hi - t) / (hi - lo) * (d - 1) as f64;
         let xe = (bx + bar_w as i64) as f64;
-        cv.line(xe, y, xe + 4.0, y, BLACK);
+        // Tick inside the bar so it does not read as a minus sign next to the label.
+        cv.line(xe - 5.0, y, xe - 1.0, y, BLACK);
         cv.text(
-            xe as i64 + 7,
+            xe as i64 + 5,
             (y - GLYPH_H as f64 / 2.0) as i64,
             &fmt_num(t),
             1,
