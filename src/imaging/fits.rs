@@ -11,7 +11,12 @@ const CARD: usize = 80;
 
 /// Formats one 80-character header card.
 fn card(key: &str, value: &str, comment: &str) -> String {
-    let mut s = format!("{key:<8}= {value:>20}");
+    // Fixed format: strings start in column 11, numbers and logicals end in column 30.
+    let mut s = if value.starts_with('\'') {
+        format!("{key:<8}= {value:<20}")
+    } else {
+        format!("{key:<8}= {value:>20}")
+    };
     if !comment.is_empty() {
         s.push_str(" / ");
         s.push_str(comment);
@@ -25,7 +30,7 @@ fn fstr(s: &str) -> String {
 }
 
 fn freal(x: f64) -> String {
-    format!("{x:.15E}")
+    format!("{x:.13E}")
 }
 
 /// `YYYY-MM-DDThh:mm:ss.sss` (UTC) of a UNIX time.
