@@ -20,7 +20,10 @@ const W_PHASE_TOL_CYCLES: f64 = 0.02;
 /// Most w-planes picked automatically.
 const MAX_AUTO_W_PLANES: usize = 512;
 
-/// Visibilities to grid, in wavelengths, each baseline with its Hermitian conjugate.
+/// Visibilities to grid, in wavelengths, one per baseline and channel. Each stands for itself
+/// and its Hermitian conjugate `(−u, −v, −w, V*)`, whose contribution to every pixel is the
+/// complex conjugate of its own: the pair sums to twice the real part, so only one half is
+/// gridded and the real part taken.
 struct Points {
     u: Vec<f64>,
     v: Vec<f64>,
@@ -105,7 +108,7 @@ fn collect_points(obs: &Observation, vis: &Visibilities, pol_product: usize) -> 
             base.push((baseline_index(a1, a2), uvw));
         }
     }
-    let cap = 2 * base.len() * vis.channels;
+    let cap = base.len() * vis.channels;
     let mut p = Points {
         u: Vec::with_capacity(cap),
         v: Vec::with_capacity(cap),
@@ -123,19 +126,17 @@ fn collect_points(obs: &Observation, vis: &Visibilities, pol_product: usize) -> 
             if !(x.re.is_finite() && x.im.is_finite()) {
                 continue;
             }
-            let x = Complex64::new(x.re as f64, x.im as f64);
-            for (sign, val) in [(1.0, x), (-1.0, x.conj())] {
-                p.u.push(sign * u * scale);
-                p.v.push(sign * v * scale);
-                p.w.push(sign * w * scale);
-                p.vis.push(val);
-            }
+            p.u.push(u * scale);
+            p.v.push(v * scale);
+            p.w.push(w * scale);
+            p.vis.push(Complex64::new(x.re as f64, x.im as f64));
         }
     }
     p
 }
 
-/// Imaging weights per point (natural weights are 1).
+/// Imaging weights per point (natural weights are 1). The uv-cell densities count both halves
+/// of each Hermitian pair.
 fn weights(p: &Points, weighting: Weighting, size: usize, cell: f64) -> Vec<f64> {
     let n = p.u.len();
     let robust = match weighting {
@@ -144,16 +145,20 @@ fn weights(p: &Points, weighting: Weighting, size: usize, cell: f64) -> Vec<f64>
         Weighting::Briggs(r) => Some(r),
     };
     let du = 1.0 / (size as f64 * cell);
-    let key = |i: usize| ((p.u[i] / du).round() as i64, (p.v[i] / du).round() as i64);
+    // Clamped so that negating a key cannot overflow.
+    let cell_of = |x: f64| (x / du).round().clamp(-1e15, 1e15) as i64;
+    let key = |i: usize| (cell_of(p.u[i]), cell_of(p.v[i]));
     let mut cells: HashMap<(i64, i64), f64> = HashMap::new();
     for i in 0..n {
-        *cells.entry(key(i)).or_insert(0.0) += 1.0;
+        let (ku, kv) = key(i);
+        *cells.entry((ku, kv)).or_insert(0.0) += 1.0;
+        *cells.entry((-ku, -kv)).or_insert(0.0) += 1.0;
     }
     match robust {
         None => (0..n).map(|i| 1.0 / cells[&key(i)]).collect(),
         Some(r) => {
             let sum_w2: f64 = cells.values().map(|w| w * w).sum();
-            let f2 = (5.0 * 10f64.powf(-r)).powi(2) / (sum_w2 / n as f64);
+            let f2 = (5.0 * 10f64.powf(-r)).powi(2) / (sum_w2 / (2 * n) as f64);
             (0..n).map(|i| 1.0 / (1.0 + f2 * cells[&key(i)])).collect()
         }
     }
@@ -187,7 +192,8 @@ pub fn dirty_image(
         }
     };
     let wts = weights(&p, params.weighting, n, cell);
-    let sum_w: f64 = wts.iter().sum();
+    // Sum over both halves of every Hermitian pair.
+    let sum_w: f64 = 2.0 * wts.iter().sum::<f64>();
 
     // n − 1 per pixel (NaN outside the unit circle).
     let c0 = (n / 2) as f64;
@@ -275,7 +281,7 @@ pub fn dirty_image(
     Ok(DirtyImage {
         size: n,
         cell_rad: cell,
-        pixels: acc.iter().map(|a| (a / sum_w) as f32).collect(),
+        pixels: acc.iter().map(|a| (2.0 * a / sum_w) as f32).collect(),
         ra,
         dec,
         freq_hz,
