@@ -5,6 +5,7 @@
 //! [`dsim`] (digitiser simulator), engines and compute stages (CPU reference and GPU
 //! backends), [`telemetry`] (logs and metrics).
 
+pub mod array;
 pub mod bitpack;
 pub mod chunk;
 pub mod control;
@@ -12,6 +13,7 @@ pub mod dsim;
 pub mod fengine;
 pub mod fgpu;
 pub mod gpu;
+pub mod imaging;
 pub mod inspect;
 pub mod net;
 pub mod nufft;

@@ -61,6 +61,10 @@ enum Command {
     /// Non-uniform FFTs (FINUFFT conventions) on .npy files, and the CPU benchmark.
     #[command(subcommand)]
     Nufft(gpucbf::nufft::cli::NufftCmd),
+    /// Dirty image (FITS, PNG) of correlator visibilities (.npy dumps or X-engine pcap).
+    Image(gpucbf::imaging::cli::ImageArgs),
+    /// Loopback array: dsim → F-engines → XB-engine → visibilities, plots, dirty image.
+    Array(gpucbf::array::ArrayArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -112,6 +116,14 @@ fn main() -> anyhow::Result<()> {
             _ => gpucbf::xengine::bench_gpu(&[64, 256, 576, 1024], 8192)?,
         },
         Command::Nufft(cmd) => gpucbf::nufft::cli::run(cmd)?,
+        Command::Image(args) => {
+            let summary = gpucbf::imaging::cli::run(&args)?;
+            println!("{}", serde_json::to_string_pretty(&summary)?);
+        }
+        Command::Array(args) => {
+            let summary = gpucbf::array::run(&args)?;
+            println!("{}", serde_json::to_string_pretty(&summary)?);
+        }
     }
     Ok(())
 }

@@ -8,7 +8,14 @@ use super::Dump;
 use crate::imaging::{self, ImagingParams, Observation, Visibilities, Weighting};
 
 /// Writes `spectrum.png`, `image.png` and `image.fits`; returns a description.
-pub fn write_products(dir: &Path, dumps: &[Dump], n: usize, c: usize, adc_rate: f64, positions: &[[f64; 3]]) -> anyhow::Result<serde_json::Value> {
+pub fn write_products(
+    dir: &Path,
+    dumps: &[Dump],
+    n: usize,
+    c: usize,
+    adc_rate: f64,
+    positions: &[[f64; 3]],
+) -> anyhow::Result<serde_json::Value> {
     if dumps.is_empty() {
         return Ok(json!({"error": "no dumps"}));
     }
@@ -21,11 +28,22 @@ pub fn write_products(dir: &Path, dumps: &[Dump], n: usize, c: usize, adc_rate: 
         }
     }
     let vis = total.ok_or_else(|| anyhow::anyhow!("no visibilities"))?;
-    let freqs: Vec<f64> = (0..c).map(|k| k as f64 * adc_rate / (2 * c) as f64).collect();
+    let freqs: Vec<f64> = (0..c)
+        .map(|k| k as f64 * adc_rate / (2 * c) as f64)
+        .collect();
     // Autocorrelation of antenna 0, pol 0 (baseline 0, product 0) per channel.
-    let power: Vec<f64> = (0..c).map(|k| vis.data[k * (n * (n + 1) / 2) * 4].re as f64 / dumps.len() as f64).collect();
-    imaging::write_spectrum_png(&dir.join("spectrum.png"), &freqs, &power, "Antenna 0 pol 0 autocorrelation")?;
-    let time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs_f64();
+    let power: Vec<f64> = (0..c)
+        .map(|k| vis.data[k * (n * (n + 1) / 2) * 4].re as f64 / dumps.len() as f64)
+        .collect();
+    imaging::write_spectrum_png(
+        &dir.join("spectrum.png"),
+        &freqs,
+        &power,
+        "Antenna 0 pol 0 autocorrelation",
+    )?;
+    let time = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64();
     let obs = Observation {
         positions_enu: positions.to_vec(),
         latitude_rad: imaging::MEERKAT_LAT_RAD,
@@ -34,10 +52,19 @@ pub fn write_products(dir: &Path, dumps: &[Dump], n: usize, c: usize, adc_rate: 
         phase_centre: None,
         freqs_hz: freqs.clone(),
     };
-    let params = ImagingParams { size: 256, cell_rad: None, weighting: Weighting::Natural, w_planes: 0 };
+    let params = ImagingParams {
+        size: 256,
+        cell_rad: None,
+        weighting: Weighting::Natural,
+        w_planes: 0,
+    };
     let img = imaging::dirty_image(&obs, &vis, &params, 0).map_err(|e| anyhow::anyhow!("{e}"))?;
     imaging::write_fits(&dir.join("image.fits"), &img)?;
-    imaging::write_image_png(&dir.join("image.png"), &img, "Dirty image (pol 0, natural weighting)")?;
+    imaging::write_image_png(
+        &dir.join("image.png"),
+        &img,
+        "Dirty image (pol 0, natural weighting)",
+    )?;
     let (peak, col, row) = img.peak();
     let (l, m) = img.lm_of(col, row);
     Ok(json!({

@@ -57,7 +57,12 @@ pub struct Dump {
 
 fn child(exe: &std::path::Path, args: &[String], log: &std::path::Path) -> anyhow::Result<Child> {
     let err = std::fs::File::create(log)?;
-    Ok(Command::new(exe).args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(err).spawn()?)
+    Ok(Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(err)
+        .spawn()?)
 }
 
 fn stop(c: &mut Child) {
@@ -77,7 +82,8 @@ fn wait_json(c: Child, name: &str, timeout: Duration) -> serde_json::Value {
                 if let Some(mut o) = c.stdout.take() {
                     let _ = std::io::Read::read_to_string(&mut o, &mut out);
                 }
-                let v: serde_json::Value = serde_json::from_str(&out).unwrap_or(json!({"stdout": out}));
+                let v: serde_json::Value =
+                    serde_json::from_str(&out).unwrap_or(json!({"stdout": out}));
                 return json!({"name": name, "exit_status": status.code(), "summary": v});
             }
             Ok(None) if t0.elapsed() < timeout => std::thread::sleep(Duration::from_millis(50)),
@@ -91,7 +97,10 @@ fn wait_json(c: Child, name: &str, timeout: Duration) -> serde_json::Value {
 }
 
 /// Receives X-engine heaps on `addr` until `stop` is set and the socket has been idle.
-fn receive_dumps(addr: SocketAddrV4, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> anyhow::Result<(Vec<Dump>, crate::spead::AssemblerStats)> {
+fn receive_dumps(
+    addr: SocketAddrV4,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> anyhow::Result<(Vec<Dump>, crate::spead::AssemblerStats)> {
     let mut src = UdpRecvSource::new(&[addr], Ipv4Addr::UNSPECIFIED, 64 << 20)?;
     let mut asm = Assembler::new(8);
     let mut heaps = Vec::new();
@@ -102,8 +111,13 @@ fn receive_dumps(addr: SocketAddrV4, stop: std::sync::Arc<std::sync::atomic::Ato
             let _ = asm.push(p, &mut heaps);
         })?;
         for h in heaps.drain(..) {
-            if let (Some(ts), Some(ItemValue::Bytes(b))) = (h.u64_item(ids::TIMESTAMP), h.item(ids::XENG_RAW)) {
-                let raw = b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            if let (Some(ts), Some(ItemValue::Bytes(b))) =
+                (h.u64_item(ids::TIMESTAMP), h.item(ids::XENG_RAW))
+            {
+                let raw = b
+                    .chunks_exact(4)
+                    .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
                 dumps.push(Dump { timestamp: ts, raw });
             }
         }
@@ -155,8 +169,18 @@ pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
     std::fs::write(dir.join("signals.txt"), &signals)?;
     let backend = args.backend.clone();
     // Timestamps count from the start of the run.
-    let sync = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs_f64().floor().to_string();
-    info!(antennas = n, channels = c, adc_rate = fs, dump_batches = threshold, "starting the array");
+    let sync = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64()
+        .floor()
+        .to_string();
+    info!(
+        antennas = n,
+        channels = c,
+        adc_rate = fs,
+        dump_batches = threshold,
+        "starting the array"
+    );
 
     // Receiver of the X output, then the XB-engine, then the F-engines, then the dsim.
     let stop_rx = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -181,19 +205,44 @@ pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
         fengines.push(child(
             &exe,
             &[
-                s("fgpu"), s("--adc-sample-rate"), fs.to_string(), s("--sync-time"), sync.clone(),
-                s("--feng-id"), a.to_string(), s("--array-size"), n.to_string(),
-                s("--wideband"), format!("name=wideband,channels={c},dst={x_in},jones_per_batch={jones}"),
-                s("--recv-chunk-samples"), (batch * 2).to_string(), s("--gain"), model.fgpu_gain(c).to_string(),
-                s("--backend"), backend.clone(), src,
+                s("fgpu"),
+                s("--adc-sample-rate"),
+                fs.to_string(),
+                s("--sync-time"),
+                sync.clone(),
+                s("--feng-id"),
+                a.to_string(),
+                s("--array-size"),
+                n.to_string(),
+                s("--wideband"),
+                format!("name=wideband,channels={c},dst={x_in},jones_per_batch={jones}"),
+                s("--recv-chunk-samples"),
+                (batch * 2).to_string(),
+                s("--gain"),
+                model.fgpu_gain(c).to_string(),
+                s("--backend"),
+                backend.clone(),
+                src,
             ],
             &dir.join(format!("logs/fgpu{a}.log")),
         )?);
     }
     std::thread::sleep(Duration::from_millis(500));
     let mut dsim_args = vec![
-        s("dsim"), s("--adc-sample-rate"), fs.to_string(), s("--sync-time"), sync.clone(), s("--period"), (1u64 << 22).to_string(),
-        s("--heaps"), heaps_per_stream.to_string(), s("--dither-seed"), s("1"), s("--signals"), signals.clone(), s("--summary"),
+        s("dsim"),
+        s("--adc-sample-rate"),
+        fs.to_string(),
+        s("--sync-time"),
+        sync.clone(),
+        s("--period"),
+        (1u64 << 22).to_string(),
+        s("--heaps"),
+        heaps_per_stream.to_string(),
+        s("--dither-seed"),
+        s("1"),
+        s("--signals"),
+        signals.clone(),
+        s("--summary"),
     ];
     for a in 0..n {
         dsim_args.push(port(2 * a as u16).to_string());
@@ -202,7 +251,10 @@ pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
     let t0 = Instant::now();
     let dsim = child(&exe, &dsim_args, &dir.join("logs/dsim.log"))?;
     let pb = indicatif::ProgressBar::new((args.duration * 10.0) as u64);
-    pb.set_style(indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} ds simulated {msg}").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} ds simulated {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
     let mut dsim = Some(dsim);
     let mut dsim_summary = json!(null);
     while let Some(mut d) = dsim.take() {
@@ -225,13 +277,19 @@ pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
     for f in fengines.iter_mut() {
         stop(f);
     }
-    let fsum: Vec<serde_json::Value> = fengines.into_iter().enumerate().map(|(a, f)| wait_json(f, &format!("fgpu{a}"), Duration::from_secs(60))).collect();
+    let fsum: Vec<serde_json::Value> = fengines
+        .into_iter()
+        .enumerate()
+        .map(|(a, f)| wait_json(f, &format!("fgpu{a}"), Duration::from_secs(60)))
+        .collect();
     std::thread::sleep(Duration::from_millis(500));
     let mut xb = xb;
     stop(&mut xb);
     let xsum = wait_json(xb, "xbgpu", Duration::from_secs(60));
     stop_rx.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (mut dumps, rx_stats) = rx.join().map_err(|_| anyhow::anyhow!("receiver panicked"))??;
+    let (mut dumps, rx_stats) = rx
+        .join()
+        .map_err(|_| anyhow::anyhow!("receiver panicked"))??;
     dumps.sort_by_key(|d| d.timestamp);
     let wall = t0.elapsed().as_secs_f64();
 
@@ -239,12 +297,25 @@ pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
     let mut vis = Vec::with_capacity(dumps.len() * c * nbl * 4);
     for d in &dumps {
         if d.raw.len() != c * nbl * 4 * 2 {
-            anyhow::bail!("dump at {} has {} values, expected {}", d.timestamp, d.raw.len(), c * nbl * 8);
+            anyhow::bail!(
+                "dump at {} has {} values, expected {}",
+                d.timestamp,
+                d.raw.len(),
+                c * nbl * 8
+            );
         }
-        vis.extend(d.raw.chunks_exact(2).map(|p| Complex32::new(p[0] as f32, p[1] as f32)));
+        vis.extend(
+            d.raw
+                .chunks_exact(2)
+                .map(|p| Complex32::new(p[0] as f32, p[1] as f32)),
+        );
     }
-    crate::nufft::npy::write_npy(&dir.join("visibilities.npy"), &[dumps.len(), c, nbl, 4], &crate::nufft::npy::NpyData::C64(vis))
-        .map_err(|e| anyhow::anyhow!("visibilities.npy: {e}"))?;
+    crate::nufft::npy::write_npy(
+        &dir.join("visibilities.npy"),
+        &[dumps.len(), c, nbl, 4],
+        &crate::nufft::npy::NpyData::C64(vis),
+    )
+    .map_err(|e| anyhow::anyhow!("visibilities.npy: {e}"))?;
     let products = image::write_products(dir, &dumps, n, c, fs, &positions)?;
     let dropped: u64 = rx_stats.total_dropped() + rx_stats.incomplete_heaps_evicted;
     let summary = json!({
@@ -263,9 +334,15 @@ pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
         "products": products,
         "sky": model.describe(),
     });
-    std::fs::write(dir.join("summary.json"), serde_json::to_string_pretty(&summary)?)?;
+    std::fs::write(
+        dir.join("summary.json"),
+        serde_json::to_string_pretty(&summary)?,
+    )?;
     if dumps.is_empty() {
-        warn!("no dumps were produced: see the logs in {}", dir.join("logs").display());
+        warn!(
+            "no dumps were produced: see the logs in {}",
+            dir.join("logs").display()
+        );
     }
     Ok(summary)
 }

@@ -8,7 +8,10 @@ const C_LIGHT: f64 = 299_792_458.0;
 
 /// Antenna positions (ENU metres): the first `n` of the shipped MeerKAT-like layout.
 pub fn layout(n: usize) -> Vec<[f64; 3]> {
-    crate::imaging::default_layout().into_iter().take(n).collect()
+    crate::imaging::default_layout()
+        .into_iter()
+        .take(n)
+        .collect()
 }
 
 /// A point source: direction cosines relative to the zenith phase centre and flux
@@ -36,7 +39,18 @@ impl SkyModel {
     pub fn demo(adc_rate: f64, channels: usize) -> Self {
         let k = channels / 4;
         SkyModel {
-            sources: vec![Source { l: 0.0, m: 0.0, flux: 1.0 }, Source { l: 0.12, m: 0.08, flux: 0.6 }],
+            sources: vec![
+                Source {
+                    l: 0.0,
+                    m: 0.0,
+                    flux: 1.0,
+                },
+                Source {
+                    l: 0.12,
+                    m: 0.08,
+                    flux: 0.6,
+                },
+            ],
             tone: (k as f64 * adc_rate / (2 * channels) as f64, 0.003),
             noise: 0.05,
             unit: 0.05,
@@ -55,7 +69,11 @@ impl SkyModel {
     pub fn dsim_signals(&self, positions: &[[f64; 3]], adc_rate: f64) -> String {
         let mut s = String::new();
         for (i, src) in self.sources.iter().enumerate() {
-            s += &format!("src{i} = wgn({}, {});\n", self.unit * src.flux.sqrt(), 4242 + i);
+            s += &format!(
+                "src{i} = wgn({}, {});\n",
+                self.unit * src.flux.sqrt(),
+                4242 + i
+            );
         }
         s += &format!("tone = cw({}, {});\n", self.tone.1, self.tone.0);
         for p in positions {
@@ -74,7 +92,12 @@ impl SkyModel {
 
     /// F-engine gain putting the channel noise at about 8 levels rms.
     pub fn fgpu_gain(&self, _channels: usize) -> f64 {
-        let var: f64 = self.noise * self.noise + self.sources.iter().map(|s| self.unit * self.unit * s.flux).sum::<f64>();
+        let var: f64 = self.noise * self.noise
+            + self
+                .sources
+                .iter()
+                .map(|s| self.unit * self.unit * s.flux)
+                .sum::<f64>();
         8.0 / (var.sqrt() * 511.0)
     }
 
