@@ -27,10 +27,9 @@ pub fn write_products(
             Some(t) => t.add(&v).map_err(|e| anyhow::anyhow!("{e}"))?,
         }
     }
-    let vis = total.ok_or_else(|| anyhow::anyhow!("no visibilities"))?;
-    let freqs: Vec<f64> = (0..c)
-        .map(|k| k as f64 * adc_rate / (2 * c) as f64)
-        .collect();
+    let mut vis = total.ok_or_else(|| anyhow::anyhow!("no visibilities"))?;
+    let df = adc_rate / (2 * c) as f64;
+    let freqs: Vec<f64> = (0..c).map(|k| k as f64 * df).collect();
     // Autocorrelation of antenna 0, pol 0 (baseline 0, product 0) per channel.
     let power: Vec<f64> = (0..c)
         .map(|k| vis.data[k * (n * (n + 1) / 2) * 4].re as f64 / dumps.len() as f64)
@@ -52,9 +51,25 @@ pub fn write_products(
         phase_centre: None,
         freqs_hz: freqs.clone(),
     };
+    // The DC channel has no sky frequency to image at: flag it.
+    let nbl = n * (n + 1) / 2;
+    vis.flagged[..nbl].iter_mut().for_each(|f| *f = true);
+    let mut obs = obs;
+    obs.freqs_hz[0] = df / 2.0;
+    // Cell: Nyquist-sample the longest baseline at the highest frequency, but keep the
+    // field inside the visible sky (|l|, |m| < 1).
+    let size = 256;
+    let mut bmax: f64 = 0.0;
+    for a in positions {
+        for b in positions {
+            bmax = bmax.max(((a[0] - b[0]).powi(2) + (a[1] - b[1]).powi(2)).sqrt());
+        }
+    }
+    let umax = bmax * freqs[c - 1] / 299_792_458.0;
+    let cell = (1.0 / (3.0 * umax.max(1e-9))).min(1.9 / size as f64);
     let params = ImagingParams {
-        size: 256,
-        cell_rad: None,
+        size,
+        cell_rad: Some(cell),
         weighting: Weighting::Natural,
         w_planes: 0,
     };

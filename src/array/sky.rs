@@ -6,11 +6,20 @@ use serde_json::json;
 
 const C_LIGHT: f64 = 299_792_458.0;
 
-/// Antenna positions (ENU metres): the first `n` of the shipped MeerKAT-like layout.
+/// Antenna positions (ENU metres): `n` antennas spread evenly through the shipped
+/// MeerKAT-like layout (its outer stations when `n` ≤ 16, for resolution at the demo's
+/// low frequencies).
 pub fn layout(n: usize) -> Vec<[f64; 3]> {
-    crate::imaging::default_layout()
-        .into_iter()
-        .take(n)
+    let mut all = crate::imaging::default_layout();
+    // Prefer the outer stations: at the demo's low frequencies only km baselines resolve.
+    if n <= 16 && all.len() >= 64 {
+        all.drain(..48);
+    }
+    if n <= 1 || all.len() <= 1 {
+        return all.into_iter().take(n).collect();
+    }
+    (0..n)
+        .map(|k| all[(k * (all.len() - 1) / (n - 1)).min(all.len() - 1)])
         .collect()
 }
 
@@ -51,7 +60,7 @@ impl SkyModel {
                     flux: 0.6,
                 },
             ],
-            tone: (k as f64 * adc_rate / (2 * channels) as f64, 0.003),
+            tone: (k as f64 * adc_rate / (2 * channels) as f64, 0.01),
             noise: 0.05,
             unit: 0.05,
         }

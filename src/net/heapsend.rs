@@ -27,7 +27,6 @@ pub struct HeapSender {
     cnt_step: u64,
     packet_payload: usize,
     pacer: Option<Pacer>,
-    desc_cnt: u64,
     pub stats: SendStats,
 }
 
@@ -53,7 +52,6 @@ impl HeapSender {
             cnt_step: cnt_step.max(1),
             packet_payload,
             pacer,
-            desc_cnt: 1,
             stats: SendStats::default(),
         }
     }
@@ -108,15 +106,16 @@ impl HeapSender {
         Ok(())
     }
 
-    /// Sends a descriptor heap (counters 1, 3, 5, ... on their own sequence) to
-    /// every destination. Not paced.
+    /// Sends a descriptor heap to every destination. Not paced.
     pub fn send_descriptors(
         &mut self,
         descriptors: &[Descriptor],
         max_packet_size: usize,
     ) -> io::Result<()> {
-        let mut h = HeapBuilder::new(self.desc_cnt);
-        self.desc_cnt += 2;
+        // Descriptor heaps take their counter from the stream's sequence, like data heaps,
+        // so counters never collide.
+        let mut h = HeapBuilder::new(self.next_cnt);
+        self.next_cnt = self.next_cnt.wrapping_add(self.cnt_step);
         for d in descriptors {
             h = h.descriptor(d);
         }
