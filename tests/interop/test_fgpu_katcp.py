@@ -1,0 +1,103 @@
+"""A running F-engine (live UDP input from dsim) controlled by aiokatcp: ?gain changes the
+output from the steady-state timestamp it reports, bad requests fail and change nothing."""
+
+import asyncio
+import signal
+import socket
+import subprocess
+import time
+
+import aiokatcp
+import numpy as np
+import pytest
+import spead2
+import spead2.recv
+
+from conftest import free_udp_port
+
+ADC = 1712e6 / 256
+C = 1024
+JONES = 1 << 18
+SPH = JONES // C
+K = 256
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_gain_changes_output_at_steady_state_timestamp(gpucbf, tmp_path):
+    kport = free_tcp_port()
+    p0, p1 = free_udp_port(), free_udp_port()
+    fpcap = tmp_path / "f.pcap"
+    sync = str(int(time.time()) - 1)
+    feng = subprocess.Popen(
+        [gpucbf, "fgpu", "--adc-sample-rate", str(ADC), "--sync-time", sync, "--array-size", "1",
+         "--wideband", f"name=wb,channels={C},dst=127.0.0.1:7150,jones_per_batch={JONES}",
+         "--recv-chunk-samples", str(1 << 19), "--gain", "0.05", "--dither-seed", "1", "--katcp-port", str(kport),
+         "--katcp-host", "127.0.0.1", "--send-pcap", str(fpcap), "--backend", "cpu", f"127.0.0.1:{p0},127.0.0.1:{p1}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    freq = K * ADC / (2 * C)
+    dsim = subprocess.Popen(
+        [gpucbf, "dsim", "--adc-sample-rate", str(ADC), "--sync-time", sync, "--period", str(1 << 22), "--heaps", str(int(5 * ADC / 4096)),
+         "--signals", f"cw(0.05, {freq}) + wgn(0.01);", f"127.0.0.1:{p0}", f"127.0.0.1:{p1}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    async def drive():
+        for _ in range(100):
+            try:
+                client = await aiokatcp.Client.connect("127.0.0.1", kport)
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("fgpu katcp did not come up")
+        try:
+            await asyncio.sleep(1.5)
+            reply, _ = await client.request("gain", "wb", "0")
+            assert reply[0] == b"0.05+0j"
+            for bad in [("gain", "wb", "2", "1"), ("gain", "wb", "0", "nan"), ("gain", "nosuch", "0", "1"),
+                        ("gain", "wb", "0", "1", "2"), ("delays", "wb", sync, "0,0:0,0"),
+                        ("delays", "wb", sync, "0,2:0,0", "0,0:0,0"), ("delays", "wb", "0", "0,0:0,0", "0,0:0,0")]:
+                with pytest.raises(aiokatcp.FailReply):
+                    await client.request(*bad)
+            reply, _ = await client.request("gain", "wb", "0")
+            assert reply[0] == b"0.05+0j", "a failed request changes nothing"
+            await client.request("gain", "wb", "0", "0.1")
+            _, informs = await client.request("sensor-value", "steady-state-timestamp")
+            steady = int(informs[0].arguments[4])
+            _, informs = await client.request("sensor-value", "wb.input0.eq")
+            assert b"0.1+0j" in informs[0].arguments[4]
+            _, informs = await client.request("sensor-value", "input0.dig-rms-dbfs")
+            assert -40 < float(informs[0].arguments[4]) < -10
+            return steady
+        finally:
+            client.close()
+            await client.wait_closed()
+
+    steady = asyncio.run(drive())
+    dsim.wait(timeout=30)
+    time.sleep(0.5)
+    feng.send_signal(signal.SIGTERM)
+    out, err = feng.communicate(timeout=30)
+    assert feng.returncode == 0, err
+
+    stream = spead2.recv.Stream(spead2.ThreadPool(), spead2.recv.StreamConfig(max_heaps=16))
+    stream.add_udp_pcap_file_reader(str(fpcap))
+    ratios = []
+    for heap in stream:
+        items = {it.id: (it.immediate_value if it.is_immediate else np.frombuffer(it, np.int8)) for it in heap.get_items()}
+        if 0x4300 not in items:
+            continue
+        x = items[0x4300].reshape(C, SPH, 2, 2).astype(float)
+        amp = np.abs(x[K, :, :, 0] + 1j * x[K, :, :, 1]).mean(axis=0)  # per pol
+        ratios.append((items[0x1600], amp[0] / amp[1]))
+    # Both inputs carry the same tone: input 0 / input 1 is 1 before the change and 2 from
+    # the steady-state timestamp on (batches in between may show either).
+    ratios.sort()
+    after = [r for t, r in ratios if t >= steady]
+    assert after and ratios[0][0] < steady, (len(ratios), len(after))
+    assert abs(ratios[0][1] - 1) < 0.1, ratios[0]
+    assert all(abs(r - 2) < 0.1 for r in after), after
