@@ -112,35 +112,27 @@ impl HeapSender {
         descriptors: &[Descriptor],
         max_packet_size: usize,
     ) -> io::Result<()> {
-        // Descriptor heaps take their counter from the stream's sequence, like data heaps,
-        // so counters never collide.
-        let mut h = HeapBuilder::new(self.next_cnt);
-        self.next_cnt = self.next_cnt.wrapping_add(self.cnt_step);
+        let mut h = HeapBuilder::new(0);
         for d in descriptors {
             h = h.descriptor(d);
         }
-        let packets = h
-            .packets(max_packet_size, false)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        for dst in self.dests.clone() {
-            for p in &packets {
-                let parts: Vec<&[u8]> = std::iter::once(&p.header[..])
-                    .chain(p.payload.iter().copied())
-                    .collect();
-                self.sink.send(dst, &parts)?;
-            }
-        }
+        self.send_to_all(h, max_packet_size)?;
         self.stats.descriptor_heaps += 1;
         Ok(())
     }
 
     /// Sends a stream-control stop heap to every destination.
     pub fn send_stop(&mut self) -> io::Result<()> {
-        let cnt = self.next_cnt;
+        self.send_to_all(HeapBuilder::new(0).stop(), 1500)
+    }
+
+    /// Sends a control heap (descriptors, stop) to every destination, unpaced. Its counter
+    /// comes from the stream's sequence, like data heaps, so counters never collide.
+    fn send_to_all(&mut self, mut heap: HeapBuilder<'_>, max_packet_size: usize) -> io::Result<()> {
+        heap.cnt = self.next_cnt;
         self.next_cnt = self.next_cnt.wrapping_add(self.cnt_step);
-        let heap = HeapBuilder::new(cnt).stop();
         let packets = heap
-            .packets(1500, false)
+            .packets(max_packet_size, false)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         for dst in self.dests.clone() {
             for p in &packets {
