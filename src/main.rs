@@ -67,23 +67,33 @@ enum Command {
     Array(gpucbf::array::ArrayArgs),
 }
 
+/// Prints a JSON document on stdout; a closed pipe (`| head`) is not an error.
+fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
+    use std::io::Write;
+    let text = serde_json::to_string_pretty(v)?;
+    match writeln!(std::io::stdout().lock(), "{text}") {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
         Command::Fgpu(args) => {
             let summary = gpucbf::fgpu::run(&args)?;
-            println!("{}", serde_json::to_string_pretty(&summary)?);
+            print_json(&summary)?;
         }
         Command::Xbgpu(args) => {
             let summary = gpucbf::xbgpu::run(&args)?;
-            println!("{}", serde_json::to_string_pretty(&summary)?);
+            print_json(&summary)?;
         }
         Command::Dsim(args) => {
             let cfg = args.validate().map_err(anyhow::Error::msg)?;
             let summary = gpucbf::dsim::run(&cfg)?;
             if args.summary {
-                println!("{}", serde_json::to_string_pretty(&summary)?);
+                print_json(&summary)?;
             }
         }
         Command::SpeadDump {
@@ -106,7 +116,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::PcapInfo { path } => {
             let s = gpucbf::inspect::summarise(&path)?;
-            println!("{}", serde_json::to_string_pretty(&s)?);
+            print_json(&s)?;
         }
         Command::Bench { what, recv } => match what.as_str() {
             "recv" => {
@@ -118,11 +128,11 @@ fn main() -> anyhow::Result<()> {
         Command::Nufft(cmd) => gpucbf::nufft::cli::run(cmd)?,
         Command::Image(args) => {
             let summary = gpucbf::imaging::cli::run(&args)?;
-            println!("{}", serde_json::to_string_pretty(&summary)?);
+            print_json(&summary)?;
         }
         Command::Array(args) => {
             let summary = gpucbf::array::run(&args)?;
-            println!("{}", serde_json::to_string_pretty(&summary)?);
+            print_json(&summary)?;
         }
     }
     Ok(())
