@@ -33,6 +33,26 @@ def free_udp_port() -> int:
         return s.getsockname()[1]
 
 
+def free_tcp_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def katcp_connect(port, what="engine"):
+    """Connects an aiokatcp client, waiting up to 10 s for the server to come up."""
+    import asyncio
+
+    import aiokatcp
+
+    for _ in range(100):
+        try:
+            return await aiokatcp.Client.connect("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"{what} katcp server did not come up")
+
+
 def ones_complement_sum(data: bytes) -> int:
     if len(data) % 2:
         data += b"\0"

@@ -2,7 +2,6 @@
 ?signals (the new signal reaches the wire from the returned timestamp), bad requests, ?halt."""
 
 import asyncio
-import socket
 import subprocess
 import threading
 import time
@@ -13,26 +12,12 @@ import pytest
 import spead2
 import spead2.recv
 
-from conftest import free_udp_port
+from conftest import free_tcp_port, free_udp_port, katcp_connect
 from test_dsim_spead2 import unpack10
 
 ADC = 100e6
 PERIOD = 1 << 22
 
-
-def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-async def connect(port):
-    for _ in range(100):
-        try:
-            return await aiokatcp.Client.connect("127.0.0.1", port)
-        except OSError:
-            await asyncio.sleep(0.1)
-    raise AssertionError("dsim katcp server did not come up")
 
 
 def test_signals_time_sensors_halt(gpucbf):
@@ -55,7 +40,7 @@ def test_signals_time_sensors_halt(gpucbf):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     async def drive():
-        client = await connect(kport)
+        client = await katcp_connect(kport, "dsim")
         try:
             reply, informs = await client.request("sensor-value", "signals")
             assert informs[0].arguments[2] == b"signals" and informs[0].arguments[4] == b"cw(0.2, 10e6);"

@@ -3,7 +3,6 @@ output from the steady-state timestamp it reports, bad requests fail and change 
 
 import asyncio
 import signal
-import socket
 import subprocess
 import time
 
@@ -13,7 +12,7 @@ import pytest
 import spead2
 import spead2.recv
 
-from conftest import free_udp_port
+from conftest import free_tcp_port, free_udp_port, katcp_connect
 
 ADC = 1712e6 / 256
 C = 1024
@@ -21,11 +20,6 @@ JONES = 1 << 18
 SPH = JONES // C
 K = 256
 
-
-def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_gain_changes_output_at_steady_state_timestamp(gpucbf, tmp_path):
@@ -46,14 +40,7 @@ def test_gain_changes_output_at_steady_state_timestamp(gpucbf, tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     async def drive():
-        for _ in range(100):
-            try:
-                client = await aiokatcp.Client.connect("127.0.0.1", kport)
-                break
-            except OSError:
-                await asyncio.sleep(0.1)
-        else:
-            raise AssertionError("fgpu katcp did not come up")
+        client = await katcp_connect(kport, "fgpu")
         try:
             await asyncio.sleep(1.5)
             reply, _ = await client.request("gain", "wb", "0")

@@ -4,7 +4,6 @@ driven by aiokatcp: dumps are sent only between the two requests; bad requests f
 import asyncio
 import json
 import signal
-import socket
 import subprocess
 import time
 
@@ -14,17 +13,12 @@ import pytest
 import spead2
 import spead2.recv
 
-from conftest import free_udp_port
+from conftest import free_tcp_port, free_udp_port, katcp_connect
 
 ADC = 1712e6 / 256
 C = 1024
 JONES = 1 << 18
 
-
-def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_capture_start_stop_gate_output(gpucbf, tmp_path):
@@ -49,14 +43,7 @@ def test_capture_start_stop_gate_output(gpucbf, tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     async def drive():
-        for _ in range(100):
-            try:
-                client = await aiokatcp.Client.connect("127.0.0.1", kport)
-                break
-            except OSError:
-                await asyncio.sleep(0.1)
-        else:
-            raise AssertionError("xbgpu katcp did not come up")
+        client = await katcp_connect(kport, "xbgpu")
         try:
             with pytest.raises(aiokatcp.FailReply):
                 await client.request("capture-start", "nosuch")
