@@ -1,5 +1,6 @@
 """A running F-engine (live UDP input from dsim) controlled by aiokatcp: ?gain changes the
-output from the steady-state timestamp it reports, bad requests fail and change nothing."""
+output from the steady-state timestamp it reports, bad requests fail and change nothing, and
+the Prometheus counters move while it runs."""
 
 import asyncio
 import signal
@@ -22,15 +23,28 @@ K = 256
 
 
 
+def scrape(port):
+    """Prometheus text exposition → {series: value}."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+
+
 def test_gain_changes_output_at_steady_state_timestamp(gpucbf, tmp_path):
-    kport = free_tcp_port()
+    kport, mport = free_tcp_port(), free_tcp_port()
     p0, p1 = free_udp_port(), free_udp_port()
     fpcap = tmp_path / "f.pcap"
     sync = str(int(time.time()) - 1)
     feng = subprocess.Popen(
         [gpucbf, "fgpu", "--adc-sample-rate", str(ADC), "--sync-time", sync, "--array-size", "1",
          "--wideband", f"name=wb,channels={C},dst=127.0.0.1:7150,jones_per_batch={JONES}",
-         "--recv-chunk-samples", str(1 << 19), "--gain", "0.05", "--dither-seed", "1", "--katcp-port", str(kport),
+         "--recv-chunk-samples", str(1 << 19), "--gain", "0.05", "--dither-seed", "1", "--katcp-port", str(kport), "--prometheus-port", str(mport),
          "--katcp-host", "127.0.0.1", "--send-pcap", str(fpcap), "--backend", "cpu", f"127.0.0.1:{p0},127.0.0.1:{p1}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     freq = K * ADC / (2 * C)
@@ -42,7 +56,12 @@ def test_gain_changes_output_at_steady_state_timestamp(gpucbf, tmp_path):
     async def drive():
         client = await katcp_connect(kport, "fgpu")
         try:
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(1.0)
+            first = scrape(mport)
+            await asyncio.sleep(0.5)
+            second = scrape(mport)
+            for name in ['fgpu_input_heaps_total{pol="0"}', 'fgpu_output_heaps_total{stream="wb"}']:
+                assert second[name] > first[name], (name, first.get(name), second.get(name))
             reply, _ = await client.request("gain", "wb", "0")
             assert reply[0] == b"0.05+0j"
             for bad in [("gain", "wb", "2", "1"), ("gain", "wb", "0", "nan"), ("gain", "nosuch", "0", "1"),
