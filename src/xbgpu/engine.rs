@@ -326,6 +326,7 @@ pub fn run_pipelines(
     placement: FengPlacement,
     mut xs: Vec<XPipeline>,
     mut beams: Option<BPipeline>,
+    hook: &mut dyn FnMut(&[XPipeline], Option<&BPipeline>),
 ) -> anyhow::Result<XbgpuSummary> {
     let (tx, rx) = crossbeam_channel::bounded::<Chunk>(4);
     let (back_tx, back_rx) = crossbeam_channel::bounded::<Chunk>(8);
@@ -358,6 +359,7 @@ pub fn run_pipelines(
             }
         }
         let _ = back_tx.try_send(chunk);
+        hook(&xs, beams.as_ref());
     }
     let recv = receiver
         .join()

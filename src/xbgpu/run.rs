@@ -428,5 +428,50 @@ pub fn run(args: &XbgpuArgs) -> anyhow::Result<XbgpuSummary> {
         None => None,
     };
     let src = open_source(&args.src, args.recv_interface, None)?;
-    run_pipelines(src, placement, xs, beams)
+    let metrics = crate::telemetry::metrics::Metrics::new("xbgpu");
+    let m_x = metrics.counter_family("output_x_heaps", "Correlation heaps transmitted");
+    let m_xclip = metrics.counter_family("output_x_clipped_visibilities", "Saturated visibilities");
+    let m_skip = metrics.counter_family(
+        "output_x_skipped_accs",
+        "Accumulations not sent: no antenna present",
+    );
+    let m_inc = metrics.counter_family(
+        "output_x_incomplete_accs",
+        "Accumulations sent with MISSING markers",
+    );
+    let m_b = metrics.counter_family("output_b_heaps", "Beam heaps transmitted");
+    if let Some(p) = args.prometheus_port {
+        let bound = metrics.serve(([0, 0, 0, 0], p).into())?;
+        info!(%bound, "prometheus metrics at /metrics");
+    }
+    let mut seen_x: Vec<super::engine::XStats> = Vec::new();
+    let mut seen_b: Vec<super::engine::BStats> = Vec::new();
+    let mut hook = move |xs: &[XPipeline], bp: Option<&BPipeline>| {
+        use crate::telemetry::metrics::labels;
+        seen_x.resize(xs.len(), Default::default());
+        for (x, seen) in xs.iter().zip(seen_x.iter_mut()) {
+            let s = &x.stats;
+            let l = labels(&[("stream", &s.name)]);
+            m_x.get_or_create(&l).inc_by(s.heaps - seen.heaps);
+            m_xclip
+                .get_or_create(&l)
+                .inc_by(s.clipped_visibilities - seen.clipped_visibilities);
+            m_skip
+                .get_or_create(&l)
+                .inc_by(s.skipped_accs - seen.skipped_accs);
+            m_inc
+                .get_or_create(&l)
+                .inc_by(s.incomplete_accs - seen.incomplete_accs);
+            *seen = s.clone();
+        }
+        if let Some(bp) = bp {
+            seen_b.resize(bp.stats.len(), Default::default());
+            for (s, seen) in bp.stats.iter().zip(seen_b.iter_mut()) {
+                m_b.get_or_create(&labels(&[("stream", &s.name)]))
+                    .inc_by(s.heaps - seen.heaps);
+                *seen = s.clone();
+            }
+        }
+    };
+    run_pipelines(src, placement, xs, beams, &mut hook)
 }

@@ -53,6 +53,19 @@ async def katcp_connect(port, what="engine"):
     raise AssertionError(f"{what} katcp server did not come up")
 
 
+def scrape(port):
+    """Prometheus text exposition → {series: value}."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+
+
 def ones_complement_sum(data: bytes) -> int:
     if len(data) % 2:
         data += b"\0"

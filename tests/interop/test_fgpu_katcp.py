@@ -13,7 +13,7 @@ import pytest
 import spead2
 import spead2.recv
 
-from conftest import free_tcp_port, free_udp_port, katcp_connect
+from conftest import free_tcp_port, free_udp_port, katcp_connect, scrape
 
 ADC = 1712e6 / 256
 C = 1024
@@ -21,19 +21,6 @@ JONES = 1 << 18
 SPH = JONES // C
 K = 256
 
-
-
-def scrape(port):
-    """Prometheus text exposition → {series: value}."""
-    import urllib.request
-
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            k, v = line.rsplit(" ", 1)
-            out[k] = float(v)
-    return out
 
 
 def test_gain_changes_output_at_steady_state_timestamp(gpucbf, tmp_path):

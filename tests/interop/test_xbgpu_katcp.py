@@ -13,7 +13,7 @@ import pytest
 import spead2
 import spead2.recv
 
-from conftest import free_tcp_port, free_udp_port, katcp_connect
+from conftest import free_tcp_port, free_udp_port, katcp_connect, scrape
 
 ADC = 1712e6 / 256
 C = 1024
@@ -22,7 +22,7 @@ JONES = 1 << 18
 
 
 def test_capture_start_stop_gate_output(gpucbf, tmp_path):
-    kport = free_tcp_port()
+    kport, mport = free_tcp_port(), free_tcp_port()
     p0, p1, pf = free_udp_port(), free_udp_port(), free_udp_port()
     xpcap = tmp_path / "x.pcap"
     sync = str(int(time.time()) - 1)
@@ -30,7 +30,7 @@ def test_capture_start_stop_gate_output(gpucbf, tmp_path):
         [gpucbf, "xbgpu", "--adc-sample-rate", str(ADC), "--sync-time", sync, "--array-size", "1", "--channels", str(C),
          "--channels-per-substream", str(C), "--samples-between-spectra", str(2 * C), "--jones-per-batch", str(JONES),
          "--heaps-per-fengine-per-chunk", "2", "--corrprod", "name=bc,dst=127.0.0.1:7160,heap_accumulation_threshold=4",
-         "--katcp-port", str(kport), "--send-pcap", str(xpcap), "--backend", "cpu", f"127.0.0.1:{pf}"],
+         "--katcp-port", str(kport), "--prometheus-port", str(mport), "--send-pcap", str(xpcap), "--backend", "cpu", f"127.0.0.1:{pf}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     feng = subprocess.Popen(
         [gpucbf, "fgpu", "--adc-sample-rate", str(ADC), "--sync-time", sync, "--array-size", "1", "--katcp-port", "0",
@@ -51,7 +51,9 @@ def test_capture_start_stop_gate_output(gpucbf, tmp_path):
             t_start = time.time()
             await client.request("capture-start", "bc")
             await asyncio.sleep(1.5)
+            sent = scrape(mport)['xbgpu_output_x_heaps_total{stream="bc"}']
             await client.request("capture-stop", "bc")
+            assert sent >= 1
             t_stop = time.time()
             return t_start, t_stop
         finally:
