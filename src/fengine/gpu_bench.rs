@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, CudaStream, PinnedHostSlice};
 
 use super::gpu::GpuBackend;
@@ -27,20 +26,9 @@ const REPS: usize = 20;
 fn time_gpu(
     stream: &Arc<CudaStream>,
     reps: usize,
-    mut f: impl FnMut() -> Result<(), FError>,
+    f: impl FnMut() -> Result<(), FError>,
 ) -> Result<f64, FError> {
-    f()?;
-    let start = stream
-        .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(gerr)?;
-    for _ in 0..reps {
-        f()?;
-    }
-    let end = stream
-        .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(gerr)?;
-    let ms = start.elapsed_ms(&end).map_err(gerr)?;
-    Ok(ms as f64 * 1e-3 / reps as f64)
+    crate::gpu::time_on_stream(stream, reps, f, gerr)
 }
 
 /// Deterministic pseudo-noise samples within `bits` (xorshift, roughly ±200).

@@ -15,8 +15,6 @@ pub struct OutputControl {
     /// Delay models per input, sorted by start; the last one starting at or before a
     /// batch's timestamp applies to the whole batch.
     pub delays: [Vec<LinearDelayModel>; 2],
-    /// Raw request values per input for the sensors: (loadmcnt, delay, rate, phase, phase rate).
-    pub delay_text: [String; 2],
 }
 
 pub type SharedControl = Arc<Mutex<OutputControl>>;
@@ -39,10 +37,6 @@ impl OutputControl {
                 vec![Complex32::new(gain, 0.0); channels],
             ],
             delays: [vec![zero_model()], vec![zero_model()]],
-            delay_text: [
-                "(0, 0.0, 0.0, 0.0, 0.0)".into(),
-                "(0, 0.0, 0.0, 0.0, 0.0)".into(),
-            ],
         }
     }
 

@@ -253,7 +253,6 @@ impl Device for FgpuDevice {
                         &text,
                         Status::Nominal,
                     );
-                    ctl.delay_text[p] = text;
                 }
                 drop(ctl);
                 self.steady(o, start);

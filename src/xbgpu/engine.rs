@@ -72,7 +72,6 @@ pub struct XPipeline {
     threshold: u64,
     batch_step: u64,
     channel_offset: u64,
-    n_ants: usize,
     acc: Option<u64>,
     batches_seen: u64,
     present: Vec<bool>,
@@ -103,7 +102,6 @@ impl XPipeline {
             threshold,
             batch_step,
             channel_offset,
-            n_ants,
             acc: None,
             batches_seen: 0,
             present: vec![true; n_ants],
@@ -189,7 +187,6 @@ impl XPipeline {
         self.stats.visibilities += (self.out.len() / 2) as u64;
         self.stats.clipped_visibilities += clipped;
         self.stats.first_timestamp.get_or_insert(ts);
-        let _ = self.n_ants;
         Ok(())
     }
 }

@@ -12,7 +12,6 @@
 use std::ffi::c_void;
 
 use cudarc::cublaslt::{result as lt, sys as ltsys};
-use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
 use super::{Beam, BeamSet, GpuX, XError, XShape};
@@ -39,20 +38,9 @@ fn random_input(n: usize) -> Vec<i8> {
 fn time_gpu(
     stream: &std::sync::Arc<CudaStream>,
     reps: usize,
-    mut f: impl FnMut() -> Result<(), XError>,
+    f: impl FnMut() -> Result<(), XError>,
 ) -> Result<f64, XError> {
-    f()?; // warm-up
-    let start = stream
-        .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(gerr)?;
-    for _ in 0..reps {
-        f()?;
-    }
-    let end = stream
-        .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(gerr)?;
-    let ms = start.elapsed_ms(&end).map_err(gerr)?;
-    Ok(ms as f64 * 1e-3 / reps as f64)
+    crate::gpu::time_on_stream(stream, reps, f, gerr)
 }
 
 /// One correlator measurement: returns TOPS.
