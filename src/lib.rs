@@ -8,6 +8,7 @@
 pub mod array;
 pub mod bitpack;
 pub mod chunk;
+pub mod cli_util;
 pub mod control;
 pub mod dsim;
 pub mod fengine;

@@ -183,20 +183,8 @@ pub fn make_channelizer(
         anyhow::bail!("--gain must be finite");
     }
     let cfg = fconfig(spec, args, dither_seed);
-    let use_gpu = match args.backend.as_str() {
-        "cpu" => false,
-        "gpu" => {
-            if !crate::gpu::gpu_available() {
-                anyhow::bail!(
-                    "--backend gpu: no usable CUDA device found (use --backend cpu or auto)"
-                );
-            }
-            true
-        }
-        // The GPU backend does wideband only so far; narrowband stays on the CPU.
-        "auto" => cfg.narrowband.is_none() && crate::gpu::gpu_available(),
-        other => anyhow::bail!("--backend {other}: expected auto, cpu or gpu"),
-    };
+    // The GPU backend does wideband only so far; auto keeps narrowband on the CPU.
+    let use_gpu = crate::cli_util::use_gpu(&args.backend, cfg.narrowband.is_none())?;
     let bits = args.dig_sample_bits;
     if use_gpu {
         let backend =

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use crate::cli_util::{parse_dither, parse_kv, parse_num};
+
 /// PFB window function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowFunction {
@@ -57,36 +59,6 @@ impl WidebandSpec {
     }
 }
 
-/// Splits `key=value,key=value`. A `dst` endpoint list may itself contain commas
-/// (`dst=a:1,b:2`): items without `=` after `dst` continue its value.
-fn kv(spec: &str) -> Result<Vec<(String, String)>, String> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    for part in spec.split(',') {
-        match part.split_once('=') {
-            Some((k, v)) => out.push((k.trim().to_string(), v.trim().to_string())),
-            None => match out.last_mut() {
-                // A bare item continues the previous value (an endpoint list: dst=a:1,b:2).
-                Some((k, v)) if k == "dst" => {
-                    v.push(',');
-                    v.push_str(part.trim());
-                }
-                _ => return Err(format!("expected key=value, got {part:?}")),
-            },
-        }
-    }
-    Ok(out)
-}
-
-fn parse_num<T: std::str::FromStr>(k: &str, v: &str) -> Result<T, String> {
-    // Accept float notation for integers too (e.g. channels=4096.0, 2**20 is not accepted).
-    v.parse::<T>().or_else(|_| {
-        let f: f64 = v.parse().map_err(|_| format!("{k}={v}: not a number"))?;
-        format!("{}", f as i128)
-            .parse::<T>()
-            .map_err(|_| format!("{k}={v}: out of range"))
-    })
-}
-
 /// Parses a `--wideband` value.
 pub fn parse_wideband(spec: &str) -> Result<WidebandSpec, String> {
     parse_output(spec, false)
@@ -119,7 +91,7 @@ fn parse_output(spec: &str, narrow: bool) -> Result<WidebandSpec, String> {
         dither: true,
         narrowband: None,
     };
-    for (k, v) in kv(spec)? {
+    for (k, v) in parse_kv(spec, &["dst"])? {
         match k.as_str() {
             "name" => name = Some(v),
             "channels" => channels = Some(parse_num::<usize>(&k, &v)?),
@@ -134,13 +106,7 @@ fn parse_output(spec: &str, narrow: bool) -> Result<WidebandSpec, String> {
                     _ => return Err(format!("window_function={v}: expected hann or rect")),
                 }
             }
-            "dither" => {
-                w.dither = match v.as_str() {
-                    "uniform" => true,
-                    "none" => false,
-                    _ => return Err(format!("dither={v}: expected uniform or none")),
-                }
-            }
+            "dither" => w.dither = parse_dither(&v)?,
             "centre_frequency" if narrow => nb.centre_frequency = parse_num(&k, &v)?,
             "decimation" if narrow => nb.decimation = parse_num(&k, &v)?,
             "ddc_taps" if narrow => nb.ddc_taps = Some(parse_num(&k, &v)?),

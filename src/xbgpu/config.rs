@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use crate::cli_util::{parse_dither, parse_kv};
+
 /// One correlation-products output.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CorrprodSpec {
@@ -23,16 +25,6 @@ pub struct BeamSpec {
     pub dither: bool,
 }
 
-fn kv(spec: &str) -> Result<Vec<(String, String)>, String> {
-    spec.split(',')
-        .map(|p| {
-            p.split_once('=')
-                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-                .ok_or_else(|| format!("expected key=value, got {p:?}"))
-        })
-        .collect()
-}
-
 fn one_endpoint(v: &str) -> Result<SocketAddrV4, String> {
     let e = crate::net::parse_endpoints(v)?;
     if e.len() != 1 {
@@ -43,7 +35,7 @@ fn one_endpoint(v: &str) -> Result<SocketAddrV4, String> {
 
 pub fn parse_corrprod(spec: &str) -> Result<CorrprodSpec, String> {
     let (mut name, mut dst, mut thr) = (None, None, None);
-    for (k, v) in kv(spec)? {
+    for (k, v) in parse_kv(spec, &[])? {
         match k.as_str() {
             "name" => name = Some(v),
             "dst" => dst = Some(one_endpoint(&v)?),
@@ -68,7 +60,7 @@ pub fn parse_corrprod(spec: &str) -> Result<CorrprodSpec, String> {
 
 pub fn parse_beam(spec: &str) -> Result<BeamSpec, String> {
     let (mut name, mut dst, mut pol, mut dither) = (None, None, None, true);
-    for (k, v) in kv(spec)? {
+    for (k, v) in parse_kv(spec, &[])? {
         match k.as_str() {
             "name" => name = Some(v),
             "dst" => dst = Some(one_endpoint(&v)?),
@@ -79,13 +71,7 @@ pub fn parse_beam(spec: &str) -> Result<BeamSpec, String> {
                     _ => return Err(format!("pol={v}: expected 0 or 1")),
                 })
             }
-            "dither" => {
-                dither = match v.as_str() {
-                    "uniform" => true,
-                    "none" => false,
-                    _ => return Err(format!("dither={v}: expected uniform or none")),
-                }
-            }
+            "dither" => dither = parse_dither(&v)?,
             _ => return Err(format!("unknown --beam key {k:?}")),
         }
     }

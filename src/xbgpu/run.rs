@@ -69,13 +69,7 @@ impl Beamformer for Beams {
 }
 
 fn backend(kind: &str, shape: XShape) -> anyhow::Result<Box<dyn XBackend + Send>> {
-    let gpu = match kind {
-        "cpu" => false,
-        "gpu" => true,
-        "auto" => crate::gpu::gpu_available(),
-        other => anyhow::bail!("--backend {other}: expected auto, cpu or gpu"),
-    };
-    Ok(if gpu {
+    Ok(if crate::cli_util::use_gpu(kind, true)? {
         Box::new(GpuX::new(shape).map_err(|e| anyhow::anyhow!("GPU backend: {e}"))?)
     } else {
         Box::new(CpuX::new(shape))
