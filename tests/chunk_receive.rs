@@ -101,7 +101,65 @@ fn loss_reorder_duplicates_late_and_malformed_are_counted_exactly() {
     assert_eq!(chunks[0].n_present(), 15);
     assert_eq!(chunks[1].n_present(), 15);
     assert_eq!(chunks[2].n_present(), 1);
-    assert_eq!(s.missing_heaps, 1 + 1 + 16 + 15);
+    // Inside the received span (heaps 0..=24): (3, pol 1), (12, pol 0), all of chunk 2 and
+    // pol 1 of heap 24; chunk 3's rows after heap 24 are not losses.
+    assert_eq!(s.missing_heaps, 1 + 1 + 16 + 1);
+}
+
+/// A stream that starts and ends mid-chunk: the unfilled head of the first chunk and tail of
+/// the last are not missing; a gap inside the span is, even where a whole row is absent.
+#[test]
+fn missing_heaps_count_only_inside_the_received_span() {
+    let mut pkts = Vec::new();
+    for h in 5..21u64 {
+        for pol in 0..2 {
+            if h == 9 || (h, pol) == (17, 1) {
+                continue;
+            }
+            pkts.push(dig_packet(h * HS, pol, 1));
+        }
+    }
+    let mut a = asm();
+    let chunks = feed(&mut a, &pkts);
+    assert_eq!(
+        chunks.iter().map(|c| c.chunk_id).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    assert_eq!(a.stats.heaps, 2 * 16 - 3);
+    assert_eq!(a.stats.missing_heaps, 3);
+
+    // F-engine heaps: batches 3..=6 of 4 antennas in chunks of 4 batches; antenna 2 absent
+    // from batch 5; the trailing batch 7 and the leading batches 0..=2 are outside.
+    let pl = FengPlacement {
+        n_ants: 4,
+        channels_per_substream: 4,
+        spectra_per_heap: 8,
+        sample_bits: 8,
+        samples_between_spectra: 16,
+        batches_per_chunk: 4,
+    };
+    let step = pl.batch_step();
+    let mut a = ChunkAssembler::new(pl, 2);
+    let mut out = Vec::new();
+    let payload = vec![0u8; 4 * 8 * 4];
+    for batch in 3..7u64 {
+        for ant in 0..4u64 {
+            if (batch, ant) == (5, 2) {
+                continue;
+            }
+            let h = HeapBuilder::new(1 + ant + 4 * batch)
+                .immediate(ids::TIMESTAMP, batch * step)
+                .immediate(ids::FENG_ID, ant)
+                .immediate(ids::FREQUENCY, 0)
+                .addressed(ids::FENG_RAW, &payload);
+            a.push(&h.packets(9000, true).unwrap()[0].to_bytes(), &mut out)
+                .unwrap();
+        }
+    }
+    a.flush(&mut out);
+    assert_eq!(out.len(), 2);
+    assert_eq!(a.stats.heaps, 15);
+    assert_eq!(a.stats.missing_heaps, 1);
 }
 
 #[test]

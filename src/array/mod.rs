@@ -330,7 +330,6 @@ pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
         "total_wall_s": wall,
         // Simulated seconds per second of sending (1.0: the digitisers kept real time).
         "real_time_factor": args.duration / dsim_summary["summary"]["send_seconds"].as_f64().unwrap_or(stream_s),
-        "dropped_heaps_note": "input_missing_heaps of the engines include the unfilled parts of the first and last chunks",
         "receiver": {"heaps": rx_stats.heaps, "packets": rx_stats.packets, "dropped_packets": dropped},
         "engines": {"dsim": dsim_summary, "fgpu": fsum, "xbgpu": xsum},
         "products": products,

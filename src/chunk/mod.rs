@@ -5,7 +5,9 @@
 //! * [`ChunkAssembler`] keeps a window of active chunks, copies payloads into place, counts
 //!   late, too-early, malformed and duplicate packets, and emits chunks in order when the
 //!   window moves past them (or at the end of the stream); chunks that received nothing
-//!   are counted as missing heaps and not emitted.
+//!   are not emitted. Missing heaps are counted only inside the received span
+//!   ([`SpanMissing`]): the unfilled rows of the first chunk (before the first heap) and of
+//!   the last (after the last heap) are not losses.
 //! * [`placement`] holds the engines' placement rules (digitiser → fgpu, F-engine → xbgpu).
 
 pub mod placement;
@@ -75,6 +77,55 @@ pub trait Placement: Send {
     fn n_slots(&self) -> usize;
     /// Place a packet (its heap's slot); the payload goes at `payload_offset` in the slot.
     fn place(&self, pkt: &PacketView<'_>) -> Result<Place, Reject>;
+    /// Rows per chunk: the distinct heap timestamps a chunk holds, in time order.
+    fn rows(&self) -> usize;
+    /// The row (timestamp index inside the chunk) of a slot.
+    fn row(&self, slot: usize) -> usize;
+}
+
+/// Missing-heap counting over the received span, row (heap timestamp) by row in time
+/// order: rows before the first row that received anything are not counted, and rows after
+/// the latest such row stay pending until a later row receives something (at the end of the
+/// stream they are never counted). Counts are kept per stream (e.g. per polarisation).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpanMissing {
+    started: bool,
+    pending: Vec<u64>,
+    /// Missing heaps per stream inside the span so far.
+    pub missing: Vec<u64>,
+}
+
+impl SpanMissing {
+    pub fn new(streams: usize) -> Self {
+        SpanMissing {
+            started: false,
+            pending: vec![0; streams],
+            missing: vec![0; streams],
+        }
+    }
+
+    /// One row: `missing[k]` heaps of stream k absent; `any_received` if any heap of the
+    /// row (any stream) arrived, even partly.
+    pub fn row(&mut self, missing: &[u64], any_received: bool) {
+        self.rows(1, missing, any_received);
+    }
+
+    /// `n` identical rows.
+    pub fn rows(&mut self, n: u64, missing: &[u64], any_received: bool) {
+        if n == 0 {
+            return;
+        }
+        if any_received {
+            self.started = true;
+            for ((t, p), &m) in self.missing.iter_mut().zip(&mut self.pending).zip(missing) {
+                *t += std::mem::take(p) + n * m;
+            }
+        } else if self.started {
+            for (p, &m) in self.pending.iter_mut().zip(missing) {
+                *p += n * m;
+            }
+        }
+    }
 }
 
 /// A chunk of heaps: `n_slots × slot_bytes` bytes plus per-slot received bytes.
@@ -132,7 +183,7 @@ pub struct ChunkStats {
     pub heaps: u64,
     pub chunks: u64,
     pub rejects: [u64; Reject::ALL.len()],
-    /// Heaps missing from emitted chunks.
+    /// Heaps missing inside the received span (see [`SpanMissing`]).
     pub missing_heaps: u64,
     /// Heaps partly received in emitted chunks.
     pub incomplete_heaps: u64,
@@ -155,6 +206,10 @@ pub struct ChunkAssembler<P: Placement> {
     free: Vec<Chunk>,
     /// Emitted-chunk boundary: ids below this are too old.
     next_id: Option<u64>,
+    span: SpanMissing,
+    /// Scratch per row of an emitted chunk: missing heaps, anything received.
+    row_missing: Vec<u64>,
+    row_any: Vec<bool>,
     pub stats: ChunkStats,
 }
 
@@ -166,6 +221,9 @@ impl<P: Placement> ChunkAssembler<P> {
             active: Default::default(),
             free: Vec::new(),
             next_id: None,
+            span: SpanMissing::new(1),
+            row_missing: Vec::new(),
+            row_any: Vec::new(),
             stats: ChunkStats::default(),
         }
     }
@@ -192,16 +250,30 @@ impl<P: Placement> ChunkAssembler<P> {
 
     fn emit_front(&mut self, out: &mut Vec<Chunk>) {
         if let Some(c) = self.active.pop_front() {
+            let rows = self.placement.rows();
+            self.row_missing.clear();
+            self.row_missing.resize(rows, 0);
+            self.row_any.clear();
+            self.row_any.resize(rows, false);
             for s in 0..c.n_slots() {
+                let r = self.placement.row(s).min(rows.saturating_sub(1));
                 if c.received[s] == 0 {
-                    self.stats.missing_heaps += 1;
-                } else if !c.present(s) {
-                    self.stats.incomplete_heaps += 1;
+                    self.row_missing[r] += 1;
+                } else {
+                    self.row_any[r] = true;
+                    if !c.present(s) {
+                        self.stats.incomplete_heaps += 1;
+                    }
                 }
             }
+            for r in 0..rows {
+                self.span.row(&self.row_missing[r..r + 1], self.row_any[r]);
+            }
+            self.stats.missing_heaps = self.span.missing[0];
             self.next_id = Some(c.chunk_id + 1);
             if c.received.iter().all(|&r| r == 0) {
-                // Nothing arrived for it: counted as missing, not emitted.
+                // Nothing arrived for it: not emitted (its heaps count as missing once a
+                // later heap arrives).
                 self.free.push(c);
             } else {
                 self.stats.chunks += 1;

@@ -68,6 +68,14 @@ impl Placement for DigitiserPlacement {
             slot: self.slot(pol, heap),
         })
     }
+
+    fn rows(&self) -> usize {
+        self.heaps_per_pol()
+    }
+
+    fn row(&self, slot: usize) -> usize {
+        slot % self.heaps_per_pol()
+    }
 }
 
 /// F-engine heaps into X-engine input chunks: `batches_per_chunk` batches × `n_ants`
@@ -117,5 +125,13 @@ impl Placement for FengPlacement {
             chunk_id: batch / bpc,
             slot: (batch % bpc) as usize * self.n_ants + feng as usize,
         })
+    }
+
+    fn rows(&self) -> usize {
+        self.batches_per_chunk
+    }
+
+    fn row(&self, slot: usize) -> usize {
+        slot / self.n_ants.max(1)
     }
 }

@@ -3,12 +3,13 @@
 
 use crate::bitpack;
 use crate::chunk::placement::DigitiserPlacement;
-use crate::chunk::Chunk;
+use crate::chunk::{Chunk, SpanMissing};
 
 /// Digitiser statistics per polarisation.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct InputStats {
     pub heaps: [u64; 2],
+    /// Heaps missing inside the received span (not before the first heap or after the last).
     pub missing_heaps: [u64; 2],
     /// Samples at the extreme codes (±(2^(bits−1)−1) or −2^(bits−1)).
     pub clipped_samples: [u64; 2],
@@ -33,6 +34,7 @@ pub struct SampleStore {
     samples: [Vec<i16>; 2],
     present: [Vec<bool>; 2],
     pub stats: InputStats,
+    span: SpanMissing,
     started: bool,
 }
 
@@ -45,6 +47,7 @@ impl SampleStore {
             samples: [Vec::new(), Vec::new()],
             present: [Vec::new(), Vec::new()],
             stats: InputStats::default(),
+            span: SpanMissing::new(2),
             started: false,
         }
     }
@@ -58,7 +61,8 @@ impl SampleStore {
     }
 
     /// Appends a chunk. Chunks must arrive in increasing order; a gap is filled with absent
-    /// heaps (bounded by `max_gap` samples: a larger jump restarts the timeline).
+    /// heaps (bounded by `max_gap` samples: a larger jump restarts the timeline). Missing
+    /// heaps are counted over the received span only ([`SpanMissing`]).
     pub fn append(&mut self, chunk: &Chunk, pl: &DigitiserPlacement, max_gap: u64) {
         let ts = chunk.chunk_id * pl.chunk_samples;
         if !self.started || ts < self.end_ts() || ts - self.end_ts() > max_gap {
@@ -70,6 +74,7 @@ impl SampleStore {
             self.started = true;
         }
         let gap = ts - self.end_ts();
+        self.span.rows(gap / self.heap_samples, &[1, 1], false);
         for p in 0..2 {
             self.samples[p].resize(self.samples[p].len() + gap as usize, 0);
             self.present[p].resize(
@@ -99,11 +104,15 @@ impl SampleStore {
                     self.stats.clipped_samples[p] += clipped;
                     self.stats.sum_squares[p] += sq as f64;
                     self.stats.samples[p] += hs as u64;
-                } else {
-                    self.stats.missing_heaps[p] += 1;
                 }
             }
         }
+        for h in 0..pl.heaps_per_pol() {
+            let m = [0, 1].map(|p| !chunk.present(pl.slot(p, h)) as u64);
+            let any = (0..2).any(|p| chunk.received[pl.slot(p, h)] > 0);
+            self.span.row(&m, any);
+        }
+        self.stats.missing_heaps = [self.span.missing[0], self.span.missing[1]];
     }
 
     /// True if every heap overlapping [a, b) of `pol` is present (and in the store).
@@ -137,5 +146,36 @@ impl SampleStore {
             self.present[p].drain(..heaps);
         }
         self.base_ts += n as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(pl: &DigitiserPlacement, id: u64, present: &[(usize, usize)]) -> Chunk {
+        let mut c = Chunk::new(
+            crate::chunk::Placement::n_slots(pl),
+            crate::chunk::Placement::slot_bytes(pl),
+        );
+        c.chunk_id = id;
+        for &(p, h) in present {
+            c.received[pl.slot(p, h)] = c.slot_bytes as u32;
+        }
+        c
+    }
+
+    /// The unfilled head of the first chunk and tail of the last are not missing; a gap
+    /// between chunks (a chunk that never arrived) and a lone absent pol are.
+    #[test]
+    fn missing_heaps_inside_the_received_span_only() {
+        let pl = DigitiserPlacement::new(8, 8, 32).unwrap();
+        let mut st = SampleStore::new(8, 8);
+        st.append(&chunk(&pl, 0, &[(0, 2), (1, 2), (0, 3), (1, 3)]), &pl, 128);
+        assert_eq!(st.stats.missing_heaps, [0, 0]);
+        st.append(&chunk(&pl, 2, &[(0, 0)]), &pl, 128);
+        assert_eq!(st.stats.heaps, [3, 2]);
+        assert_eq!(st.stats.missing_heaps, [4, 5]);
+        assert!(st.all_present(0, 16, 32) && !st.all_present(0, 0, 24));
     }
 }
