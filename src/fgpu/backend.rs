@@ -42,8 +42,19 @@ pub fn fconfig(spec: &WidebandSpec, args: &FgpuArgs, dither_seed: u64) -> FConfi
     }
 }
 
+/// The controls one batch is channelised with. [`Channelizer::input_range`] copies them
+/// (and marks the batch as taken in the shared control) and [`Channelizer::process`] uses the
+/// same copy, so a katcp request landing between the two cannot make them disagree.
+struct Prepared {
+    batch_ts: u64,
+    gains: [Vec<num_complex::Complex32>; 2],
+    segs: [Vec<DelaySegment>; 2],
+    ranges: [(u64, u64); 2],
+}
+
 /// A [`Channelizer`] over an [`FBackend`]: gains and delay models from a shared
-/// [`OutputControl`]; blocks are cut where either polarisation's coarse delay changes.
+/// [`OutputControl`], each spectrum with the delay model in force at its own timestamp;
+/// blocks are cut where either polarisation's coarse delay or delay model changes.
 pub struct BackendChannelizer<B: FBackend + Send> {
     backend: B,
     spectra: usize,
@@ -54,6 +65,7 @@ pub struct BackendChannelizer<B: FBackend + Send> {
     wideband: bool,
     cfg: crate::fengine::FConfig,
     pub control: SharedControl,
+    prepared: std::sync::Mutex<Option<Prepared>>,
 }
 
 impl<B: FBackend + Send> BackendChannelizer<B> {
@@ -68,44 +80,86 @@ impl<B: FBackend + Send> BackendChannelizer<B> {
             backend,
             bits,
             control,
+            prepared: std::sync::Mutex::new(None),
         }
     }
 
+    /// Delay segments of input `pol` over the batch at `batch_ts`: each spectrum evaluates
+    /// the model in force at its own timestamp, so a model starting inside the batch takes
+    /// over at the first spectrum whose timestamp is at or after its start.
     fn segments(
         &self,
         ctl: &OutputControl,
         pol: usize,
         batch_ts: u64,
     ) -> Result<Vec<DelaySegment>, String> {
-        ctl.model_at(pol, batch_ts)
-            .segments(batch_ts, self.spectra, self.sbs, self.unit, self.wideband)
-            .map_err(|e| e.to_string())
+        let mut out = Vec::new();
+        let mut s = 0usize;
+        while s < self.spectra {
+            let t = batch_ts + s as u64 * self.sbs;
+            let end = match ctl.next_start_after(pol, t) {
+                // ns > t, so the run is at least one spectrum long.
+                Some(ns) => ((ns - batch_ts).div_ceil(self.sbs) as usize).min(self.spectra),
+                None => self.spectra,
+            };
+            let segs = ctl
+                .model_at(pol, t)
+                .segments(t, end - s, self.sbs, self.unit, self.wideband)
+                .map_err(|e| e.to_string())?;
+            out.extend(segs.into_iter().map(|mut seg| {
+                seg.first += s;
+                seg
+            }));
+            s = end;
+        }
+        Ok(out)
+    }
+
+    /// Copies the controls for the batch at `batch_ts` and works out its input ranges.
+    fn prepare(&self, batch_ts: u64) -> Result<Prepared, String> {
+        let ctl = {
+            let mut c = self.control.lock().map_err(|_| "control lock poisoned")?;
+            c.mark_taken(batch_ts);
+            c.clone()
+        };
+        let segs = [
+            self.segments(&ctl, 0, batch_ts)?,
+            self.segments(&ctl, 1, batch_ts)?,
+        ];
+        let mut ranges = [(batch_ts, u64::MAX); 2];
+        for (r, pol_segs) in ranges.iter_mut().zip(&segs) {
+            let mut lo = u64::MAX;
+            let mut hi = 0u64;
+            for s in pol_segs {
+                let start = (s.timestamp as i128 - s.coarse as i128).max(0) as u64;
+                lo = lo.min(start);
+                hi = hi.max(start + self.cfg.input_samples_needed(s.len()) as u64);
+            }
+            if !pol_segs.is_empty() {
+                *r = (lo, hi);
+            }
+        }
+        Ok(Prepared {
+            batch_ts,
+            gains: ctl.gains,
+            segs,
+            ranges,
+        })
     }
 }
 
 impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
     fn input_range(&self, batch_ts: u64) -> [(u64, u64); 2] {
-        let ctl = match self.control.lock() {
-            Ok(c) => c.clone(),
-            Err(_) => return [(batch_ts, u64::MAX); 2],
-        };
-        let mut out = [(batch_ts, batch_ts); 2];
-        for (p, o) in out.iter_mut().enumerate() {
-            let segs = self.segments(&ctl, p, batch_ts).unwrap_or_default();
-            let mut lo = u64::MAX;
-            let mut hi = 0u64;
-            for s in &segs {
-                let start = (s.timestamp as i128 - s.coarse as i128).max(0) as u64;
-                lo = lo.min(start);
-                hi = hi.max(start + self.cfg.input_samples_needed(s.len()) as u64);
+        match self.prepare(batch_ts) {
+            Ok(p) => {
+                let r = p.ranges;
+                if let Ok(mut slot) = self.prepared.lock() {
+                    *slot = Some(p);
+                }
+                r
             }
-            *o = if segs.is_empty() {
-                (batch_ts, u64::MAX)
-            } else {
-                (lo, hi)
-            };
+            Err(_) => [(batch_ts, u64::MAX); 2],
         }
-        out
     }
 
     fn process(
@@ -114,17 +168,18 @@ impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
         input: [&[i16]; 2],
         out: &mut [u8],
     ) -> Result<[u64; 2], String> {
-        let ctl = self
-            .control
-            .lock()
-            .map_err(|_| "control lock poisoned")?
-            .clone();
-        let ranges = self.input_range(batch_ts);
-        let segs = [
-            self.segments(&ctl, 0, batch_ts)?,
-            self.segments(&ctl, 1, batch_ts)?,
-        ];
-        // Cut points: where either pol's coarse delay changes.
+        let cached = self
+            .prepared
+            .get_mut()
+            .ok()
+            .and_then(Option::take)
+            .filter(|p| p.batch_ts == batch_ts);
+        let prep = match cached {
+            Some(p) => p,
+            None => self.prepare(batch_ts)?,
+        };
+        let (segs, ranges) = (&prep.segs, prep.ranges);
+        // Cut points: where either pol's coarse delay or delay model changes.
         let mut cuts: Vec<usize> = segs.iter().flatten().map(|s| s.first).collect();
         cuts.push(self.spectra);
         cuts.sort_unstable();
@@ -152,7 +207,7 @@ impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
                     offset,
                     fine_delay: &seg.fine_delay[k..k + (b - a)],
                     phase: &seg.phase[k..k + (b - a)],
-                    gains: &ctl.gains[p],
+                    gains: &prep.gains[p],
                 });
             }
             let block = Block {

@@ -1,6 +1,14 @@
 //! Run-time control of an F-engine output: gains per input and channel, and delay models
 //! per input (katcp `?gain`, `?gain-all`, `?delays`), shared between the katcp server and
-//! the channeliser. Changes apply from the first batch that starts at or after them.
+//! the channeliser.
+//!
+//! When changes apply (katgpucbf semantics):
+//! * gains apply immediately: from the first batch whose controls the channeliser copies
+//!   after the request (every batch after [`OutputControl::taken_through`]);
+//! * a delay model applies from its load time: each output spectrum uses the model in force
+//!   at its own timestamp, so a model starting inside a batch changes the spectra from the
+//!   first one whose timestamp is at or after its start (a model loaded too late for a batch
+//!   already copied applies from the next batch on).
 
 use std::sync::{Arc, Mutex};
 
@@ -12,9 +20,12 @@ use crate::fengine::LinearDelayModel;
 #[derive(Debug, Clone)]
 pub struct OutputControl {
     pub gains: [Vec<Complex32>; 2],
-    /// Delay models per input, sorted by start; the last one starting at or before a
-    /// batch's timestamp applies to the whole batch.
+    /// Delay models per input, sorted by start; each spectrum uses the last one starting at
+    /// or before its timestamp.
     pub delays: [Vec<LinearDelayModel>; 2],
+    /// Latest batch timestamp whose controls the channeliser has copied: a change made now
+    /// reaches every batch after it.
+    pub taken_through: Option<u64>,
 }
 
 pub type SharedControl = Arc<Mutex<OutputControl>>;
@@ -37,7 +48,18 @@ impl OutputControl {
                 vec![Complex32::new(gain, 0.0); channels],
             ],
             delays: [vec![zero_model()], vec![zero_model()]],
+            taken_through: None,
         }
+    }
+
+    /// Start of the first model of input `pol` that begins after timestamp `t`.
+    pub fn next_start_after(&self, pol: usize, t: u64) -> Option<u64> {
+        self.delays[pol].iter().map(|m| m.start).find(|&s| s > t)
+    }
+
+    /// Records that the channeliser copied the controls for the batch at `batch_ts`.
+    pub fn mark_taken(&mut self, batch_ts: u64) {
+        self.taken_through = Some(self.taken_through.map_or(batch_ts, |t| t.max(batch_ts)));
     }
 
     /// The model in force at timestamp `t` for input `pol`.

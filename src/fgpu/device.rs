@@ -1,8 +1,5 @@
 //! fgpu's katcp interface (`?gain`, `?gain-all`, `?delays`) and its sensors and metrics.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
 use super::control::{format_complex, parse_complex, parse_delay, SharedControl};
 use crate::control::{Device, SensorSet, SensorType, Status};
 
@@ -11,6 +8,8 @@ pub struct OutputHandle {
     pub name: String,
     pub channels: usize,
     pub batch_step: u64,
+    /// ADC samples between output spectra.
+    pub spectrum_step: u64,
     pub control: SharedControl,
 }
 
@@ -20,8 +19,6 @@ pub struct FgpuDevice {
     adc_rate: f64,
     sync_time: f64,
     default_gain: f64,
-    /// Timestamp of the next batch the engine will process (engines update it).
-    pub next_batch: Arc<AtomicU64>,
 }
 
 impl FgpuDevice {
@@ -103,7 +100,6 @@ impl FgpuDevice {
             adc_rate,
             sync_time,
             default_gain,
-            next_batch: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -115,10 +111,12 @@ impl FgpuDevice {
             .ok_or_else(|| format!("unknown stream {name:?}"))
     }
 
-    fn steady(&self, o: &OutputHandle, at_least: u64) -> u64 {
-        // The batch in flight may have taken its copy of the controls already: the one after it is safe.
-        let next = self.next_batch.load(Ordering::Relaxed) + o.batch_step;
-        let t = next.max(at_least).div_ceil(o.batch_step) * o.batch_step;
+    /// Updates `steady-state-timestamp` after a change to `o`'s controls: data from the batch
+    /// after the latest one whose controls were already copied (`taken`, read under the same
+    /// lock as the change) reflects it, and nothing before `at_least`.
+    fn steady(&self, o: &OutputHandle, taken: Option<u64>, at_least: u64) -> u64 {
+        let next = taken.map_or(0, |t| t + o.batch_step);
+        let t = next.max(at_least);
         let prev = self
             .sensors
             .get("steady-state-timestamp")
@@ -163,8 +161,9 @@ impl FgpuDevice {
                 Status::Nominal,
             );
         }
+        let taken = ctl.taken_through;
         drop(ctl);
-        self.steady(o, 0);
+        self.steady(o, taken, 0);
         Ok(vec![])
     }
 }
@@ -254,8 +253,10 @@ impl Device for FgpuDevice {
                         Status::Nominal,
                     );
                 }
+                let taken = ctl.taken_through;
                 drop(ctl);
-                self.steady(o, start);
+                // The first spectrum at or after the load time is the first to use it.
+                self.steady(o, taken, start.div_ceil(o.spectrum_step) * o.spectrum_step);
                 Ok(vec![])
             }
             _ => Err(format!("unknown request {name}")),

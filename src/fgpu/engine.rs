@@ -415,6 +415,7 @@ pub fn run(args: &super::FgpuArgs) -> anyhow::Result<FgpuSummary> {
                 name,
                 channels,
                 batch_step: p.spec.batch_step(),
+                spectrum_step: p.spec.samples_between_spectra(),
                 control,
             },
         )
@@ -505,10 +506,6 @@ pub fn run(args: &super::FgpuArgs) -> anyhow::Result<FgpuSummary> {
                 );
             }
             seen_out[k] = o.clone();
-            if let Some(t) = pl.next_batch() {
-                dev.next_batch
-                    .fetch_max(t, std::sync::atomic::Ordering::Relaxed);
-            }
         }
     };
     let src = open_source(&args.src, args.recv_interface, args.recv_dpdk.as_deref())?;

@@ -7,6 +7,8 @@ pub mod control;
 pub mod device;
 pub mod engine;
 pub mod store;
+#[cfg(test)]
+mod tests_control;
 
 pub use config::{parse_wideband, FgpuArgs, WidebandSpec};
 pub use engine::{run, Channelizer, FgpuSummary, Pipeline};
