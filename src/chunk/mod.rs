@@ -232,6 +232,11 @@ impl<P: Placement> ChunkAssembler<P> {
         &self.placement
     }
 
+    /// Chunk buffers held for reuse.
+    pub fn free_chunks(&self) -> usize {
+        self.free.len()
+    }
+
     /// Returns a chunk's memory for reuse (avoids allocation on the hot path).
     pub fn recycle(&mut self, c: Chunk) {
         if c.slot_bytes == self.placement.slot_bytes() && c.n_slots() == self.placement.n_slots() {
@@ -362,18 +367,46 @@ impl<P: Placement> ChunkAssembler<P> {
     }
 }
 
+/// Depths of the chunk queues around the receive thread.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChunkQueues {
+    /// Received chunks waiting for the engine.
+    pub ready: usize,
+    /// Chunk buffers returned by the engine, waiting for reuse.
+    pub free: usize,
+}
+
+/// Called by the receive thread after each batch of packets with the counters so far and
+/// the queue depths (live metrics); runs on the receive thread, so it must be cheap.
+pub type RecvMonitor = Box<dyn FnMut(&ChunkStats, ChunkQueues) + Send>;
+
 /// Runs the receive thread: packets → chunks → `tx`, until end of input or shutdown.
 pub fn spawn_receiver<P: Placement + 'static>(
+    src: Box<dyn PacketSource>,
+    placement: P,
+    tx: crossbeam_channel::Sender<Chunk>,
+    recycle: crossbeam_channel::Receiver<Chunk>,
+) -> std::thread::JoinHandle<anyhow::Result<ChunkStats>> {
+    spawn_receiver_monitored(src, placement, tx, recycle, Box::new(|_, _| {}))
+}
+
+/// [`spawn_receiver`], reporting its counters to `monitor` as it goes.
+pub fn spawn_receiver_monitored<P: Placement + 'static>(
     mut src: Box<dyn PacketSource>,
     placement: P,
     tx: crossbeam_channel::Sender<Chunk>,
     recycle: crossbeam_channel::Receiver<Chunk>,
+    mut monitor: RecvMonitor,
 ) -> std::thread::JoinHandle<anyhow::Result<ChunkStats>> {
     std::thread::Builder::new()
         .name("recv".into())
         .spawn(move || {
             let mut asm = ChunkAssembler::new(placement, 2);
             let mut out = Vec::new();
+            let queues = |asm: &ChunkAssembler<P>| ChunkQueues {
+                ready: tx.len(),
+                free: asm.free_chunks() + recycle.len(),
+            };
             loop {
                 while let Ok(c) = recycle.try_recv() {
                     asm.recycle(c);
@@ -383,9 +416,11 @@ pub fn spawn_receiver<P: Placement + 'static>(
                 })?;
                 for c in out.drain(..) {
                     if tx.send(c).is_err() {
+                        monitor(&asm.stats, queues(&asm));
                         return Ok(asm.stats);
                     }
                 }
+                monitor(&asm.stats, queues(&asm));
                 if poll == Poll::End || crate::shutdown::requested() {
                     break;
                 }
@@ -394,6 +429,7 @@ pub fn spawn_receiver<P: Placement + 'static>(
             for c in out.drain(..) {
                 let _ = tx.send(c);
             }
+            monitor(&asm.stats, queues(&asm));
             Ok(asm.stats)
         })
         .expect("spawn receive thread")

@@ -262,13 +262,26 @@ pub struct FgpuSummary {
 pub fn run_pipelines(
     src: Box<dyn PacketSource>,
     placement: DigitiserPlacement,
-    mut pipelines: Vec<Pipeline>,
+    pipelines: Vec<Pipeline>,
     bits: u32,
     hook: &mut dyn FnMut(&SampleStore, &[Pipeline]),
 ) -> anyhow::Result<FgpuSummary> {
+    run_pipelines_monitored(src, placement, pipelines, bits, hook, Box::new(|_, _| {}))
+}
+
+/// [`run_pipelines`] with a receive-thread monitor (live receive metrics).
+pub fn run_pipelines_monitored(
+    src: Box<dyn PacketSource>,
+    placement: DigitiserPlacement,
+    mut pipelines: Vec<Pipeline>,
+    bits: u32,
+    hook: &mut dyn FnMut(&SampleStore, &[Pipeline]),
+    monitor: crate::chunk::RecvMonitor,
+) -> anyhow::Result<FgpuSummary> {
     let (tx, rx) = crossbeam_channel::bounded::<Chunk>(4);
     let (back_tx, back_rx) = crossbeam_channel::bounded::<Chunk>(8);
-    let receiver = crate::chunk::spawn_receiver(src, placement.clone(), tx, back_rx);
+    let receiver =
+        crate::chunk::spawn_receiver_monitored(src, placement.clone(), tx, back_rx, monitor);
     let mut store = SampleStore::new(placement.heap_samples, bits);
     let max_gap = 4 * placement.chunk_samples;
     for chunk in rx.iter() {
@@ -443,7 +456,15 @@ pub fn run(args: &super::FgpuArgs) -> anyhow::Result<FgpuSummary> {
     let m_in = metrics.counter_family("input_heaps", "Digitiser heaps received");
     let m_missing = metrics.counter_family("input_missing_heaps", "Digitiser heaps missing");
     let m_clip = metrics.counter_family("input_clipped_samples", "Digitiser samples that clipped");
+    let m_samples = metrics.counter_family("input_samples", "Digitiser samples received");
+    let m_bytes = metrics.counter_family("input_bytes", "Bytes of digitiser samples received");
+    let recv_metrics = crate::telemetry::recv::RecvMetrics::new(
+        &metrics,
+        crate::telemetry::recv::RecvFlavour::Digitiser,
+    );
     let m_out = metrics.counter_family("output_heaps", "Heaps transmitted");
+    let m_obytes = metrics.counter_family("output_bytes", "Payload bytes transmitted");
+    let m_osamples = metrics.counter_family("output_samples", "Complex samples transmitted");
     let m_skip = metrics.counter_family(
         "output_skipped_heaps",
         "Heaps not sent because their input was incomplete",
@@ -469,6 +490,11 @@ pub fn run(args: &super::FgpuArgs) -> anyhow::Result<FgpuSummary> {
             m_clip
                 .get_or_create(&l)
                 .inc_by(s.clipped_samples[p] - seen_in.clipped_samples[p]);
+            let new_samples = s.samples[p] - seen_in.samples[p];
+            m_samples.get_or_create(&l).inc_by(new_samples);
+            m_bytes
+                .get_or_create(&l)
+                .inc_by(new_samples * store.bits as u64 / 8);
             dev.sensors.set(
                 &format!("input{p}.dig-clip-cnt"),
                 s.clipped_samples[p],
@@ -491,6 +517,14 @@ pub fn run(args: &super::FgpuArgs) -> anyhow::Result<FgpuSummary> {
             let o = &pl.stats;
             let l = labels(&[("stream", &o.name)]);
             m_out.get_or_create(&l).inc_by(o.heaps - seen_out[k].heaps);
+            m_obytes
+                .get_or_create(&l)
+                .inc_by(o.bytes - seen_out[k].bytes);
+            let per_heap =
+                (pl.spec.channels_per_substream() * pl.spec.spectra_per_heap() * 2) as u64;
+            m_osamples
+                .get_or_create(&l)
+                .inc_by((o.heaps - seen_out[k].heaps) * per_heap);
             m_skip
                 .get_or_create(&l)
                 .inc_by(o.skipped_heaps - seen_out[k].skipped_heaps);
@@ -509,5 +543,12 @@ pub fn run(args: &super::FgpuArgs) -> anyhow::Result<FgpuSummary> {
         }
     };
     let src = open_source(&args.src, args.recv_interface, args.recv_dpdk.as_deref())?;
-    run_pipelines(src, placement, pipelines, args.dig_sample_bits, &mut hook)
+    run_pipelines_monitored(
+        src,
+        placement,
+        pipelines,
+        args.dig_sample_bits,
+        &mut hook,
+        recv_metrics.into_monitor(),
+    )
 }

@@ -48,6 +48,15 @@ impl Metrics {
         f
     }
 
+    /// Registers an integer gauge.
+    pub fn gauge(&self, name: &str, help: &str) -> Gauge {
+        let g = Gauge::default();
+        if let Ok(mut r) = self.registry.lock() {
+            r.register(name, help, g.clone());
+        }
+        g
+    }
+
     /// Registers a floating-point gauge.
     pub fn gauge_f64(&self, name: &str, help: &str) -> Gauge<f64, std::sync::atomic::AtomicU64> {
         let g = Gauge::<f64, std::sync::atomic::AtomicU64>::default();

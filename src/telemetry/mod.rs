@@ -22,3 +22,4 @@ pub fn init_logging(format: LogFormat) {
 }
 
 pub mod metrics;
+pub mod recv;

@@ -317,17 +317,20 @@ pub struct XbgpuSummary {
     pub beams: Vec<BStats>,
 }
 
-/// Drives the engine until the input ends or a stop is requested.
+/// Drives the engine until the input ends or a stop is requested; `monitor` receives the
+/// receive thread's counters as they move.
 pub fn run_pipelines(
     src: Box<dyn PacketSource>,
     placement: FengPlacement,
     mut xs: Vec<XPipeline>,
     mut beams: Option<BPipeline>,
     hook: &mut dyn FnMut(&[XPipeline], Option<&BPipeline>),
+    monitor: crate::chunk::RecvMonitor,
 ) -> anyhow::Result<XbgpuSummary> {
     let (tx, rx) = crossbeam_channel::bounded::<Chunk>(4);
     let (back_tx, back_rx) = crossbeam_channel::bounded::<Chunk>(8);
-    let receiver = crate::chunk::spawn_receiver(src, placement.clone(), tx, back_rx);
+    let receiver =
+        crate::chunk::spawn_receiver_monitored(src, placement.clone(), tx, back_rx, monitor);
     let n = placement.n_ants;
     let slot = crate::chunk::Placement::slot_bytes(&placement);
     let mut batch = vec![0i8; n * slot];

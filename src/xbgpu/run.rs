@@ -423,7 +423,18 @@ pub fn run(args: &XbgpuArgs) -> anyhow::Result<XbgpuSummary> {
     };
     let src = open_source(&args.src, args.recv_interface, None)?;
     let metrics = crate::telemetry::metrics::Metrics::new("xbgpu");
+    let recv_metrics = crate::telemetry::recv::RecvMetrics::new(
+        &metrics,
+        crate::telemetry::recv::RecvFlavour::Feng,
+    );
     let m_x = metrics.counter_family("output_x_heaps", "Correlation heaps transmitted");
+    let m_xbytes =
+        metrics.counter_family("output_x_bytes", "Correlation payload bytes transmitted");
+    let m_xvis = metrics.counter_family("output_x_visibilities", "Visibilities transmitted");
+    let m_unsent = metrics.counter_family(
+        "output_x_unsent_accs",
+        "Accumulations not sent: output stopped (?capture-stop)",
+    );
     let m_xclip = metrics.counter_family("output_x_clipped_visibilities", "Saturated visibilities");
     let m_skip = metrics.counter_family(
         "output_x_skipped_accs",
@@ -434,6 +445,13 @@ pub fn run(args: &XbgpuArgs) -> anyhow::Result<XbgpuSummary> {
         "Accumulations sent with MISSING markers",
     );
     let m_b = metrics.counter_family("output_b_heaps", "Beam heaps transmitted");
+    let m_bbytes = metrics.counter_family("output_b_bytes", "Beam payload bytes transmitted");
+    let m_bsamples = metrics.counter_family("output_b_samples", "Beam complex samples transmitted");
+    let m_bclip = metrics.counter_family("output_b_clipped_samples", "Saturated beam samples");
+    let m_bskip = metrics.counter_family(
+        "output_b_skipped_heaps",
+        "Beam heaps not sent: no antenna present",
+    );
     if let Some(p) = args.prometheus_port {
         let bound = metrics.serve(([0, 0, 0, 0], p).into())?;
         info!(%bound, "prometheus metrics at /metrics");
@@ -447,6 +465,13 @@ pub fn run(args: &XbgpuArgs) -> anyhow::Result<XbgpuSummary> {
             let s = &x.stats;
             let l = labels(&[("stream", &s.name)]);
             m_x.get_or_create(&l).inc_by(s.heaps - seen.heaps);
+            m_xbytes.get_or_create(&l).inc_by(s.bytes - seen.bytes);
+            m_xvis
+                .get_or_create(&l)
+                .inc_by(s.visibilities - seen.visibilities);
+            m_unsent
+                .get_or_create(&l)
+                .inc_by(s.unsent_accs - seen.unsent_accs);
             m_xclip
                 .get_or_create(&l)
                 .inc_by(s.clipped_visibilities - seen.clipped_visibilities);
@@ -461,11 +486,29 @@ pub fn run(args: &XbgpuArgs) -> anyhow::Result<XbgpuSummary> {
         if let Some(bp) = bp {
             seen_b.resize(bp.stats.len(), Default::default());
             for (s, seen) in bp.stats.iter().zip(seen_b.iter_mut()) {
-                m_b.get_or_create(&labels(&[("stream", &s.name)]))
-                    .inc_by(s.heaps - seen.heaps);
+                let l = labels(&[("stream", &s.name)]);
+                m_b.get_or_create(&l).inc_by(s.heaps - seen.heaps);
+                m_bbytes.get_or_create(&l).inc_by(s.bytes - seen.bytes);
+                // One byte per real value: complex samples are half the payload.
+                m_bsamples
+                    .get_or_create(&l)
+                    .inc_by((s.bytes - seen.bytes) / 2);
+                m_bclip
+                    .get_or_create(&l)
+                    .inc_by(s.clipped_samples - seen.clipped_samples);
+                m_bskip
+                    .get_or_create(&l)
+                    .inc_by(s.skipped_heaps - seen.skipped_heaps);
                 *seen = s.clone();
             }
         }
     };
-    run_pipelines(src, placement, xs, beams, &mut hook)
+    run_pipelines(
+        src,
+        placement,
+        xs,
+        beams,
+        &mut hook,
+        recv_metrics.into_monitor(),
+    )
 }

@@ -66,6 +66,22 @@ def scrape(port):
     return out
 
 
+def spead_packet(immediates, payload=b"", heap_cnt=1, heap_size=None, offset=0):
+    """One SPEAD-64-48 packet, built by hand: the standard items, the given immediate items
+    {id: value}, an addressed item 0x3300/0x4300 is not needed by the receivers' checks."""
+    size = len(payload) if heap_size is None else heap_size
+    items = [(0x01, heap_cnt), (0x02, size), (0x03, offset), (0x04, len(payload))] + list(immediates.items())
+    head = struct.pack(">BBBBHH", 0x53, 4, 2, 6, 0, len(items))
+    ptrs = b"".join(struct.pack(">Q", (1 << 63) | (i << 48) | (v & ((1 << 48) - 1))) for i, v in items)
+    return head + ptrs + payload
+
+
+def send_udp(port, datagrams):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for d in datagrams:
+            s.sendto(d, ("127.0.0.1", port))
+
+
 def ones_complement_sum(data: bytes) -> int:
     if len(data) % 2:
         data += b"\0"

@@ -13,7 +13,7 @@ import pytest
 import spead2
 import spead2.recv
 
-from conftest import free_tcp_port, free_udp_port, katcp_connect, scrape
+from conftest import free_tcp_port, free_udp_port, katcp_connect, scrape, send_udp, spead_packet
 
 ADC = 1712e6 / 256
 C = 1024
@@ -47,8 +47,29 @@ def test_gain_changes_output_at_steady_state_timestamp(gpucbf, tmp_path):
             first = scrape(mport)
             await asyncio.sleep(0.5)
             second = scrape(mport)
-            for name in ['fgpu_input_heaps_total{pol="0"}', 'fgpu_output_heaps_total{stream="wb"}']:
+            for name in ['fgpu_input_heaps_total{pol="0"}', 'fgpu_input_samples_total{pol="1"}',
+                         'fgpu_input_bytes_total{pol="0"}', 'fgpu_input_chunks_total', 'fgpu_input_packets_total',
+                         'fgpu_output_heaps_total{stream="wb"}', 'fgpu_output_bytes_total{stream="wb"}',
+                         'fgpu_output_samples_total{stream="wb"}']:
                 assert second[name] > first[name], (name, first.get(name), second.get(name))
+            for gauge in ["fgpu_input_ready_chunks", "fgpu_input_free_chunks"]:
+                assert 0 <= second[gauge] <= 16, (gauge, second.get(gauge))
+            # Receive drops by reason move while the engine runs (not only in its exit summary):
+            # 2 bad-timestamp heaps, 1 too old (chunk 0 left the window long ago), 3 not SPEAD,
+            # 1 wrong size (dsim's descriptor heaps may add to that one).
+            dig = lambda ts, size=5120: spead_packet({0x1600: ts, 0x3101: 0, 0x3102: 0}, bytes(size), heap_cnt=ts + 7)
+            send_udp(p0, [dig(4096 * 1000 + 1), dig(4096 * 1000 + 2), dig(0), b"junk", b"\x53\x04", b"x" * 100,
+                          dig(4096, size=100)])
+            drops = {"fgpu_input_bad_timestamp_heaps_total": 2, "fgpu_input_too_old_heaps_total": 1,
+                     "fgpu_input_malformed_packets_total": 3, "fgpu_input_metadata_heaps_total": 1}
+            for _ in range(50):
+                await asyncio.sleep(0.1)
+                third = scrape(mport)
+                if all(third[k] - second[k] >= v for k, v in drops.items()):
+                    break
+            for k, v in drops.items():
+                assert third[k] - second[k] == v or (k.endswith("metadata_heaps_total") and third[k] - second[k] > v), (k, second[k], third[k])
+            assert third["fgpu_input_duplicate_packets_total"] == 0
             reply, _ = await client.request("gain", "wb", "0")
             assert reply[0] == b"0.05+0j"
             for bad in [("gain", "wb", "2", "1"), ("gain", "wb", "0", "nan"), ("gain", "nosuch", "0", "1"),

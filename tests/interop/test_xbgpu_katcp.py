@@ -13,7 +13,7 @@ import pytest
 import spead2
 import spead2.recv
 
-from conftest import free_tcp_port, free_udp_port, katcp_connect, scrape
+from conftest import free_tcp_port, free_udp_port, katcp_connect, scrape, send_udp, spead_packet
 
 ADC = 1712e6 / 256
 C = 1024
@@ -48,12 +48,34 @@ def test_capture_start_stop_gate_output(gpucbf, tmp_path):
             with pytest.raises(aiokatcp.FailReply):
                 await client.request("capture-start", "nosuch")
             await asyncio.sleep(1.5)
+            first = scrape(mport)
+            # A heap from an F-engine beyond --array-size, one with a timestamp off the batch
+            # grid and one datagram that is not SPEAD: counted live, by reason.
+            heap = 1024 * (JONES // C) * 4
+            feng = lambda ts, fid: spead_packet({0x1600: ts, 0x4101: fid, 0x4103: 0}, bytes(1024), heap_cnt=9, heap_size=heap)
+            send_udp(pf, [feng(0, 5), feng(3, 0), b"not spead"])
+            drops = {"xbgpu_input_bad_feng_id_heaps_total": 1, "xbgpu_input_bad_timestamp_heaps_total": 1,
+                     "xbgpu_input_malformed_packets_total": 1}
+            for _ in range(50):
+                await asyncio.sleep(0.1)
+                second = scrape(mport)
+                if all(second[k] - first[k] >= v for k, v in drops.items()):
+                    break
+            for k, v in drops.items():
+                assert second[k] - first[k] == v, (k, first[k], second[k])
+            for k in ["xbgpu_input_heaps_total", "xbgpu_input_chunks_total", "xbgpu_input_bytes_total"]:
+                assert second[k] > first[k], (k, first[k], second[k])
+            assert 0 <= second["xbgpu_input_ready_chunks"] <= 16
             t_start = time.time()
             await client.request("capture-start", "bc")
             await asyncio.sleep(1.5)
-            sent = scrape(mport)['xbgpu_output_x_heaps_total{stream="bc"}']
+            third = scrape(mport)
+            sent = third['xbgpu_output_x_heaps_total{stream="bc"}']
             await client.request("capture-stop", "bc")
             assert sent >= 1
+            assert third['xbgpu_output_x_bytes_total{stream="bc"}'] > 0
+            assert third['xbgpu_output_x_visibilities_total{stream="bc"}'] == sent * C * 4
+            assert 'xbgpu_output_x_unsent_accs_total{stream="bc"}' in third
             t_stop = time.time()
             return t_start, t_stop
         finally:
