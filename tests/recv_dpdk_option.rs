@@ -1,4 +1,4 @@
-//! `--recv-dpdk` on a binary built without the `dpdk` feature is a clear error, and bad
+//! `--recv-dpdk` / `--recv-ibv` on a binary built without their feature are clear errors, and bad
 //! endpoint lists are errors too (no panic).
 
 use std::net::Ipv4Addr;
@@ -21,4 +21,55 @@ fn recv_dpdk_with_bad_endpoints_is_an_error() {
         .err()
         .expect("bad endpoints must fail");
     assert!(e.to_string().contains("not endpoints"), "{e}");
+}
+
+use gpucbf::fgpu::engine::{open_source_with, RecvOptions};
+
+fn ibv(src: &str, interface: Ipv4Addr) -> String {
+    let opts = RecvOptions {
+        interface: Some(interface),
+        dpdk: None,
+        ibv: true,
+    };
+    match open_source_with(src, &opts) {
+        Ok(_) => "opened".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[cfg(not(feature = "ibverbs"))]
+#[test]
+fn recv_ibv_without_feature_is_a_clear_error() {
+    let m = ibv("239.10.0.1:7148", Ipv4Addr::UNSPECIFIED);
+    assert!(m.contains("built without ibverbs"), "{m}");
+}
+
+#[cfg(feature = "ibverbs")]
+#[test]
+fn recv_ibv_without_rdma_hardware_says_so() {
+    for iface in [Ipv4Addr::UNSPECIFIED, Ipv4Addr::LOCALHOST] {
+        let m = ibv("239.10.0.1+1:7148", iface);
+        if m == "opened" {
+            eprintln!("SKIP: this host has an RDMA device");
+            return;
+        }
+        assert!(m.starts_with("--recv-ibv: "), "{m}");
+        assert!(
+            m.contains("no RDMA device") || m.contains("could not load libibverbs"),
+            "{m}"
+        );
+    }
+}
+
+#[test]
+fn recv_ibv_needs_endpoints_and_excludes_dpdk() {
+    let m = ibv("all", Ipv4Addr::UNSPECIFIED);
+    assert!(m.contains("not endpoints"), "{m}");
+    let both = RecvOptions {
+        interface: None,
+        dpdk: Some("--no-huge"),
+        ibv: true,
+    };
+    let e = open_source_with("239.10.0.1:7148", &both).err().unwrap();
+    assert!(e.to_string().contains("alternatives"), "{e}");
 }

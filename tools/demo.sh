@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
 source tools/env.sh
-cargo build --release --bin gpucbf
+cargo build --release --features "$GPUCBF_FEATURES" --bin gpucbf
 out=${1:-out/array}
 "$GPUCBF_BIN" array --antennas 4 --channels 1024 --duration 10 --output "$out" >/dev/null
 python3 - "$out/summary.json" <<'PY'

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Idempotent set-up on Debian 12 / Ubuntu 24.04: system packages, the Rust toolchain if it
-# is missing, and the Python venv (.venv) with spead2, numpy and the NVRTC wheels.
+# Idempotent set-up on Debian 12 / Ubuntu 24.04: system packages (only those missing), the Rust
+# toolchain if it is missing, and the Python venv (.venv) with spead2, numpy and the NVRTC wheels.
 # Safe to run repeatedly: each step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +15,12 @@ command -v curl >/dev/null || need_apt+=(curl ca-certificates)
 command -v ip >/dev/null || need_apt+=(iproute2)
 command -v python3 >/dev/null || need_apt+=(python3)
 python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+# The release build has the kernel-bypass features (`--features dpdk,ibverbs`): DPDK's
+# headers and libraries (own bindgen bindings in ffi/dpdk-sys need libclang and clang),
+# dpdk-dev for testpmd. ibverbs needs nothing to build (libibverbs is dlopened at run time).
+for pkg in libdpdk-dev dpdk-dev libclang-dev clang; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need_apt+=("$pkg")
+done
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}"
   $SUDO apt-get update -qq

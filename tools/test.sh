@@ -10,6 +10,7 @@ if [ -n "${GPUCBF_CUDA_INCLUDE:-}" ]; then
   echo "test: NVRTC from $(dirname "$GPUCBF_CUDA_INCLUDE")"
 fi
 export GPUCBF_REQUIRE_NVRTC=1
-cargo build --release --bin gpucbf
-cargo test --release
+# With the kernel-bypass features (GPUCBF_FEATURES from tools/env.sh: dpdk,ibverbs).
+cargo build --release --features "$GPUCBF_FEATURES" --bin gpucbf
+cargo test --release --features "$GPUCBF_FEATURES"
 .venv/bin/python -m pytest tests/interop -q -p no:cacheprovider

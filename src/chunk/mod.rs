@@ -9,8 +9,12 @@
 //!   ([`SpanMissing`]): the unfilled rows of the first chunk (before the first heap) and of
 //!   the last (after the last heap) are not losses.
 //! * [`placement`] holds the engines' placement rules (digitiser → fgpu, F-engine → xbgpu).
+//! * [`memory`]: where chunk bytes live (hugepages, CUDA-registered when a GPU exists).
 
+pub mod memory;
 pub mod placement;
+
+pub use memory::{Backing, ChunkMem, MemPolicy};
 
 use crate::net::source::{PacketSource, Poll};
 use crate::spead::PacketView;
@@ -133,7 +137,7 @@ impl SpanMissing {
 pub struct Chunk {
     pub chunk_id: u64,
     pub slot_bytes: usize,
-    pub data: Vec<u8>,
+    pub data: ChunkMem,
     /// Payload bytes received per slot; a slot is present when it equals `slot_bytes`.
     pub received: Vec<u32>,
     /// Payload offsets received per slot (duplicate detection; capacity is kept on reuse).
@@ -141,11 +145,26 @@ pub struct Chunk {
 }
 
 impl Chunk {
+    /// A zeroed chunk in memory of the process-wide [`MemPolicy::shared`] (hugepages if
+    /// reserved, CUDA-registered if a GPU is present).
     pub fn new(n_slots: usize, slot_bytes: usize) -> Self {
+        Self::with_policy(n_slots, slot_bytes, MemPolicy::shared())
+    }
+
+    pub fn with_policy(n_slots: usize, slot_bytes: usize, policy: &MemPolicy) -> Self {
+        let len = n_slots.saturating_mul(slot_bytes);
+        let data = ChunkMem::alloc(len, policy).unwrap_or_else(|e| {
+            // Out of memory: the same outcome as a Vec that cannot grow.
+            tracing::error!("chunk allocation: {e}");
+            std::alloc::handle_alloc_error(
+                std::alloc::Layout::from_size_align(len.max(1), 4096)
+                    .unwrap_or(std::alloc::Layout::new::<u8>()),
+            )
+        });
         Chunk {
             chunk_id: 0,
             slot_bytes,
-            data: vec![0; n_slots * slot_bytes],
+            data,
             received: vec![0; n_slots],
             offsets: vec![Vec::new(); n_slots],
         }
@@ -210,6 +229,8 @@ pub struct ChunkAssembler<P: Placement> {
     /// Scratch per row of an emitted chunk: missing heaps, anything received.
     row_missing: Vec<u64>,
     row_any: Vec<bool>,
+    /// Chunks allocated so far (the first one is logged).
+    allocated: usize,
     pub stats: ChunkStats,
 }
 
@@ -224,6 +245,7 @@ impl<P: Placement> ChunkAssembler<P> {
             span: SpanMissing::new(1),
             row_missing: Vec::new(),
             row_any: Vec::new(),
+            allocated: 0,
             stats: ChunkStats::default(),
         }
     }
@@ -245,10 +267,20 @@ impl<P: Placement> ChunkAssembler<P> {
     }
 
     fn take_chunk(&mut self, id: u64) -> Chunk {
-        let mut c = self
-            .free
-            .pop()
-            .unwrap_or_else(|| Chunk::new(self.placement.n_slots(), self.placement.slot_bytes()));
+        let mut c = self.free.pop().unwrap_or_else(|| {
+            let c = Chunk::new(self.placement.n_slots(), self.placement.slot_bytes());
+            if self.allocated == 0 {
+                tracing::info!(
+                    bytes = c.data.len(),
+                    backing = ?c.data.backing(),
+                    cuda_pinned = c.data.cuda_pinned(),
+                    note = c.data.pin_note.as_deref().unwrap_or(""),
+                    "chunk memory"
+                );
+            }
+            self.allocated += 1;
+            c
+        });
         c.reset(id);
         c
     }

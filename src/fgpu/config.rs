@@ -210,6 +210,15 @@ pub struct FgpuArgs {
     /// endpoints to keep ("all": every UDP datagram).
     #[arg(long, allow_hyphen_values = true, value_name = "EAL ARGS")]
     pub recv_dpdk: Option<String>,
+    /// Receive through ibverbs (feature `ibverbs`): a raw-packet queue pair on the RDMA
+    /// port behind --recv-interface, one flow-steering rule per endpoint in SRC.
+    #[arg(long)]
+    pub recv_ibv: bool,
+    /// Send heaps straight from GPU memory through ibverbs (PeerDirect); without an RDMA
+    /// NIC, a GPU and GPU memory registration, output is staged through pinned host memory
+    /// (logged at start).
+    #[arg(long)]
+    pub use_peerdirect: bool,
     /// Local interface address to send from.
     #[arg(long, default_value = "0.0.0.0")]
     pub send_interface: Ipv4Addr,

@@ -190,6 +190,17 @@ pub fn descriptors(cps: usize, spectra_per_heap: usize, sample_bits: u32) -> Vec
     ]
 }
 
+/// How an engine receives (`--recv-interface`, `--recv-dpdk`, `--recv-ibv`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RecvOptions<'a> {
+    /// Local interface address (multicast joins; for `--recv-ibv` the RDMA port).
+    pub interface: Option<Ipv4Addr>,
+    /// DPDK EAL arguments (`--recv-dpdk`).
+    pub dpdk: Option<&'a str>,
+    /// Raw-packet ibverbs receive (`--recv-ibv`).
+    pub ibv: bool,
+}
+
 /// Opens the input: an existing file is a pcap replay, anything else an endpoint list.
 /// With `dpdk` (EAL arguments, `--recv-dpdk`) the packets come through DPDK instead, and
 /// `src` lists the endpoints to keep (`all` or an empty string: every UDP datagram).
@@ -198,7 +209,27 @@ pub fn open_source(
     interface: Ipv4Addr,
     dpdk: Option<&str>,
 ) -> anyhow::Result<Box<dyn PacketSource>> {
-    if let Some(eal) = dpdk {
+    open_source_with(
+        src,
+        &RecvOptions {
+            interface: Some(interface),
+            dpdk,
+            ibv: false,
+        },
+    )
+}
+
+/// [`open_source`] with every receive option; `--recv-ibv` steers the endpoints in `src`
+/// to a raw-packet queue pair on the RDMA port behind the interface.
+pub fn open_source_with(
+    src: &str,
+    opts: &RecvOptions<'_>,
+) -> anyhow::Result<Box<dyn PacketSource>> {
+    let interface = opts.interface.unwrap_or(Ipv4Addr::UNSPECIFIED);
+    if opts.dpdk.is_some() && opts.ibv {
+        anyhow::bail!("--recv-dpdk and --recv-ibv are alternatives: give one");
+    }
+    if let Some(eal) = opts.dpdk {
         let eps = if src.is_empty() || src == "all" {
             Vec::new()
         } else {
@@ -207,12 +238,37 @@ pub fn open_source(
         };
         return open_dpdk(eal, eps);
     }
+    if opts.ibv {
+        let eps = crate::net::parse_endpoints(src)
+            .map_err(|e| anyhow::anyhow!("--recv-ibv: source {src:?} is not endpoints: {e}"))?;
+        return open_ibv(eps, interface);
+    }
     if Path::new(src).is_file() {
         return Ok(Box::new(PcapFileSource::open(Path::new(src), Vec::new())?));
     }
     let eps = crate::net::parse_endpoints(src)
         .map_err(|e| anyhow::anyhow!("source {src:?} is neither a file nor endpoints: {e}"))?;
     Ok(Box::new(UdpRecvSource::new(&eps, interface, 128 << 20)?))
+}
+
+#[cfg(feature = "ibverbs")]
+fn open_ibv(
+    eps: Vec<std::net::SocketAddrV4>,
+    interface: Ipv4Addr,
+) -> anyhow::Result<Box<dyn PacketSource>> {
+    let s = crate::net::ibv_recv::IbvRecvSource::open(eps, interface)
+        .map_err(|e| anyhow::anyhow!("--recv-ibv: {e}"))?;
+    Ok(Box::new(s))
+}
+
+#[cfg(not(feature = "ibverbs"))]
+fn open_ibv(
+    _eps: Vec<std::net::SocketAddrV4>,
+    _interface: Ipv4Addr,
+) -> anyhow::Result<Box<dyn PacketSource>> {
+    anyhow::bail!(
+        "--recv-ibv: this gpucbf binary was built without ibverbs support (rebuild with `cargo build --features ibverbs`)"
+    )
 }
 
 #[cfg(feature = "dpdk")]
@@ -548,7 +604,15 @@ pub fn run(args: &super::FgpuArgs) -> anyhow::Result<FgpuSummary> {
             seen_out[k] = o.clone();
         }
     };
-    let src = open_source(&args.src, args.recv_interface, args.recv_dpdk.as_deref())?;
+    let src = open_source_with(
+        &args.src,
+        &RecvOptions {
+            interface: Some(args.recv_interface),
+            dpdk: args.recv_dpdk.as_deref(),
+            ibv: args.recv_ibv,
+        },
+    )?;
+    let _transmit = crate::net::peerdirect::plan(args.use_peerdirect);
     run_pipelines_monitored(
         src,
         placement,

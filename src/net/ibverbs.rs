@@ -251,6 +251,36 @@ impl Verbs {
         })
     }
 
+    /// An optional symbol of the library (newer verbs such as `ibv_reg_dmabuf_mr`).
+    ///
+    /// # Safety
+    /// `T` must be the C function type of `name`.
+    pub unsafe fn optional<T: Copy>(&self, name: &str) -> Option<T> {
+        self._lib.get::<T>(name.as_bytes()).ok().map(|s| *s)
+    }
+
+    /// `ibv_reg_mr(pd, addr, len, access)`; NULL on failure (errno set).
+    ///
+    /// # Safety
+    /// `pd` must be a live protection domain and the range registrable memory.
+    pub unsafe fn reg_mr_raw(
+        &self,
+        pd: *mut c_void,
+        addr: *mut c_void,
+        len: usize,
+        access: c_int,
+    ) -> *mut c_void {
+        (self.reg_mr)(pd, addr, len, access)
+    }
+
+    /// `ibv_dereg_mr(mr)`.
+    ///
+    /// # Safety
+    /// `mr` must be a live memory region of this library.
+    pub unsafe fn dereg_mr_raw(&self, mr: *mut c_void) -> c_int {
+        (self.dereg_mr)(mr)
+    }
+
     /// Names of the RDMA devices; "no RDMA device found" if there are none (or the kernel
     /// has no RDMA support).
     pub fn device_names(&self) -> io::Result<Vec<String>> {
@@ -399,7 +429,8 @@ pub struct IbvSource {
     mr: *mut c_void,
     flows: Vec<*mut c_void>,
     endpoints: Vec<SocketAddrV4>,
-    mem: Vec<u8>,
+    /// The receive ring (hugepages when reserved; registered with the NIC).
+    mem: crate::chunk::ChunkMem,
     buffer_size: usize,
     lkey: u32,
     sges: Vec<IbvSge>,
@@ -442,7 +473,13 @@ impl IbvSource {
             mr: std::ptr::null_mut(),
             flows: Vec::new(),
             endpoints: cfg.endpoints.clone(),
-            mem: vec![0u8; cfg.buffers * cfg.buffer_size],
+            mem: crate::chunk::ChunkMem::alloc(
+                cfg.buffers.saturating_mul(cfg.buffer_size),
+                &crate::chunk::MemPolicy {
+                    hugepages: true,
+                    cuda: None,
+                },
+            )?,
             buffer_size: cfg.buffer_size,
             lkey: 0,
             sges: vec![IbvSge::default(); cfg.buffers],

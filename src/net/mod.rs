@@ -4,15 +4,20 @@
 //! * [`pcap`]: classic libpcap files (Ethernet/IPv4/UDP) as a source and a sink.
 //! * [`udp`]: kernel UDP sockets with sendmmsg, multicast and pacing.
 //! * `dpdk` (feature `dpdk`): DPDK poll-mode receive.
-//! * `ibverbs` (feature `ibverbs`): raw-packet verbs receive, libibverbs loaded at run time.
+//! * `ibverbs` (feature `ibverbs`): raw-packet verbs receive, libibverbs loaded at run time;
+//!   `ibv_recv`: the engines' `--recv-ibv` (interface → RDMA port, IGMP memberships).
+//! * [`peerdirect`]: `--use-peerdirect` (send from GPU memory through verbs) and its fallback.
 
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod endpoint;
 pub mod heapsend;
 #[cfg(feature = "ibverbs")]
+pub mod ibv_recv;
+#[cfg(feature = "ibverbs")]
 pub mod ibverbs;
 pub mod pcap;
+pub mod peerdirect;
 pub mod source;
 pub mod udp;
 

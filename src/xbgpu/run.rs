@@ -12,7 +12,7 @@ use super::engine::{
 };
 use crate::chunk::placement::FengPlacement;
 use crate::control::{Device, SensorSet, SensorType, Status};
-use crate::fgpu::engine::{open_sink, open_source};
+use crate::fgpu::engine::{open_sink, open_source_with};
 use crate::net::heapsend::HeapSender;
 use crate::net::SharedSink;
 use crate::spead::{ids, Descriptor};
@@ -421,7 +421,15 @@ pub fn run(args: &XbgpuArgs) -> anyhow::Result<XbgpuSummary> {
         }
         None => None,
     };
-    let src = open_source(&args.src, args.recv_interface, None)?;
+    let src = open_source_with(
+        &args.src,
+        &crate::fgpu::engine::RecvOptions {
+            interface: Some(args.recv_interface),
+            dpdk: args.recv_dpdk.as_deref(),
+            ibv: args.recv_ibv,
+        },
+    )?;
+    let _transmit = crate::net::peerdirect::plan(args.use_peerdirect);
     let metrics = crate::telemetry::metrics::Metrics::new("xbgpu");
     let recv_metrics = crate::telemetry::recv::RecvMetrics::new(
         &metrics,

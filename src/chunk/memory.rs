@@ -1,0 +1,391 @@
+//! Where chunk bytes live (the `ChunkMemory` seam): hugepages when the host has reserved
+//! them (`mmap(MAP_HUGETLB)`), otherwise normal anonymous pages with
+//! `madvise(MADV_HUGEPAGE)` (transparent hugepages), and, when a GPU is present, registered
+//! with the CUDA driver (`cuMemHostRegister`) so copies to the GPU run at full PCIe speed
+//! by DMA straight from the chunk. Every step falls back cleanly: a host without a hugepage
+//! pool, without a GPU, or whose registration fails (memlock limit) still gets chunk memory,
+//! and [`ChunkMem::backing`] / [`ChunkMem::cuda_pinned`] say what it got.
+//!
+//! (libc's mmap/madvise directly rather than memmap2: the same two system calls, and no new
+//! dependency.)
+
+use std::io;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// Size of the hugepages that `MAP_HUGETLB` gives by default on x86-64 and aarch64 (4K granule).
+pub const HUGE_PAGE: usize = 2 << 20;
+
+/// What backs a [`ChunkMem`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Backing {
+    /// Explicit hugepages from the host's pool (`MAP_HUGETLB`).
+    HugePages,
+    /// Normal anonymous pages, transparent hugepages requested (`MADV_HUGEPAGE`).
+    Pages,
+    /// Zero-length chunk: nothing mapped.
+    Empty,
+}
+
+/// How to allocate chunk memory.
+#[derive(Clone, Default)]
+pub struct MemPolicy {
+    /// Try the hugepage pool first.
+    pub hugepages: bool,
+    /// Register with this CUDA context (`cuMemHostRegister`, portable to all contexts).
+    pub cuda: Option<Arc<cudarc::driver::CudaContext>>,
+}
+
+impl std::fmt::Debug for MemPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemPolicy")
+            .field("hugepages", &self.hugepages)
+            .field("cuda", &self.cuda.is_some())
+            .finish()
+    }
+}
+
+impl MemPolicy {
+    /// Hugepages if reserved; CUDA registration if a GPU is present (device 0), unless
+    /// `GPUCBF_CHUNK_PIN=0`.
+    pub fn auto() -> Self {
+        let want_pin = std::env::var("GPUCBF_CHUNK_PIN").as_deref() != Ok("0");
+        let cuda = if want_pin && crate::gpu::gpu_available() {
+            std::panic::catch_unwind(|| cudarc::driver::CudaContext::new(0).ok())
+                .ok()
+                .flatten()
+        } else {
+            None
+        };
+        MemPolicy {
+            hugepages: true,
+            cuda,
+        }
+    }
+
+    /// The process-wide policy (probed once): what engines' chunk rings use.
+    pub fn shared() -> &'static MemPolicy {
+        static P: std::sync::OnceLock<MemPolicy> = std::sync::OnceLock::new();
+        P.get_or_init(MemPolicy::auto)
+    }
+}
+
+/// Page-aligned, zero-initialised chunk memory.
+pub struct ChunkMem {
+    ptr: NonNull<u8>,
+    len: usize,
+    map_len: usize,
+    backing: Backing,
+    /// The context the memory is registered with, if it is.
+    cuda: Option<Arc<cudarc::driver::CudaContext>>,
+    /// Why CUDA registration was not done or failed (for the log).
+    pub pin_note: Option<String>,
+}
+
+// SAFETY: ChunkMem owns its mapping exclusively, like a Vec<u8>.
+unsafe impl Send for ChunkMem {}
+// SAFETY: shared access is read-only through &[u8].
+unsafe impl Sync for ChunkMem {}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+fn round_up(n: usize, to: usize) -> Option<usize> {
+    n.checked_add(to - 1).map(|m| m / to * to)
+}
+
+/// `mmap` anonymous private memory; `None` if the kernel refuses.
+fn map(len: usize, huge: bool) -> Option<NonNull<u8>> {
+    let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    if huge {
+        flags |= libc::MAP_HUGETLB;
+    }
+    // SAFETY: a fresh anonymous mapping; no existing memory is affected.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        None
+    } else {
+        NonNull::new(p as *mut u8)
+    }
+}
+
+impl ChunkMem {
+    /// Allocates `len` zeroed bytes by `policy`. Fails only if not even normal pages can be
+    /// mapped (out of memory).
+    pub fn alloc(len: usize, policy: &MemPolicy) -> io::Result<Self> {
+        if len == 0 {
+            return Ok(ChunkMem {
+                ptr: NonNull::dangling(),
+                len: 0,
+                map_len: 0,
+                backing: Backing::Empty,
+                cuda: None,
+                pin_note: None,
+            });
+        }
+        let too_big = || io::Error::new(io::ErrorKind::InvalidInput, "chunk size overflows");
+        let mut got = None;
+        if policy.hugepages {
+            let map_len = round_up(len, HUGE_PAGE).ok_or_else(too_big)?;
+            got = map(map_len, true).map(|p| (p, map_len, Backing::HugePages));
+        }
+        let (ptr, map_len, backing) = match got {
+            Some(g) => g,
+            None => {
+                let map_len = round_up(len, page_size()).ok_or_else(too_big)?;
+                let p = map(map_len, false).ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::OutOfMemory,
+                        format!(
+                            "cannot map {map_len} bytes of chunk memory: {}",
+                            io::Error::last_os_error()
+                        ),
+                    )
+                })?;
+                // SAFETY: advice on our own mapping; failure (THP disabled) is harmless.
+                unsafe {
+                    libc::madvise(p.as_ptr() as *mut _, map_len, libc::MADV_HUGEPAGE);
+                }
+                (p, map_len, Backing::Pages)
+            }
+        };
+        let mut m = ChunkMem {
+            ptr,
+            len,
+            map_len,
+            backing,
+            cuda: None,
+            pin_note: None,
+        };
+        m.prefault();
+        if let Some(ctx) = &policy.cuda {
+            if let Err(e) = m.register(ctx) {
+                m.pin_note = Some(e);
+            }
+        } else {
+            m.pin_note = Some("no GPU: chunk memory not registered with CUDA".into());
+        }
+        Ok(m)
+    }
+
+    /// Touches every page so that the first packets do not take page faults.
+    fn prefault(&mut self) {
+        let step = if self.backing == Backing::HugePages {
+            HUGE_PAGE
+        } else {
+            page_size()
+        };
+        let base = self.ptr.as_ptr();
+        for off in (0..self.map_len).step_by(step) {
+            // SAFETY: off < map_len, inside our mapping; the memory is already zero.
+            unsafe { std::ptr::write_volatile(base.add(off), 0) };
+        }
+    }
+
+    fn register(&mut self, ctx: &Arc<cudarc::driver::CudaContext>) -> Result<(), String> {
+        use cudarc::driver::sys;
+        ctx.bind_to_thread()
+            .map_err(|e| format!("CUDA context: {e:?}"))?;
+        // SAFETY: the range is our own live mapping; PORTABLE makes it pinned for every
+        // context. Unregistered in Drop before the unmap.
+        let r = unsafe {
+            sys::cuMemHostRegister_v2(
+                self.ptr.as_ptr() as *mut _,
+                self.map_len,
+                sys::CU_MEMHOSTREGISTER_PORTABLE,
+            )
+        };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(format!(
+                "cuMemHostRegister of {} bytes failed ({r:?}; memlock limit?): chunk memory stays pageable",
+                self.map_len
+            ));
+        }
+        self.cuda = Some(ctx.clone());
+        Ok(())
+    }
+
+    pub fn backing(&self) -> Backing {
+        self.backing
+    }
+
+    /// True if the memory is registered with CUDA (page-locked, DMA-able by the GPU).
+    pub fn cuda_pinned(&self) -> bool {
+        self.cuda.is_some()
+    }
+
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+impl std::ops::Deref for ChunkMem {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr is valid for len bytes (dangling only when len is 0).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for ChunkMem {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in deref; &mut self gives exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl PartialEq for ChunkMem {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl std::fmt::Debug for ChunkMem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkMem")
+            .field("len", &self.len)
+            .field("backing", &self.backing)
+            .field("cuda_pinned", &self.cuda_pinned())
+            .finish()
+    }
+}
+
+impl Drop for ChunkMem {
+    fn drop(&mut self) {
+        if let Some(ctx) = self.cuda.take() {
+            if ctx.bind_to_thread().is_ok() {
+                // SAFETY: registered in `register` with this base address.
+                unsafe {
+                    cudarc::driver::sys::cuMemHostUnregister(self.ptr.as_ptr() as *mut _);
+                }
+            }
+        }
+        if self.map_len > 0 {
+            // SAFETY: unmapping exactly the mapping made in `alloc`.
+            unsafe {
+                libc::munmap(self.ptr.as_ptr() as *mut _, self.map_len);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_fallback_is_zeroed_writable_and_unpinned() {
+        let policy = MemPolicy {
+            hugepages: false,
+            cuda: None,
+        };
+        let mut m = ChunkMem::alloc(3 * 4096 + 17, &policy).unwrap();
+        assert_eq!(m.backing(), Backing::Pages);
+        assert_eq!(m.len(), 3 * 4096 + 17);
+        assert!(m.iter().all(|&b| b == 0));
+        m[4096 * 3 + 16] = 7;
+        assert_eq!(m[m.len() - 1], 7);
+        assert!(!m.cuda_pinned());
+        assert!(m.pin_note.as_deref().unwrap().contains("no GPU"));
+        assert_eq!(m.as_ptr() as usize % page_size(), 0);
+        let z = ChunkMem::alloc(0, &policy).unwrap();
+        assert_eq!((z.backing(), z.len()), (Backing::Empty, 0));
+        assert!(ChunkMem::alloc(usize::MAX, &policy).is_err());
+    }
+
+    #[test]
+    fn hugepages_when_reserved_else_clean_fallback() {
+        let policy = MemPolicy {
+            hugepages: true,
+            cuda: None,
+        };
+        let mut m = ChunkMem::alloc(HUGE_PAGE + 5, &policy).unwrap();
+        let reserved = std::fs::read_to_string("/proc/sys/vm/nr_hugepages")
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        if reserved == 0 {
+            // No pool: MAP_HUGETLB fails and normal pages take over.
+            assert_eq!(m.backing(), Backing::Pages);
+        } else {
+            eprintln!("hugepage pool of {reserved}: got {:?}", m.backing());
+        }
+        m[HUGE_PAGE + 4] = 1;
+        assert_eq!(m.iter().map(|&b| b as u32).sum::<u32>(), 1);
+        let a = ChunkMem::alloc(10, &policy).unwrap();
+        let mut b = ChunkMem::alloc(10, &policy).unwrap();
+        assert_eq!(a, b);
+        b[3] = 1;
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn gpu_registration_and_copy() {
+        if !crate::gpu::gpu_test_guard("chunk::memory::gpu_registration_and_copy") {
+            return;
+        }
+        use cudarc::driver::sys;
+        let policy = MemPolicy::auto();
+        assert!(
+            policy.cuda.is_some(),
+            "a GPU is present: auto() must pick it"
+        );
+        let len = 3 * HUGE_PAGE + 1234;
+        let mut m = ChunkMem::alloc(len, &policy).unwrap();
+        assert!(m.cuda_pinned(), "{:?}", m.pin_note);
+        eprintln!("chunk memory: {:?}", m);
+        for (i, b) in m.iter_mut().enumerate() {
+            *b = (i * 31 + 7) as u8;
+        }
+        let ctx = policy.cuda.clone().unwrap();
+        ctx.bind_to_thread().unwrap();
+        // SAFETY: plain driver calls on our registered range and a fresh device buffer.
+        unsafe {
+            let mut flags = 0u32;
+            assert_eq!(
+                sys::cuMemHostGetFlags(&mut flags, m.as_ptr() as *mut _),
+                sys::CUresult::CUDA_SUCCESS,
+                "the driver must know the range as page-locked"
+            );
+            let mut dptr: sys::CUdeviceptr = 0;
+            assert_eq!(
+                sys::cuMemAlloc_v2(&mut dptr, len),
+                sys::CUresult::CUDA_SUCCESS
+            );
+            assert_eq!(
+                sys::cuMemcpyHtoD_v2(dptr, m.as_ptr() as *const _, len),
+                sys::CUresult::CUDA_SUCCESS
+            );
+            let mut back = vec![0u8; len];
+            assert_eq!(
+                sys::cuMemcpyDtoH_v2(back.as_mut_ptr() as *mut _, dptr, len),
+                sys::CUresult::CUDA_SUCCESS
+            );
+            sys::cuMemFree_v2(dptr);
+            assert!(back[..] == m[..]);
+        }
+        let p = m.as_ptr() as *mut std::ffi::c_void;
+        drop(m);
+        // After drop the range is unregistered (and unmapped): the driver no longer knows it.
+        let mut flags = 0u32;
+        // SAFETY: querying flags of an address is harmless even when it is not registered.
+        let r = unsafe { sys::cuMemHostGetFlags(&mut flags, p) };
+        assert_ne!(r, sys::CUresult::CUDA_SUCCESS);
+    }
+}
