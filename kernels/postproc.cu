@@ -61,11 +61,19 @@ __device__ __forceinline__ float2 cmul(float2 a, float2 b) {
 
 __device__ __forceinline__ float2 conjf2(float2 a) { return make_float2(a.x, -a.y); }
 
+// Saturating round-half-even to ±QMAX (NaN → 0); `sat` set when |v| > QMAX.
 __device__ __forceinline__ int quant(float v, unsigned int& sat) {
     const float q = (float)QMAX;
     sat |= fabsf(v) > q;
+#if QMAX == 127
+    // One saturating conversion to [−128, 127] (ties to even, NaN → 0), then −128 → −127.
+    int r;
+    asm("cvt.rni.sat.s8.f32 %0, %1;" : "=r"(r) : "f"(v));
+    return max(r, -127);
+#else
     if (isnan(v)) return 0;
     return (int)rintf(fminf(fmaxf(v, -q), q));
+#endif
 }
 
 // Applies delay/phase/gain/dither to X for channel c and returns the packed value (two
@@ -179,21 +187,25 @@ extern "C" __global__ void postproc(const float2* __restrict__ fft, unsigned cha
         }
     }
     __syncthreads();
-    for (int i = ty; i < TILE; i += ROWS) {
-        const int c = kt + i;
-        const int s = st + tx;
-        if (s < spectra && c <= N / 2) {
-            const long long abs_s = out_first + s;
-            const long long heap = abs_s / sph, si = abs_s % sph;
+    // Thread (tx, ty) writes spectrum st + tx of channels kt + ty + j·ROWS (and mirrors).
+    const int s = st + tx;
+    if (s < spectra) {
+        const long long abs_s = out_first + s;
+        const long long heap = abs_s / sph;
+        const long long row0 = heap * N * sph + (abs_s - heap * sph);  // (heap, channel 0, si)
 #if FOUR_BIT
-            unsigned short* o = reinterpret_cast<unsigned short*>(out);
-            o[(heap * N + c) * sph + si] = (unsigned short)lo_t[i][tx];
-            if (c > 0 && c < N / 2) o[(heap * N + (N - c)) * sph + si] = (unsigned short)hi_t[i][tx];
+        unsigned short* o = reinterpret_cast<unsigned short*>(out) + row0;
 #else
-            unsigned int* o = reinterpret_cast<unsigned int*>(out);
-            o[(heap * N + c) * sph + si] = lo_t[i][tx];
-            if (c > 0 && c < N / 2) o[(heap * N + (N - c)) * sph + si] = hi_t[i][tx];
+        unsigned int* o = reinterpret_cast<unsigned int*>(out) + row0;
 #endif
+#pragma unroll
+        for (int j = 0; j < TILE / ROWS; j++) {
+            const int i = ty + j * ROWS;
+            const int c = kt + i;
+            if (c <= N / 2) {
+                o[(long long)c * sph] = lo_t[i][tx];
+                if (c > 0 && c < N / 2) o[(long long)(N - c) * sph] = hi_t[i][tx];
+            }
         }
     }
 #pragma unroll

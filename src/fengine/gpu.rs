@@ -122,7 +122,7 @@ impl Default for Tuning {
         Tuning {
             fir_threads: 128,
             fir_run: 128,
-            post_rows: 8,
+            post_rows: 4,
             fir_stats: true,
             fir_fast: true,
             post_fast_sincos: true,
