@@ -6,6 +6,12 @@
 //! The results match [`super::CpuBackend`] to float rounding: the dither hash and the
 //! quantisation are the same; values that land within float rounding of a rounding
 //! boundary may differ by one LSB.
+//!
+//! The backend runs on a stream of its own (not the legacy default stream), which puts its
+//! context in cudarc's multi-stream mode: every device buffer tracks its last reader and
+//! writer with events. [`super::GpuPipeline`] builds on that to overlap host→device copies,
+//! compute and device→host copies on three streams; [`FBackend::process`] here stays a
+//! synchronous copy-compute-copy per block (what the engine's `Channelizer` needs today).
 
 use std::collections::HashMap;
 use std::sync::Arc;
