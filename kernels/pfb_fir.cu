@@ -28,9 +28,29 @@
 #ifndef IN_BITS
 #define IN_BITS 10
 #endif
+// FIR_STATS 0 drops the digitiser statistics (a benchmark diagnostic only).
+#ifndef FIR_STATS
+#define FIR_STATS 1
+#endif
 
 #define L (N / UNZIP)
 #define STEP (2LL * N)
+
+// FIR_FAST 1 (default) uses the decoder below that walks rows from one word pointer with a
+// fixed bit shift when a window row is a whole number of 32-bit words; 0 forces the
+// general decoder (kept for small N and as the benchmark's reference point).
+#ifndef FIR_FAST
+#define FIR_FAST 1
+#endif
+#if IN_BITS != 0 && FIR_FAST && (2 * N * IN_BITS) % 32 == 0
+#define ROW_WORDS (2 * N * IN_BITS / 32)
+#define FAST_DECODE 1
+#else
+#define FAST_DECODE 0
+#endif
+// Digitiser statistics: Σx² of up to TAPS rows fits 32 bits for ≤ 12-bit samples (flushed
+// to 64 bits once per tap group); 16-bit samples are flushed every row.
+#define STAT_ROW_FLUSH (IN_BITS == 0 || IN_BITS > 12 || TAPS > 256)
 
 // Decodes the sample pair starting at sample index i (i even for IN_BITS == 0).
 // Packed input: the 64-bit big-endian word from the 32-bit word holding bit i·B covers
@@ -53,24 +73,70 @@ __device__ __forceinline__ void load_pair(const unsigned char* __restrict__ base
 #endif
 }
 
+// Fast decoder: the pair at bit `sh` of the big-endian word pair p[0], p[1] (both samples lie
+// within the 32 bits from bit sh on).
+__device__ __forceinline__ void load_pair_at(const unsigned int* __restrict__ p, int sh, int& a,
+                                             int& b) {
+#if IN_BITS != 0
+    const unsigned int w0 = __byte_perm(__ldg(p), 0, 0x0123);
+    const unsigned int w1 = __byte_perm(__ldg(p + 1), 0, 0x0123);
+    const unsigned int top = __funnelshift_l(w1, w0, sh);
+    a = (int)top >> (32 - IN_BITS);
+    b = (int)(top << IN_BITS) >> (32 - IN_BITS);
+#endif
+}
+
 __device__ __forceinline__ unsigned long long warp_sum(unsigned long long v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
     return v;
 }
 
-// One spectrum of the sliding window: loads the newest row (sample index i) into ring slot
-// (u + T − 1) mod T, where the window's rows t = 0..T−1 sit in slots (u + t) mod T.
+// Where the thread's samples are: the general path keeps the sample index of the run's
+// first row; the fast path a word pointer and bit shift for row 0 of the input.
+struct Src {
+    const unsigned char* base;
+    long long col;
+    const unsigned int* w;
+    int sh;
+};
+
+// Row `row` (counted in window steps from sample index col) of the thread's column.
+__device__ __forceinline__ Src advance(Src src, long long row) {
+#if FAST_DECODE
+    src.w += row * ROW_WORDS;
+#else
+    src.col += row * STEP;
+#endif
+    return src;
+}
+
+__device__ __forceinline__ void load_row(const Src& src, int row, int& a, int& b) {
+#if FAST_DECODE
+    load_pair_at(src.w + row * ROW_WORDS, src.sh, a, b);
+#else
+    load_pair(src.base, src.col + row * STEP, a, b);
+#endif
+}
+
+// One spectrum of the sliding window: loads the newest row into ring slot (u + T − 1) mod T,
+// where the window's rows t = 0..T−1 sit in slots (u + t) mod T.
 template <int T>
-__device__ __forceinline__ void fir_step(int u, const unsigned char* __restrict__ base,
-                                         long long i, const float2 (&wr)[T], float2 (&buf)[T],
+__device__ __forceinline__ void fir_step(int u, const Src& src, int row,
+                                         const float2 (&wr)[T], float2 (&buf)[T],
                                          float2* __restrict__ dst, int hi, int lo,
-                                         unsigned long long& sum_sq,
-                                         unsigned long long& clipped) {
+                                         unsigned int& sq, unsigned int& clipped,
+                                         unsigned long long& sum_sq) {
     int a, b;
-    load_pair(base, i, a, b);
-    sum_sq += (unsigned long long)((long long)a * a + (long long)b * b);
-    clipped += (a >= hi || a <= lo) + (b >= hi || b <= lo);
+    load_row(src, row, a, b);
+#if FIR_STATS
+    sq += (unsigned int)(a * a) + (unsigned int)(b * b);
+    clipped += (unsigned int)(a >= hi || a <= lo) + (unsigned int)(b >= hi || b <= lo);
+#if STAT_ROW_FLUSH
+    sum_sq += sq;
+    sq = 0;
+#endif
+#endif
     buf[(u + T - 1) % T] = make_float2((float)a, (float)b);
     float ar = 0.0f, ai = 0.0f;
 #pragma unroll
@@ -100,44 +166,59 @@ extern "C" __global__ void pfb_fir(const unsigned char* __restrict__ in, long lo
     const int s_end = min(s_begin + run, spectra);
     const int hi = (1 << (stat_bits - 1)) - 1;
     const int lo = -(1 << (stat_bits - 1));
-    unsigned long long sum_sq = 0, clipped = 0;
+    unsigned long long sum_sq = 0;
+    unsigned int sq = 0, clipped = 0;
 
     if (active && s_begin < s_end) {
         float2 wr[TAPS];
 #pragma unroll
         for (int t = 0; t < TAPS; t++) wr[t] = w[(long long)t * N + m];
         float2 buf[TAPS];
-        const long long col = first + 2LL * m;
+        Src src;
+        src.base = base;
+        src.col = first + 2LL * m;
+#if FAST_DECODE
+        {
+            const long long bit = src.col * IN_BITS;
+            src.w = reinterpret_cast<const unsigned int*>(base) + (bit >> 5);
+            src.sh = (int)(bit & 31);
+        }
+#endif
+        const Src head = advance(src, s_begin);
 #pragma unroll
         for (int t = 0; t < TAPS - 1; t++) {
             int a, b;
-            load_pair(base, col + (long long)(s_begin + t) * STEP, a, b);
+            load_row(head, t, a, b);
             buf[t] = make_float2((float)a, (float)b);
         }
         float2* dst = out + ((long long)pol * UNZIP + (m % UNZIP)) * L + m / UNZIP;
         const long long spec_stride = 2LL * N;  // (2 pols · UNZIP · L) float2 per spectrum
         for (int g = s_begin; g < s_end; g += TAPS) {
+            // Rows g + TAPS − 1 + u of this group, u = 0..TAPS−1 (constant offsets).
+            const Src gs = advance(src, (long long)g + TAPS - 1);
             if (g + TAPS <= s_end) {
                 // Whole group: no guards, so the loads can all be issued up front.
 #pragma unroll
                 for (int u = 0; u < TAPS; u++)
-                    fir_step<TAPS>(u, base, col + (long long)(g + u + TAPS - 1) * STEP, wr, buf,
-                                   dst + (long long)(g + u) * spec_stride, hi, lo, sum_sq,
-                                   clipped);
+                    fir_step<TAPS>(u, gs, u, wr, buf,
+                                   dst + (long long)(g + u) * spec_stride, hi, lo, sq, clipped,
+                                   sum_sq);
             } else {
 #pragma unroll
                 for (int u = 0; u < TAPS; u++)
                     if (g + u < s_end)
-                        fir_step<TAPS>(u, base, col + (long long)(g + u + TAPS - 1) * STEP, wr,
-                                       buf, dst + (long long)(g + u) * spec_stride, hi, lo,
-                                       sum_sq, clipped);
+                        fir_step<TAPS>(u, gs, u, wr, buf,
+                                       dst + (long long)(g + u) * spec_stride, hi, lo, sq,
+                                       clipped, sum_sq);
             }
+            sum_sq += sq;
+            sq = 0;
         }
     }
     sum_sq = warp_sum(sum_sq);
-    clipped = warp_sum(clipped);
-    if ((threadIdx.x & 31) == 0 && (sum_sq | clipped)) {
+    const unsigned long long clip = warp_sum((unsigned long long)clipped);
+    if ((threadIdx.x & 31) == 0 && (sum_sq | clip)) {
         atomicAdd(stats + pol, sum_sq);
-        atomicAdd(stats + 2 + pol, clipped);
+        atomicAdd(stats + 2 + pol, clip);
     }
 }

@@ -9,9 +9,9 @@
 //   E_k = (Z_k + conj Z_{N−k})/2,  O_k = −i(Z_k − conj Z_{N−k})/2,  t_k = e^{−iπk/N}
 //   X_k = E_k + t_k·O_k,  X_{N−k} = conj(E_k − t_k·O_k)
 //
-// Block: 32 × 8 threads; a tile of 32 values of k (0 ≤ k ≤ N/2) × 32 spectra. Results go
-// through shared memory so that each output row (one channel, consecutive spectra, both
-// pols) is written contiguously.
+// Block: 32 × ROWS threads (ROWS = 8 unless defined); a tile of 32 values of k
+// (0 ≤ k ≤ N/2) × 32 spectra. Results go through shared memory so that each output row
+// (one channel, consecutive spectra, both pols) is written contiguously.
 //
 // Compile-time defines: N (channels), UNZIP, QMAX (127 or 7), FOUR_BIT (0 or 1).
 
@@ -27,10 +27,18 @@
 #ifndef FOUR_BIT
 #define FOUR_BIT 0
 #endif
+// POST_FAST_SINCOS 1 (default): the delay/phase rotation from the hardware __sincosf after an
+// exact reduction of the angle to [−π, π] (absolute error ~3e-7, far below the output LSB);
+// 0: sincospif (the benchmark's reference point).
+#ifndef POST_FAST_SINCOS
+#define POST_FAST_SINCOS 1
+#endif
 
 #define L (N / UNZIP)
 #define TILE 32
+#ifndef ROWS
 #define ROWS 8
+#endif
 
 // Same constant and hash as src/fengine/postproc.rs (splitmix64 finaliser).
 #define DITHER_SCALE 2.3282709e-10f
@@ -53,23 +61,37 @@ __device__ __forceinline__ float2 cmul(float2 a, float2 b) {
 
 __device__ __forceinline__ float2 conjf2(float2 a) { return make_float2(a.x, -a.y); }
 
+// Saturating round-half-even to ±QMAX (NaN → 0); `sat` set when |v| > QMAX.
 __device__ __forceinline__ int quant(float v, unsigned int& sat) {
     const float q = (float)QMAX;
     sat |= fabsf(v) > q;
+#if QMAX == 127
+    // One saturating conversion to [−128, 127] (ties to even, NaN → 0), then −128 → −127.
+    int r;
+    asm("cvt.rni.sat.s8.f32 %0, %1;" : "=r"(r) : "f"(v));
+    return max(r, -127);
+#else
     if (isnan(v)) return 0;
     return (int)rintf(fminf(fmaxf(v, -q), q));
+#endif
 }
 
 // Applies delay/phase/gain/dither to X for channel c and returns the packed value (two
 // bytes re, im for 8-bit; one byte, re in the high nibble, for 4-bit).
-__device__ __forceinline__ unsigned int finish(float2 x, int c, float2 d, float2 g,
-                                               unsigned long long key, int dither,
+// cg = c·0x9e3779b97f4a7c15 (the channel's dither salt, hoisted by the caller).
+__device__ __forceinline__ unsigned int finish(float2 x, int c, unsigned long long cg, float2 d,
+                                               float2 g, unsigned long long key, int dither,
                                                unsigned int& sat) {
     float sn, cs;
-    sincospif(fmaf(d.x, (float)(c - N / 2), d.y), &sn, &cs);
+    const float th = fmaf(d.x, (float)(c - N / 2), d.y);  // angle / π
+#if POST_FAST_SINCOS
+    __sincosf(3.14159265358979f * (th - 2.0f * rintf(0.5f * th)), &sn, &cs);
+#else
+    sincospif(th, &sn, &cs);
+#endif
     float2 v = cmul(x, cmul(make_float2(cs, sn), g));
     if (dither) {
-        const unsigned long long r = mix64(key ^ ((unsigned long long)c * 0x9e3779b97f4a7c15ULL));
+        const unsigned long long r = mix64(key ^ cg);
         v.x = __fadd_rn(v.x, u32_to_dither((unsigned int)r));
         v.y = __fadd_rn(v.y, u32_to_dither((unsigned int)(r >> 32)));
     }
@@ -115,6 +137,8 @@ extern "C" __global__ void postproc(const float2* __restrict__ fft, unsigned cha
         }
         const int ka = k % L, kb = (N - k) % L;
         const int cb = N - k;  // mirrored channel (only for 0 < k < N/2)
+        const unsigned long long cga = (unsigned long long)k * 0x9e3779b97f4a7c15ULL;
+        const unsigned long long cgb = (unsigned long long)cb * 0x9e3779b97f4a7c15ULL;
         const bool mirror = k > 0 && k < N / 2;
 #pragma unroll
         for (int j = 0; j < TILE / ROWS; j++) {
@@ -140,7 +164,8 @@ extern "C" __global__ void postproc(const float2* __restrict__ fft, unsigned cha
                 const float2 xa = make_float2(e.x + to.x, e.y + to.y);
                 const float2 d = delay[(long long)s * 2 + p];
                 const unsigned long long key = keys[(long long)s * 2 + p];
-                const unsigned int va = finish(xa, k, d, gains[p * N + k], key, dither, sat_p[p]);
+                const unsigned int va =
+                    finish(xa, k, cga, d, gains[p * N + k], key, dither, sat_p[p]);
 #if FOUR_BIT
                 wa |= va << (8 * p);
 #else
@@ -149,7 +174,7 @@ extern "C" __global__ void postproc(const float2* __restrict__ fft, unsigned cha
                 if (mirror) {
                     const float2 xb = make_float2(e.x - to.x, -(e.y - to.y));
                     const unsigned int vb =
-                        finish(xb, cb, d, gains[p * N + cb], key, dither, sat_p[p]);
+                        finish(xb, cb, cgb, d, gains[p * N + cb], key, dither, sat_p[p]);
 #if FOUR_BIT
                     wb |= vb << (8 * p);
 #else
@@ -162,21 +187,25 @@ extern "C" __global__ void postproc(const float2* __restrict__ fft, unsigned cha
         }
     }
     __syncthreads();
-    for (int i = ty; i < TILE; i += ROWS) {
-        const int c = kt + i;
-        const int s = st + tx;
-        if (s < spectra && c <= N / 2) {
-            const long long abs_s = out_first + s;
-            const long long heap = abs_s / sph, si = abs_s % sph;
+    // Thread (tx, ty) writes spectrum st + tx of channels kt + ty + j·ROWS (and mirrors).
+    const int s = st + tx;
+    if (s < spectra) {
+        const long long abs_s = out_first + s;
+        const long long heap = abs_s / sph;
+        const long long row0 = heap * N * sph + (abs_s - heap * sph);  // (heap, channel 0, si)
 #if FOUR_BIT
-            unsigned short* o = reinterpret_cast<unsigned short*>(out);
-            o[(heap * N + c) * sph + si] = (unsigned short)lo_t[i][tx];
-            if (c > 0 && c < N / 2) o[(heap * N + (N - c)) * sph + si] = (unsigned short)hi_t[i][tx];
+        unsigned short* o = reinterpret_cast<unsigned short*>(out) + row0;
 #else
-            unsigned int* o = reinterpret_cast<unsigned int*>(out);
-            o[(heap * N + c) * sph + si] = lo_t[i][tx];
-            if (c > 0 && c < N / 2) o[(heap * N + (N - c)) * sph + si] = hi_t[i][tx];
+        unsigned int* o = reinterpret_cast<unsigned int*>(out) + row0;
 #endif
+#pragma unroll
+        for (int j = 0; j < TILE / ROWS; j++) {
+            const int i = ty + j * ROWS;
+            const int c = kt + i;
+            if (c <= N / 2) {
+                o[(long long)c * sph] = lo_t[i][tx];
+                if (c > 0 && c < N / 2) o[(long long)(N - c) * sph] = hi_t[i][tx];
+            }
         }
     }
 #pragma unroll

@@ -6,6 +6,12 @@
 //! The results match [`super::CpuBackend`] to float rounding: the dither hash and the
 //! quantisation are the same; values that land within float rounding of a rounding
 //! boundary may differ by one LSB.
+//!
+//! The backend runs on a stream of its own (not the legacy default stream), which puts its
+//! context in cudarc's multi-stream mode: every device buffer tracks its last reader and
+//! writer with events. [`super::GpuPipeline`] builds on that to overlap host→device copies,
+//! compute and device→host copies on three streams; [`FBackend::process`] here stays a
+//! synchronous copy-compute-copy per block (what the engine's `Channelizer` needs today).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,7 +23,6 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, HostSlice, LaunchConfig,
     PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
 };
-#[cfg(test)]
 use num_complex::Complex32;
 
 use super::backend::{validate_block, FBackend};
@@ -31,9 +36,6 @@ pub const PFB_FIR_SRC: &str = include_str!("../../kernels/pfb_fir.cu");
 /// Post-processing kernel source.
 pub const POSTPROC_SRC: &str = include_str!("../../kernels/postproc.cu");
 
-const FIR_THREADS: u32 = 128;
-/// Spectra per FIR thread run (the TAPS − 1 rows before each run are read twice).
-const FIR_RUN: usize = 128;
 const POST_TILE: usize = 32;
 /// Bytes after each pol's input in the device buffer (the decoder reads 8 bytes ahead).
 const IN_PAD: usize = 16;
@@ -102,6 +104,38 @@ fn ensure<T: DeviceRepr + ValidAsZeroBits>(
     Ok(())
 }
 
+/// Launch parameters of the kernels (the defaults are what [`GpuBackend`] uses; `gpucbf
+/// bench fgpu` sweeps them).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tuning {
+    /// Threads per FIR block (a multiple of 32).
+    pub fir_threads: u32,
+    /// Spectra per FIR thread run (the TAPS − 1 rows before each run are read twice).
+    pub fir_run: usize,
+    /// Thread rows of the 32 × 32 post-processing tile (4, 8, 16 or 32).
+    pub post_rows: u32,
+    /// Bench diagnostic: FIR without the digitiser statistics (results then lack them).
+    pub fir_stats: bool,
+    /// FIR decoder that steps whole words between rows (`FIR_FAST`; false: the general one).
+    pub fir_fast: bool,
+    /// Post-processing rotation by `__sincosf` after exact reduction (`POST_FAST_SINCOS`;
+    /// false: `sincospif`).
+    pub post_fast_sincos: bool,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            fir_threads: 128,
+            fir_run: 128,
+            post_rows: 4,
+            fir_stats: true,
+            fir_fast: true,
+            post_fast_sincos: true,
+        }
+    }
+}
+
 /// How one pol's input sits in the device input buffer.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Staged {
@@ -114,6 +148,150 @@ struct Staged {
     bytes: usize,
 }
 
+/// The device buffers of one block: staged input, per-block parameters, output and
+/// counters. [`GpuBackend`] computes on the one it holds; the pipeline
+/// ([`super::gpu_pipeline`]) keeps several and swaps each in for its compute.
+pub(crate) struct DeviceBlock {
+    pub(crate) input: CudaSlice<u8>,
+    /// Bytes from one pol's input to the next.
+    pub(crate) in_stride: usize,
+    staged: [Staged; 2],
+    pub(crate) out: CudaSlice<u8>,
+    pub(crate) gains: CudaSlice<f32>,
+    pub(crate) delay: CudaSlice<f32>,
+    pub(crate) keys: CudaSlice<u64>,
+    pub(crate) in_stats: CudaSlice<u64>,
+    pub(crate) sat: CudaSlice<u64>,
+}
+
+impl DeviceBlock {
+    /// Minimal buffers (grown on use) for `channels` output channels.
+    pub(crate) fn new(stream: &Arc<CudaStream>, channels: usize) -> Result<Self, FError> {
+        let zero = Staged {
+            in_bits: 0,
+            stat_bits: 16,
+            first: 0,
+            bytes: 0,
+        };
+        Ok(DeviceBlock {
+            input: stream.alloc_zeros(16).map_err(gerr)?,
+            in_stride: 0,
+            staged: [zero; 2],
+            out: stream.alloc_zeros(4).map_err(gerr)?,
+            gains: stream.alloc_zeros(4 * channels).map_err(gerr)?,
+            delay: stream.alloc_zeros(4).map_err(gerr)?,
+            keys: stream.alloc_zeros(2).map_err(gerr)?,
+            in_stats: stream.alloc_zeros(4).map_err(gerr)?,
+            sat: stream.alloc_zeros(2).map_err(gerr)?,
+        })
+    }
+
+    /// Sizes the input for packed `bits`-wide samples, `bytes` per pol with the window
+    /// starting at the first byte, and the other buffers for `spectra` spectra of `cfg`.
+    pub(crate) fn shape_packed(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        cfg: &FConfig,
+        bits: u32,
+        bytes: usize,
+        spectra: usize,
+    ) -> Result<(), FError> {
+        let stride = bytes.next_multiple_of(4) + IN_PAD;
+        ensure(stream, &mut self.input, 2 * stride)?;
+        self.in_stride = stride;
+        self.staged = [Staged {
+            in_bits: bits,
+            stat_bits: bits,
+            first: 0,
+            bytes,
+        }; 2];
+        ensure(stream, &mut self.out, cfg.output_len(spectra))?;
+        ensure(stream, &mut self.delay, 4 * spectra)?;
+        ensure(stream, &mut self.keys, 2 * spectra)?;
+        Ok(())
+    }
+}
+
+/// The per-spectrum and per-channel parameters of one block of spectra.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockParams<'a> {
+    /// Absolute index of the first spectrum (keys the dither).
+    pub first_spectrum: u64,
+    pub spectra: usize,
+    /// Per pol: fine delay and phase per spectrum (as in [`super::PolBlock`]).
+    pub fine_delay: [&'a [f64]; 2],
+    pub phase: [&'a [f64]; 2],
+    /// Per pol: complex gain per channel.
+    pub gains: [&'a [Complex32]; 2],
+}
+
+impl<'a> BlockParams<'a> {
+    pub fn of(block: &Block<'a>) -> Self {
+        let [a, b] = &block.pols;
+        BlockParams {
+            first_spectrum: block.first_spectrum,
+            spectra: block.spectra,
+            fine_delay: [a.fine_delay, b.fine_delay],
+            phase: [a.phase, b.phase],
+            gains: [a.gains, b.gains],
+        }
+    }
+
+    /// Checks the lengths against `cfg`.
+    pub fn validate(&self, cfg: &FConfig) -> Result<(), FError> {
+        for p in 0..2 {
+            for (what, len, want) in [
+                ("fine_delay", self.fine_delay[p].len(), self.spectra),
+                ("phase", self.phase[p].len(), self.spectra),
+                ("gains", self.gains[p].len(), cfg.channels),
+            ] {
+                if len < want {
+                    return Err(FError::BadLength {
+                        what,
+                        expected: want,
+                        got: len,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the parameters in the layout the post-processing kernel reads: `delay` per
+    /// (spectrum, pol) (−fine/(N·divisor), phase/π mod 2), dither `keys` per (spectrum,
+    /// pol), `gains` per (pol, channel) as (re, im). Lengths must have been validated.
+    pub(crate) fn fill(
+        &self,
+        cfg: &FConfig,
+        delay: &mut [f32],
+        keys: &mut [u64],
+        gains: &mut [f32],
+    ) {
+        let c = cfg.channels;
+        let n = cfg.pfb_channels() as f64 * cfg.internal_decimation();
+        let dither = cfg.dither == Dither::Uniform;
+        for s in 0..self.spectra {
+            for p in 0..2 {
+                let ph = (self.phase[p][s] / std::f64::consts::PI).rem_euclid(2.0);
+                delay[4 * s + 2 * p] = (-self.fine_delay[p][s] / n) as f32;
+                delay[4 * s + 2 * p + 1] = ph as f32;
+                let spectrum = self.first_spectrum.wrapping_add(s as u64);
+                keys[2 * s + p] = if dither {
+                    dither_key(cfg.dither_seed, cfg.feng_id, p, spectrum)
+                } else {
+                    0
+                };
+            }
+        }
+        for p in 0..2 {
+            for (i, g) in self.gains[p][..c].iter().enumerate() {
+                gains[2 * (p * c + i)] = g.re;
+                gains[2 * (p * c + i) + 1] = g.im;
+            }
+        }
+    }
+}
+
 /// GPU F-engine backend (wideband; narrowband is refused at construction).
 pub struct GpuBackend {
     cfg: FConfig,
@@ -121,21 +299,14 @@ pub struct GpuBackend {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     arch: &'static str,
-    fir_fns: HashMap<u32, CudaFunction>,
-    post_fn: CudaFunction,
+    tuning: Tuning,
+    fir_fns: HashMap<(u32, bool, bool), CudaFunction>,
+    post_fns: HashMap<(u32, bool), CudaFunction>,
     plans: HashMap<usize, CudaFft>,
     weights: CudaSlice<f32>,
-    input: CudaSlice<u8>,
-    in_stride: usize,
     fir_out: CudaSlice<float2>,
     fft_out: CudaSlice<float2>,
-    out: CudaSlice<u8>,
-    gains: CudaSlice<f32>,
-    delay: CudaSlice<f32>,
-    keys: CudaSlice<u64>,
-    in_stats: CudaSlice<u64>,
-    sat: CudaSlice<u64>,
-    staged: [Staged; 2],
+    blk: DeviceBlock,
     h_gains: Vec<f32>,
     h_delay: Vec<f32>,
     h_keys: Vec<u64>,
@@ -180,52 +351,85 @@ impl GpuBackend {
             attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
         )?;
-        let ptx = crate::gpu::compile_ptx(
-            "postproc.cu",
-            POSTPROC_SRC,
-            &postproc_defines(&cfg, unzip),
-            arch,
-        )
-        .map_err(FError::Gpu)?;
-        let post_fn = ctx
-            .load_module(ptx)
-            .map_err(gerr)?
-            .load_function("postproc")
-            .map_err(gerr)?;
-        let stream = ctx.default_stream();
+        // A stream of our own (not the legacy default stream, which would serialise with
+        // the pipeline's copy streams). Creating it first puts the context in multi-stream
+        // mode, so every buffer below tracks its last reader and writer with events and
+        // uses on other streams wait for them.
+        let stream = ctx.new_stream().map_err(gerr)?;
         let w = pfb_weights(cfg.pfb_step(), cfg.taps, cfg.w_cutoff, cfg.window)?;
         let weights = stream.clone_htod(&w).map_err(gerr)?;
-        let zero = Staged {
-            in_bits: 0,
-            stat_bits: 16,
-            first: 0,
-            bytes: 0,
-        };
-        Ok(GpuBackend {
+        let mut be = GpuBackend {
             unzip,
             arch,
+            tuning: Tuning::default(),
             fir_fns: HashMap::new(),
-            post_fn,
+            post_fns: HashMap::new(),
             plans: HashMap::new(),
             weights,
-            input: stream.alloc_zeros(16).map_err(gerr)?,
-            in_stride: 0,
             fir_out: stream.alloc_zeros(1).map_err(gerr)?,
             fft_out: stream.alloc_zeros(1).map_err(gerr)?,
-            out: stream.alloc_zeros(4).map_err(gerr)?,
-            gains: stream.alloc_zeros(4 * cfg.channels).map_err(gerr)?,
-            delay: stream.alloc_zeros(4).map_err(gerr)?,
-            keys: stream.alloc_zeros(2).map_err(gerr)?,
-            in_stats: stream.alloc_zeros(4).map_err(gerr)?,
-            sat: stream.alloc_zeros(2).map_err(gerr)?,
-            staged: [zero; 2],
+            blk: DeviceBlock::new(&stream, cfg.channels)?,
             h_gains: vec![0.0; 4 * cfg.channels],
             h_delay: vec![],
             h_keys: vec![],
             cfg,
             ctx,
             stream,
-        })
+        };
+        be.post_fn()?;
+        Ok(be)
+    }
+
+    /// The launch parameters in use.
+    pub fn tuning(&self) -> Tuning {
+        self.tuning
+    }
+
+    /// Changes the launch parameters (kernels are compiled on first use).
+    pub fn set_tuning(&mut self, t: Tuning) -> Result<(), FError> {
+        if t.fir_threads == 0 || !t.fir_threads.is_multiple_of(32) || t.fir_threads > 1024 {
+            return Err(FError::BadParameter {
+                what: "fir_threads",
+                why: format!("{} must be a multiple of 32 up to 1024", t.fir_threads),
+            });
+        }
+        if ![4, 8, 16, 32].contains(&t.post_rows) || t.fir_run == 0 {
+            return Err(FError::BadParameter {
+                what: "post_rows",
+                why: format!(
+                    "{} must be 4, 8, 16 or 32 (fir_run {} must be positive)",
+                    t.post_rows, t.fir_run
+                ),
+            });
+        }
+        self.tuning = t;
+        self.post_fn()?;
+        Ok(())
+    }
+
+    /// Exchanges the device block the kernels work on with `b`.
+    pub(crate) fn swap_block(&mut self, b: &mut DeviceBlock) {
+        std::mem::swap(&mut self.blk, b);
+    }
+
+    fn post_fn(&mut self) -> Result<CudaFunction, FError> {
+        let key = (self.tuning.post_rows, self.tuning.post_fast_sincos);
+        if let Some(f) = self.post_fns.get(&key) {
+            return Ok(f.clone());
+        }
+        let mut defines = postproc_defines(&self.cfg, self.unzip);
+        defines.push(("ROWS", key.0.to_string()));
+        defines.push(("POST_FAST_SINCOS", u32::from(key.1).to_string()));
+        let ptx = crate::gpu::compile_ptx("postproc.cu", POSTPROC_SRC, &defines, self.arch)
+            .map_err(FError::Gpu)?;
+        let f = self
+            .ctx
+            .load_module(ptx)
+            .map_err(gerr)?
+            .load_function("postproc")
+            .map_err(gerr)?;
+        self.post_fns.insert(key, f.clone());
+        Ok(f)
     }
 
     pub fn unzip(&self) -> usize {
@@ -241,10 +445,13 @@ impl GpuBackend {
     }
 
     fn fir_fn(&mut self, in_bits: u32) -> Result<CudaFunction, FError> {
-        if let Some(f) = self.fir_fns.get(&in_bits) {
+        let key = (in_bits, self.tuning.fir_stats, self.tuning.fir_fast);
+        if let Some(f) = self.fir_fns.get(&key) {
             return Ok(f.clone());
         }
-        let defines = fir_defines(&self.cfg, self.unzip, in_bits);
+        let mut defines = fir_defines(&self.cfg, self.unzip, in_bits);
+        defines.push(("FIR_STATS", u32::from(key.1).to_string()));
+        defines.push(("FIR_FAST", u32::from(key.2).to_string()));
         let ptx = crate::gpu::compile_ptx("pfb_fir.cu", PFB_FIR_SRC, &defines, self.arch)
             .map_err(FError::Gpu)?;
         let f = self
@@ -253,14 +460,14 @@ impl GpuBackend {
             .map_err(gerr)?
             .load_function("pfb_fir")
             .map_err(gerr)?;
-        self.fir_fns.insert(in_bits, f.clone());
+        self.fir_fns.insert(key, f.clone());
         Ok(f)
     }
 
     /// Copies each pol's needed input (from the byte holding its first sample) to the device.
     fn stage_input(&mut self, block: &Block) -> Result<(), FError> {
         let needed = self.cfg.input_samples_needed(block.spectra);
-        let mut parts: [(&[u8], Staged); 2] = [(&[], self.staged[0]); 2];
+        let mut parts: [(&[u8], Staged); 2] = [(&[], self.blk.staged[0]); 2];
         for (p, pol) in block.pols.iter().enumerate() {
             parts[p] = match pol.samples {
                 Samples::Packed { data, bits, .. } => {
@@ -301,54 +508,40 @@ impl GpuBackend {
             };
         }
         let stride = parts[0].1.bytes.max(parts[1].1.bytes).next_multiple_of(4) + IN_PAD;
-        ensure(&self.stream, &mut self.input, 2 * stride)?;
-        self.in_stride = stride;
+        ensure(&self.stream, &mut self.blk.input, 2 * stride)?;
+        self.blk.in_stride = stride;
         for (p, (d, s)) in parts.iter().enumerate() {
-            let mut dst = self.input.slice_mut(p * stride..p * stride + d.len());
+            let mut dst = self.blk.input.slice_mut(p * stride..p * stride + d.len());
             self.stream.memcpy_htod(*d, &mut dst).map_err(gerr)?;
-            self.staged[p] = *s;
+            self.blk.staged[p] = *s;
         }
         Ok(())
     }
 
     /// Uploads gains, per-spectrum delay/phase and dither keys.
     fn stage_params(&mut self, block: &Block) -> Result<(), FError> {
-        let (m, c) = (block.spectra, self.cfg.channels);
-        let n = self.cfg.pfb_channels() as f64 * self.cfg.internal_decimation();
-        let dither = self.cfg.dither == Dither::Uniform;
-        self.h_delay.clear();
-        self.h_keys.clear();
-        for s in 0..m {
-            for (p, pol) in block.pols.iter().enumerate() {
-                let ph = (pol.phase[s] / std::f64::consts::PI).rem_euclid(2.0);
-                self.h_delay
-                    .extend([(-pol.fine_delay[s] / n) as f32, ph as f32]);
-                let spectrum = block.first_spectrum.wrapping_add(s as u64);
-                self.h_keys.push(if dither {
-                    dither_key(self.cfg.dither_seed, self.cfg.feng_id, p, spectrum)
-                } else {
-                    0
-                });
-            }
-        }
-        for (p, pol) in block.pols.iter().enumerate() {
-            for (i, g) in pol.gains.iter().enumerate() {
-                self.h_gains[2 * (p * c + i)] = g.re;
-                self.h_gains[2 * (p * c + i) + 1] = g.im;
-            }
-        }
-        ensure(&self.stream, &mut self.delay, self.h_delay.len())?;
-        ensure(&self.stream, &mut self.keys, self.h_keys.len())?;
-        let mut d = self.delay.slice_mut(..self.h_delay.len());
+        let m = block.spectra;
+        self.h_delay.resize(4 * m, 0.0);
+        self.h_keys.resize(2 * m, 0);
+        BlockParams::of(block).fill(
+            &self.cfg,
+            &mut self.h_delay,
+            &mut self.h_keys,
+            &mut self.h_gains,
+        );
+        let b = &mut self.blk;
+        ensure(&self.stream, &mut b.delay, self.h_delay.len())?;
+        ensure(&self.stream, &mut b.keys, self.h_keys.len())?;
+        let mut d = b.delay.slice_mut(..self.h_delay.len());
         self.stream
             .memcpy_htod(&self.h_delay, &mut d)
             .map_err(gerr)?;
-        let mut k = self.keys.slice_mut(..self.h_keys.len());
+        let mut k = b.keys.slice_mut(..self.h_keys.len());
         self.stream
             .memcpy_htod(&self.h_keys, &mut k)
             .map_err(gerr)?;
         self.stream
-            .memcpy_htod(&self.h_gains, &mut self.gains)
+            .memcpy_htod(&self.h_gains, &mut b.gains)
             .map_err(gerr)?;
         Ok(())
     }
@@ -366,8 +559,10 @@ impl GpuBackend {
         }
         ensure(&self.stream, &mut self.fir_out, m * 2 * n)?;
         ensure(&self.stream, &mut self.fft_out, m * 2 * n)?;
-        self.stream.memset_zeros(&mut self.in_stats).map_err(gerr)?;
-        self.stream.memset_zeros(&mut self.sat).map_err(gerr)?;
+        self.stream
+            .memset_zeros(&mut self.blk.in_stats)
+            .map_err(gerr)?;
+        self.stream.memset_zeros(&mut self.blk.sat).map_err(gerr)?;
         self.launch_fir(m)?;
         self.launch_fft(m)?;
         self.launch_post(m, out_first)
@@ -377,7 +572,8 @@ impl GpuBackend {
     pub(crate) fn launch_fir(&mut self, m: usize) -> Result<(), FError> {
         let n = self.cfg.pfb_channels();
         // FIR: one launch for both pols when they share a format, else one each.
-        let st = self.staged;
+        let st = self.blk.staged;
+        let (threads, run) = (self.tuning.fir_threads, self.tuning.fir_run);
         let groups: &[(usize, u32)] =
             if st[0].in_bits == st[1].in_bits && st[0].stat_bits == st[1].stat_bits {
                 &[(0, 2)]
@@ -388,18 +584,18 @@ impl GpuBackend {
             let f = self.fir_fn(st[pol0].in_bits)?;
             let cfg = LaunchConfig {
                 grid_dim: (
-                    n.div_ceil(FIR_THREADS as usize) as u32,
-                    m.div_ceil(FIR_RUN) as u32,
+                    n.div_ceil(threads as usize) as u32,
+                    m.div_ceil(run) as u32,
                     npol,
                 ),
-                block_dim: (FIR_THREADS, 1, 1),
+                block_dim: (threads, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let stride = self.in_stride as i64;
+            let stride = self.blk.in_stride as i64;
             let (pol0_i, f0, f1) = (pol0 as i32, st[0].first as i32, st[1].first as i32);
-            let (mi, run, sb) = (m as i32, FIR_RUN as i32, st[pol0].stat_bits as i32);
+            let (mi, run, sb) = (m as i32, run as i32, st[pol0].stat_bits as i32);
             let mut b = self.stream.launch_builder(&f);
-            b.arg(&self.input)
+            b.arg(&self.blk.input)
                 .arg(&stride)
                 .arg(&pol0_i)
                 .arg(&f0)
@@ -409,7 +605,7 @@ impl GpuBackend {
                 .arg(&mi)
                 .arg(&run)
                 .arg(&sb)
-                .arg(&mut self.in_stats);
+                .arg(&mut self.blk.in_stats);
             // SAFETY: argument types and order match `pfb_fir`; each pol's staged input holds
             // first + (m + taps − 1)·2N samples plus IN_PAD bytes, the weights hold taps·2N
             // floats and fir_out holds m·2N complex values.
@@ -455,22 +651,24 @@ impl GpuBackend {
                 m.div_ceil(POST_TILE) as u32,
                 1,
             ),
-            block_dim: (POST_TILE as u32, 8, 1),
+            block_dim: (POST_TILE as u32, self.tuning.post_rows, 1),
             shared_mem_bytes: 0,
         };
         let (mi, of, sph) = (m as i32, out_first as i64, self.cfg.spectra_per_heap as i32);
         let dither = i32::from(self.cfg.dither == Dither::Uniform);
-        let mut b = self.stream.launch_builder(&self.post_fn);
+        let f = self.post_fn()?;
+        let blk = &mut self.blk;
+        let mut b = self.stream.launch_builder(&f);
         b.arg(&self.fft_out)
-            .arg(&mut self.out)
-            .arg(&self.gains)
-            .arg(&self.delay)
-            .arg(&self.keys)
+            .arg(&mut blk.out)
+            .arg(&blk.gains)
+            .arg(&blk.delay)
+            .arg(&blk.keys)
             .arg(&mi)
             .arg(&of)
             .arg(&sph)
             .arg(&dither)
-            .arg(&mut self.sat);
+            .arg(&mut blk.sat);
         // SAFETY: argument types and order match `postproc`; fft_out holds m·2N values, the
         // device output covers spectra out_first..out_first + m (ensured by the caller),
         // gains hold 2·C, delay and keys 2·m entries.
@@ -483,15 +681,17 @@ impl GpuBackend {
         let mut st = [0u64; 4];
         let mut sat = [0u64; 2];
         self.stream
-            .memcpy_dtoh(&self.in_stats, &mut st)
+            .memcpy_dtoh(&self.blk.in_stats, &mut st)
             .map_err(gerr)?;
-        self.stream.memcpy_dtoh(&self.sat, &mut sat).map_err(gerr)?;
+        self.stream
+            .memcpy_dtoh(&self.blk.sat, &mut sat)
+            .map_err(gerr)?;
         let samples = (m * self.cfg.pfb_step()) as u64;
         let input = [0, 1].map(|p| InputStats {
             sum_sq: st[p],
             samples,
             clipped: st[2 + p],
-            bits: self.staged[p].stat_bits,
+            bits: self.blk.staged[p].stat_bits,
         });
         Ok(BlockStats {
             saturated: sat,
@@ -515,15 +715,15 @@ impl GpuBackend {
     pub(crate) fn upload_pinned(&mut self, src: [&PinnedHostSlice<u8>; 2]) -> Result<(), FError> {
         for (p, h) in src.iter().enumerate() {
             let len = HostSlice::len(*h);
-            if len > self.staged[p].bytes {
+            if len > self.blk.staged[p].bytes {
                 return Err(FError::BadLength {
                     what: "pinned input",
-                    expected: self.staged[p].bytes,
+                    expected: self.blk.staged[p].bytes,
                     got: len,
                 });
             }
-            let o = p * self.in_stride;
-            let mut dst = self.input.slice_mut(o..o + len);
+            let o = p * self.blk.in_stride;
+            let mut dst = self.blk.input.slice_mut(o..o + len);
             self.stream.memcpy_htod(*h, &mut dst).map_err(gerr)?;
         }
         Ok(())
@@ -531,9 +731,9 @@ impl GpuBackend {
 
     /// Bench: copies the device output to a pinned host buffer (queued, not synchronised).
     pub(crate) fn download_pinned(&self, dst: &mut PinnedHostSlice<u8>) -> Result<(), FError> {
-        let len = HostSlice::len(dst).min(self.out.len());
+        let len = HostSlice::len(dst).min(self.blk.out.len());
         self.stream
-            .memcpy_dtoh(&self.out.slice(..len), dst)
+            .memcpy_dtoh(&self.blk.out.slice(..len), dst)
             .map_err(gerr)
     }
 }
@@ -548,15 +748,15 @@ impl FBackend for GpuBackend {
         let m = block.spectra;
         self.stage_input(block)?;
         self.stage_params(block)?;
-        ensure(&self.stream, &mut self.out, out.len())?;
+        ensure(&self.stream, &mut self.blk.out, out.len())?;
         if block.out_first != 0 || m != n_out {
             // Only part of `out` is written: keep the rest as the caller had it.
-            let mut d = self.out.slice_mut(..out.len());
+            let mut d = self.blk.out.slice_mut(..out.len());
             self.stream.memcpy_htod(&*out, &mut d).map_err(gerr)?;
         }
         self.compute(m, block.out_first)?;
         self.stream
-            .memcpy_dtoh(&self.out.slice(..out.len()), out)
+            .memcpy_dtoh(&self.blk.out.slice(..out.len()), out)
             .map_err(gerr)?;
         self.read_stats(m)
     }

@@ -1,13 +1,16 @@
-//! `gpucbf bench fgpu`: wideband GPU F-engine throughput (data resident on the GPU and
-//! end-to-end from pinned host memory) next to the device-copy and pinned host↔device
-//! bandwidths measured in the same run.
+//! `gpucbf bench fgpu`: wideband GPU F-engine throughput with data resident on the GPU
+//! (each kernel against its own bytes at the measured device copy bandwidth) and end to end
+//! from pinned host memory through the three-stream [`GpuPipeline`] (against the measured
+//! pinned host→device bandwidth), next to the single-stream copy-compute-copy figure.
 
 use std::sync::Arc;
 
+use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
 use cudarc::driver::{CudaSlice, CudaStream, PinnedHostSlice};
 
-use super::gpu::GpuBackend;
-use super::{Block, FBackend, FConfig, FError, PolBlock, Samples};
+use super::gpu::{BlockParams, GpuBackend, Tuning};
+use super::gpu_pipeline::{GpuPipeline, PipelineShape};
+use super::{Block, Dither, FBackend, FConfig, FError, PolBlock, Samples};
 use crate::bitpack;
 use num_complex::Complex32;
 
@@ -18,9 +21,19 @@ fn gerr<E: std::fmt::Debug>(e: E) -> FError {
 /// Input sample width and taps of the benchmark (MeerKAT digitiser, katgpucbf default).
 const IN_BITS: u32 = 10;
 const TAPS: usize = 16;
-/// Real input samples per pol per block (≈ 2^26).
+/// Real input samples per pol per resident block (2^26).
 const SAMPLES_PER_POL: usize = 1 << 26;
+/// Real input samples per pol per pipeline chunk (about 2^23).
+const CHUNK_SAMPLES: usize = 1 << 23;
+const PIPE_SLOTS: usize = 4;
+const PIPE_CHUNKS: usize = 32;
 const REPS: usize = 20;
+/// Bytes each stage moves per real input sample: FIR reads the packed input and writes one
+/// complex f32 per 2 samples; the FFT reads and writes that; the post-processing reads it and
+/// writes one byte per sample (8-bit re/im per channel and pol).
+const FIR_B: f64 = IN_BITS as f64 / 8.0 + 4.0;
+const FFT_B: f64 = 8.0;
+const POST_B: f64 = 4.0 + 1.0;
 
 /// Seconds per call of `f` over `reps` calls, timed with CUDA events on `stream`.
 fn time_gpu(
@@ -51,44 +64,81 @@ fn pinned_from(stream: &Arc<CudaStream>, data: &[u8]) -> Result<PinnedHostSlice<
     Ok(p)
 }
 
-/// Device-to-device copy bandwidth (bytes read + written per second) and pinned
-/// host→device / device→host bandwidths.
-fn bandwidths(stream: &Arc<CudaStream>) -> Result<(f64, f64, f64), FError> {
+/// Measured bandwidths, bytes per second.
+#[derive(Debug, Clone, Copy, Default)]
+struct Bandwidths {
+    /// Device-to-device copy (bytes read + written).
+    copy: f64,
+    h2d: f64,
+    d2h: f64,
+    /// Host→device while a device→host copy of 0.8× its size runs on another stream.
+    h2d_duplex: f64,
+}
+
+fn bandwidths(stream: &Arc<CudaStream>) -> Result<Bandwidths, FError> {
     let len = 1usize << 30;
     let a: CudaSlice<u8> = stream.alloc_zeros(len).map_err(gerr)?;
     let mut b: CudaSlice<u8> = stream.alloc_zeros(len).map_err(gerr)?;
     let t = time_gpu(stream, 10, || stream.memcpy_dtod(&a, &mut b).map_err(gerr))?;
     let copy = 2.0 * len as f64 / t;
     drop(b);
+    drop(a);
     let hlen = 1usize << 28;
-    let mut h = pinned_from(stream, &vec![1u8; hlen])?;
+    let h = pinned_from(stream, &vec![1u8; hlen])?;
     let mut dev: CudaSlice<u8> = stream.alloc_zeros(hlen).map_err(gerr)?;
     let t = time_gpu(stream, 10, || {
         stream.memcpy_htod(&h, &mut dev).map_err(gerr)
     })?;
     let h2d = hlen as f64 / t;
+    // Output buffers the host reads are plain pinned memory.
+    let mut hout =
+        unsafe { stream.context().alloc_pinned_with_flags::<u8>(hlen, 0) }.map_err(gerr)?;
     let t = time_gpu(stream, 10, || {
-        stream.memcpy_dtoh(&dev, &mut h).map_err(gerr)
+        stream.memcpy_dtoh(&dev, &mut hout).map_err(gerr)
     })?;
     let d2h = hlen as f64 / t;
-    Ok((copy, h2d, d2h))
+    // Both directions at once (the pipeline's steady state: 1.25 B in, 1 B out per sample).
+    let other = stream.context().new_stream().map_err(gerr)?;
+    let olen = hlen / 5 * 4;
+    let odev: CudaSlice<u8> = other.alloc_zeros(olen).map_err(gerr)?;
+    let mut ohost =
+        unsafe { stream.context().alloc_pinned_with_flags::<u8>(olen, 0) }.map_err(gerr)?;
+    other.synchronize().map_err(gerr)?;
+    let t = time_gpu(stream, 10, || {
+        other.join(stream).map_err(gerr)?;
+        other
+            .memcpy_dtoh(&odev.slice(..olen), &mut ohost)
+            .map_err(gerr)?;
+        stream.memcpy_htod(&h, &mut dev).map_err(gerr)?;
+        stream.join(&other).map_err(gerr)
+    })?;
+    let h2d_duplex = hlen as f64 / t;
+    Ok(Bandwidths {
+        copy,
+        h2d,
+        d2h,
+        h2d_duplex,
+    })
 }
 
-/// Runs the benchmark and prints one line per (channels, unzip).
-pub fn bench_gpu() -> Result<(), FError> {
-    if !crate::gpu::gpu_available() {
-        return Err(FError::Gpu("bench fgpu needs a CUDA device".into()));
-    }
-    let mut first = true;
-    let mut bw = (0.0, 0.0, 0.0);
-    for channels in [1024usize, 4096, 32768] {
+struct Bench {
+    cfg: FConfig,
+    m: usize,
+    packed: Vec<Vec<u8>>,
+    fine: Vec<f64>,
+    phase: Vec<f64>,
+    gains: Vec<Complex32>,
+}
+
+impl Bench {
+    fn new(channels: usize) -> Bench {
         let step = 2 * channels;
         let m = SAMPLES_PER_POL / step;
         let sph = 256.min(m);
         let mut cfg = FConfig::wideband(channels, sph);
         cfg.taps = TAPS;
         let needed = cfg.input_samples_needed(m);
-        let packed: Vec<Vec<u8>> = (0..2u64)
+        let packed = (0..2u64)
             .map(|p| {
                 let s = noise(needed, 0x1234_5678 + p);
                 let mut b = vec![0u8; bitpack::packed_len(needed, IN_BITS)];
@@ -96,95 +146,290 @@ pub fn bench_gpu() -> Result<(), FError> {
                 b
             })
             .collect();
-        let fine = vec![0.1; m];
-        let phase = vec![0.3; m];
-        let gains = vec![Complex32::new(0.02, 0.0); channels];
+        Bench {
+            cfg,
+            m,
+            packed,
+            fine: vec![0.1; m],
+            phase: vec![0.3; m],
+            gains: vec![Complex32::new(0.02, 0.0); channels],
+        }
+    }
+
+    fn block(&self) -> Block<'_> {
         let pol = |p: usize| PolBlock {
             samples: Samples::Packed {
-                data: &packed[p],
+                data: &self.packed[p],
                 bits: IN_BITS,
-                len: needed,
+                len: self.cfg.input_samples_needed(self.m),
             },
             timestamp: 0,
             offset: 0,
-            fine_delay: &fine,
-            phase: &phase,
-            gains: &gains,
+            fine_delay: &self.fine,
+            phase: &self.phase,
+            gains: &self.gains,
         };
-        let block = Block {
-            spectra: m,
+        Block {
+            spectra: self.m,
             first_spectrum: 0,
             out_first: 0,
             pols: [pol(0), pol(1)],
+        }
+    }
+
+    /// Real input samples (both pols) of one resident block.
+    fn samples(&self) -> f64 {
+        (2 * self.m * self.cfg.pfb_step()) as f64
+    }
+}
+
+/// Per-stage seconds of one resident block with the backend's current tuning.
+fn stage_times(be: &mut GpuBackend, m: usize) -> Result<[f64; 3], FError> {
+    let stream = be.stream().clone();
+    Ok([
+        time_gpu(&stream, REPS, || be.launch_fir(m))?,
+        time_gpu(&stream, REPS, || be.launch_fft(m))?,
+        time_gpu(&stream, REPS, || be.launch_post(m, 0))?,
+    ])
+}
+
+/// End to end through the pipeline: samples per second (both pols) over PIPE_CHUNKS chunks
+/// after a warm-up, from the first upload's start to the last download's end.
+fn pipeline_rate(b: &Bench, unzip: usize) -> Result<f64, FError> {
+    let step = b.cfg.pfb_step();
+    let c = (CHUNK_SAMPLES / step)
+        .max(TAPS)
+        .next_multiple_of(b.cfg.spectra_per_heap);
+    let shape = PipelineShape {
+        chunk_spectra: c,
+        bits: IN_BITS,
+        slots: PIPE_SLOTS,
+    };
+    let mut pipe = GpuPipeline::new(b.cfg.clone(), unzip, shape)?;
+    let cb = pipe.chunk_bytes();
+    let stream = pipe.backend().stream().clone();
+    // Two pinned chunks per pol, alternated (the contents do not matter for timing).
+    let hosts: Vec<[PinnedHostSlice<u8>; 2]> = (0..2)
+        .map(|i| -> Result<_, FError> {
+            let o = i * cb;
+            Ok([
+                pinned_from(&stream, &b.packed[0][o..o + cb])?,
+                pinned_from(&stream, &b.packed[1][o..o + cb])?,
+            ])
+        })
+        .collect::<Result<_, _>>()?;
+    let fine = vec![0.1; c];
+    let phase = vec![0.3; c];
+    let push = |pipe: &mut GpuPipeline, k: usize| -> Result<(), FError> {
+        let h = &hosts[k % 2];
+        let params = BlockParams {
+            first_spectrum: (k * c) as u64,
+            spectra: c,
+            fine_delay: [&fine, &fine],
+            phase: [&phase, &phase],
+            gains: [&b.gains, &b.gains],
         };
-        let mut out = vec![0u8; cfg.output_len(m)];
+        pipe.push([&h[0], &h[1]], &params).map(|_| ())
+    };
+    for k in 0..PIPE_SLOTS + 1 {
+        push(&mut pipe, k)?;
+    }
+    pipe.synchronize()?;
+    let [h2d, _, d2h] = pipe.streams();
+    let (h2d, d2h) = (h2d.clone(), d2h.clone());
+    let start = h2d.record_event(Some(CU_EVENT_DEFAULT)).map_err(gerr)?;
+    for k in PIPE_SLOTS + 1..PIPE_SLOTS + 1 + PIPE_CHUNKS {
+        push(&mut pipe, k)?;
+    }
+    let end = d2h.record_event(Some(CU_EVENT_DEFAULT)).map_err(gerr)?;
+    end.synchronize().map_err(gerr)?;
+    let secs = start.elapsed_ms(&end).map_err(gerr)? as f64 * 1e-3;
+    // PIPE_CHUNKS chunks were computed and downloaded within the window.
+    Ok((PIPE_CHUNKS * 2 * c * step) as f64 / secs)
+}
+
+fn pct(x: f64, bound: f64) -> f64 {
+    100.0 * x / bound
+}
+
+/// Tuning sweep at one configuration: FIR block size and run length, post-processing tile
+/// rows, plus two diagnostics (FIR without statistics, post-processing without dither).
+fn sweep(b: &Bench, bw: &Bandwidths) -> Result<(), FError> {
+    let m = b.m;
+    let samples = b.samples();
+    let unzip = super::gpu::default_unzip(b.cfg.channels);
+    let mut be = GpuBackend::with_unzip(b.cfg.clone(), unzip)?;
+    let mut out = vec![0u8; b.cfg.output_len(m)];
+    be.process(&b.block(), &mut out)?;
+    let stream = be.stream().clone();
+    let gbs = |bytes: f64, t: f64| bytes * samples / t;
+    println!(
+        "  sweep at {} channels, unzip {unzip} (% of the {:.0} GB/s copy bandwidth):",
+        b.cfg.channels,
+        bw.copy / 1e9
+    );
+    let mut line = String::from("    FIR threads x run:");
+    for threads in [64u32, 128, 256] {
+        for run in [32usize, 64, 128, 256] {
+            be.set_tuning(Tuning {
+                fir_threads: threads,
+                fir_run: run,
+                ..Tuning::default()
+            })?;
+            let t = time_gpu(&stream, REPS, || be.launch_fir(m))?;
+            line += &format!(" {threads}x{run} {:.1}%", pct(gbs(FIR_B, t), bw.copy));
+        }
+    }
+    println!("{line}");
+    let mut line = String::from("    FIR variants:");
+    for (name, t) in [
+        (
+            "general decoder",
+            Tuning {
+                fir_fast: false,
+                ..Tuning::default()
+            },
+        ),
+        (
+            "no statistics",
+            Tuning {
+                fir_stats: false,
+                ..Tuning::default()
+            },
+        ),
+    ] {
+        be.set_tuning(t)?;
+        let t = time_gpu(&stream, REPS, || be.launch_fir(m))?;
+        line += &format!(
+            " {name} {:.0} us ({:.1}%);",
+            t * 1e6,
+            pct(gbs(FIR_B, t), bw.copy)
+        );
+    }
+    be.set_tuning(Tuning {
+        post_fast_sincos: false,
+        ..Tuning::default()
+    })?;
+    let t = time_gpu(&stream, REPS, || be.launch_post(m, 0))?;
+    line += &format!(
+        " post with sincospif {:.0} us ({:.1}%); post rows:",
+        t * 1e6,
+        pct(gbs(POST_B, t), bw.copy)
+    );
+    for rows in [4u32, 8, 16] {
+        be.set_tuning(Tuning {
+            post_rows: rows,
+            ..Tuning::default()
+        })?;
+        let t = time_gpu(&stream, REPS, || be.launch_post(m, 0))?;
+        line += &format!(
+            " {rows} {:.0} us ({:.1}%)",
+            t * 1e6,
+            pct(gbs(POST_B, t), bw.copy)
+        );
+    }
+    println!("{line}");
+    let mut nd = b.cfg.clone();
+    nd.dither = Dither::None;
+    let mut be = GpuBackend::with_unzip(nd, unzip)?;
+    be.process(&b.block(), &mut out)?;
+    let s2 = be.stream().clone();
+    let t = time_gpu(&s2, REPS, || be.launch_post(m, 0))?;
+    println!(
+        "    post without dither {:.0} us ({:.1}%)",
+        t * 1e6,
+        pct(gbs(POST_B, t), bw.copy)
+    );
+    Ok(())
+}
+
+/// Runs the benchmark and prints one line per (channels, unzip), with each figure as a
+/// fraction of its bound.
+pub fn bench_gpu() -> Result<(), FError> {
+    if !crate::gpu::gpu_available() {
+        return Err(FError::Gpu("bench fgpu needs a CUDA device".into()));
+    }
+    let mut bw: Option<Bandwidths> = None;
+    let total_b = FIR_B + FFT_B + POST_B;
+    let in_b = IN_BITS as f64 / 8.0;
+    for channels in [1024usize, 4096, 32768] {
+        let b = Bench::new(channels);
+        let (m, samples) = (b.m, b.samples());
+        let mut out = vec![0u8; b.cfg.output_len(m)];
         for unzip in [1usize, 2, 4] {
-            let mut be = GpuBackend::with_unzip(cfg.clone(), unzip)?;
+            let mut be = GpuBackend::with_unzip(b.cfg.clone(), unzip)?;
             let stream = be.stream().clone();
-            if first {
-                bw = bandwidths(&stream)?;
-                println!(
-                    "bench fgpu: device copy {:.0} GB/s (read+write), pinned host->device {:.1} GB/s, device->host {:.1} GB/s",
-                    bw.0 / 1e9,
-                    bw.1 / 1e9,
-                    bw.2 / 1e9
-                );
-                println!(
-                    "wideband, {TAPS} taps, {IN_BITS}-bit in, 8-bit out, dither on; input samples/s count both pols; \
-                     resident bound = copy bandwidth / bytes moved per sample, end-to-end bound = host->device / {:.2} B",
-                    IN_BITS as f64 / 8.0
-                );
-                first = false;
-            }
-            be.process(&block, &mut out)?;
-            let samples = (2 * m * step) as f64;
+            let bw = match bw {
+                Some(bw) => bw,
+                None => {
+                    let x = bandwidths(&stream)?;
+                    println!(
+                        "bench fgpu: device copy {:.0} GB/s (read+write), pinned host->device {:.1} GB/s, \
+                         device->host {:.1} GB/s, host->device during device->host {:.1} GB/s",
+                        x.copy / 1e9,
+                        x.h2d / 1e9,
+                        x.d2h / 1e9,
+                        x.h2d_duplex / 1e9
+                    );
+                    println!(
+                        "wideband, {TAPS} taps, {IN_BITS}-bit in, 8-bit out, dither on; samples/s count both pols' real input samples; \
+                         resident bound = copy bandwidth / {total_b:.2} B (FIR {FIR_B:.2} + FFT {FFT_B:.0} + post {POST_B:.0}); \
+                         end-to-end bound = host->device bandwidth / {in_b:.2} B"
+                    );
+                    bw = Some(x);
+                    x
+                }
+            };
+            be.process(&b.block(), &mut out)?;
             let t_res = time_gpu(&stream, REPS, || be.compute(m, 0))?;
-            let t_fir = time_gpu(&stream, REPS, || be.launch_fir(m))?;
-            let t_fft = time_gpu(&stream, REPS, || be.launch_fft(m))?;
-            let t_post = time_gpu(&stream, REPS, || be.launch_post(m, 0))?;
+            let [t_fir, t_fft, t_post] = stage_times(&mut be, m)?;
+            // Single stream: upload, compute, download one after the other.
             let pins = [
-                pinned_from(&stream, &packed[0])?,
-                pinned_from(&stream, &packed[1])?,
+                pinned_from(&stream, &b.packed[0])?,
+                pinned_from(&stream, &b.packed[1])?,
             ];
             // SAFETY: fully overwritten by the device before it is read.
-            let mut pout =
-                unsafe { stream.context().alloc_pinned::<u8>(out.len()) }.map_err(gerr)?;
-            let t_e2e = time_gpu(&stream, REPS / 2, || {
+            let mut pout = unsafe { stream.context().alloc_pinned_with_flags::<u8>(out.len(), 0) }
+                .map_err(gerr)?;
+            let t_serial = time_gpu(&stream, REPS / 4, || {
                 be.upload_pinned([&pins[0], &pins[1]])?;
                 be.compute(m, 0)?;
                 be.download_pinned(&mut pout)
             })?;
-            // Bytes per input sample: packed input, FIR out (f32 complex per 2 samples),
-            // FFT read + write, post-processing read, output (1 byte per sample).
-            let bytes = IN_BITS as f64 / 8.0 + 4.0 + 8.0 + 4.0 + 1.0;
+            drop(be);
+            let e2e = pipeline_rate(&b, unzip)?;
             let res = samples / t_res;
-            let e2e = samples / t_e2e;
-            let res_bound = bw.0 / bytes;
-            let e2e_bound = bw.1 / (IN_BITS as f64 / 8.0);
+            let res_bound = bw.copy / total_b;
+            let e2e_bound = bw.h2d / in_b;
             println!(
-                "channels {channels:>6} unzip {unzip} spectra {m:>6}: resident {:7.1} GS/s ({:4.1}% of {:.0} GS/s at {bytes:.2} B/sample), \
-                 end-to-end {:6.1} GS/s ({:4.1}% of {:.0} GS/s)",
+                "channels {channels:>6} unzip {unzip} spectra {m:>6}: resident {:6.1} GS/s ({:4.1}% of {:.0}), \
+                 end-to-end pipelined {:5.1} GS/s ({:4.1}% of {:.1}; {:4.1}% of the duplex {:.1}), single-stream {:5.1} GS/s",
                 res / 1e9,
-                100.0 * res / res_bound,
+                pct(res, res_bound),
                 res_bound / 1e9,
                 e2e / 1e9,
-                100.0 * e2e / e2e_bound,
-                e2e_bound / 1e9
+                pct(e2e, e2e_bound),
+                e2e_bound / 1e9,
+                pct(e2e, bw.h2d_duplex / in_b),
+                bw.h2d_duplex / in_b / 1e9,
+                samples / t_serial / 1e9
             );
-            // Stages: bytes each moves per sample and the bandwidth it reaches.
-            let gbs = |b: f64, t: f64| b * samples / t / 1e9;
-            let serial = 1.0 / ((IN_BITS as f64 / 8.0) / bw.1 + 1.0 / bw.2 + 1.0 / res);
+            let gbs = |bytes: f64, t: f64| bytes * samples / t;
             println!(
-                "    stages: FIR {:.0} us ({:.0} GB/s), FFT {:.0} us ({:.0} GB/s), postproc {:.0} us ({:.0} GB/s); \
-                 serial copy-compute-copy bound {:.1} GS/s",
+                "    FIR {:4.0} us ({:4.1}% of copy bw), FFT {:4.0} us ({:4.1}%), post {:4.0} us ({:4.1}%); \
+                 kernels {:.0} us of {:.0} us resident",
                 t_fir * 1e6,
-                gbs(IN_BITS as f64 / 8.0 + 4.0, t_fir),
+                pct(gbs(FIR_B, t_fir), bw.copy),
                 t_fft * 1e6,
-                gbs(8.0, t_fft),
+                pct(gbs(FFT_B, t_fft), bw.copy),
                 t_post * 1e6,
-                gbs(5.0, t_post),
-                serial / 1e9
+                pct(gbs(POST_B, t_post), bw.copy),
+                (t_fir + t_fft + t_post) * 1e6,
+                t_res * 1e6
             );
+        }
+        if channels == 4096 || std::env::var("GPUCBF_BENCH_SWEEP").as_deref() == Ok("all") {
+            sweep(&b, &bw.unwrap_or_default())?;
         }
     }
     Ok(())

@@ -28,6 +28,7 @@ mod decode;
 mod delay;
 mod gpu;
 mod gpu_bench;
+mod gpu_pipeline;
 mod pfb;
 mod postproc;
 mod remez;
@@ -39,6 +40,8 @@ mod test_util;
 #[cfg(test)]
 mod tests_gpu;
 #[cfg(test)]
+mod tests_gpu_pipeline;
+#[cfg(test)]
 mod tests_narrowband;
 #[cfg(test)]
 mod tests_wideband;
@@ -48,8 +51,9 @@ pub use bench::bench_cpu;
 pub use ddc::{ddc_weights, ddc_weights_discard, ddc_weights_no_discard, MixerFrequency};
 pub use decode::{decode, decode_f32};
 pub use delay::{DelaySegment, LinearDelayModel};
-pub use gpu::{GpuBackend, PFB_FIR_SRC, POSTPROC_SRC};
+pub use gpu::{BlockParams, GpuBackend, Tuning, PFB_FIR_SRC, POSTPROC_SRC};
 pub use gpu_bench::bench_gpu;
+pub use gpu_pipeline::{GpuPipeline, PipelineShape};
 pub use postproc::{dither_value, quantise};
 pub use remez::{remez, Band};
 pub use stats::InputStats;

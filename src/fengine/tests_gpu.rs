@@ -39,13 +39,15 @@ fn gpu_kernels_compile_with_nvrtc() {
                 )
                 .unwrap();
             }
-            gpu::compile_ptx(
-                "postproc.cu",
-                POSTPROC_SRC,
-                &postproc_defines(&c, unzip),
-                arch,
-            )
-            .unwrap();
+            // The default kernels and the benchmark's reference variants.
+            for fast in ["0", "1"] {
+                let mut d = fir_defines(&c, unzip, 10);
+                d.push(("FIR_FAST", fast.into()));
+                gpu::compile_ptx("pfb_fir.cu", PFB_FIR_SRC, &d, arch).unwrap();
+                let mut d = postproc_defines(&c, unzip);
+                d.push(("POST_FAST_SINCOS", fast.into()));
+                gpu::compile_ptx("postproc.cu", POSTPROC_SRC, &d, arch).unwrap();
+            }
         }
     }
 }

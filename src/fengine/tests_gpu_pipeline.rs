@@ -1,0 +1,275 @@
+//! GPU pipeline tests: shape checks (CPU-side), and a stream of chunks through the
+//! three-stream pipeline against one large block on the single-stream backend (skipped
+//! without a GPU, required with GPUCBF_REQUIRE_GPU=1).
+
+use super::gpu::{BlockParams, GpuBackend};
+use super::gpu_pipeline::{GpuPipeline, PipelineShape};
+use super::test_util::*;
+use super::*;
+use crate::gpu;
+use rand::RngExt;
+
+const BITS: u32 = 10;
+
+fn cfg() -> FConfig {
+    let mut c = FConfig::wideband(1024, 16);
+    c.dither_seed = 7;
+    c.feng_id = 1;
+    c.n_ants = 4;
+    c
+}
+
+#[test]
+fn gpu_pipeline_refuses_bad_shapes() {
+    let good = PipelineShape {
+        chunk_spectra: 32,
+        bits: 10,
+        slots: 4,
+    };
+    assert!(GpuPipeline::check_shape(&cfg(), &good).is_ok());
+    for (shape, what) in [
+        (
+            PipelineShape {
+                chunk_spectra: 24,
+                ..good
+            },
+            "chunk_spectra",
+        ),
+        (
+            PipelineShape {
+                chunk_spectra: 0,
+                ..good
+            },
+            "chunk_spectra",
+        ),
+        (PipelineShape { bits: 11, ..good }, "bits"),
+        (PipelineShape { slots: 2, ..good }, "slots"),
+    ] {
+        match GpuPipeline::check_shape(&cfg(), &shape) {
+            Err(FError::BadParameter { what: w, .. }) => assert_eq!(w, what),
+            other => panic!("{shape:?}: expected a {what} error, got {other:?}"),
+        }
+    }
+    // Chunks shorter than the FIR footprint cannot borrow their tail from one chunk.
+    let mut c = FConfig::wideband(1024, 4);
+    c.taps = 16;
+    let short = PipelineShape {
+        chunk_spectra: 12,
+        ..good
+    };
+    assert!(GpuPipeline::check_shape(&c, &short).is_err());
+}
+
+/// Chunks pushed through the pipeline (3 slots, so outputs are read before their slot is
+/// reused; head-of-next-chunk tail copies; parameters per chunk) give the single-stream
+/// backend's output of the whole span, byte for byte up to 1 LSB on ≤ 0.1 % of values,
+/// with the same counters.
+#[test]
+fn gpu_pipeline_matches_one_block() {
+    if !gpu::gpu_test_guard("gpu_pipeline_matches_one_block") {
+        return;
+    }
+    let cfg = cfg();
+    let (c, k_chunks) = (32usize, 6usize);
+    let step = cfg.pfb_step();
+    let total = c * k_chunks; // spectra worth of input; k_chunks − 1 chunks are computed
+    let xs = [0, 1].map(|p| noise(total * step, 120.0, BITS, 50 + p));
+    let bufs = [pack(&xs[0], BITS), pack(&xs[1], BITS)];
+    let mut r = rng(9);
+    let v = |r: &mut rand_xoshiro::Xoshiro256PlusPlus, a: f64| -> Vec<f64> {
+        (0..total).map(|_| (r.random::<f64>() - 0.5) * a).collect()
+    };
+    let fine = [v(&mut r, 1.0), v(&mut r, 1.0)];
+    let phase = [v(&mut r, 12.0), v(&mut r, 12.0)];
+    let gains: [Vec<Complex32>; 2] = [0, 1].map(|_| {
+        (0..cfg.channels)
+            .map(|_| {
+                Complex32::from_polar(
+                    0.9 * (0.8 + 0.4 * r.random::<f32>()),
+                    r.random::<f32>() * 6.3,
+                )
+            })
+            .collect()
+    });
+
+    // Reference: one block of (k_chunks − 1)·C spectra on the single-stream backend.
+    let m = (k_chunks - 1) * c;
+    let mut be = GpuBackend::with_unzip(cfg.clone(), 2).unwrap();
+    let pol = |p: usize| {
+        pol(
+            packed(&bufs[p], BITS, xs[p].len()),
+            0,
+            &fine[p][..m],
+            &phase[p][..m],
+            &gains[p],
+        )
+    };
+    let block = Block {
+        spectra: m,
+        first_spectrum: 500,
+        out_first: 0,
+        pols: [pol(0), pol(1)],
+    };
+    let mut want = vec![0u8; cfg.output_len(m)];
+    let ws = be.process(&block, &mut want).unwrap();
+
+    let shape = PipelineShape {
+        chunk_spectra: c,
+        bits: BITS,
+        slots: 3,
+    };
+    let mut pipe = GpuPipeline::new(cfg.clone(), 2, shape).unwrap();
+    let cb = pipe.chunk_bytes();
+    assert_eq!(cb, c * step * BITS as usize / 8);
+    let ctx = pipe.backend().context().clone();
+    let chunk_len = cfg.output_len(c);
+    let (mut diff1, mut worse) = (0usize, 0usize);
+    let mut sat = [0u64; 2];
+    let (mut sum_sq, mut clipped) = ([0u64; 2], [0u64; 2]);
+    // Bad chunk lengths are errors, and leave the pipeline where it was.
+    let short = unsafe { ctx.alloc_pinned::<u8>(cb - 1) }.unwrap();
+    let ok = unsafe { ctx.alloc_pinned::<u8>(cb) }.unwrap();
+    let p0 = BlockParams {
+        first_spectrum: 500,
+        spectra: c,
+        fine_delay: [&fine[0][..c], &fine[1][..c]],
+        phase: [&phase[0][..c], &phase[1][..c]],
+        gains: [&gains[0], &gains[1]],
+    };
+    assert!(matches!(
+        pipe.push([&short, &ok], &p0),
+        Err(FError::BadLength { .. })
+    ));
+    assert!(matches!(
+        pipe.push(
+            [&ok, &ok],
+            &BlockParams {
+                spectra: c - 1,
+                ..p0
+            }
+        ),
+        Err(FError::BadLength { .. })
+    ));
+    assert_eq!(pipe.pushed(), 0);
+    let mut done = Vec::new();
+    for k in 0..k_chunks {
+        let host = [0, 1].map(|p| {
+            let mut h = unsafe { ctx.alloc_pinned::<u8>(cb) }.unwrap();
+            h.as_mut_slice()
+                .unwrap()
+                .copy_from_slice(&bufs[p][k * cb..(k + 1) * cb]);
+            h
+        });
+        let rg = k * c..(k + 1) * c;
+        let params = BlockParams {
+            first_spectrum: 500 + (k * c) as u64,
+            spectra: c,
+            fine_delay: [&fine[0][rg.clone()], &fine[1][rg.clone()]],
+            phase: [&phase[0][rg.clone()], &phase[1][rg]],
+            gains: [&gains[0], &gains[1]],
+        };
+        let got = pipe.push([&host[0], &host[1]], &params).unwrap();
+        assert_eq!(got, k.checked_sub(1).map(|j| j as u64));
+        if let Some(j) = got {
+            let (out, st) = pipe.output(j).unwrap();
+            let exp = &want[j as usize * chunk_len..(j as usize + 1) * chunk_len];
+            for (a, b) in out.iter().zip(exp) {
+                match (*a as i8 as i32 - *b as i8 as i32).abs() {
+                    0 => {}
+                    1 => diff1 += 1,
+                    _ => worse += 1,
+                }
+            }
+            for p in 0..2 {
+                sat[p] += st.saturated[p];
+                let i = st.input.unwrap()[p];
+                sum_sq[p] += i.sum_sq;
+                clipped[p] += i.clipped;
+                assert_eq!(i.samples, (c * step) as u64);
+            }
+            done.push(j);
+        }
+        // `host` may be dropped here: dropping pinned memory waits for its copy.
+    }
+    assert_eq!(done, (0..k_chunks as u64 - 1).collect::<Vec<_>>());
+    // Older chunks are no longer held.
+    assert!(pipe.output(0).is_err());
+    pipe.synchronize().unwrap();
+    assert_eq!(worse, 0, "values off by more than 1 LSB");
+    assert!(
+        diff1 * 1000 <= want.len(),
+        "{diff1} values off by 1 LSB of {}",
+        want.len()
+    );
+    let wi = ws.input.unwrap();
+    for p in 0..2 {
+        assert_eq!(sum_sq[p], wi[p].sum_sq, "pol {p} Σx²");
+        assert_eq!(clipped[p], wi[p].clipped, "pol {p} clipped");
+        assert!(sat[p].abs_diff(ws.saturated[p]) <= 2, "pol {p} saturated");
+    }
+    assert!(ws.saturated[0] > 0, "the case should saturate some values");
+}
+
+/// The FIR's packed-sample decoders (the word-stepping one where a window row is whole
+/// 32-bit words, the general one elsewhere: 8 channels with odd widths) against the CPU
+/// for every width 2..=16 with sub-byte start offsets: FIR output rtol 1e-5, exact Σx² and
+/// clip counts.
+#[test]
+fn gpu_fir_decoders_match_cpu_for_all_bit_widths() {
+    if !gpu::gpu_test_guard("gpu_fir_decoders_match_cpu_for_all_bit_widths") {
+        return;
+    }
+    use super::pfb::fir_real;
+    let spectra = 24;
+    for channels in [8usize, 64] {
+        let mut cfg = FConfig::wideband(channels, 8);
+        cfg.dither = Dither::None;
+        let step = cfg.pfb_step();
+        let n = cfg.input_samples_needed(spectra) + 40;
+        let mut cpu = CpuBackend::new(cfg.clone()).unwrap();
+        let mut gpu = GpuBackend::with_unzip(cfg.clone(), 1).unwrap();
+        let fine = vec![0.0; spectra];
+        let phase = vec![0.0; spectra];
+        let gains = vec![Complex32::new(1.0, 0.0); channels];
+        for bits in 2..=16u32 {
+            let sigma = (1u32 << (bits - 1)) as f64 * 0.45;
+            let xs = [0, 1].map(|p| noise(n, sigma, bits, 300 + 2 * bits as u64 + p));
+            let bufs = [pack(&xs[0], bits), pack(&xs[1], bits)];
+            let offsets = [5usize + bits as usize, 19];
+            let pols =
+                [0, 1].map(|p| pol(packed(&bufs[p], bits, n), offsets[p], &fine, &phase, &gains));
+            let block = Block {
+                spectra,
+                first_spectrum: 0,
+                out_first: 0,
+                pols,
+            };
+            let mut out = vec![0u8; cfg.output_len(spectra)];
+            let mut cout = out.clone();
+            let g = gpu.process(&block, &mut out).unwrap();
+            let c = cpu.process(&block, &mut cout).unwrap();
+            assert_eq!(
+                g.input, c.input,
+                "{channels} channels, {bits} bits: input statistics"
+            );
+            let got = gpu.fir_output(spectra).unwrap();
+            let mut y = vec![0f32; step];
+            for p in 0..2 {
+                let x: Vec<f32> = xs[p][offsets[p]..].iter().map(|&v| v as f32).collect();
+                for s in 0..spectra {
+                    fir_real(&x, cpu.weights(), step, s, &mut y);
+                    let scale = (y.iter().map(|v| v * v).sum::<f32>() / step as f32).sqrt();
+                    for m in 0..channels {
+                        let v = got[(s * 2 + p) * channels + m];
+                        for (a, b) in [(v.re, y[2 * m]), (v.im, y[2 * m + 1])] {
+                            assert!(
+                                (a - b).abs() <= 1e-5 * (b.abs() + scale),
+                                "{channels} ch, {bits} bits, pol {p}, spectrum {s}, m {m}: {a} vs {b}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
