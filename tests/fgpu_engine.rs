@@ -151,3 +151,76 @@ fn batches_skips_and_heaps() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A stream that starts and ends mid-chunk: batches are made inside the received span only,
+/// so the unfilled head of the first chunk and tail of the last give neither skipped heaps
+/// nor missing heaps.
+#[test]
+fn no_skips_or_missing_outside_the_received_span() {
+    let dir = std::env::temp_dir().join(format!("gpucbf-fgpu-span-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dpcap = dir.join("d.pcap");
+    let fpcap = dir.join("f.pcap");
+    let sink = Box::new(
+        PcapSink::create(&dpcap, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148), 4).unwrap(),
+    );
+    let dsts = vec![
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148),
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7149),
+    ];
+    let mut s = HeapSender::new(sink, dsts, 2, 2, 8192, None);
+    // Heaps 3..=20 in chunks of 8 heaps: chunk 0 lacks heaps 0..=2, chunk 2 heaps 21..=23.
+    for h in 3..21u64 {
+        for pol in 0..2u64 {
+            let v = (h % 200) as i16 * if pol == 0 { 1 } else { -1 };
+            let mut payload = vec![0u8; 5120];
+            gpucbf::bitpack::pack(&vec![v; 4096], 10, &mut payload);
+            s.send_heap(
+                pol as usize,
+                &[
+                    (ids::TIMESTAMP, h * 4096),
+                    (ids::DIGITISER_ID, pol),
+                    (ids::DIGITISER_STATUS, 0),
+                ],
+                ids::ADC_SAMPLES,
+                &payload,
+            )
+            .unwrap();
+        }
+    }
+    s.flush().unwrap();
+    drop(s);
+    let spec = parse_wideband(
+        "name=wb,channels=64,dst=127.0.0.1:7150,127.0.0.1:7151,jones_per_batch=2048,taps=4",
+    )
+    .unwrap();
+    let step = spec.batch_step();
+    let sender = HeapSender::new(
+        open_sink(Some(&fpcap), Ipv4Addr::UNSPECIFIED, 4).unwrap(),
+        spec.dst.clone(),
+        3,
+        5,
+        8192,
+        None,
+    );
+    // Each batch needs its own heap and the next one.
+    let chan = Box::new(Recording {
+        window: (32 + 3) * 128,
+        step,
+    });
+    let pipe = Pipeline::new(spec, chan, sender, 3, 2);
+    let summary = run_pipelines(
+        Box::new(PcapFileSource::open(&dpcap, vec![]).unwrap()),
+        DigitiserPlacement::new(4096, 10, 8 * 4096).unwrap(),
+        vec![pipe],
+        10,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let o = &summary.outputs[0];
+    assert_eq!(summary.input_heaps, [18, 18]);
+    assert_eq!(summary.input_missing_heaps, [0, 0]);
+    assert_eq!((o.batches, o.skipped_heaps), (17, 0));
+    assert_eq!(o.first_timestamp, Some(3 * 4096));
+    assert_eq!(o.last_timestamp, Some(19 * 4096));
+}

@@ -98,10 +98,16 @@ impl Pipeline {
     pub fn run_ready(&mut self, store: &SampleStore) -> anyhow::Result<()> {
         let step = self.spec.batch_step();
         let n_dst = self.spec.dst.len() as u64;
+        // Batches are made inside the received span only: none from the unfilled head of the
+        // first chunk, and a batch reaching past the latest heap waits for more input.
+        let Some((first, received_end)) = store.received_span() else {
+            return Ok(());
+        };
         if self.next_ts.is_none() {
-            // First batch: the first aligned one whose input starts inside the store.
-            let mut t = store.base_ts.div_ceil(step) * step;
-            while self.chan.input_range(t).iter().any(|r| r.0 < store.base_ts) {
+            // First batch: the first aligned one whose input starts inside the span.
+            let from = store.base_ts.max(first);
+            let mut t = from.div_ceil(step) * step;
+            while self.chan.input_range(t).iter().any(|r| r.0 < from) {
                 t += step;
             }
             self.next_ts = Some(t);
@@ -109,7 +115,10 @@ impl Pipeline {
         loop {
             let ts = self.next_ts.unwrap_or(0);
             let ranges = self.chan.input_range(ts);
-            if ranges.iter().any(|r| r.1 > store.end_ts()) {
+            if ranges
+                .iter()
+                .any(|r| r.1 > received_end.min(store.end_ts()))
+            {
                 return Ok(());
             }
             self.next_ts = Some(ts + step);

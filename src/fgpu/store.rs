@@ -35,6 +35,8 @@ pub struct SampleStore {
     present: [Vec<bool>; 2],
     pub stats: InputStats,
     span: SpanMissing,
+    /// Timestamps of the first heap received and the end of the latest one (any pol).
+    received: Option<(u64, u64)>,
     started: bool,
 }
 
@@ -48,6 +50,7 @@ impl SampleStore {
             present: [Vec::new(), Vec::new()],
             stats: InputStats::default(),
             span: SpanMissing::new(2),
+            received: None,
             started: false,
         }
     }
@@ -111,8 +114,20 @@ impl SampleStore {
             let m = [0, 1].map(|p| !chunk.present(pl.slot(p, h)) as u64);
             let any = (0..2).any(|p| chunk.received[pl.slot(p, h)] > 0);
             self.span.row(&m, any);
+            if any {
+                let t = ts + h as u64 * self.heap_samples;
+                let first = self.received.map_or(t, |r| r.0);
+                self.received = Some((first, t + self.heap_samples));
+            }
         }
         self.stats.missing_heaps = [self.span.missing[0], self.span.missing[1]];
+    }
+
+    /// The received span: from the first heap that arrived to the end of the latest one.
+    /// Outputs are made inside it only, so the unfilled head of the first chunk and tail of
+    /// the last are neither processed nor counted as skipped.
+    pub fn received_span(&self) -> Option<(u64, u64)> {
+        self.received
     }
 
     /// True if every heap overlapping [a, b) of `pol` is present (and in the store).
@@ -176,6 +191,7 @@ mod tests {
         st.append(&chunk(&pl, 2, &[(0, 0)]), &pl, 128);
         assert_eq!(st.stats.heaps, [3, 2]);
         assert_eq!(st.stats.missing_heaps, [4, 5]);
+        assert_eq!(st.received_span(), Some((16, 72)));
         assert!(st.all_present(0, 16, 32) && !st.all_present(0, 0, 24));
     }
 }

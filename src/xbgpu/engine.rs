@@ -335,10 +335,31 @@ pub fn run_pipelines(
     let slot = crate::chunk::Placement::slot_bytes(&placement);
     let mut batch = vec![0i8; n * slot];
     let mut present = vec![false; n];
+    let absent = vec![false; n];
+    // Batches are fed inside the received span only: none before the first heap, and
+    // batches with nothing received after the latest heap wait here until a later heap
+    // arrives (at the end of the input they are dropped, not counted as skipped).
+    let mut started = false;
+    let mut pending_empty: Vec<u64> = Vec::new();
     for chunk in rx.iter() {
         for b in 0..placement.batches_per_chunk {
             let ts = (chunk.chunk_id * placement.batches_per_chunk as u64 + b as u64)
                 * placement.batch_step();
+            if (0..n).all(|a| chunk.received[b * n + a] == 0) {
+                if started {
+                    pending_empty.push(ts);
+                }
+                continue;
+            }
+            started = true;
+            for t in pending_empty.drain(..) {
+                for x in xs.iter_mut() {
+                    x.batch(t, &batch, &absent)?;
+                }
+                if let Some(bp) = beams.as_mut() {
+                    bp.batch(t, &batch, &absent)?;
+                }
+            }
             for a in 0..n {
                 let s = b * n + a;
                 present[a] = chunk.present(s);
