@@ -57,7 +57,12 @@ pub struct Dump {
 
 fn child(exe: &std::path::Path, args: &[String], log: &std::path::Path) -> anyhow::Result<Child> {
     let err = std::fs::File::create(log)?;
-    Ok(Command::new(exe)
+    let mut cmd = Command::new(exe);
+    // Child logs in the format the array was asked for.
+    if crate::telemetry::log_format() == crate::telemetry::LogFormat::Json {
+        cmd.args(["--log-format", "json"]);
+    }
+    Ok(cmd
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -149,6 +154,8 @@ pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
     if !args.channels.is_power_of_two() || args.channels < 64 || args.channels > 32768 {
         anyhow::bail!("--channels must be a power of two in 64..=32768");
     }
+    // A bad --backend is refused here, not by every child engine.
+    crate::cli_util::use_gpu(&args.backend, true)?;
     let exe = std::env::current_exe()?;
     let dir = &args.output;
     std::fs::create_dir_all(dir.join("logs"))?;
@@ -251,6 +258,10 @@ pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
     let t0 = Instant::now();
     let dsim = child(&exe, &dsim_args, &dir.join("logs/dsim.log"))?;
     let pb = indicatif::ProgressBar::new((args.duration * 10.0) as u64);
+    if crate::telemetry::log_format() == crate::telemetry::LogFormat::Json {
+        // stderr carries JSON lines only.
+        pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
     pb.set_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} ds simulated {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),

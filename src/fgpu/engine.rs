@@ -115,7 +115,10 @@ impl Pipeline {
         loop {
             let ts = self.next_ts.unwrap_or(0);
             let ranges = self.chan.input_range(ts);
-            if ranges.iter().any(|r| r.1 > received_end.min(store.end_ts())) {
+            if ranges
+                .iter()
+                .any(|r| r.1 > received_end.min(store.end_ts()))
+            {
                 return Ok(());
             }
             self.next_ts = Some(ts + step);

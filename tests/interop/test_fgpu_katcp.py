@@ -1,5 +1,6 @@
 """A running F-engine (live UDP input from dsim) controlled by aiokatcp: ?gain changes the
-output from the steady-state timestamp it reports, bad requests fail and change nothing, and
+output from the steady-state timestamp it reports, ?delays from the first spectrum at or after
+its load time, bad requests fail and change nothing, and
 the Prometheus counters move while it runs."""
 
 import asyncio
@@ -86,12 +87,20 @@ def test_gain_changes_output_at_steady_state_timestamp(gpucbf, tmp_path):
             assert b"0.1+0j" in informs[0].arguments[4]
             _, informs = await client.request("sensor-value", "input0.dig-rms-dbfs")
             assert -40 < float(informs[0].arguments[4]) < -10
-            return steady
+            # A phase step of a quarter turn on input 0 from a load time inside the stream: it
+            # must land on the first spectrum whose timestamp is at or after the load time.
+            t_load = time.time() + 0.5
+            await client.request("delays", "wb", repr(t_load), "0,0:1.5707963267948966,0", "0,0:0,0")
+            start = int(np.floor((t_load - int(sync)) * ADC + 0.5))
+            _, informs = await client.request("sensor-value", "steady-state-timestamp")
+            steady_delay = int(informs[0].arguments[4])
+            return steady, start, steady_delay
         finally:
             client.close()
             await client.wait_closed()
 
-    steady = asyncio.run(drive())
+    steady, start, steady_delay = asyncio.run(drive())
+    assert steady_delay == -(-start // (2 * C)) * (2 * C), (steady_delay, start)
     dsim.wait(timeout=30)
     time.sleep(0.5)
     feng.send_signal(signal.SIGTERM)
@@ -101,6 +110,7 @@ def test_gain_changes_output_at_steady_state_timestamp(gpucbf, tmp_path):
     stream = spead2.recv.Stream(spead2.ThreadPool(), spead2.recv.StreamConfig(max_heaps=16))
     stream.add_udp_pcap_file_reader(str(fpcap))
     ratios = []
+    phases = []  # (spectrum timestamp, phase of input 0 relative to input 1 in the tone channel)
     for heap in stream:
         items = {it.id: (it.immediate_value if it.is_immediate else np.frombuffer(it, np.int8)) for it in heap.get_items()}
         if 0x4300 not in items:
@@ -108,6 +118,9 @@ def test_gain_changes_output_at_steady_state_timestamp(gpucbf, tmp_path):
         x = items[0x4300].reshape(C, SPH, 2, 2).astype(float)
         amp = np.abs(x[K, :, :, 0] + 1j * x[K, :, :, 1]).mean(axis=0)  # per pol
         ratios.append((items[0x1600], amp[0] / amp[1]))
+        z = x[K, :, :, 0] + 1j * x[K, :, :, 1]
+        for k, d in enumerate(np.angle(z[:, 0] * np.conj(z[:, 1]))):
+            phases.append((items[0x1600] + k * 2 * C, d))
     # Both inputs carry the same tone: input 0 / input 1 is 1 before the change and 2 from
     # the steady-state timestamp on (batches in between may show either).
     ratios.sort()
@@ -115,3 +128,9 @@ def test_gain_changes_output_at_steady_state_timestamp(gpucbf, tmp_path):
     assert after and ratios[0][0] < steady, (len(ratios), len(after))
     assert abs(ratios[0][1] - 1) < 0.1, ratios[0]
     assert all(abs(r - 2) < 0.1 for r in after), after
+    phases.sort()
+    before = [d for t, d in phases if t < start]
+    since = [d for t, d in phases if t >= start]
+    assert before and since, (len(before), len(since), start)
+    assert all(abs(d) < 0.3 for d in before), max(abs(d) for d in before)
+    assert all(abs(abs(d) - np.pi / 2) < 0.3 for d in since), [d for d in since if abs(abs(d) - np.pi / 2) >= 0.3][:5]
