@@ -44,7 +44,18 @@
 #endif
 #define KSTEPS_PER_STAGE (STAGE_TIMES / 16)
 #define CHUNKS (STAGE_TIMES / 4) // 16-byte chunks per row (4 times x 2 pols x re/im)
-#define N_STAGES 3
+#ifndef N_STAGES
+#define N_STAGES 3 // raw cp.async stages
+#endif
+#ifndef DIRECT
+#define DIRECT 1 // build fragments straight from the raw stages (no ready buffers)
+#endif
+// Diagnostic only (wrong results, for `gpucbf bench xbgpu`'s limit probes; direct path):
+// 1 = no conj_perm on B, 2 = no MMAs (fragments folded into the sums with XOR),
+// 3 = MMAs only (fragments built once per stage, not per k-step).
+#ifndef PROBE
+#define PROBE 0
+#endif
 #define ROWS (2 * TILE) // a1 tile rows then a2 tile rows
 #define THREADS 256
 // dynamic shared memory, in uint4: raw stages, then two ready buffers, each A-ready followed by
@@ -52,7 +63,11 @@
 #define RAW_OFF 0
 #define READY_OFF (N_STAGES * ROWS * CHUNKS)
 #define READY_SIZE (TILE * CHUNKS * 3)
+#if DIRECT
+#define SMEM_UINT4 (N_STAGES * ROWS * CHUNKS)
+#else
 #define SMEM_UINT4 (READY_OFF + 2 * READY_SIZE)
+#endif
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -135,7 +150,12 @@ __device__ __forceinline__ void load_stage(uint4 *raw, const Loader &l, int a1_b
         const int ant = (half ? a2_base : a1_base) + l.r0 + ii * ROWS_PER_PASS;
         const bool valid = tvalid && ant < N_ANTS;
         const signed char *src = (half ? l.a2src : l.a1src) + toff + ii * ROW_STEP;
+#if DIRECT
+        const int row = l.r0 + i * ROWS_PER_PASS;
+        cp_async16(raw + row * CHUNKS + swz(row, l.chunk), valid ? src : l.base, valid);
+#else
         cp_async16(raw + i * THREADS + threadIdx.x, valid ? src : l.base, valid);
+#endif
     }
 }
 
@@ -194,6 +214,86 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             for (int r = 0; r < 4; r++) accum[i][j][r] = 0;
 
     const Loader ld = make_loader(in, ch, a1_base, a2_base);
+#if DIRECT
+    // Pipeline: N_STAGES - 1 raw stages in flight (cp.async) while stage st is multiplied
+    // straight out of its raw buffer; one barrier per stage. Fragments are assembled in
+    // registers: PRMT splits the pols, and odd B columns (g odd) take conj_perm through
+    // per-lane masks (identity for even g).
+    const u32 cmask = (g & 1) ? 0xFF00FF00u : 0u, cadd = (g & 1) ? 0x00FF00FFu : 0u;
+    const u32 csel = (g & 1) ? 0x2705u : 0x3210u;
+#pragma unroll
+    for (int s = 0; s < N_STAGES - 1; s++) {
+        if (s < n_stages) load_stage(smem + s * ROWS * CHUNKS, ld, a1_base, a2_base, kbeg, kend, s);
+        cp_async_commit();
+    }
+    for (int st = 0; st < n_stages; st++) {
+        cp_async_wait<N_STAGES - 2>();
+        // stage st has landed for every thread; everyone is done with buffer (st - 1) % N_STAGES
+        __syncthreads();
+        if (st + N_STAGES - 1 < n_stages)
+            load_stage(smem + ((st + N_STAGES - 1) % N_STAGES) * ROWS * CHUNKS, ld, a1_base,
+                       a2_base, kbeg, kend, st + N_STAGES - 1);
+        cp_async_commit();
+        const uint4 *raw = smem + (st % N_STAGES) * ROWS * CHUNKS;
+        if (active) {
+#if PROBE == 3
+            u32 afrag[4][4], bfr[4][4];
+            {
+                const int chunk = t;
+#else
+#pragma unroll
+            for (int ks = 0; ks < KSTEPS_PER_STAGE; ks++) {
+                const int chunk = ks * 4 + t;
+                u32 afrag[4][4];
+#endif
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int row = 32 * wy + 8 * i + g;
+                    const uint4 v = raw[row * CHUNKS + swz(row, chunk)];
+                    afrag[i][0] = __byte_perm(v.x, v.y, 0x5410);
+                    afrag[i][1] = __byte_perm(v.x, v.y, 0x7632);
+                    afrag[i][2] = __byte_perm(v.z, v.w, 0x5410);
+                    afrag[i][3] = __byte_perm(v.z, v.w, 0x7632);
+                }
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int row = TILE + 16 * wx + 4 * q + (g >> 1);
+                    const uint4 v = raw[row * CHUNKS + swz(row, chunk)];
+                    u32 p[4] = {__byte_perm(v.x, v.y, 0x5410), __byte_perm(v.z, v.w, 0x5410),
+                                __byte_perm(v.x, v.y, 0x7632), __byte_perm(v.z, v.w, 0x7632)};
+#if PROBE != 1
+#pragma unroll
+                    for (int k = 0; k < 4; k++) p[k] = __byte_perm(p[k], cadd - (p[k] & cmask), csel);
+#endif
+                    const u32 bf0[2] = {p[0], p[1]};
+                    const u32 bf1[2] = {p[2], p[3]};
+#if PROBE == 3
+#pragma unroll
+                    for (int k = 0; k < 4; k++) bfr[q][k] = p[k];
+                }
+            }
+#pragma unroll
+            for (int ks = 0; ks < KSTEPS_PER_STAGE; ks++) {
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const u32 bf0[2] = {bfr[q][0], bfr[q][1]};
+                    const u32 bf1[2] = {bfr[q][2], bfr[q][3]};
+#endif
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+#if PROBE == 2
+                        accum[i][2 * q][0] ^= afrag[i][0] ^ afrag[i][2] ^ bf0[0] ^ bf0[1];
+                        accum[i][2 * q + 1][0] ^= afrag[i][1] ^ afrag[i][3] ^ bf1[0] ^ bf1[1];
+#else
+                        mma_s8(accum[i][2 * q + 0], afrag[i], bf0);
+                        mma_s8(accum[i][2 * q + 1], afrag[i], bf1);
+#endif
+                    }
+                }
+            }
+        }
+    }
+#else
     // Pipeline: raw stage st+2 is in flight (cp.async) while stage st+1 is rearranged into one
     // ready buffer and stage st is multiplied out of the other; one barrier per stage.
 #pragma unroll
@@ -221,10 +321,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         const uint4 *aready = smem + READY_OFF + (st & 1) * READY_SIZE;
         const uint4 *bready = aready + TILE * CHUNKS;
         if (active) {
+#if PROBE == 3
+            u32 afrag[4][4], bfr[4][4];
+            {
+                const int chunk = t;
+#else
 #pragma unroll
             for (int ks = 0; ks < KSTEPS_PER_STAGE; ks++) {
                 const int chunk = ks * 4 + t;
                 u32 afrag[4][4];
+#endif
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     int row = 32 * wy + 8 * i + g;
@@ -249,6 +355,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
         }
     }
+#endif
     cp_async_wait<0>();
 
     if (!active) return;

@@ -3,8 +3,8 @@
 
 use gpucbf::gpu::{compile_ptx, gpu_test_guard, nvrtc_available};
 use gpucbf::xengine::{
-    baseline_index, dither_pair, output_offset, Beam, BeamSet, CpuX, GpuX, XBackend, XShape,
-    MISSING,
+    baseline_index, dither_pair, output_offset, Beam, BeamSet, CorrVariant, CpuX, GpuX, XBackend,
+    XShape, MISSING,
 };
 
 struct Rng(u64);
@@ -340,17 +340,31 @@ fn nvrtc_compiles_all_kernels() {
             assert!(text.contains("mma.sync.aligned.m16n8k32"), "{arch}");
             assert!(text.contains("cp.async"), "{arch}");
             for nb in [1, 64] {
-                let d = gpucbf::xengine::beamform_defines(&shape, nb, 32);
-                compile_ptx("beamform.cu", gpucbf::xengine::BEAMFORM_SRC, &d, arch)
-                    .unwrap_or_else(|e| panic!("{e}"));
+                for tiles in [1, 2, 4, 8] {
+                    let plan = gpucbf::xengine::BeamPlan::new(&shape, tiles, 227 << 10).unwrap();
+                    let d = gpucbf::xengine::beamform_defines(&shape, nb, &plan);
+                    let ptx = compile_ptx("beamform.cu", gpucbf::xengine::BEAMFORM_SRC, &d, arch)
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    assert!(ptx.to_src().contains("mma.sync.aligned.m16n8k32"), "{arch}");
+                }
             }
         }
     }
 }
 
 fn gpu_vs_cpu_correlator(shape: XShape, batches: &[Vec<i8>], present: &[bool]) {
+    gpu_vs_cpu_correlator_variant(shape, batches, present, CorrVariant::default());
+}
+
+fn gpu_vs_cpu_correlator_variant(
+    shape: XShape,
+    batches: &[Vec<i8>],
+    present: &[bool],
+    variant: CorrVariant,
+) {
     let mut cpu = CpuX::new(shape);
     let mut gpu = GpuX::new(shape).expect("GpuX::new");
+    gpu.set_correlator_variant(variant).unwrap();
     for b in batches {
         cpu.accumulate(b).unwrap();
         gpu.accumulate(b).unwrap();
@@ -405,6 +419,39 @@ fn gpu_correlator_bit_exact() {
         }
         gpu_vs_cpu_correlator(shape, &batches, &present);
         eprintln!("gpu == cpu: n_ants={na} channels={nc} spectra={ns}");
+    }
+}
+
+#[test]
+fn gpu_correlator_variants_bit_exact() {
+    if !gpu_test_guard("gpu_correlator_variants_bit_exact") {
+        return;
+    }
+    for variant in [
+        CorrVariant {
+            direct: false,
+            stages: 3,
+            probe: 0,
+        },
+        CorrVariant {
+            direct: true,
+            stages: 3,
+            probe: 0,
+        },
+        CorrVariant {
+            direct: true,
+            stages: 6,
+            probe: 0,
+        },
+    ] {
+        for (na, nc, ns) in [(19, 3, 48), (130, 2, 272)] {
+            let shape = XShape::new(na, nc, ns).unwrap();
+            let batches = vec![random_batches(&shape, 2, 7 + na as u64)];
+            let mut present = vec![true; na];
+            present[na / 2] = false;
+            gpu_vs_cpu_correlator_variant(shape, &batches, &present, variant);
+        }
+        eprintln!("gpu == cpu: {variant:?}");
     }
 }
 

@@ -2,19 +2,25 @@
 //! a1 ≤ a2 triangle, 4 pol products) for several array sizes, an int8 GEMM through cuBLASLt on
 //! the same GPU for comparison, and beamformer throughput against measured device copy bandwidth.
 //!
-//! Measured 2026-11-21 on an NVIDIA H200 (driver 580.159, CUDA 13, PTX JIT from NVRTC
+//! Measured 2026-11-22 on an NVIDIA H200 (driver 580.159, CUDA 13, PTX JIT from NVRTC
 //! compute_90), `gpucbf bench xbgpu`, 8192 samples per launch, 256 spectra per batch:
-//! correlator 219 / 385 / 423 / 453 TOPS for 64 / 256 / 576 / 1024 antennas (channels
-//! 256 / 64 / 28 / 16); cuBLASLt int8 GEMM 8192³ 1511 TOPS (ratio 0.30); device copy 4211 GB/s;
-//! beamformer (80 antennas, 512 channels, batch 16) 0.104 ms = 10.5 % of copy bandwidth for
-//! 16 beams, 0.224 ms = 6.2 % for 64 beams (fp32-FMA-bound: 12 T FMA/s at 64 beams).
+//! correlator (direct, 4 stages) 244 / 437 / 491 / 518 TOPS for 64 / 256 / 576 / 1024 antennas
+//! (the earlier ready-buffer kernel 218 / 385 / 423 / 453 in the same run); cuBLASLt int8 GEMM
+//! 8192³ 1457–1565 TOPS (ratio 0.33–0.36). Limit probes at 576 antennas (wrong results, timing
+//! only): without conj_perm 589, without MMAs 716, MMAs alone 631 TOPS — the MMA issue of this
+//! tiling (8 warps/SM, 203 registers) and the per-warp fragment assembly each cost about as much
+//! as the whole budget of a 1000-TOPS kernel, so going further needs wgmma.
+//! Device copy 4200 GB/s; beamformer (80 antennas, 512 channels, int8 tensor cores, hi/lo
+//! weight planes) 0.045 ms = 24 % of copy bandwidth for 16 beams (0.040 ms, 27 % without
+//! dither), 0.080 ms = 17.5 % for 64 beams (0.067 ms without dither); the earlier fp32 kernel:
+//! 0.104 ms (10.5 %) and 0.224 ms (6.2 %).
 
 use std::ffi::c_void;
 
 use cudarc::cublaslt::{result as lt, sys as ltsys};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
-use super::{Beam, BeamSet, GpuX, XError, XShape};
+use super::{Beam, BeamSet, CorrVariant, GpuX, XError, XShape};
 
 fn gerr<E: std::fmt::Debug>(e: E) -> XError {
     XError::Gpu(format!("{e:?}"))
@@ -44,12 +50,13 @@ fn time_gpu(
 }
 
 /// One correlator measurement: returns TOPS.
-fn bench_correlator(n_ants: usize, samples: usize) -> Result<f64, XError> {
+fn bench_correlator(n_ants: usize, samples: usize, variant: CorrVariant) -> Result<f64, XError> {
     let spectra = 256;
     let n_channels = (16384 / n_ants).max(1);
     let shape = XShape::new(n_ants, n_channels, spectra)?;
     let n_batches = samples / spectra;
     let mut g = GpuX::new(shape)?;
+    g.set_correlator_variant(variant)?;
     let host = random_input(n_batches * shape.batch_bytes());
     let input = g.stream().clone_htod(&host).map_err(gerr)?;
     let stream = g.stream().clone();
@@ -62,7 +69,9 @@ fn bench_correlator(n_ants: usize, samples: usize) -> Result<f64, XError> {
     super::XBackend::dump(&mut g, &present, &mut out)?;
     let dump_s = t0.elapsed().as_secs_f64();
     println!(
-        "correlator n_ants={n_ants:5} channels={n_channels:4} samples/launch={samples} : {:8.3} ms/launch, {tops:7.1} TOPS (dump incl. D2H {:.1} ms)",
+        "correlator n_ants={n_ants:5} channels={n_channels:4} samples/launch={samples} {}{} : {:8.3} ms/launch, {tops:7.1} TOPS (dump incl. D2H {:.1} ms)",
+        if variant.direct { "direct" } else { "ready" },
+        variant.stages,
         t * 1e3,
         dump_s * 1e3
     );
@@ -187,6 +196,7 @@ fn bench_beamformer(
     n_ants: usize,
     n_beams: usize,
     batch_beams: usize,
+    dither: bool,
     copy_bw: f64,
 ) -> Result<(), XError> {
     let shape = XShape::new(n_ants, 512, 256)?;
@@ -219,14 +229,14 @@ fn bench_beamformer(
         .map_err(gerr)?;
     let mut sat: CudaSlice<u64> = stream.alloc_zeros(n_beams).map_err(gerr)?;
     let secs = time_gpu(&stream, 20, || {
-        g.beamform_device(&input, &dt, n_beams, true, 7, 0, &mut out, &mut sat)
+        g.beamform_device(&input, &dt, n_beams, dither, 7, 0, &mut out, &mut sat)
     })?;
     let bytes = (shape.batch_bytes() + shape.beam_output_len(n_beams)) as f64;
     let bw = bytes / secs;
-    // 4 fp32 FMA per complex multiply-add
-    let fma = 4.0 * (n_ants * n_beams * 512 * 256) as f64 / secs;
+    let fma = (n_ants * n_beams * 512 * 256) as f64 / secs;
     println!(
-        "beamformer n_ants={n_ants} beams={n_beams} (batch {batch_beams}) channels=512 spectra=256: {:.3} ms/batch, {:.1} GB/s = {:.1} % of copy bandwidth; {:.1} T fp32 FMA/s",
+        "beamformer n_ants={n_ants} beams={n_beams} (≤ {batch_beams} per block, dither {dither}) channels=512 spectra=256: {:.2} MB in+out, {:.3} ms/batch, {:.1} GB/s = {:.1} % of copy bandwidth; {:.1} T complex-MAC/s",
+        bytes / 1e6,
         secs * 1e3,
         bw / 1e9,
         100.0 * bw / copy_bw,
@@ -242,8 +252,29 @@ pub fn bench_gpu(ants: &[usize], samples_per_launch: usize) -> Result<(), XError
     }
     let samples = samples_per_launch.div_ceil(256).max(1) * 256;
     let mut best = 0f64;
+    let ready = CorrVariant {
+        direct: false,
+        stages: 3,
+        probe: 0,
+    };
     for &n in ants {
-        best = best.max(bench_correlator(n, samples)?);
+        // the default variant is what the engine runs; `ready` is the earlier kernel
+        best = best.max(bench_correlator(n, samples, CorrVariant::default())?);
+        bench_correlator(n, samples, ready)?;
+    }
+    // Limit probes (wrong results, timing only): what the direct kernel costs without its
+    // conj_perm ALU work, without MMAs, and with MMAs alone.
+    let n = 576;
+    for (probe, what) in [(1, "no conj_perm"), (2, "no MMA"), (3, "MMA only")] {
+        print!("probe {what:13}: ");
+        bench_correlator(
+            n,
+            samples,
+            CorrVariant {
+                probe,
+                ..CorrVariant::default()
+            },
+        )?;
     }
     let probe = GpuX::new(XShape::new(1, 1, 16)?)?;
     let stream = probe.stream().clone();
@@ -256,9 +287,10 @@ pub fn bench_gpu(ants: &[usize], samples_per_launch: usize) -> Result<(), XError
     }
     let copy = bench_copy(&stream)?;
     for nb in [16, 64] {
-        for batch in [16, 32] {
-            bench_beamformer(80, nb, batch, copy)?;
+        for batch in [16, 128] {
+            bench_beamformer(80, nb, batch, true, copy)?;
         }
+        bench_beamformer(80, nb, 128, false, copy)?;
     }
     Ok(())
 }

@@ -22,14 +22,56 @@ const TILE: usize = 64;
 /// Spectra per pipeline stage (`STAGE_TIMES` in the kernel).
 const STAGE_TIMES: usize = 64;
 const KSTEPS_PER_STAGE: usize = STAGE_TIMES / 16;
-/// Dynamic shared memory of `correlate`: 3 raw stages of 2·TILE rows and two ready buffers of
-/// A-ready (TILE rows) and B-ready (TILE rows × 2 variants).
-const CORRELATE_SMEM: usize = (3 * 2 * TILE + 2 * 3 * TILE) * (STAGE_TIMES / 4) * 16;
+/// Bytes of one raw correlator stage (2·TILE antenna rows of STAGE_TIMES spectra).
+const RAW_STAGE_BYTES: usize = 2 * TILE * (STAGE_TIMES / 4) * 16;
+
+/// Correlator kernel variant: `direct` builds the MMA fragments in registers straight from
+/// `stages` raw cp.async buffers (stages − 1 in flight); otherwise 3 raw stages are rearranged
+/// into two fragment-ready buffers once per block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CorrVariant {
+    /// Fragments from the raw stages.
+    pub direct: bool,
+    /// Raw stages (3..=6; 3 when not direct).
+    pub stages: usize,
+    /// Diagnostic only, wrong results (`PROBE` in the kernel, direct path): 0 = normal,
+    /// 1 = no conj_perm, 2 = no MMAs, 3 = MMAs only.
+    pub probe: u32,
+}
+
+impl Default for CorrVariant {
+    fn default() -> Self {
+        Self {
+            direct: true,
+            stages: 4,
+            probe: 0,
+        }
+    }
+}
+
+impl CorrVariant {
+    fn smem(&self) -> usize {
+        if self.direct {
+            self.stages * RAW_STAGE_BYTES
+        } else {
+            // 3 raw stages and two ready buffers of A-ready (TILE rows) and B-ready (2 × TILE)
+            (3 * 2 * TILE + 2 * 3 * TILE) * (STAGE_TIMES / 4) * 16
+        }
+    }
+
+    fn defines(&self) -> [(&'static str, String); 3] {
+        [
+            ("DIRECT", u8::from(self.direct).to_string()),
+            ("N_STAGES", self.stages.to_string()),
+            ("PROBE", self.probe.to_string()),
+        ]
+    }
+}
 const THREADS: u32 = 256;
-/// Default beams per pass of the beamformer kernel.
-const DEFAULT_BATCH_BEAMS: usize = 16;
-/// Spectra per beamformer thread block (128 threads × 2).
-const BEAM_BLOCK_SPECTRA: usize = 256;
+/// Default cap on beams per beamformer block (8 tiles of 16 beams of one pol).
+const DEFAULT_BATCH_BEAMS: usize = 128;
+/// Beams per beamformer tile (one pol each).
+const BEAM_TILE: usize = 16;
 /// At most 65536 samples (4096 k-steps of 16) per block keep the int32 tensor-core sums exact.
 const MAX_KSTEPS_PER_BLOCK: usize = 4096;
 
@@ -47,16 +89,52 @@ pub fn correlate_defines(shape: &XShape) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// NVRTC defines for the beamformer kernel of `shape` with `n_beams` beams, `batch_beams` beams
-/// per pass (registers: 16 → ≈ 96, 32 → ≈ 166 per thread).
+/// Beamformer launch plan: beam tiles per block `btb` (1..=8), spectra per tile `ts`, raw
+/// cp.async stages `nr` and the dynamic shared memory (two int8 weight planes of 32 rows per
+/// tile, `nr` raw stages, two transposed stages, the tile's beam table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BeamPlan {
+    /// Beam tiles (16 beams of one pol) per thread block.
+    pub btb: usize,
+    /// Spectra per tile (32 or 64; `btb · ts / 32 ≤ 8` warps).
+    pub ts: usize,
+    /// Raw input stages (2..=4).
+    pub nr: usize,
+    /// Dynamic shared memory, bytes.
+    pub smem: usize,
+}
+
+impl BeamPlan {
+    /// Plan for `shape` with at most `max_tiles` tiles per block and `smem_limit` bytes of
+    /// shared memory per block (most tiles first, then most stages); `None` if even one tile
+    /// does not fit.
+    pub fn new(shape: &XShape, max_tiles: usize, smem_limit: usize) -> Option<Self> {
+        let nap = shape.n_ants.div_ceil(32) * 32;
+        let ws = 2 * nap + 16;
+        (1..=max_tiles.clamp(1, 8)).rev().find_map(|btb| {
+            let ts = 32 * (8 / btb).min(2);
+            (2..=4).rev().find_map(|nr| {
+                let smem = 2 * btb * 32 * ws
+                    + nr * 32 * (4 * ts + 16)
+                    + 2 * ts * (4 * 32 + 64)
+                    + btb * 128;
+                (smem <= smem_limit).then_some(Self { btb, ts, nr, smem })
+            })
+        })
+    }
+}
+
+/// NVRTC defines for the beamformer kernel of `shape` with `n_beams` beams and plan `plan`.
 pub fn beamform_defines(
     shape: &XShape,
     n_beams: usize,
-    batch_beams: usize,
+    plan: &BeamPlan,
 ) -> Vec<(&'static str, String)> {
     let mut d = correlate_defines(shape);
     d.push(("N_BEAMS", n_beams.to_string()));
-    d.push(("BATCH_BEAMS", batch_beams.to_string()));
+    d.push(("BTB", plan.btb.to_string()));
+    d.push(("TS", plan.ts.to_string()));
+    d.push(("NR", plan.nr.to_string()));
     d
 }
 
@@ -76,10 +154,34 @@ fn arch_for(major: i32, minor: i32) -> Result<&'static str, XError> {
     })
 }
 
+/// Compiles `correlate` and `reduce` for `shape` and allows the variant's shared memory.
+fn build_correlator(
+    ctx: &Arc<CudaContext>,
+    shape: &XShape,
+    arch: &'static str,
+    variant: CorrVariant,
+) -> Result<(CudaFunction, CudaFunction), XError> {
+    let mut defines = correlate_defines(shape);
+    defines.extend(variant.defines());
+    let ptx = crate::gpu::compile_ptx("correlate.cu", CORRELATE_SRC, &defines, arch)
+        .map_err(XError::Gpu)?;
+    let module = ctx.load_module(ptx).map_err(gerr)?;
+    let correlate = module.load_function("correlate").map_err(gerr)?;
+    correlate
+        .set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            variant.smem() as i32,
+        )
+        .map_err(gerr)?;
+    let reduce = module.load_function("reduce").map_err(gerr)?;
+    Ok((correlate, reduce))
+}
+
 /// Beam tables resident on the device.
 pub(crate) struct DevTables {
     coef: CudaSlice<f32>,
     delay: CudaSlice<f32>,
+    wscale: CudaSlice<f32>,
     order: CudaSlice<i32>,
     groups: CudaSlice<i32>,
     n_groups: i32,
@@ -112,7 +214,9 @@ pub struct GpuX {
     n_sms: usize,
     correlate: CudaFunction,
     reduce: CudaFunction,
-    beam_fns: HashMap<(usize, usize), CudaFunction>,
+    variant: CorrVariant,
+    beam_fns: HashMap<(usize, BeamPlan), CudaFunction>,
+    smem_optin: usize,
     batch_beams: usize,
     acc: CudaSlice<i64>,
     out: CudaSlice<i32>,
@@ -137,23 +241,12 @@ impl GpuX {
         let n_sms = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(gerr)? as usize;
+        let smem_optin = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .map_err(gerr)? as usize;
         let arch = arch_for(major, minor)?;
-        let ptx = crate::gpu::compile_ptx(
-            "correlate.cu",
-            CORRELATE_SRC,
-            &correlate_defines(&shape),
-            arch,
-        )
-        .map_err(XError::Gpu)?;
-        let module = ctx.load_module(ptx).map_err(gerr)?;
-        let correlate = module.load_function("correlate").map_err(gerr)?;
-        correlate
-            .set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                CORRELATE_SMEM as i32,
-            )
-            .map_err(gerr)?;
-        let reduce = module.load_function("reduce").map_err(gerr)?;
+        let variant = CorrVariant::default();
+        let (correlate, reduce) = build_correlator(&ctx, &shape, arch, variant)?;
         let stream = ctx.default_stream();
         let acc = stream
             .alloc_zeros::<i64>(shape.output_len())
@@ -173,7 +266,9 @@ impl GpuX {
             n_sms,
             correlate,
             reduce,
+            variant,
             beam_fns: HashMap::new(),
+            smem_optin,
             batch_beams: DEFAULT_BATCH_BEAMS,
             acc,
             out,
@@ -181,6 +276,22 @@ impl GpuX {
             saturated,
             input: None,
         })
+    }
+
+    /// Recompiles the correlator as `variant` (a tuning knob for benchmarks; any pending
+    /// accumulation is kept, the accumulator layout does not change).
+    pub fn set_correlator_variant(&mut self, variant: CorrVariant) -> Result<(), XError> {
+        if !(3..=6).contains(&variant.stages)
+            || (!variant.direct && (variant.stages != 3 || variant.probe != 0))
+            || variant.probe > 3
+        {
+            return Err(XError::Shape(format!("correlator variant {variant:?}")));
+        }
+        let (c, r) = build_correlator(&self.ctx, &self.shape, self.arch, variant)?;
+        self.correlate = c;
+        self.reduce = r;
+        self.variant = variant;
+        Ok(())
     }
 
     /// The CUDA stream all work is queued on.
@@ -240,7 +351,7 @@ impl GpuX {
         let cfg = LaunchConfig {
             grid_dim: grid,
             block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: CORRELATE_SMEM as u32,
+            shared_mem_bytes: self.variant.smem() as u32,
         };
         let nb = n_batches as i32;
         let kpb = kpb as i32;
@@ -278,41 +389,72 @@ impl GpuX {
         Ok(())
     }
 
-    /// Beams per beamformer pass (a tuning knob: 1..=32; default 16).
+    /// Cap on beams per beamformer block (a tuning knob: 1..=128, used in tiles of 16 beams of
+    /// one pol; default 128). Smaller caps re-read the input once per group of tiles.
     pub fn set_beam_batch(&mut self, batch_beams: usize) -> Result<(), XError> {
-        if !(1..=32).contains(&batch_beams) {
+        if !(1..=128).contains(&batch_beams) {
             return Err(XError::Shape(format!(
-                "beam batch {batch_beams}, must be 1..=32"
+                "beam batch {batch_beams}, must be 1..=128"
             )));
         }
         self.batch_beams = batch_beams;
         Ok(())
     }
 
-    fn beam_fn(&mut self, n_beams: usize) -> Result<CudaFunction, XError> {
-        let key = (n_beams, self.batch_beams);
+    /// Launch plan for `n_tiles` beam tiles under the current cap and the device's shared memory.
+    fn beam_plan(&self, n_tiles: usize) -> Result<BeamPlan, XError> {
+        let cap = self.batch_beams.div_ceil(BEAM_TILE).min(n_tiles);
+        // prefer two blocks per SM when that still allows the whole cap
+        let two = BeamPlan::new(&self.shape, cap, (self.smem_optin / 2).saturating_sub(1024));
+        match two {
+            Some(p) if p.btb == cap => Some(p),
+            _ => BeamPlan::new(&self.shape, cap, self.smem_optin),
+        }
+        .ok_or_else(|| {
+            XError::Shape(format!(
+                "beamformer: {} antennas do not fit in {} bytes of shared memory",
+                self.shape.n_ants, self.smem_optin
+            ))
+        })
+    }
+
+    fn beam_fn(&mut self, n_beams: usize, plan: BeamPlan) -> Result<CudaFunction, XError> {
+        let key = (n_beams, plan);
         if let Some(f) = self.beam_fns.get(&key) {
             return Ok(f.clone());
         }
         let ptx = crate::gpu::compile_ptx(
             "beamform.cu",
             BEAMFORM_SRC,
-            &beamform_defines(&self.shape, n_beams, self.batch_beams),
+            &beamform_defines(&self.shape, n_beams, &plan),
             self.arch,
         )
         .map_err(XError::Gpu)?;
         let m = self.ctx.load_module(ptx).map_err(gerr)?;
         let f = m.load_function("beamform").map_err(gerr)?;
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            plan.smem as i32,
+        )
+        .map_err(gerr)?;
         self.beam_fns.insert(key, f.clone());
         Ok(f)
     }
 
     /// Uploads prepared beam tables.
     pub(crate) fn upload_tables(&self, t: &BeamTables) -> Result<DevTables, XError> {
-        let (order, groups) = beam_groups(&t.pol, self.batch_beams);
+        let (order, groups) = beam_groups(&t.pol, BEAM_TILE);
+        let na = t.delay.len() / t.pol.len().max(1);
+        // per-beam weight scale: the largest coefficient magnitude (the channel phase keeps it)
+        let wscale: Vec<f32> = t
+            .coef
+            .chunks(2 * na.max(1))
+            .map(|c| c.chunks(2).map(|w| w[0].hypot(w[1])).fold(0f32, f32::max))
+            .collect();
         Ok(DevTables {
             coef: self.stream.clone_htod(&t.coef).map_err(gerr)?,
             delay: self.stream.clone_htod(&t.delay).map_err(gerr)?,
+            wscale: self.stream.clone_htod(&wscale).map_err(gerr)?,
             order: self.stream.clone_htod(&order).map_err(gerr)?,
             groups: self.stream.clone_htod(&groups).map_err(gerr)?,
             n_groups: (groups.len() / 3) as i32,
@@ -332,15 +474,17 @@ impl GpuX {
         out: &mut CudaSlice<i8>,
         saturated: &mut CudaSlice<u64>,
     ) -> Result<(), XError> {
-        let f = self.beam_fn(n_beams)?;
+        let n_tiles = t.n_groups as usize;
+        let plan = self.beam_plan(n_tiles)?;
+        let f = self.beam_fn(n_beams, plan)?;
         let cfg = LaunchConfig {
             grid_dim: (
-                self.shape.spectra_per_batch.div_ceil(BEAM_BLOCK_SPECTRA) as u32,
+                n_tiles.div_ceil(plan.btb) as u32,
                 self.shape.n_channels as u32,
                 1,
             ),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: plan.smem as u32,
         };
         let d = i32::from(dither);
         let mut b = self.stream.launch_builder(&f);
@@ -348,6 +492,7 @@ impl GpuX {
             .arg(out)
             .arg(&t.coef)
             .arg(&t.delay)
+            .arg(&t.wscale)
             .arg(&t.order)
             .arg(&t.groups)
             .arg(&t.n_groups)
@@ -356,7 +501,8 @@ impl GpuX {
             .arg(&seed)
             .arg(&batch_index);
         // SAFETY: matches `beamform` in kernels/beamform.cu (char2 out = 2 int8, float2 coef =
-        // 2 f32); sizes follow from the shape and n_beams, checked by the callers.
+        // 2 f32, int3 groups = 3 i32); sizes follow from the shape and n_beams, checked by the
+        // callers; the plan's shared memory was allowed on the function above.
         unsafe { b.launch(cfg) }.map_err(gerr)?;
         Ok(())
     }

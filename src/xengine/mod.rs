@@ -19,7 +19,9 @@ mod gpu;
 pub use beam::{dither_pair, Beam, BeamSet, BeamStats, BeamTables};
 pub use bench::bench_gpu;
 pub use cpu::CpuX;
-pub use gpu::{beamform_defines, correlate_defines, GpuX, BEAMFORM_SRC, CORRELATE_SRC};
+pub use gpu::{
+    beamform_defines, correlate_defines, BeamPlan, CorrVariant, GpuX, BEAMFORM_SRC, CORRELATE_SRC,
+};
 
 /// MISSING marker written for every product of a baseline touching an absent antenna.
 pub const MISSING: [i32; 2] = [i32::MIN, 1];
