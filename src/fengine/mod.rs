@@ -24,10 +24,13 @@
 mod backend;
 mod bench;
 mod ddc;
+mod ddc_tune;
 mod decode;
 mod delay;
 mod gpu;
 mod gpu_bench;
+mod gpu_ddc;
+mod gpu_ddc_bench;
 mod pfb;
 mod postproc;
 mod remez;
@@ -38,6 +41,8 @@ mod weights;
 mod test_util;
 #[cfg(test)]
 mod tests_gpu;
+#[cfg(test)]
+mod tests_gpu_ddc;
 #[cfg(test)]
 mod tests_narrowband;
 #[cfg(test)]
@@ -50,6 +55,9 @@ pub use decode::{decode, decode_f32};
 pub use delay::{DelaySegment, LinearDelayModel};
 pub use gpu::{GpuBackend, PFB_FIR_SRC, POSTPROC_SRC};
 pub use gpu_bench::bench_gpu;
+pub use gpu_ddc::{GpuNarrowband, DdcTuningChoice, PFB_FIR_COMPLEX_SRC, POSTPROC_NB_SRC};
+pub use gpu_ddc_bench::bench_gpu_narrowband;
+pub use ddc_tune::{DdcTuning, DDC_SRC};
 pub use postproc::{dither_value, quantise};
 pub use remez::{remez, Band};
 pub use stats::InputStats;
