@@ -68,10 +68,10 @@ static_assert(S * ROW * 4 + W * S * 8 <= 48 * 1024, "DDC tile exceeds 48 KiB of 
 static_assert(S >= 2, "subsampling must be at least 2");
 
 // Decodes the G samples starting at staged sample index `start` (a multiple of G) into v;
-// samples at index ≥ nvalid read as 0 (and whole runs beyond it load nothing).
+// only the first `valid` of them are present (the rest read as 0; no loads when valid ≤ 0).
 __device__ __forceinline__ void decode_run(const unsigned char* __restrict__ base, long long start,
-                                           long long nvalid, float (&v)[G]) {
-    if (start >= nvalid) {
+                                           int valid, float (&v)[G]) {
+    if (valid <= 0) {
 #pragma unroll
         for (int i = 0; i < G; i++) v[i] = 0.0f;
         return;
@@ -97,7 +97,12 @@ __device__ __forceinline__ void decode_run(const unsigned char* __restrict__ bas
         }
         const int x = (int)u >> (32 - IN_BITS);
 #endif
-        v[i] = start + i < nvalid ? (float)x : 0.0f;
+        v[i] = (float)x;
+    }
+    if (valid < G) {
+#pragma unroll
+        for (int i = 0; i < G; i++)
+            if (i >= valid) v[i] = 0.0f;
     }
 }
 
@@ -124,19 +129,29 @@ extern "C" __global__ void __launch_bounds__(WGS)
 
     for (int i = t; i < W * S; i += WGS) zs[i] = z[i];
 
-    // 1. Decode the footprint into polyphase rows.
+    // 1. Decode the footprint into polyphase rows. Run g covers footprint indices
+    // [g·G − lead, (g + 1)·G − lead); 32-bit index arithmetic from here on.
     const long long a0 = r0 / G * G;
-    const int runs = (int)((r0 + FOOT - a0 + G - 1) / G);
+    const int lead = (int)(r0 - a0);
+    const int runs = (lead + FOOT + G - 1) / G;
+    const long long left = nvalid - a0;  // samples present from a0 on
     for (int g = t; g < runs; g += WGS) {
-        const long long start = a0 + (long long)g * G;
+        const int rs = g * G - lead;
+        const long long rem = left - (long long)g * G;
+        const int valid = rem >= G ? G : (rem <= 0 ? 0 : (int)rem);
         float v[G];
-        decode_run(base, start, nvalid, v);
+        decode_run(base, a0 + (long long)g * G, valid, v);
+        if (rs >= 0 && rs + G <= FOOT) {
 #pragma unroll
-        for (int i = 0; i < G; i++) {
-            const long long r = start + i - r0;
-            if (r >= 0 && r < FOOT) {
-                const int ri = (int)r;
-                xs[(ri % S) * ROW + PADN(ri / S)] = v[i];
+            for (int i = 0; i < G; i++) {
+                const unsigned int r = (unsigned int)(rs + i);
+                xs[(r % S) * ROW + PADN(r / S)] = v[i];
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < G; i++) {
+                const int r = rs + i;
+                if (r >= 0 && r < FOOT) xs[(r % S) * ROW + PADN(r / S)] = v[i];
             }
         }
     }

@@ -248,9 +248,7 @@ pub(crate) fn autotune(
         })
         .collect();
     let input = stream.clone_htod(&host).map_err(gerr)?;
-    let z = stream
-        .clone_htod(&vec![0.01f32; 2 * w * s])
-        .map_err(gerr)?;
+    let z = stream.clone_htod(&vec![0.01f32; 2 * w * s]).map_err(gerr)?;
     let mut out = stream.alloc_zeros(n_out).map_err(gerr)?;
     let mut best: Option<(f64, DdcTuning)> = None;
     for t in cands {
@@ -315,7 +313,10 @@ mod tests {
         }
         // S = 8, W = 16, 64 × 8: rows of 512 + 15 samples padded by one per 8.
         let t = DdcTuning { wgs: 64, unroll: 8 };
-        assert_eq!(ddc_smem_bytes(8, 16, t), 8 * (526 + 526 / 8 + 1) * 4 + 16 * 8 * 8);
+        assert_eq!(
+            ddc_smem_bytes(8, 16, t),
+            8 * (526 + 526 / 8 + 1) * 4 + 16 * 8 * 8
+        );
         assert!(candidates(4096, 64).is_empty());
     }
 

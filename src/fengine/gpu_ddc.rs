@@ -313,16 +313,14 @@ impl GpuNarrowband {
         }
         let t = match &self.tuning {
             DdcTuningChoice::Fixed(t) => *t,
-            DdcTuningChoice::Auto(cache) => {
-                autotune(
-                    &self.stream,
-                    self.arch,
-                    self.s,
-                    self.w,
-                    in_bits,
-                    cache.as_deref(),
-                )?
-            }
+            DdcTuningChoice::Auto(cache) => autotune(
+                &self.stream,
+                self.arch,
+                self.s,
+                self.w,
+                in_bits,
+                cache.as_deref(),
+            )?,
         };
         let f = load_ddc(&self.ctx, self.arch, self.s, self.w, in_bits, t)?;
         self.ddc_fns.insert(in_bits, (f.clone(), t));

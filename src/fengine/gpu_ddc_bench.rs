@@ -65,7 +65,8 @@ fn h2d_bandwidth(stream: &Arc<CudaStream>) -> Result<f64, FError> {
 
 /// f32 FMAs per second (one FMA = 2 flops) from `kernels/fma_peak.cu`.
 fn fma_rate(stream: &Arc<CudaStream>, arch: &'static str) -> Result<f64, FError> {
-    let ptx = crate::gpu::compile_ptx("fma_peak.cu", FMA_PEAK_SRC, &[], arch).map_err(FError::Gpu)?;
+    let ptx =
+        crate::gpu::compile_ptx("fma_peak.cu", FMA_PEAK_SRC, &[], arch).map_err(FError::Gpu)?;
     let f = stream
         .context()
         .load_module(ptx)
@@ -229,7 +230,8 @@ pub fn bench_gpu_narrowband() -> Result<(), FError> {
         // Bytes per input sample: packed input, DDC write, FIR read + write, FFT read + write,
         // post-processing read, 8-bit output.
         let ddc_bytes = IN_BITS as f64 / 8.0 + 8.0 * extra / s;
-        let bytes = ddc_bytes + (8.0 * extra + 8.0 + 16.0 + post_read) / s + 1.0 / decimation as f64;
+        let bytes =
+            ddc_bytes + (8.0 * extra + 8.0 + 16.0 + post_read) / s + 1.0 / decimation as f64;
         let fmas = 2.0 * w; // per input sample in the DDC (W·S complex taps per S samples)
         let samples = (2 * m * sbs) as f64;
         let res = samples / t_res;

@@ -7,8 +7,8 @@
 use super::ddc::{ddc_weights, Ddc, MixerFrequency};
 use super::ddc_tune::{self, cache_key, cache_lookup, cache_store, DdcTuning, DDC_SRC};
 use super::gpu_ddc::{
-    ddc_taps_per_phase, fir_complex_defines, postproc_nb_defines, DdcTuningChoice,
-    GpuNarrowband, PFB_FIR_COMPLEX_SRC, POSTPROC_NB_SRC,
+    ddc_taps_per_phase, fir_complex_defines, postproc_nb_defines, DdcTuningChoice, GpuNarrowband,
+    PFB_FIR_COMPLEX_SRC, POSTPROC_NB_SRC,
 };
 use super::test_util::*;
 use super::*;
@@ -44,8 +44,16 @@ fn nb_cfg(channels: usize, decimation: usize, no_discard: bool, sph: usize) -> F
     }
 }
 
+/// A backend with a fixed DDC tuning (TUNING where it fits, else the first candidate), so
+/// that the tests do not autotune.
 fn fixed(cfg: &FConfig) -> GpuNarrowband {
-    GpuNarrowband::with_tuning(cfg.clone(), DdcTuningChoice::Fixed(TUNING)).unwrap()
+    let (s, w) = (cfg.subsampling(), ddc_taps_per_phase(cfg));
+    let t = if ddc_tune::valid_tuning(s, w, TUNING) {
+        TUNING
+    } else {
+        ddc_tune::candidates(s, w)[0]
+    };
+    GpuNarrowband::with_tuning(cfg.clone(), DdcTuningChoice::Fixed(t)).unwrap()
 }
 
 #[test]
@@ -66,7 +74,14 @@ fn narrowband_kernels_compile_with_nvrtc() {
         // Odd taps per phase, odd and large unroll, the largest subsampling of the tests.
         for (s, w, t) in [
             (8usize, 7usize, DdcTuning { wgs: 32, unroll: 1 }),
-            (16, 16, DdcTuning { wgs: 128, unroll: 4 }),
+            (
+                16,
+                16,
+                DdcTuning {
+                    wgs: 128,
+                    unroll: 4,
+                },
+            ),
             (32, 16, DdcTuning { wgs: 32, unroll: 8 }),
             (128, 16, ddc_tune::candidates(128, 16)[0]),
         ] {
@@ -116,10 +131,7 @@ fn narrowband_gpu_refuses_bad_configs_cleanly() {
             ..
         })
     ));
-    let bad = DdcTuning {
-        wgs: 48,
-        unroll: 8,
-    };
+    let bad = DdcTuning { wgs: 48, unroll: 8 };
     assert!(matches!(
         GpuNarrowband::with_tuning(nb_cfg(1024, 8, false, 256), DdcTuningChoice::Fixed(bad)),
         Err(FError::BadParameter {
@@ -228,11 +240,15 @@ fn check_ddc(case: &Case, gpu: &GpuNarrowband) {
     let nb = cfg.narrowband.unwrap();
     let s = cfg.subsampling();
     let h = ddc_weights(&nb, s, cfg.ddc_taps()).unwrap();
-    let ddc = Ddc::new(&h, s, MixerFrequency::from_hz(nb.centre_frequency, ADC).unwrap());
+    let ddc = Ddc::new(
+        &h,
+        s,
+        MixerFrequency::from_hz(nb.centre_frequency, ADC).unwrap(),
+    );
     let got = gpu.ddc_output(case.spectra).unwrap();
     let n_out = got[0].len();
     let scale = (1u64 << case.bits) as f64;
-    for p in 0..2 {
+    for (p, got_p) in got.iter().enumerate() {
         let off = case.offsets[p];
         let x: Vec<f32> = case.xs[p][off..off + (n_out - 1) * s + cfg.ddc_taps()]
             .iter()
@@ -241,7 +257,7 @@ fn check_ddc(case: &Case, gpu: &GpuNarrowband) {
         let mut want = vec![Complex32::new(0.0, 0.0); n_out];
         ddc.run(&x, case.timestamp + off as u64, &mut want);
         let (mut worst, mut sum2) = (0f64, 0f64);
-        for (g, w) in got[p].iter().zip(&want) {
+        for (g, w) in got_p.iter().zip(&want) {
             let e = (g - w).norm() as f64;
             worst = worst.max(e);
             sum2 += e * e;
@@ -324,14 +340,21 @@ fn case_gain(out_bits: u32) -> f32 {
 }
 
 /// The CPU side of one pipeline comparison case.
-fn cpu_case(decimation: usize, no_discard: bool, out_bits: u32, seed: u64) -> (Case, Vec<u8>, BlockStats) {
+fn cpu_case(
+    decimation: usize,
+    no_discard: bool,
+    out_bits: u32,
+    seed: u64,
+) -> (Case, Vec<u8>, BlockStats) {
     let mut cfg = nb_cfg(256, decimation, no_discard, 8);
     cfg.out_bits = out_bits;
     let spectra = 24;
     let case = Case::new(cfg, spectra, 10, case_gain(out_bits), seed);
     let mut cpu = CpuBackend::new(case.cfg.clone()).unwrap();
     let mut cpu_out = vec![0u8; case.cfg.output_len(spectra)];
-    let cs = cpu.process(&case.block(0, spectra, false), &mut cpu_out).unwrap();
+    let cs = cpu
+        .process(&case.block(0, spectra, false), &mut cpu_out)
+        .unwrap();
     (case, cpu_out, cs)
 }
 
@@ -344,7 +367,10 @@ fn narrowband_comparison_cases_saturate_a_few_percent() {
             let values = (case.spectra * case.cfg.channels) as f64;
             for p in 0..2 {
                 let f = cs.saturated[p] as f64 / values;
-                assert!(f > 0.002 && f < 0.2, "D {d} {nd} {out_bits}-bit pol {p}: {f}");
+                assert!(
+                    f > 0.002 && f < 0.2,
+                    "D {d} {nd} {out_bits}-bit pol {p}: {f}"
+                );
             }
         }
     }
@@ -406,7 +432,11 @@ fn gpu_ddc_matches_cpu_all_bit_widths() {
         if let Some(nb) = cfg.narrowband.as_mut() {
             nb.ddc_taps = taps;
         }
-        let widths: Vec<u32> = if i == 0 { (2..=16).collect() } else { vec![3, 10] };
+        let widths: Vec<u32> = if i == 0 {
+            (2..=16).collect()
+        } else {
+            vec![3, 10]
+        };
         let mut gpu = fixed(&cfg);
         for bits in widths {
             let case = Case::new(cfg.clone(), spectra, bits, 0.5, 100 + bits as u64);
@@ -415,7 +445,10 @@ fn gpu_ddc_matches_cpu_all_bit_widths() {
                 .unwrap();
             check_ddc(&case, &gpu);
         }
-        assert_eq!(ddc_taps_per_phase(&cfg), cfg.ddc_taps().div_ceil(d * (1 + nd as usize)));
+        assert_eq!(
+            ddc_taps_per_phase(&cfg),
+            cfg.ddc_taps().div_ceil(d * (1 + nd as usize))
+        );
     }
 }
 
@@ -440,8 +473,7 @@ fn gpu_ddc_tunings_agree() {
             unroll: 16,
         },
     ] {
-        let mut gpu =
-            GpuNarrowband::with_tuning(cfg.clone(), DdcTuningChoice::Fixed(t)).unwrap();
+        let mut gpu = GpuNarrowband::with_tuning(cfg.clone(), DdcTuningChoice::Fixed(t)).unwrap();
         let mut out = vec![0u8; cfg.output_len(spectra)];
         gpu.process(&case.block(0, spectra, false), &mut out)
             .unwrap();
@@ -496,8 +528,7 @@ fn gpu_ddc_autotune_uses_cache() {
     let path = dir.join("ddc-tuning.txt");
     let cfg = nb_cfg(64, 8, false, 4);
     let mut a =
-        GpuNarrowband::with_tuning(cfg.clone(), DdcTuningChoice::Auto(Some(path.clone())))
-            .unwrap();
+        GpuNarrowband::with_tuning(cfg.clone(), DdcTuningChoice::Auto(Some(path.clone()))).unwrap();
     let t = a.ddc_tuning(10).unwrap();
     let key = a.tuning_key(10).unwrap();
     assert!(key.contains("S=8") && key.contains("W=16") && key.contains("bits=10"));
@@ -507,8 +538,7 @@ fn gpu_ddc_autotune_uses_cache() {
     let planted = DdcTuning { wgs: 32, unroll: 4 };
     cache_store(&path, &key, planted).unwrap();
     let mut b =
-        GpuNarrowband::with_tuning(cfg.clone(), DdcTuningChoice::Auto(Some(path.clone())))
-            .unwrap();
+        GpuNarrowband::with_tuning(cfg.clone(), DdcTuningChoice::Auto(Some(path.clone()))).unwrap();
     assert_eq!(b.ddc_tuning(10).unwrap(), planted);
     // The backend works with the tuned kernel.
     let case = Case::new(cfg.clone(), 4, 10, 0.5, 5);

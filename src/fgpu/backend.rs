@@ -301,8 +301,12 @@ mod tests {
                 .collect();
             let len = 256 * spec.spectra_per_heap() * 4;
             let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
-            let sa = cpu.process(batch_ts, [&input[0], &input[1]], &mut a).unwrap();
-            let sb = gpu.process(batch_ts, [&input[0], &input[1]], &mut b).unwrap();
+            let sa = cpu
+                .process(batch_ts, [&input[0], &input[1]], &mut a)
+                .unwrap();
+            let sb = gpu
+                .process(batch_ts, [&input[0], &input[1]], &mut b)
+                .unwrap();
             let close = a
                 .iter()
                 .zip(&b)
@@ -311,7 +315,10 @@ mod tests {
             assert!(close as f64 >= 0.999 * len as f64, "{extra}: {close}/{len}");
             assert!(a.iter().any(|&v| v != 0), "{extra}: all-zero output");
             for p in 0..2 {
-                assert!(sa[p].abs_diff(sb[p]) <= 2 + len as u64 / 1000, "{sa:?} {sb:?}");
+                assert!(
+                    sa[p].abs_diff(sb[p]) <= 2 + len as u64 / 1000,
+                    "{sa:?} {sb:?}"
+                );
             }
         }
     }
