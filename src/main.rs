@@ -50,9 +50,10 @@ enum Command {
     /// Benchmarks (`gpucbf bench xbgpu | fgpu | recv`).
     Bench {
         /// What to benchmark: `xbgpu` (X-engine correlator, beamformer, cuBLASLt int8 GEMM),
-        /// `fgpu` (wideband GPU F-engine: resident and end-to-end throughput, bandwidths) or
+        /// `fgpu` (GPU F-engine: wideband resident and end-to-end throughput, bandwidths,
+        /// then the narrowband lines), `fgpu-narrowband` (only the narrowband lines) or
         /// `recv` (packets/s of the file, UDP loopback and DPDK sources vs spead2).
-        #[arg(value_parser = ["xbgpu", "fgpu", "recv"])]
+        #[arg(value_parser = ["xbgpu", "fgpu", "fgpu-narrowband", "recv"])]
         what: String,
         /// Options of `bench recv`.
         #[command(flatten)]
@@ -122,7 +123,11 @@ fn main() -> anyhow::Result<()> {
             "recv" => {
                 gpucbf::recvbench::run(&recv)?;
             }
-            "fgpu" => gpucbf::fengine::bench_gpu()?,
+            "fgpu" => {
+                gpucbf::fengine::bench_gpu()?;
+                gpucbf::fengine::bench_gpu_narrowband()?;
+            }
+            "fgpu-narrowband" => gpucbf::fengine::bench_gpu_narrowband()?,
             _ => gpucbf::xengine::bench_gpu(&[64, 256, 576, 1024], 8192)?,
         },
         Command::Nufft(cmd) => gpucbf::nufft::cli::run(cmd)?,

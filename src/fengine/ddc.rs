@@ -164,6 +164,11 @@ impl Ddc {
         self.zr.len()
     }
 
+    /// The premixed weights z_k = h_k·e^{2πj·f·k} as (re, im) (for the GPU DDC kernel).
+    pub(crate) fn premixed(&self) -> (&[f32], &[f32]) {
+        (&self.zr, &self.zi)
+    }
+
     /// Computes `out.len()` outputs from `x` whose first sample has timestamp `t0`.
     /// `x` must hold (out.len() − 1)·S + taps samples.
     pub(crate) fn run(&self, x: &[f32], t0: u64, out: &mut [Complex32]) {

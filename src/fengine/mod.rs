@@ -24,10 +24,13 @@
 mod backend;
 mod bench;
 mod ddc;
+mod ddc_tune;
 mod decode;
 mod delay;
 mod gpu;
 mod gpu_bench;
+mod gpu_ddc;
+mod gpu_ddc_bench;
 mod gpu_pipeline;
 mod pfb;
 mod postproc;
@@ -40,6 +43,8 @@ mod test_util;
 #[cfg(test)]
 mod tests_gpu;
 #[cfg(test)]
+mod tests_gpu_ddc;
+#[cfg(test)]
 mod tests_gpu_pipeline;
 #[cfg(test)]
 mod tests_narrowband;
@@ -49,10 +54,13 @@ mod tests_wideband;
 pub use backend::{CpuBackend, FBackend};
 pub use bench::bench_cpu;
 pub use ddc::{ddc_weights, ddc_weights_discard, ddc_weights_no_discard, MixerFrequency};
+pub use ddc_tune::{DdcTuning, DDC_SRC};
 pub use decode::{decode, decode_f32};
 pub use delay::{DelaySegment, LinearDelayModel};
 pub use gpu::{BlockParams, GpuBackend, Tuning, PFB_FIR_SRC, POSTPROC_SRC};
 pub use gpu_bench::bench_gpu;
+pub use gpu_ddc::{DdcTuningChoice, GpuNarrowband, PFB_FIR_COMPLEX_SRC, POSTPROC_NB_SRC};
+pub use gpu_ddc_bench::bench_gpu_narrowband;
 pub use gpu_pipeline::{GpuPipeline, PipelineShape};
 pub use postproc::{dither_value, quantise};
 pub use remez::{remez, Band};

@@ -1,0 +1,275 @@
+//! `gpucbf bench fgpu`, narrowband part: GPU narrowband F-engine throughput with the data
+//! resident on the GPU (32768 channels, 16 PFB taps, default DDC filter, 10-bit input,
+//! 8-bit output) for decimation 8 and 16, discard and no-discard, each as a fraction of the
+//! bound measured in the same run: min(device copy bandwidth / bytes moved per input sample,
+//! measured FMA rate / DDC FMAs per input sample).
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg};
+
+use super::gpu_ddc::{ddc_taps_per_phase, GpuNarrowband};
+use super::{
+    Block, Dither, FBackend, FConfig, FError, Narrowband, NarrowbandMode, PolBlock, Samples,
+};
+use crate::bitpack;
+use num_complex::Complex32;
+
+/// FMA throughput kernel source (bench only).
+pub const FMA_PEAK_SRC: &str = include_str!("../../kernels/fma_peak.cu");
+
+const IN_BITS: u32 = 10;
+const CHANNELS: usize = 32768;
+/// Input samples per pol per block (≈ 2^27).
+const SAMPLES_PER_POL: usize = 1 << 27;
+const REPS: usize = 10;
+
+fn gerr<E: std::fmt::Debug>(e: E) -> FError {
+    FError::Gpu(format!("{e:?}"))
+}
+
+fn time_gpu(
+    stream: &Arc<CudaStream>,
+    reps: usize,
+    f: impl FnMut() -> Result<(), FError>,
+) -> Result<f64, FError> {
+    crate::gpu::time_on_stream(stream, reps, f, gerr)
+}
+
+/// Device-to-device copy bandwidth (bytes read + written per second).
+fn copy_bandwidth(stream: &Arc<CudaStream>) -> Result<f64, FError> {
+    let len = 1usize << 30;
+    let a: CudaSlice<u8> = stream.alloc_zeros(len).map_err(gerr)?;
+    let mut b: CudaSlice<u8> = stream.alloc_zeros(len).map_err(gerr)?;
+    let t = time_gpu(stream, 10, || stream.memcpy_dtod(&a, &mut b).map_err(gerr))?;
+    Ok(2.0 * len as f64 / t)
+}
+
+fn pinned_from(stream: &Arc<CudaStream>, data: &[u8]) -> Result<PinnedHostSlice<u8>, FError> {
+    // SAFETY: the memory is fully written below before any use.
+    let mut p = unsafe { stream.context().alloc_pinned::<u8>(data.len()) }.map_err(gerr)?;
+    p.as_mut_slice().map_err(gerr)?.copy_from_slice(data);
+    Ok(p)
+}
+
+/// Pinned host→device bandwidth (bytes per second).
+fn h2d_bandwidth(stream: &Arc<CudaStream>) -> Result<f64, FError> {
+    let len = 1usize << 28;
+    let h = pinned_from(stream, &vec![1u8; len])?;
+    let mut dev: CudaSlice<u8> = stream.alloc_zeros(len).map_err(gerr)?;
+    let t = time_gpu(stream, 10, || {
+        stream.memcpy_htod(&h, &mut dev).map_err(gerr)
+    })?;
+    Ok(len as f64 / t)
+}
+
+/// f32 FMAs per second (one FMA = 2 flops) from `kernels/fma_peak.cu`.
+fn fma_rate(stream: &Arc<CudaStream>, arch: &'static str) -> Result<f64, FError> {
+    let ptx =
+        crate::gpu::compile_ptx("fma_peak.cu", FMA_PEAK_SRC, &[], arch).map_err(FError::Gpu)?;
+    let f = stream
+        .context()
+        .load_module(ptx)
+        .map_err(gerr)?
+        .load_function("fma_peak")
+        .map_err(gerr)?;
+    let (blocks, threads, iters) = (4096u32, 256u32, 4096i32);
+    let mut out: CudaSlice<f32> = stream
+        .alloc_zeros((blocks * threads) as usize)
+        .map_err(gerr)?;
+    let (a, b) = (0.999_99f32, 1e-6f32);
+    let t = time_gpu(stream, 5, || {
+        let mut l = stream.launch_builder(&f);
+        l.arg(&mut out).arg(&iters).arg(&a).arg(&b);
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: matches `fma_peak(float*, int, float, float)`; out holds one float per thread.
+        unsafe { l.launch(cfg) }.map_err(gerr)?;
+        Ok(())
+    })?;
+    Ok(blocks as f64 * threads as f64 * iters as f64 * 16.0 / t)
+}
+
+/// Deterministic pseudo-noise samples (xorshift, roughly ±200).
+fn noise(n: usize, seed: u64) -> Vec<i16> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) % 401) as i16 - 200
+        })
+        .collect()
+}
+
+fn nb_config(decimation: usize, no_discard: bool, adc: f64) -> FConfig {
+    let sbs = 2 * CHANNELS * decimation;
+    let m = SAMPLES_PER_POL / sbs;
+    let mut cfg = FConfig::wideband(CHANNELS, 256.min(m));
+    cfg.dither = Dither::Uniform;
+    cfg.narrowband = Some(Narrowband {
+        decimation,
+        centre_frequency: 300e6,
+        adc_rate: adc,
+        ddc_taps: None,
+        weight_pass: 0.005,
+        mode: if no_discard {
+            NarrowbandMode::NoDiscard {
+                pass_bandwidth: 0.8 * 0.5 * adc / decimation as f64,
+            }
+        } else {
+            NarrowbandMode::Discard
+        },
+    });
+    cfg
+}
+
+/// Runs the narrowband benchmark and prints one line (plus a stage line) per mode.
+pub fn bench_gpu_narrowband() -> Result<(), FError> {
+    if !crate::gpu::gpu_available() {
+        return Err(FError::Gpu("bench fgpu needs a CUDA device".into()));
+    }
+    let adc = 1712e6;
+    let mut bounds: Option<(f64, f64, f64)> = None;
+    for (decimation, no_discard) in [(8usize, false), (16, false), (8, true), (16, true)] {
+        let cfg = nb_config(decimation, no_discard, adc);
+        let sbs = cfg.samples_between_spectra();
+        let m = SAMPLES_PER_POL / sbs;
+        let needed = cfg.input_samples_needed(m);
+        let packed: Vec<Vec<u8>> = (0..2u64)
+            .map(|p| {
+                let s = noise(needed, 0x5eed_0000 + p);
+                let mut b = vec![0u8; bitpack::packed_len(needed, IN_BITS)];
+                bitpack::pack(&s, IN_BITS, &mut b);
+                b
+            })
+            .collect();
+        let fine = vec![0.1; m];
+        let phase = vec![0.3; m];
+        let gains = vec![Complex32::new(0.05, 0.0); CHANNELS];
+        let pol = |p: usize| PolBlock {
+            samples: Samples::Packed {
+                data: &packed[p],
+                bits: IN_BITS,
+                len: needed,
+            },
+            timestamp: 123_456_789,
+            offset: 0,
+            fine_delay: &fine,
+            phase: &phase,
+            gains: &gains,
+        };
+        let block = Block {
+            spectra: m,
+            first_spectrum: 0,
+            out_first: 0,
+            pols: [pol(0), pol(1)],
+        };
+        let mut out = vec![0u8; cfg.output_len(m)];
+        let tune_start = std::time::Instant::now();
+        let mut be = GpuNarrowband::new(cfg.clone())?;
+        let tuning = be.ddc_tuning(IN_BITS)?;
+        let tune_secs = tune_start.elapsed().as_secs_f64();
+        let stream = be.stream().clone();
+        let (copy, fma, h2d) = match bounds {
+            Some(b) => b,
+            None => {
+                let arch = super::gpu_ddc::arch_for(
+                    stream
+                        .context()
+                        .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+                        .map_err(gerr)?,
+                    stream
+                        .context()
+                        .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+                        .map_err(gerr)?,
+                )?;
+                let b = (
+                    copy_bandwidth(&stream)?,
+                    fma_rate(&stream, arch)?,
+                    h2d_bandwidth(&stream)?,
+                );
+                println!(
+                    "bench fgpu narrowband: device copy {:.0} GB/s (read+write), f32 FMA {:.1} TFMA/s, pinned host->device {:.1} GB/s; \
+                     {CHANNELS} channels, 16 taps, {IN_BITS}-bit in, 8-bit out, dither on; input samples/s count both pols; \
+                     end-to-end bound = host->device / {:.2} B",
+                    b.0 / 1e9,
+                    b.1 / 1e12,
+                    b.2 / 1e9,
+                    IN_BITS as f64 / 8.0
+                );
+                bounds = Some(b);
+                b
+            }
+        };
+        be.process(&block, &mut out)?;
+        let t_res = time_gpu(&stream, REPS, || be.compute(m, 0))?;
+        let t_ddc = time_gpu(&stream, REPS, || be.launch_ddc(m))?;
+        let t_fir = time_gpu(&stream, REPS, || be.launch_fir(m))?;
+        let t_fft = time_gpu(&stream, REPS, || be.launch_fft(m))?;
+        let t_post = time_gpu(&stream, REPS, || be.launch_post(m, 0))?;
+        let pins = [
+            pinned_from(&stream, &packed[0])?,
+            pinned_from(&stream, &packed[1])?,
+        ];
+        // SAFETY: fully overwritten by the device before it is read.
+        let mut pout = unsafe { stream.context().alloc_pinned::<u8>(out.len()) }.map_err(gerr)?;
+        let t_e2e = time_gpu(&stream, 3, || {
+            be.upload_pinned([&pins[0], &pins[1]])?;
+            be.compute(m, 0)?;
+            be.download_pinned(&mut pout)
+        })?;
+        let s = cfg.subsampling() as f64;
+        let w = ddc_taps_per_phase(&cfg) as f64;
+        let extra = (m + cfg.taps - 1) as f64 / m as f64; // DDC outputs per PFB input used
+        let post_read = if no_discard { 8.0 } else { 4.0 };
+        // Bytes per input sample: packed input, DDC write, FIR read + write, FFT read + write,
+        // post-processing read, 8-bit output.
+        let ddc_bytes = IN_BITS as f64 / 8.0 + 8.0 * extra / s;
+        let bytes =
+            ddc_bytes + (8.0 * extra + 8.0 + 16.0 + post_read) / s + 1.0 / decimation as f64;
+        let fmas = 2.0 * w; // per input sample in the DDC (W·S complex taps per S samples)
+        let samples = (2 * m * sbs) as f64;
+        let res = samples / t_res;
+        let (mem_bound, cmp_bound) = (copy / bytes, fma / fmas);
+        let bound = mem_bound.min(cmp_bound);
+        let ddc_rate = samples / t_ddc;
+        let ddc_bound = (copy / ddc_bytes).min(cmp_bound);
+        println!(
+            "narrowband D={decimation:>2} {} S={:>2} ddc_taps={} spectra {m}: resident {:6.1} GS/s ({:4.1}% of {:.0} GS/s = min(memory {:.0} at {bytes:.2} B/sample, FMA {:.0} at {fmas:.0} FMA/sample))",
+            if no_discard { "no-discard" } else { "discard   " },
+            s,
+            cfg.ddc_taps(),
+            res / 1e9,
+            100.0 * res / bound,
+            bound / 1e9,
+            mem_bound / 1e9,
+            cmp_bound / 1e9,
+        );
+        println!(
+            "    end-to-end from pinned host memory {:6.1} GS/s ({:4.1}% of {:.0} GS/s)",
+            samples / t_e2e / 1e9,
+            100.0 * samples / t_e2e / (h2d / (IN_BITS as f64 / 8.0)),
+            h2d / (IN_BITS as f64 / 8.0) / 1e9
+        );
+        println!(
+            "    DDC alone {:6.1} GS/s ({:4.1}% of its bound {:.0} GS/s; tuning wgs {} unroll {}, chosen in {:.1} s); \
+             stages: DDC {:.0} us, FIR {:.0} us, FFT {:.0} us, postproc {:.0} us",
+            ddc_rate / 1e9,
+            100.0 * ddc_rate / ddc_bound,
+            ddc_bound / 1e9,
+            tuning.wgs,
+            tuning.unroll,
+            tune_secs,
+            t_ddc * 1e6,
+            t_fir * 1e6,
+            t_fft * 1e6,
+            t_post * 1e6
+        );
+    }
+    Ok(())
+}
