@@ -1,35 +1,51 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine from .gpu/ (binaries built elsewhere): GPU tests with
-# GPUCBF_REQUIRE_GPU=1, the benchmarks, and the engines on --backend gpu against cpu.
+# Runs on the GPU machine from .gpu/ (binaries built elsewhere: gpucbf, lib-tests, xengine_tests,
+# plus this script and gpu_check.py): GPU tests with GPUCBF_REQUIRE_GPU=1, the benchmarks, and the
+# engines on --backend gpu against --backend cpu. Results go to $OUT.
 set -u
 cd "$(dirname "$0")"
 OUT=${OUT:-/tmp/out}
 export GPUCBF_REQUIRE_GPU=1 PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
-./lib-tests --test-threads 1 fengine:: > $OUT/lib_fengine.log 2>&1; echo "lib fengine rc=$?" | tee -a $OUT/summary.txt
-tail -3 $OUT/lib_fengine.log >> $OUT/summary.txt
-./xengine_tests --test-threads 1 > $OUT/xengine.log 2>&1; echo "xengine rc=$?" | tee -a $OUT/summary.txt
-tail -3 $OUT/xengine.log >> $OUT/summary.txt
-./gpucbf bench xbgpu > $OUT/bench_xbgpu.txt 2>&1; echo "bench xbgpu rc=$?" >> $OUT/summary.txt
-./gpucbf bench fgpu > $OUT/bench_fgpu.txt 2>&1; echo "bench fgpu rc=$?" >> $OUT/summary.txt
+S=$OUT/summary.txt
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $OUT/gpu.txt
+step() { # name, limit, command...
+  local name=$1 lim=$2; shift 2; local t0=$(date +%s)
+  timeout "$lim" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  echo "$name rc=$rc in $(( $(date +%s) - t0 )) s" | tee -a $S
+  grep -E "test result|panicked|FAILED" "$OUT/$name.log" | head -8 >> $S
+}
+# The NVRTC compile-everything test runs in CI (no GPU needed); skipped here for time.
+step lib_gpu 240 ./lib-tests --test-threads 4 --skip gpu_kernels_compile_with_nvrtc \
+  fengine:: fgpu:: nufft:: chunk:: imaging::
+step xengine 200 ./xengine_tests --test-threads 1 gpu
+step bench_xbgpu 150 ./gpucbf bench xbgpu
+step bench_fgpu 150 ./gpucbf bench fgpu
+step bench_nufft 90 ./gpucbf nufft bench --gpu-only --m 100000000 --n 4096 --eps 1e-5
 # Engines: the same input through --backend cpu and --backend gpu.
 ./gpucbf dsim --adc-sample-rate 1712e6 --heaps 3072 --pcap d.pcap --dither-seed 1 \
   --signals "cw(0.3, 200e6) + wgn(0.05, 1); wgn(0.05, 2);" 127.0.0.1:7148 127.0.0.1:7149 2>/dev/null
 for be in cpu gpu; do
-  ./gpucbf fgpu --adc-sample-rate 1712e6 --sync-time 0 --array-size 1 --wideband name=wb,channels=4096,dst=127.0.0.1:7150 \
-    --recv-chunk-samples 4194304 --gain 0.01 --dither-seed 3 --send-pcap f_$be.pcap --backend $be d.pcap > f_$be.json 2>> $OUT/engines.log
-  echo "fgpu $be rc=$?" >> $OUT/summary.txt
+  timeout 90 ./gpucbf fgpu --adc-sample-rate 1712e6 --sync-time 0 --array-size 1 \
+    --wideband name=wb,channels=4096,dst=127.0.0.1:7150 --recv-chunk-samples 4194304 --gain 0.01 \
+    --dither-seed 3 --send-pcap f_$be.pcap --backend $be d.pcap > f_$be.json 2>> $OUT/engines.log
+  echo "fgpu wideband $be rc=$?" >> $S
+  timeout 90 ./gpucbf fgpu --adc-sample-rate 1712e6 --sync-time 0 --array-size 1 \
+    --narrowband name=nb,channels=1024,centre_frequency=200e6,jones_per_batch=65536,dst=127.0.0.1:7151,decimation=8 \
+    --recv-chunk-samples 4194304 --gain 0.05 --dither-seed 3 --send-pcap n_$be.pcap --backend $be d.pcap \
+    > n_$be.json 2>> $OUT/engines.log
+  echo "fgpu narrowband $be rc=$?" >> $S
 done
-python3 gpu_check.py f_cpu.pcap f_gpu.pcap int8 >> $OUT/summary.txt 2>&1; echo "fgpu compare rc=$?" >> $OUT/summary.txt
+echo "wideband:" >> $S; python3 gpu_check.py f_cpu.pcap f_gpu.pcap int8 >> $S 2>&1
+echo "narrowband:" >> $S; python3 gpu_check.py n_cpu.pcap n_gpu.pcap int8 >> $S 2>&1
 for be in cpu gpu; do
-  ./gpucbf xbgpu --adc-sample-rate 1712e6 --sync-time 0 --array-size 1 --channels 4096 --channels-per-substream 4096 \
-    --samples-between-spectra 8192 --heaps-per-fengine-per-chunk 2 --send-enabled \
-    --corrprod name=bc,dst=127.0.0.1:7160,heap_accumulation_threshold=2 \
+  timeout 90 ./gpucbf xbgpu --adc-sample-rate 1712e6 --sync-time 0 --array-size 1 --channels 4096 \
+    --channels-per-substream 4096 --samples-between-spectra 8192 --heaps-per-fengine-per-chunk 2 \
+    --send-enabled --corrprod name=bc,dst=127.0.0.1:7160,heap_accumulation_threshold=2 \
     --send-pcap x_$be.pcap --backend $be f_cpu.pcap > x_$be.json 2>> $OUT/engines.log
-  echo "xbgpu $be rc=$?" >> $OUT/summary.txt
+  echo "xbgpu $be rc=$?" >> $S
 done
-python3 gpu_check.py x_cpu.pcap x_gpu.pcap int32 >> $OUT/summary.txt 2>&1; echo "xbgpu compare rc=$?" >> $OUT/summary.txt
-cp f_gpu.json x_gpu.json $OUT/ 2>/dev/null
-timeout 120 ./gpucbf array --duration 4 --backend gpu --output arr > /dev/null 2>> $OUT/engines.log; echo "array gpu rc=$?" >> $OUT/summary.txt
+echo "xbgpu:" >> $S; python3 gpu_check.py x_cpu.pcap x_gpu.pcap int32 >> $S 2>&1
+timeout 120 ./gpucbf array --duration 4 --backend gpu --output arr > /dev/null 2>> $OUT/engines.log
+echo "array gpu rc=$?" >> $S
 cp arr/summary.json $OUT/array_summary.json 2>/dev/null
-cat $OUT/summary.txt
+cat $S

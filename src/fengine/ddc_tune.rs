@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
+use super::gpu::gerr;
 use super::FError;
 
 /// DDC kernel source.
@@ -126,10 +127,6 @@ pub fn cache_store(path: &Path, key: &str, t: DdcTuning) -> std::io::Result<()> 
         .open(path)?;
     // One write per line so that concurrent tuners append whole lines.
     f.write_all(format!("{key}\t{}\t{}\n", t.wgs, t.unroll).as_bytes())
-}
-
-fn gerr<E: std::fmt::Debug>(e: E) -> FError {
-    FError::Gpu(format!("{e:?}"))
 }
 
 /// Compiles and loads the DDC kernel for one tuning.

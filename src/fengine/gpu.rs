@@ -40,7 +40,7 @@ const POST_TILE: usize = 32;
 /// Bytes after each pol's input in the device buffer (the decoder reads 8 bytes ahead).
 const IN_PAD: usize = 16;
 
-fn gerr<E: std::fmt::Debug>(e: E) -> FError {
+pub(super) fn gerr<E: std::fmt::Debug>(e: E) -> FError {
     FError::Gpu(format!("{e:?}"))
 }
 
@@ -76,7 +76,8 @@ pub fn default_unzip(channels: usize) -> usize {
     }
 }
 
-fn arch_for(major: i32, minor: i32) -> Result<&'static str, FError> {
+/// NVRTC virtual architecture for a device of compute capability `major.minor`.
+pub(super) fn arch_for(major: i32, minor: i32) -> Result<&'static str, FError> {
     Ok(match (major, minor) {
         (8, 0) => "compute_80",
         (8, 6) => "compute_86",
@@ -93,7 +94,7 @@ fn arch_for(major: i32, minor: i32) -> Result<&'static str, FError> {
 }
 
 /// Grows `buf` to at least `len` elements (contents are not kept).
-fn ensure<T: DeviceRepr + ValidAsZeroBits>(
+pub(super) fn ensure<T: DeviceRepr + ValidAsZeroBits>(
     stream: &Arc<CudaStream>,
     buf: &mut CudaSlice<T>,
     len: usize,

@@ -8,15 +8,11 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
 use cudarc::driver::{CudaSlice, CudaStream, PinnedHostSlice};
 
-use super::gpu::{BlockParams, GpuBackend, Tuning};
+use super::gpu::{gerr, BlockParams, GpuBackend, Tuning};
 use super::gpu_pipeline::{GpuPipeline, PipelineShape};
 use super::{Block, Dither, FBackend, FConfig, FError, PolBlock, Samples};
 use crate::bitpack;
 use num_complex::Complex32;
-
-fn gerr<E: std::fmt::Debug>(e: E) -> FError {
-    FError::Gpu(format!("{e:?}"))
-}
 
 /// Input sample width and taps of the benchmark (MeerKAT digitiser, katgpucbf default).
 const IN_BITS: u32 = 10;

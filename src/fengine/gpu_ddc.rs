@@ -16,8 +16,8 @@ use cudarc::cufft::sys::{cufftType, float2};
 use cudarc::cufft::{CudaFft, FftDirection};
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, HostSlice, LaunchConfig,
-    PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, HostSlice, LaunchConfig, PinnedHostSlice,
+    PushKernelArg,
 };
 #[cfg(test)]
 use num_complex::Complex32;
@@ -27,6 +27,7 @@ use super::ddc::{ddc_weights, Ddc, MixerFrequency};
 use super::ddc_tune::{
     autotune, candidates, launch_ddc, load_ddc, valid_tuning, DdcLaunch, DdcTuning,
 };
+use super::gpu::{arch_for, ensure, gerr};
 use super::postproc::dither_key;
 use super::weights::pfb_weights;
 use super::{Block, BlockStats, Dither, FConfig, FError, Samples};
@@ -45,10 +46,6 @@ const IN_PAD: usize = 128;
 pub const MAX_DDC_TAPS_PER_PHASE: usize = 64;
 /// Largest PFB tap count the complex FIR unrolls.
 pub const MAX_GPU_TAPS: usize = 64;
-
-fn gerr<E: std::fmt::Debug>(e: E) -> FError {
-    FError::Gpu(format!("{e:?}"))
-}
 
 /// NVRTC defines for `pfb_fir_complex`.
 pub fn fir_complex_defines(cfg: &FConfig) -> Vec<(&'static str, String)> {
@@ -74,33 +71,6 @@ pub fn postproc_nb_defines(cfg: &FConfig) -> Vec<(&'static str, String)> {
 /// DDC taps per phase W = ceil(ddc_taps / S).
 pub fn ddc_taps_per_phase(cfg: &FConfig) -> usize {
     cfg.ddc_taps().div_ceil(cfg.subsampling())
-}
-
-pub(crate) fn arch_for(major: i32, minor: i32) -> Result<&'static str, FError> {
-    Ok(match (major, minor) {
-        (8, 0) => "compute_80",
-        (8, 6) => "compute_86",
-        (8, 9) => "compute_89",
-        (9, 0) => "compute_90",
-        (m, _) if m >= 8 => "compute_80",
-        (m, _) if m >= 6 => "compute_60",
-        _ => {
-            return Err(FError::Gpu(format!(
-                "compute capability {major}.{minor} is too old (need 6.0 or newer)"
-            )))
-        }
-    })
-}
-
-fn ensure<T: DeviceRepr + ValidAsZeroBits>(
-    stream: &Arc<CudaStream>,
-    buf: &mut CudaSlice<T>,
-    len: usize,
-) -> Result<(), FError> {
-    if buf.len() < len {
-        *buf = stream.alloc_zeros::<T>(len).map_err(gerr)?;
-    }
-    Ok(())
 }
 
 /// How the DDC kernel's work-group shape is chosen.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg};
 
+use super::gpu::gerr;
 use super::gpu_ddc::{ddc_taps_per_phase, GpuNarrowband};
 use super::{
     Block, Dither, FBackend, FConfig, FError, Narrowband, NarrowbandMode, PolBlock, Samples,
@@ -23,10 +24,6 @@ const CHANNELS: usize = 32768;
 /// Input samples per pol per block (≈ 2^27).
 const SAMPLES_PER_POL: usize = 1 << 27;
 const REPS: usize = 10;
-
-fn gerr<E: std::fmt::Debug>(e: E) -> FError {
-    FError::Gpu(format!("{e:?}"))
-}
 
 fn time_gpu(
     stream: &Arc<CudaStream>,
@@ -178,7 +175,7 @@ pub fn bench_gpu_narrowband() -> Result<(), FError> {
         let (copy, fma, h2d) = match bounds {
             Some(b) => b,
             None => {
-                let arch = super::gpu_ddc::arch_for(
+                let arch = super::gpu::arch_for(
                     stream
                         .context()
                         .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)

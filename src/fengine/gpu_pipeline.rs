@@ -21,13 +21,9 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, PinnedHostSlice};
 
-use super::gpu::{BlockParams, DeviceBlock, GpuBackend};
+use super::gpu::{gerr, BlockParams, DeviceBlock, GpuBackend};
 use super::stats::InputStats;
 use super::{BlockStats, FBackend, FConfig, FError};
-
-fn gerr<E: std::fmt::Debug>(e: E) -> FError {
-    FError::Gpu(format!("{e:?}"))
-}
 
 /// One device block with its pinned host staging.
 struct Slot {
