@@ -85,6 +85,41 @@ pub struct FrameStats {
     pub filtered: u64,
 }
 
+/// The common case on the per-packet path of the bypass sources: an untagged Ethernet II
+/// frame with an unfragmented IPv4/UDP datagram whose lengths are consistent. Returns the
+/// destination and the UDP payload (bounded by the IPv4 total length and the UDP length,
+/// so Ethernet padding is dropped); `None` for anything else, which [`deliver_frame`] then
+/// hands to etherparse for exact classification.
+#[inline]
+pub fn fast_udp_ipv4(frame: &[u8]) -> Option<(SocketAddrV4, &[u8])> {
+    if frame.len() < 14 + 20 + 8 || frame[12] != 0x08 || frame[13] != 0x00 {
+        return None;
+    }
+    let ip = &frame[14..];
+    let ihl = (ip[0] & 0x0f) as usize * 4;
+    if ip[0] >> 4 != 4 || ihl < 20 || ip[9] != 17 {
+        return None;
+    }
+    // More-fragments flag or a fragment offset: not a whole datagram.
+    if u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0 {
+        return None;
+    }
+    let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
+    if total < ihl + 8 || total > ip.len() {
+        return None;
+    }
+    let udp = &ip[ihl..total];
+    let udp_len = u16::from_be_bytes([udp[4], udp[5]]) as usize;
+    if udp_len < 8 || udp_len > udp.len() {
+        return None;
+    }
+    let dst = SocketAddrV4::new(
+        Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
+        u16::from_be_bytes([udp[2], udp[3]]),
+    );
+    Some((dst, &udp[8..udp_len]))
+}
+
 /// Parses an Ethernet frame and hands its UDP payload to `f` if its destination is in
 /// `endpoints` (or `endpoints` is empty). Anything else is counted in `stats`. True if
 /// handed on.
@@ -95,6 +130,15 @@ pub fn deliver_frame(
     f: &mut dyn FnMut(&[u8]),
 ) -> bool {
     use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+    if let Some((dst, payload)) = fast_udp_ipv4(frame) {
+        if endpoints.is_empty() || endpoints.contains(&dst) {
+            stats.datagrams += 1;
+            f(payload);
+            return true;
+        }
+        stats.filtered += 1;
+        return false;
+    }
     let sliced = match SlicedPacket::from_ethernet(frame) {
         Ok(s) => s,
         Err(_) => {
@@ -286,5 +330,74 @@ mod tests {
         assert_eq!(st.datagrams, 2);
         assert_eq!(st.filtered, 1);
         assert_eq!(st.malformed + st.not_udp, 2);
+    }
+
+    /// etherparse's reading of a frame: the reference for the fast path.
+    fn reference(frame: &[u8]) -> Option<(SocketAddrV4, Vec<u8>)> {
+        use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+        let s = SlicedPacket::from_ethernet(frame).ok()?;
+        let dst = match &s.net {
+            Some(NetSlice::Ipv4(ip)) if !ip.is_payload_fragmented() => {
+                ip.header().destination_addr()
+            }
+            _ => return None,
+        };
+        match &s.transport {
+            Some(TransportSlice::Udp(u)) => Some((
+                SocketAddrV4::new(dst, u.destination_port()),
+                u.payload().to_vec(),
+            )),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn fast_path_agrees_with_etherparse() {
+        let mut base = Vec::new();
+        etherparse::PacketBuilder::ethernet2([2; 6], [1, 0, 0x5e, 1, 2, 3])
+            .ipv4([169, 254, 0, 1], [239, 1, 2, 3], 4)
+            .udp(1000, 7148)
+            .write(&mut base, &[0xab; 40])
+            .unwrap();
+        let (dst, p) = fast_udp_ipv4(&base).unwrap();
+        assert_eq!(dst, SocketAddrV4::new(Ipv4Addr::new(239, 1, 2, 3), 7148));
+        assert_eq!(p, &[0xab; 40]);
+        // Ethernet padding after the datagram is not payload.
+        let mut padded = base.clone();
+        padded.extend_from_slice(&[0; 16]);
+        assert_eq!(fast_udp_ipv4(&padded).unwrap().1.len(), 40);
+        // splitmix64: a seeded stream of pseudo-random numbers in [0, n).
+        let mut state = 5u64;
+        let mut below = |n: usize| {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            ((z ^ (z >> 31)) % n as u64) as usize
+        };
+        let mut fast = 0;
+        for _ in 0..20000 {
+            let mut fr = padded.clone();
+            // Mutate header bytes (Ethernet type, IPv4 header, UDP header) and the length.
+            for _ in 0..1 + below(3) {
+                let k = 12 + below(2 + 20 + 8);
+                fr[k] = match below(4) {
+                    0 => 0,
+                    1 => 0xff,
+                    2 => fr[k] ^ (1 << below(8)),
+                    _ => below(256) as u8,
+                };
+            }
+            let keep = 30 + below(fr.len() - 30 + 1);
+            fr.truncate(keep);
+            if let Some((d, p)) = fast_udp_ipv4(&fr) {
+                fast += 1;
+                assert_eq!(reference(&fr), Some((d, p.to_vec())), "frame {fr:02x?}");
+            }
+        }
+        assert!(
+            fast > 1000,
+            "the fast path must take most valid frames ({fast})"
+        );
     }
 }
