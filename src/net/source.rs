@@ -180,6 +180,8 @@ const MAX_DATAGRAM: usize = 9216;
 pub struct UdpRecvSource {
     sockets: Vec<UdpSocket>,
     bufs: Vec<u8>,
+    /// poll() set, reused across calls (no allocation per batch).
+    fds: Vec<libc::pollfd>,
     poll_ms: i32,
 }
 
@@ -218,9 +220,18 @@ impl UdpRecvSource {
             s.set_nonblocking(true)?;
             sockets.push(s.into());
         }
+        let fds = sockets
+            .iter()
+            .map(|s: &UdpSocket| libc::pollfd {
+                fd: s.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
         Ok(UdpRecvSource {
             sockets,
             bufs: vec![0; BATCH * MAX_DATAGRAM],
+            fds,
             poll_ms: 100,
         })
     }
@@ -228,15 +239,8 @@ impl UdpRecvSource {
 
 impl PacketSource for UdpRecvSource {
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8])) -> io::Result<Poll> {
-        let mut fds: Vec<libc::pollfd> = self
-            .sockets
-            .iter()
-            .map(|s| libc::pollfd {
-                fd: s.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
+        let fds = &mut self.fds;
+        fds.iter_mut().for_each(|p| p.revents = 0);
         // SAFETY: fds is a valid array of pollfd for the duration of the call.
         let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, self.poll_ms) };
         if r < 0 {
@@ -251,19 +255,19 @@ impl PacketSource for UdpRecvSource {
             return Ok(Poll::Idle);
         }
         let mut total = 0;
-        for (i, pfd) in fds.iter().enumerate() {
-            if pfd.revents & libc::POLLIN == 0 {
+        for i in 0..self.fds.len() {
+            if self.fds[i].revents & libc::POLLIN == 0 {
                 continue;
             }
-            let mut iovs: Vec<libc::iovec> = (0..BATCH)
-                .map(|k| libc::iovec {
-                    iov_base: self.bufs[k * MAX_DATAGRAM..].as_mut_ptr() as *mut _,
-                    iov_len: MAX_DATAGRAM,
-                })
-                .collect();
+            // On the stack: no allocation per batch.
+            let base = self.bufs.as_mut_ptr();
+            let mut iovs: [libc::iovec; BATCH] = std::array::from_fn(|k| libc::iovec {
+                // SAFETY: k * MAX_DATAGRAM < bufs.len() (BATCH buffers of MAX_DATAGRAM).
+                iov_base: unsafe { base.add(k * MAX_DATAGRAM) } as *mut _,
+                iov_len: MAX_DATAGRAM,
+            });
             // SAFETY: mmsghdr is plain old data; each header points at one iovec above.
-            let mut hdrs: Vec<libc::mmsghdr> =
-                (0..BATCH).map(|_| unsafe { std::mem::zeroed() }).collect();
+            let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
             for (h, iov) in hdrs.iter_mut().zip(iovs.iter_mut()) {
                 h.msg_hdr.msg_iov = iov;
                 h.msg_hdr.msg_iovlen = 1;
