@@ -238,7 +238,7 @@ impl PacketSource for DpdkSource {
             let m = self.bufs[i];
             self.stats.frames.frames += 1;
             // SAFETY: rx_burst returned n valid mbufs; each segment's data lies at
-            // buf_addr + data_off for data_len bytes. Each mbuf is freed exactly once.
+            // buf_addr + data_off for data_len bytes. They are freed in bulk below.
             unsafe {
                 let seg = &*m;
                 let first = std::slice::from_raw_parts(
@@ -261,9 +261,10 @@ impl PacketSource for DpdkSource {
                     deliver_frame(&self.endpoints, &mut self.stats.frames, &self.scratch, f)
                 };
                 handed += ok as usize;
-                sys::rte_pktmbuf_free(m);
             }
         }
+        // SAFETY: the n mbufs from rx_burst are all done with; each is freed once.
+        unsafe { sys::rte_pktmbuf_free_bulk(self.bufs.as_mut_ptr(), n as u32) };
         Ok(Poll::Packets(handed))
     }
 }
