@@ -47,13 +47,14 @@ enum Command {
         /// Capture to read.
         path: PathBuf,
     },
-    /// Benchmarks (`gpucbf bench xbgpu | fgpu | recv`).
+    /// Benchmarks (`gpucbf bench xbgpu | fgpu | recv | nufft`).
     Bench {
         /// What to benchmark: `xbgpu` (X-engine correlator, beamformer, cuBLASLt int8 GEMM),
         /// `fgpu` (GPU F-engine: wideband resident and end-to-end throughput, bandwidths,
-        /// then the narrowband lines), `fgpu-narrowband` (only the narrowband lines) or
-        /// `recv` (packets/s of the file, UDP loopback and DPDK sources vs spead2).
-        #[arg(value_parser = ["xbgpu", "fgpu", "fgpu-narrowband", "recv"])]
+        /// then the narrowband lines), `fgpu-narrowband` (only the narrowband lines),
+        /// `recv` (packets/s of the file, UDP loopback and DPDK sources vs spead2) or `nufft`
+        /// (GPU 2-D type 1, 1e8 points, 4096², eps 1e-5, f32; `gpucbf nufft bench` has options).
+        #[arg(value_parser = ["xbgpu", "fgpu", "fgpu-narrowband", "recv", "nufft"])]
         what: String,
         /// Options of `bench recv`.
         #[command(flatten)]
@@ -128,6 +129,11 @@ fn main() -> anyhow::Result<()> {
                 gpucbf::fengine::bench_gpu_narrowband()?;
             }
             "fgpu-narrowband" => gpucbf::fengine::bench_gpu_narrowband()?,
+            "nufft" => {
+                gpucbf::nufft::bench_gpu::bench_gpu(
+                    &gpucbf::nufft::bench_gpu::GpuBenchOpts::issue_case(),
+                )?;
+            }
             _ => gpucbf::xengine::bench_gpu(&[64, 256, 576, 1024], 8192)?,
         },
         Command::Nufft(cmd) => gpucbf::nufft::cli::run(cmd)?,

@@ -349,6 +349,13 @@ fn nvrtc_compiles_all_kernels() {
                 }
             }
         }
+        // The NUFFT kernels (src/nufft/tests_gpu.rs compiles more variants).
+        for (dim, ns, f64) in [(2, 6, false), (3, 10, true)] {
+            use gpucbf::nufft::gpu::{nufft_defines, SpreadConfig, NUFFT_SRC};
+            let c = SpreadConfig::choose(dim, ns, if f64 { 8 } else { 4 }, None, None);
+            let d = nufft_defines(dim, ns, ns + 4, f64, &c);
+            compile_ptx("nufft_spread.cu", NUFFT_SRC, &d, arch).unwrap_or_else(|e| panic!("{e}"));
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use super::{
     baseline_index, DirtyImage, ImagingError, ImagingParams, Observation, Visibilities, Weighting,
     MAX_IMAGE_SIZE, SPEED_OF_LIGHT,
 };
-use crate::nufft::{nufft_type1, Options};
+use crate::nufft::{make_plan, Backend, NufftType, Options};
 
 /// NUFFT tolerance used for gridding.
 pub const GRID_EPS: f64 = 1e-6;
@@ -254,6 +254,9 @@ pub fn dirty_image(
         upsampfac: 2.0,
     };
     let mut acc = vec![0.0f64; n * n];
+    // One plan for all w-planes, on the GPU when one is usable.
+    let mut plan = make_plan::<f64>(Backend::Auto, NufftType::Type1, &[n, n], &opts)?;
+    let mut grid = vec![Complex64::default(); n * n];
     for (k, idx) in planes.iter().enumerate() {
         if idx.is_empty() {
             continue;
@@ -267,7 +270,8 @@ pub fn dirty_image(
         let x: Vec<f64> = idx.iter().map(|&i| TAU * p.u[i] * cell).collect();
         let y: Vec<f64> = idx.iter().map(|&i| TAU * p.v[i] * cell).collect();
         let c: Vec<Complex64> = idx.iter().map(|&i| p.vis[i] * wts[i]).collect();
-        let grid = nufft_type1::<f64>(&[&y, &x], &c, &[n, n], &opts)?;
+        plan.set_points(&[&y, &x])?;
+        plan.execute(&c, &mut grid)?;
         for ((a, g), d) in acc.iter_mut().zip(&grid).zip(&nm1) {
             if d.is_finite() {
                 let ph = -2.0 * PI * w_p * d;

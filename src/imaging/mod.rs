@@ -9,7 +9,7 @@
 //!   centre.
 //! * Dirty image `I(l, m) = Re Σ_k w_k V_k exp(−2πi(u_k l + v_k m + w_k(n−1))) / Σ w_k`, each
 //!   baseline summed with its Hermitian conjugate, autocorrelations and flagged data skipped.
-//!   Gridding is a type-1 NUFFT ([`crate::nufft::nufft_type1`], isign −1, ε = 1e-6) per w-plane
+//!   Gridding is a type-1 NUFFT ([`crate::nufft::make_plan`], GPU when usable, isign −1, ε = 1e-6) per w-plane
 //!   (w-stacking), so a unit point source peaks at 1.0.
 //! * Pixels are stored `[row m][col l]`: row 0 is the most negative m, column 0 the most negative
 //!   l, and the phase centre is pixel `(⌊N/2⌋, ⌊N/2⌋)`.

@@ -163,7 +163,7 @@ fn process_cpu_time() -> Duration {
 }
 
 /// Relative ℓ2 error over `k` random modes against an f64 direct sum.
-fn sample_error(
+pub(super) fn sample_error(
     x: &[f32],
     y: &[f32],
     c: &[Complex<f32>],

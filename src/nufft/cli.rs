@@ -22,7 +22,7 @@ pub enum NufftCmd {
     Type1(Type1Args),
     /// Type 2 (modes → points): c_j = Σ_k f[k] exp(isign·i·k·x_j).
     Type2(Type2Args),
-    /// CPU throughput benchmark (2-D type 1, f32).
+    /// Throughput benchmark (2-D type 1, f32): CPU, and with --gpu / --gpu-only the GPU.
     Bench(BenchArgs),
 }
 
@@ -108,6 +108,21 @@ pub struct BenchArgs {
     /// Directory to write x.npy, y.npy, c.npy and f.npy into.
     #[arg(long)]
     save_dir: Option<PathBuf>,
+    /// Also run the GPU benchmark (data resident on the device).
+    #[arg(long)]
+    gpu: bool,
+    /// Run only the GPU benchmark (skips the CPU run).
+    #[arg(long)]
+    gpu_only: bool,
+    /// GPU: also time the spreading for several bin sizes and batches.
+    #[arg(long)]
+    tune: bool,
+    /// GPU: spreading bin size (cells per axis; default chosen by the plan).
+    #[arg(long)]
+    bin: Option<usize>,
+    /// GPU: points per shared-memory batch (default chosen by the plan).
+    #[arg(long)]
+    batch: Option<usize>,
 }
 
 /// Runs a NUFFT subcommand.
@@ -164,15 +179,30 @@ pub fn run(cmd: NufftCmd) -> Result<()> {
             write_npy(&a.common.out, &[len], &out)?;
         }
         NufftCmd::Bench(a) => {
-            super::bench::bench_cpu(
-                a.m,
-                a.n,
-                a.eps,
-                a.upsampfac,
-                a.repeats,
-                a.check_modes,
-                a.save_dir.as_deref(),
-            )?;
+            if !a.gpu_only {
+                super::bench::bench_cpu(
+                    a.m,
+                    a.n,
+                    a.eps,
+                    a.upsampfac,
+                    a.repeats,
+                    a.check_modes,
+                    a.save_dir.as_deref(),
+                )?;
+            }
+            if a.gpu || a.gpu_only {
+                super::bench_gpu::bench_gpu(&super::bench_gpu::GpuBenchOpts {
+                    m: a.m,
+                    n: a.n,
+                    eps: a.eps,
+                    upsampfac: a.upsampfac,
+                    reps: a.repeats.max(3),
+                    check_modes: a.check_modes,
+                    tune: a.tune,
+                    bin: a.bin,
+                    batch: a.batch,
+                })?;
+            }
         }
     }
     Ok(())
@@ -361,11 +391,10 @@ mod unit {
             "type2 --x @x.npy --y @y.npy --f @f.npy --modes 9,12 --eps 1e-6 --out @e.npy",
         );
         assert!(e.unwrap_err().to_string().contains("does not match"));
-        let e = cli(&dir, "type1 --x @x.npy --y @y.npy --c @c.npy --modes 8,8 --eps 1e-6 --backend gpu --out @e.npy");
-        assert_eq!(
-            e.unwrap_err().to_string(),
-            "GPU NUFFT backend not built yet"
-        );
+        if !crate::gpu::gpu_available() {
+            let e = cli(&dir, "type1 --x @x.npy --y @y.npy --c @c.npy --modes 8,8 --eps 1e-6 --backend gpu --out @e.npy");
+            assert!(e.unwrap_err().to_string().contains("GPU NUFFT backend"));
+        }
         let e = cli(
             &dir,
             "type1 --x @x.npy --y @c.npy --c @c.npy --modes 8,8 --eps 1e-6 --out @e.npy",

@@ -47,7 +47,7 @@ pub struct CpuPlan<T: Real> {
 }
 
 /// Checks the options and returns the kernel parameters.
-fn check_options<T: Real>(opts: &Options) -> Result<KernelParams, NufftError> {
+pub(super) fn check_options<T: Real>(opts: &Options) -> Result<KernelParams, NufftError> {
     let eps = opts.eps;
     if !(eps >= T::MIN_EPS && eps <= MAX_EPS) {
         return Err(NufftError::EpsOutOfRange {

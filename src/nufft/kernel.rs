@@ -182,6 +182,15 @@ impl<T: Real> Kernel<T> {
         }
     }
 
+    /// The panel polynomials as one table: entry `d·ns + j` is the coefficient of `s^d`
+    /// for panel `j` (the GPU kernels' layout).
+    pub fn coef_flat(&self) -> Vec<T> {
+        self.coef
+            .iter()
+            .flat_map(|row| row[..self.ns].iter().copied())
+            .collect()
+    }
+
     /// First grid index the kernel touches for a point at grid coordinate `t`:
     /// `i0 = ⌈t − ns/2⌉`.
     #[inline]

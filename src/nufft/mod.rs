@@ -21,22 +21,34 @@
 //! Fourier transform (Gauss–Legendre quadrature).
 
 pub mod bench;
+pub mod bench_gpu;
 pub mod cli;
 mod cpu;
 mod deconv;
 mod fft;
+pub mod gpu;
+mod gpu_setup;
 pub mod kernel;
 pub mod npy;
 mod spread;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_gpu;
 
 pub use cpu::{CpuPlan, StageTimes};
+pub use gpu::GpuPlan;
 pub use num_complex::Complex;
 
 /// Floating-point precision the NUFFT is generic over (`f32` or `f64`).
 pub trait Real:
-    rustfft::FftNum + num_traits::Float + Default + num_traits::NumAssign + std::iter::Sum
+    rustfft::FftNum
+    + num_traits::Float
+    + Default
+    + num_traits::NumAssign
+    + std::iter::Sum
+    + cudarc::driver::DeviceRepr
+    + cudarc::driver::ValidAsZeroBits
 {
     /// Human-readable name ("f32" / "f64").
     const NAME: &'static str;
@@ -93,11 +105,11 @@ pub enum NufftType {
 /// Which implementation to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
-    /// Pick the best available (today: the CPU).
+    /// The GPU if one is usable, else the CPU.
     Auto,
     /// The CPU reference (rayon).
     Cpu,
-    /// The CUDA backend (not built yet: asking for it is an error).
+    /// The CUDA backend ([`GpuPlan`]); an error without a usable GPU.
     Gpu,
 }
 
@@ -167,8 +179,8 @@ pub enum NufftError {
     },
     #[error("set_points must be called before execute")]
     NoPoints,
-    #[error("GPU NUFFT backend not built yet")]
-    GpuNotBuilt,
+    #[error("GPU NUFFT backend: {0}")]
+    Gpu(String),
 }
 
 /// A NUFFT plan: fixed type, modes and options; points are set, then executed on
@@ -193,8 +205,9 @@ pub trait NufftBackend<T: Real>: Send {
     ) -> Result<(), NufftError>;
 }
 
-/// Makes a plan on the requested backend. `Auto` picks the CPU; `Gpu` is an error until the
-/// GPU backend exists.
+/// Makes a plan on the requested backend. `Auto` takes the GPU when one is usable and
+/// falls back to the CPU (with a warning) if the GPU plan cannot be made for a reason other
+/// than bad input; `Gpu` reports every failure.
 pub fn make_plan<T: Real>(
     backend: Backend,
     ty: NufftType,
@@ -202,8 +215,20 @@ pub fn make_plan<T: Real>(
     opts: &Options,
 ) -> Result<Box<dyn NufftBackend<T>>, NufftError> {
     match backend {
-        Backend::Auto | Backend::Cpu => Ok(Box::new(CpuPlan::<T>::new(ty, modes, opts)?)),
-        Backend::Gpu => Err(NufftError::GpuNotBuilt),
+        Backend::Cpu => Ok(Box::new(CpuPlan::<T>::new(ty, modes, opts)?)),
+        Backend::Gpu => Ok(Box::new(GpuPlan::<T>::new(ty, modes, opts)?)),
+        Backend::Auto => {
+            if crate::gpu::gpu_available() {
+                match GpuPlan::<T>::new(ty, modes, opts) {
+                    Ok(p) => return Ok(Box::new(p)),
+                    Err(NufftError::Gpu(why)) => {
+                        tracing::warn!("GPU NUFFT unavailable, using the CPU: {why}")
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(Box::new(CpuPlan::<T>::new(ty, modes, opts)?))
+        }
     }
 }
 

@@ -1,0 +1,201 @@
+//! GPU throughput benchmark: 2-D type 1, f32, uniformly random points, data resident on
+//! the device. Times (CUDA events, best of the per-stage averages) the sort (`set_points`
+//! on resident coordinates), the whole execute (zero + spread + FFT + deconvolution) and
+//! each stage alone, and prints points/s against the 2e9 points/s target; `tune` times the
+//! spreading for several bin sizes and batches on the same resident points.
+
+use std::time::Instant;
+
+use num_complex::Complex;
+use rayon::prelude::*;
+
+use super::bench::{sample_error, BenchError, SplitMix64};
+use super::gpu::GpuPlan;
+use super::{NufftError, NufftType, Options};
+
+/// Target throughput of the resident execute (issue #5).
+pub const TARGET_POINTS_PER_S: f64 = 2e9;
+
+/// Options of [`bench_gpu`].
+#[derive(Clone, Debug)]
+pub struct GpuBenchOpts {
+    /// Points.
+    pub m: usize,
+    /// Modes per axis.
+    pub n: usize,
+    /// Tolerance.
+    pub eps: f64,
+    /// Upsampling factor.
+    pub upsampfac: f64,
+    /// Timed repetitions per stage.
+    pub reps: usize,
+    /// Modes checked against an f64 direct sum.
+    pub check_modes: usize,
+    /// Also sweep bin sizes and batches of the spreading kernel.
+    pub tune: bool,
+    /// Forced bin size (default: the heuristic).
+    pub bin: Option<usize>,
+    /// Forced batch (default: the heuristic).
+    pub batch: Option<usize>,
+}
+
+impl GpuBenchOpts {
+    /// The issue's case: 1e8 points, 4096², eps 1e-5, σ = 2.
+    pub fn issue_case() -> Self {
+        GpuBenchOpts {
+            m: 100_000_000,
+            n: 4096,
+            eps: 1e-5,
+            upsampfac: 2.0,
+            reps: 5,
+            check_modes: 8,
+            tune: false,
+            bin: None,
+            batch: None,
+        }
+    }
+}
+
+/// Uniform points in [-π, π)² and strengths in the unit square, generated in parallel
+/// (deterministic: one generator per block of 2^20 points).
+fn random_input(m: usize) -> (Vec<f32>, Vec<f32>, Vec<Complex<f32>>) {
+    let pi = std::f64::consts::PI;
+    let mut x = vec![0f32; m];
+    let mut y = vec![0f32; m];
+    let mut c = vec![Complex::<f32>::default(); m];
+    x.par_chunks_mut(1 << 20)
+        .zip(y.par_chunks_mut(1 << 20))
+        .zip(c.par_chunks_mut(1 << 20))
+        .enumerate()
+        .for_each(|(b, ((xs, ys), cs))| {
+            let mut rng = SplitMix64(0x5eed_0000 + b as u64);
+            for ((xv, yv), cv) in xs.iter_mut().zip(ys.iter_mut()).zip(cs.iter_mut()) {
+                *xv = rng.uniform(-pi, pi) as f32;
+                *yv = rng.uniform(-pi, pi) as f32;
+                *cv = Complex::new(rng.uniform(-1.0, 1.0) as f32, rng.uniform(-1.0, 1.0) as f32);
+            }
+        });
+    (x, y, c)
+}
+
+fn timed(
+    plan: &mut GpuPlan<f32>,
+    reps: usize,
+    mut f: impl FnMut(&mut GpuPlan<f32>) -> Result<(), NufftError>,
+) -> Result<f64, NufftError> {
+    let stream = plan.stream().clone();
+    crate::gpu::time_on_stream(
+        &stream,
+        reps,
+        || f(plan),
+        |e| NufftError::Gpu(format!("{e:?}")),
+    )
+}
+
+/// Runs the benchmark and prints its lines; returns resident-execute points/s.
+pub fn bench_gpu(o: &GpuBenchOpts) -> Result<f64, BenchError> {
+    let (m, n) = (o.m, o.n);
+    let t = Instant::now();
+    let (x, y, c) = random_input(m);
+    let t_gen = t.elapsed().as_secs_f64();
+    let opts = Options {
+        eps: o.eps,
+        isign: 1,
+        upsampfac: o.upsampfac,
+    };
+    let t = Instant::now();
+    let mut plan = GpuPlan::<f32>::with_config(NufftType::Type1, &[n, n], &opts, o.bin, o.batch)?;
+    let t_plan = t.elapsed().as_secs_f64();
+    let device = plan.context().name().unwrap_or_else(|_| "?".into());
+    let t = Instant::now();
+    plan.upload_points(&[&x, &y])?;
+    plan.sort_resident()?;
+    plan.upload_input(&c)?;
+    plan.stream()
+        .synchronize()
+        .map_err(|e| NufftError::Gpu(format!("{e:?}")))?;
+    let t_up = t.elapsed().as_secs_f64();
+    let reps = o.reps.max(1);
+    let sort = timed(&mut plan, reps, |p| p.sort_resident())?;
+    let exec = timed(&mut plan, reps, |p| p.execute_resident())?;
+    let zero = timed(&mut plan, reps, |p| p.zero_grid())?;
+    let spread = timed(&mut plan, reps, |p| {
+        p.zero_grid()?;
+        p.spread_resident()
+    })? - zero;
+    let fft = timed(&mut plan, reps, |p| p.fft_resident())?;
+    let deconv = timed(&mut plan, reps, |p| p.deconv_resident())?;
+    let cfg = plan.spread_config();
+    let nf = plan.fine_grid()[0];
+    let ns = plan.kernel_params().ns;
+    println!(
+        "nufft bench gpu: 2-D type 1 f32, M = {m}, {n}x{n} modes, eps = {:e}, upsampfac = {}, nf = {nf}, ns = {ns}, device {device} ({})",
+        o.eps, o.upsampfac, plan.arch()
+    );
+    println!(
+        "  spreading: bins {}x{}, {} groups x {} threads per block, batch {}, subproblems {} (<= {} points)",
+        cfg.bin[0], cfg.bin[1], cfg.groups, cfg.group_threads, cfg.batch, plan.subproblems(), cfg.sub
+    );
+    println!(
+        "  setup (not in the rates): input generation {t_gen:.2} s, plan (NVRTC + cuFFT) {t_plan:.2} s, upload + first sort {t_up:.2} s"
+    );
+    let pps = m as f64 / exec;
+    println!(
+        "  execute, resident (zero + spread + FFT + deconv): {:.2} ms = {pps:.3e} points/s; ratio to target {TARGET_POINTS_PER_S:.0e}: {:.2}",
+        exec * 1e3,
+        pps / TARGET_POINTS_PER_S
+    );
+    println!(
+        "  spread alone: {:.2} ms = {:.3e} points/s; zero {:.2} ms, FFT {:.2} ms, deconv {:.2} ms",
+        spread * 1e3,
+        m as f64 / spread,
+        zero * 1e3,
+        fft * 1e3,
+        deconv * 1e3
+    );
+    println!(
+        "  sort (plan time, separate): {:.2} ms = {:.3e} points/s; sort + execute {:.3e} points/s",
+        sort * 1e3,
+        m as f64 / sort,
+        m as f64 / (sort + exec)
+    );
+    if o.check_modes > 0 {
+        plan.execute_resident()?;
+        let mut out = vec![Complex::<f32>::default(); n * n];
+        plan.download_output(&mut out)?;
+        let mut rng = SplitMix64(777);
+        let err = sample_error(&x, &y, &c, &out, n, o.check_modes, &mut rng);
+        println!(
+            "  relative l2 error on {} random modes vs f64 direct sum: {err:.2e} (eps {:e})",
+            o.check_modes, o.eps
+        );
+    }
+    if o.tune {
+        println!("  tune: spread alone (ms, points/s) by bin size and batch");
+        for bin in [8, 16, 32] {
+            for batch in [32, 64, 128] {
+                match plan.set_spread_config(Some(bin), Some(batch)) {
+                    Ok(()) => {}
+                    Err(e) => {
+                        println!("    bin {bin:2} batch {batch:3}: {e}");
+                        continue;
+                    }
+                }
+                plan.sort_resident()?;
+                let s = timed(&mut plan, reps, |p| {
+                    p.zero_grid()?;
+                    p.spread_resident()
+                })? - zero;
+                let c = plan.spread_config();
+                println!(
+                    "    bin {bin:2} batch {batch:3} ({} groups x {}): {:.2} ms = {:.3e} points/s",
+                    c.groups,
+                    c.group_threads,
+                    s * 1e3,
+                    m as f64 / s
+                );
+            }
+        }
+    }
+    Ok(pps)
+}

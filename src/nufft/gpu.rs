@@ -1,0 +1,657 @@
+//! The CUDA backend: `kernels/nufft_spread.cu` (bin sort, output-driven spreading,
+//! interpolation, deconvolution), cuFFT C2C/Z2Z in place on the fine grid.
+//!
+//! Type 1: zero grid → spread → FFT → extract the modes times `1/φ̂`.
+//! Type 2: zero grid → place the modes times `1/φ̂` → FFT → interpolate.
+//! Same kernel (the host-fitted ES panel polynomials), fine grid, folding and deconvolution
+//! weights as [`super::CpuPlan`], so both backends agree to rounding. Kernels are compiled
+//! with NVRTC per (precision, dimension, width, launch geometry) and cached per process.
+//!
+//! The plan keeps its points, strengths and output on the device; the trait methods copy
+//! from and to host slices around the `*_resident` methods the benchmark times.
+
+use std::sync::Arc;
+
+use cudarc::cufft::{self, CudaFft};
+use cudarc::driver::sys::CUfunction_attribute_enum;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtrMut, LaunchConfig, PushKernelArg,
+};
+use num_complex::Complex;
+
+use super::cpu::check_options;
+use super::gpu_setup::{
+    arch_for, check_coords, compile_cached, ensure, ensure_i32, gerr, grid_1d, reals, reals_mut,
+    MAX_NF,
+};
+pub use super::gpu_setup::{nufft_defines, SpreadConfig, NUFFT_SRC, SHARED_MAX};
+use super::kernel::{Kernel, KernelParams};
+use super::{deconv, next_smooth_even, NufftBackend, NufftError, NufftType, Options, Real};
+
+/// Kernels of one compiled configuration.
+struct Funcs {
+    bin_count: CudaFunction,
+    scan: CudaFunction,
+    scatter: CudaFunction,
+    subprob: CudaFunction,
+    spread: CudaFunction,
+    interp: CudaFunction,
+    extract: CudaFunction,
+    fill: CudaFunction,
+}
+
+/// Per-point device buffers (capacity grows, never shrinks).
+struct Points<T> {
+    m: usize,
+    /// Input coordinates (original order), one buffer per axis (unused axes: 1 element).
+    x: [CudaSlice<T>; 3],
+    /// Coordinates in bin order.
+    xs: [CudaSlice<T>; 3],
+    perm: CudaSlice<i32>,
+    bin: CudaSlice<i32>,
+    rank: CudaSlice<i32>,
+    counts: CudaSlice<i32>,
+    start: CudaSlice<i32>,
+    sub_start: CudaSlice<i32>,
+    sub_bin: CudaSlice<i32>,
+    sub_first: CudaSlice<i32>,
+    sub_len: CudaSlice<i32>,
+    nsub: usize,
+    sorted: bool,
+}
+
+/// GPU NUFFT plan.
+pub struct GpuPlan<T: Real> {
+    ty: NufftType,
+    dim: usize,
+    modes: Vec<usize>,
+    modes3: [usize; 3],
+    nf: [usize; 3],
+    positive: bool,
+    params: KernelParams,
+    ncoef: usize,
+    cfg: SpreadConfig,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    arch: &'static str,
+    funcs: Funcs,
+    fft: CudaFft,
+    coef: CudaSlice<T>,
+    weights: [CudaSlice<T>; 3],
+    grid: CudaSlice<T>,
+    pts: Points<T>,
+    /// Strengths (type 1) or modes (type 2), interleaved complex.
+    input: CudaSlice<T>,
+    /// Modes (type 1) or values at the points (type 2), interleaved complex.
+    output: CudaSlice<T>,
+}
+
+impl<T: Real> GpuPlan<T> {
+    /// Plans a transform with `modes.len()` ∈ {2, 3} dimensions on device 0.
+    pub fn new(ty: NufftType, modes: &[usize], opts: &Options) -> Result<Self, NufftError> {
+        Self::with_config(ty, modes, opts, None, None)
+    }
+
+    /// As [`GpuPlan::new`], with the spreading bin size and batch forced (tuning).
+    pub fn with_config(
+        ty: NufftType,
+        modes: &[usize],
+        opts: &Options,
+        bin: Option<usize>,
+        batch: Option<usize>,
+    ) -> Result<Self, NufftError> {
+        let dim = modes.len();
+        if !(2..=3).contains(&dim) {
+            return Err(NufftError::BadDimension(dim));
+        }
+        if let Some(axis) = modes.iter().position(|&n| n == 0) {
+            return Err(NufftError::ZeroModes { axis });
+        }
+        let params = check_options::<T>(opts)?;
+        let mut modes3 = [1usize; 3];
+        let mut nf = [1usize; 3];
+        for d in 0..dim {
+            modes3[d] = modes[d];
+            let want = (opts.upsampfac * modes[d] as f64 - 1e-9).ceil() as usize;
+            if want > MAX_NF {
+                return Err(NufftError::GridTooLarge(want));
+            }
+            nf[d] = next_smooth_even(want.max(2 * params.ns));
+        }
+        let total = nf.iter().try_fold(1usize, |a, &n| a.checked_mul(n));
+        let total = total
+            .filter(|&t| {
+                t <= i32::MAX as usize && modes.iter().product::<usize>() <= i32::MAX as usize
+            })
+            .ok_or(NufftError::GridTooLarge(nf[0]))?;
+        if !crate::gpu::gpu_available() {
+            return Err(NufftError::Gpu("no usable CUDA device".into()));
+        }
+        let kernel = Kernel::<T>::new(&params, opts.eps);
+        let coef_host = kernel.coef_flat();
+        let ncoef = coef_host.len() / params.ns;
+        let is_f64 = std::mem::size_of::<T>() == 8;
+        let cfg = SpreadConfig::choose(dim, params.ns, std::mem::size_of::<T>(), bin, batch);
+        let ctx = CudaContext::new(0).map_err(gerr)?;
+        let stream = ctx.default_stream();
+        let arch = arch_for(&ctx)?;
+        let funcs = Self::load(&ctx, arch, dim, params.ns, ncoef, is_f64, &cfg)?;
+        let ft = if is_f64 {
+            cufft::sys::cufftType::CUFFT_Z2Z
+        } else {
+            cufft::sys::cufftType::CUFFT_C2C
+        };
+        let fft = if dim == 2 {
+            CudaFft::plan_2d(nf[0] as i32, nf[1] as i32, ft, stream.clone())
+        } else {
+            CudaFft::plan_3d(nf[0] as i32, nf[1] as i32, nf[2] as i32, ft, stream.clone())
+        }
+        .map_err(gerr)?;
+        let w = |d: usize| -> Result<CudaSlice<T>, NufftError> {
+            let v: Vec<T> = if d < dim {
+                deconv::weights(&params, nf[d], modes[d])
+            } else {
+                vec![T::one()]
+            };
+            stream.clone_htod(&v).map_err(gerr)
+        };
+        let weights = [w(0)?, w(1)?, w(2)?];
+        let one = || stream.alloc_zeros::<T>(1).map_err(gerr);
+        let one_i = || stream.alloc_zeros::<i32>(1).map_err(gerr);
+        let pts = Points {
+            m: 0,
+            x: [one()?, one()?, one()?],
+            xs: [one()?, one()?, one()?],
+            perm: one_i()?,
+            bin: one_i()?,
+            rank: one_i()?,
+            counts: one_i()?,
+            start: one_i()?,
+            sub_start: one_i()?,
+            sub_bin: one_i()?,
+            sub_first: one_i()?,
+            sub_len: one_i()?,
+            nsub: 0,
+            sorted: false,
+        };
+        Ok(GpuPlan {
+            ty,
+            dim,
+            modes: modes.to_vec(),
+            modes3,
+            nf,
+            positive: opts.isign >= 0,
+            params,
+            ncoef,
+            cfg,
+            coef: stream.clone_htod(&coef_host).map_err(gerr)?,
+            weights,
+            grid: stream.alloc_zeros::<T>(2 * total).map_err(gerr)?,
+            pts,
+            input: one()?,
+            output: one()?,
+            funcs,
+            fft,
+            arch,
+            ctx,
+            stream,
+        })
+    }
+
+    fn load(
+        ctx: &Arc<CudaContext>,
+        arch: &'static str,
+        dim: usize,
+        ns: usize,
+        ncoef: usize,
+        is_f64: bool,
+        cfg: &SpreadConfig,
+    ) -> Result<Funcs, NufftError> {
+        let ptx = compile_cached(&nufft_defines(dim, ns, ncoef, is_f64, cfg), arch)?;
+        let module = ctx.load_module(ptx).map_err(gerr)?;
+        let f = |name: &str| module.load_function(name).map_err(gerr);
+        let spread = f("nufft_spread")?;
+        let shared = cfg.shared_bytes(dim, ns, if is_f64 { 8 } else { 4 }, ncoef);
+        spread
+            .set_attribute(
+                CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared as i32,
+            )
+            .map_err(|e| {
+                NufftError::Gpu(format!(
+                    "spreading needs {shared} bytes of shared memory per block: {e:?}"
+                ))
+            })?;
+        Ok(Funcs {
+            bin_count: f("nufft_bin_count")?,
+            scan: f("nufft_scan")?,
+            scatter: f("nufft_scatter")?,
+            subprob: f("nufft_subprob")?,
+            spread,
+            interp: f("nufft_interp")?,
+            extract: f("nufft_extract")?,
+            fill: f("nufft_fill")?,
+        })
+    }
+
+    /// Recompiles the spreading kernel for another bin size and batch (tuning); the points
+    /// must be sorted again ([`GpuPlan::sort_resident`]) before the next spread.
+    pub fn set_spread_config(
+        &mut self,
+        bin: Option<usize>,
+        batch: Option<usize>,
+    ) -> Result<(), NufftError> {
+        let cfg = SpreadConfig::choose(
+            self.dim,
+            self.params.ns,
+            std::mem::size_of::<T>(),
+            bin,
+            batch,
+        );
+        let is_f64 = std::mem::size_of::<T>() == 8;
+        self.funcs = Self::load(
+            &self.ctx,
+            self.arch,
+            self.dim,
+            self.params.ns,
+            self.ncoef,
+            is_f64,
+            &cfg,
+        )?;
+        self.cfg = cfg;
+        self.pts.sorted = false;
+        Ok(())
+    }
+
+    /// The CUDA stream every operation of the plan is queued on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The CUDA context of the plan.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// Kernel parameters chosen for the tolerance.
+    pub fn kernel_params(&self) -> KernelParams {
+        self.params
+    }
+
+    /// Fine grid size per axis (unused axes 1).
+    pub fn fine_grid(&self) -> [usize; 3] {
+        self.nf
+    }
+
+    /// Spreading launch geometry.
+    pub fn spread_config(&self) -> SpreadConfig {
+        self.cfg
+    }
+
+    /// Subproblems of the current points.
+    pub fn subproblems(&self) -> usize {
+        self.pts.nsub
+    }
+
+    /// NVRTC target of the loaded kernels.
+    pub fn arch(&self) -> &'static str {
+        self.arch
+    }
+
+    fn nbins(&self) -> [usize; 3] {
+        let mut nb = [1usize; 3];
+        for (d, n) in nb.iter_mut().enumerate().take(self.dim) {
+            *n = self.nf[d].div_ceil(self.cfg.bin[d]);
+        }
+        nb
+    }
+
+    /// Copies coordinates to the device (original order); [`GpuPlan::sort_resident`] then
+    /// sorts them.
+    pub fn upload_points(&mut self, coords: &[&[T]]) -> Result<(), NufftError> {
+        let m = check_coords(coords, self.dim)?;
+        let s = self.stream.clone();
+        for (d, c) in coords.iter().enumerate() {
+            ensure(&s, &mut self.pts.x[d], m.max(1))?;
+            ensure(&s, &mut self.pts.xs[d], m.max(1))?;
+            if m > 0 {
+                s.memcpy_htod(*c, &mut self.pts.x[d].slice_mut(0..m))
+                    .map_err(gerr)?;
+            }
+        }
+        for b in [&mut self.pts.perm, &mut self.pts.bin, &mut self.pts.rank] {
+            ensure_i32(&s, b, m.max(1))?;
+        }
+        self.pts.m = m;
+        self.pts.sorted = false;
+        Ok(())
+    }
+
+    /// Bins and sorts the uploaded points on the device (counting sort, scan, scatter,
+    /// subproblem list); reads back only the number of subproblems.
+    pub fn sort_resident(&mut self) -> Result<(), NufftError> {
+        let s = self.stream.clone();
+        let m = self.pts.m;
+        let nb3 = self.nbins();
+        let nb: usize = nb3.iter().product();
+        if nb > i32::MAX as usize {
+            return Err(NufftError::GridTooLarge(self.nf[0]));
+        }
+        let p = &mut self.pts;
+        ensure_i32(&s, &mut p.counts, nb)?;
+        ensure_i32(&s, &mut p.start, nb + 1)?;
+        ensure_i32(&s, &mut p.sub_start, nb + 1)?;
+        s.memset_zeros(&mut p.counts.slice_mut(0..nb))
+            .map_err(gerr)?;
+        let (mi, nbi) = (m as i32, nb as i32);
+        let nf = self.nf.map(|v| v as i32);
+        let nbv = nb3.map(|v| v as i32);
+        if m > 0 {
+            let mut b = s.launch_builder(&self.funcs.bin_count);
+            b.arg(&p.x[0]).arg(&p.x[1]).arg(&p.x[2]).arg(&mi);
+            b.arg(&nf[0]).arg(&nf[1]).arg(&nf[2]);
+            b.arg(&nbv[0]).arg(&nbv[1]).arg(&nbv[2]);
+            b.arg(&mut p.bin).arg(&mut p.rank).arg(&mut p.counts);
+            // SAFETY: argument list matches `nufft_bin_count`; x[d] hold m values for the
+            // used axes (axis 2 unused in 2-D), bin and rank m, counts nb.
+            unsafe { b.launch(grid_1d(m, 256)) }.map_err(gerr)?;
+        }
+        let mut b = s.launch_builder(&self.funcs.scan);
+        b.arg(&p.counts)
+            .arg(&nbi)
+            .arg(&mut p.start)
+            .arg(&mut p.sub_start);
+        let one_block = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1024, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: matches `nufft_scan`; counts hold nb values, start and sub_start nb + 1.
+        unsafe { b.launch(one_block) }.map_err(gerr)?;
+        if m > 0 {
+            let mut b = s.launch_builder(&self.funcs.scatter);
+            b.arg(&p.x[0]).arg(&p.x[1]).arg(&p.x[2]).arg(&mi);
+            b.arg(&p.bin).arg(&p.rank).arg(&p.start).arg(&mut p.perm);
+            let [xs0, xs1, xs2] = &mut p.xs;
+            b.arg(xs0).arg(xs1).arg(xs2);
+            // SAFETY: matches `nufft_scatter`; every position start[bin] + rank < m.
+            unsafe { b.launch(grid_1d(m, 256)) }.map_err(gerr)?;
+        }
+        let mut nsub = [0i32];
+        s.memcpy_dtoh(&p.sub_start.slice(nb..nb + 1), &mut nsub)
+            .map_err(gerr)?;
+        let nsub = nsub[0].max(0) as usize;
+        for b in [&mut p.sub_bin, &mut p.sub_first, &mut p.sub_len] {
+            ensure_i32(&s, b, nsub.max(1))?;
+        }
+        if nsub > 0 {
+            let nsi = nsub as i32;
+            let mut b = s.launch_builder(&self.funcs.subprob);
+            b.arg(&p.counts)
+                .arg(&p.start)
+                .arg(&p.sub_start)
+                .arg(&nbi)
+                .arg(&nsi);
+            b.arg(&mut p.sub_bin)
+                .arg(&mut p.sub_first)
+                .arg(&mut p.sub_len);
+            // SAFETY: matches `nufft_subprob`; the subproblem arrays hold nsub entries.
+            unsafe { b.launch(grid_1d(nsub, 256)) }.map_err(gerr)?;
+        }
+        p.nsub = nsub;
+        p.sorted = true;
+        Ok(())
+    }
+
+    /// Copies type-1 strengths or type-2 modes to the device.
+    pub fn upload_input(&mut self, input: &[Complex<T>]) -> Result<(), NufftError> {
+        let n_in = self.input_len()?;
+        if input.len() != n_in {
+            return Err(NufftError::WrongLength {
+                what: match self.ty {
+                    NufftType::Type1 => "strengths",
+                    NufftType::Type2 => "mode input",
+                },
+                got: input.len(),
+                expected: n_in,
+            });
+        }
+        let s = self.stream.clone();
+        ensure(&s, &mut self.input, 2 * n_in.max(1))?;
+        if n_in > 0 {
+            s.memcpy_htod(reals(input), &mut self.input.slice_mut(0..2 * n_in))
+                .map_err(gerr)?;
+        }
+        Ok(())
+    }
+
+    fn input_len(&self) -> Result<usize, NufftError> {
+        if !self.pts.sorted {
+            return Err(NufftError::NoPoints);
+        }
+        Ok(match self.ty {
+            NufftType::Type1 => self.pts.m,
+            NufftType::Type2 => self.modes.iter().product(),
+        })
+    }
+
+    fn output_len(&self) -> usize {
+        match self.ty {
+            NufftType::Type1 => self.modes.iter().product(),
+            NufftType::Type2 => self.pts.m,
+        }
+    }
+
+    /// Zeroes the fine grid.
+    pub fn zero_grid(&mut self) -> Result<(), NufftError> {
+        self.stream.memset_zeros(&mut self.grid).map_err(gerr)
+    }
+
+    /// Type 1 only: spreads the resident strengths onto the (zeroed) fine grid.
+    pub fn spread_resident(&mut self) -> Result<(), NufftError> {
+        let p = &self.pts;
+        if p.nsub == 0 {
+            return Ok(());
+        }
+        let c = &self.cfg;
+        let blocks = p.nsub.div_ceil(c.groups);
+        let shared = c.shared_bytes(
+            self.dim,
+            self.params.ns,
+            std::mem::size_of::<T>(),
+            self.ncoef,
+        );
+        let lc = LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (c.block_threads() as u32, 1, 1),
+            shared_mem_bytes: shared as u32,
+        };
+        let nb = self.nbins();
+        let (nsub, nb1, nb2) = (p.nsub as i32, nb[1] as i32, nb[2] as i32);
+        let nf = self.nf.map(|v| v as i32);
+        let mut b = self.stream.launch_builder(&self.funcs.spread);
+        b.arg(&p.xs[0])
+            .arg(&p.xs[1])
+            .arg(&p.xs[2])
+            .arg(&p.perm)
+            .arg(&self.input);
+        b.arg(&p.sub_bin)
+            .arg(&p.sub_first)
+            .arg(&p.sub_len)
+            .arg(&nsub);
+        b.arg(&self.coef).arg(&mut self.grid);
+        b.arg(&nf[0]).arg(&nf[1]).arg(&nf[2]).arg(&nb1).arg(&nb2);
+        // SAFETY: matches `nufft_spread`; the subproblems index sorted positions < m, perm
+        // maps them to strengths < m (input holds 2m reals), tiles wrap into the grid.
+        unsafe { b.launch(lc) }.map(drop).map_err(gerr)
+    }
+
+    /// Type 2 only: interpolates the fine grid at the resident points into the output.
+    pub fn interp_resident(&mut self) -> Result<(), NufftError> {
+        let m = self.pts.m;
+        ensure(&self.stream.clone(), &mut self.output, 2 * m.max(1))?;
+        if m == 0 {
+            return Ok(());
+        }
+        let p = &self.pts;
+        let mi = m as i32;
+        let nf = self.nf.map(|v| v as i32);
+        let mut b = self.stream.launch_builder(&self.funcs.interp);
+        b.arg(&p.xs[0])
+            .arg(&p.xs[1])
+            .arg(&p.xs[2])
+            .arg(&p.perm)
+            .arg(&mi);
+        b.arg(&self.coef).arg(&self.grid);
+        b.arg(&nf[0]).arg(&nf[1]).arg(&nf[2]).arg(&mut self.output);
+        // SAFETY: matches `nufft_interp`; output holds 2m reals, perm is a permutation of
+        // 0..m, the footprints wrap into the grid.
+        unsafe { b.launch(grid_1d(m, 128)) }.map(drop).map_err(gerr)
+    }
+
+    /// In-place FFT of the fine grid (`+i` for isign ≥ 0).
+    pub fn fft_resident(&mut self) -> Result<(), NufftError> {
+        let dir = if self.positive { 1 } else { -1 };
+        let handle = self.fft.handle();
+        let (ptr, _sync) = self.grid.device_ptr_mut(&self.stream);
+        // SAFETY: the plan was made for this grid's shape and precision on this stream;
+        // in-place C2C/Z2Z is supported by cuFFT.
+        unsafe {
+            if std::mem::size_of::<T>() == 8 {
+                cufft::result::exec_z2z(handle, ptr as *mut _, ptr as *mut _, dir)
+            } else {
+                cufft::result::exec_c2c(handle, ptr as *mut _, ptr as *mut _, dir)
+            }
+        }
+        .map_err(gerr)
+    }
+
+    /// Type 1: modes × `1/φ̂` from the grid into the resident output; type 2: resident
+    /// modes × `1/φ̂` into the (zeroed) grid.
+    pub fn deconv_resident(&mut self) -> Result<(), NufftError> {
+        let n: usize = self.modes.iter().product();
+        let s = self.stream.clone();
+        let n3 = self.modes3.map(|v| v as i32);
+        let nf = self.nf.map(|v| v as i32);
+        let [w0, w1, w2] = &self.weights;
+        match self.ty {
+            NufftType::Type1 => {
+                ensure(&s, &mut self.output, 2 * n)?;
+                let mut b = s.launch_builder(&self.funcs.extract);
+                b.arg(&self.grid)
+                    .arg(&mut self.output)
+                    .arg(w0)
+                    .arg(w1)
+                    .arg(w2);
+                b.arg(&n3[0])
+                    .arg(&n3[1])
+                    .arg(&n3[2])
+                    .arg(&nf[0])
+                    .arg(&nf[1])
+                    .arg(&nf[2]);
+                // SAFETY: matches `nufft_extract`; output holds 2n reals, weights n_d each.
+                unsafe { b.launch(grid_1d(n, 256)) }.map(drop).map_err(gerr)
+            }
+            NufftType::Type2 => {
+                let mut b = s.launch_builder(&self.funcs.fill);
+                b.arg(&self.input)
+                    .arg(&mut self.grid)
+                    .arg(w0)
+                    .arg(w1)
+                    .arg(w2);
+                b.arg(&n3[0])
+                    .arg(&n3[1])
+                    .arg(&n3[2])
+                    .arg(&nf[0])
+                    .arg(&nf[1])
+                    .arg(&nf[2]);
+                // SAFETY: matches `nufft_fill`; input holds 2n reals (checked on upload).
+                unsafe { b.launch(grid_1d(n, 256)) }.map(drop).map_err(gerr)
+            }
+        }
+    }
+
+    /// The whole transform on resident data: type 1 zero → spread → FFT → extract; type 2
+    /// zero → fill → FFT → interpolate.
+    pub fn execute_resident(&mut self) -> Result<(), NufftError> {
+        self.input_len()?;
+        self.zero_grid()?;
+        match self.ty {
+            NufftType::Type1 => {
+                self.spread_resident()?;
+                self.fft_resident()?;
+                self.deconv_resident()
+            }
+            NufftType::Type2 => {
+                self.deconv_resident()?;
+                self.fft_resident()?;
+                self.interp_resident()
+            }
+        }
+    }
+
+    /// Copies the resident output to the host.
+    pub fn download_output(&mut self, output: &mut [Complex<T>]) -> Result<(), NufftError> {
+        let n_out = self.output_len();
+        if output.len() != n_out {
+            return Err(NufftError::WrongLength {
+                what: match self.ty {
+                    NufftType::Type1 => "mode output",
+                    NufftType::Type2 => "output",
+                },
+                got: output.len(),
+                expected: n_out,
+            });
+        }
+        if n_out > 0 {
+            self.stream
+                .memcpy_dtoh(&self.output.slice(0..2 * n_out), reals_mut(output))
+                .map_err(gerr)?;
+        }
+        Ok(())
+    }
+}
+
+impl<T: Real> NufftBackend<T> for GpuPlan<T> {
+    fn backend_name(&self) -> &'static str {
+        "gpu"
+    }
+
+    fn nufft_type(&self) -> NufftType {
+        self.ty
+    }
+
+    fn modes(&self) -> &[usize] {
+        &self.modes
+    }
+
+    fn set_points(&mut self, coords: &[&[T]]) -> Result<(), NufftError> {
+        self.upload_points(coords)?;
+        self.sort_resident()
+    }
+
+    fn num_points(&self) -> usize {
+        self.pts.m
+    }
+
+    fn execute(
+        &mut self,
+        input: &[Complex<T>],
+        output: &mut [Complex<T>],
+    ) -> Result<(), NufftError> {
+        let n_out = self.output_len();
+        if self.pts.sorted && output.len() != n_out {
+            return Err(NufftError::WrongLength {
+                what: match self.ty {
+                    NufftType::Type1 => "mode output",
+                    NufftType::Type2 => "output",
+                },
+                got: output.len(),
+                expected: n_out,
+            });
+        }
+        self.upload_input(input)?;
+        self.execute_resident()?;
+        self.download_output(output)
+    }
+}
