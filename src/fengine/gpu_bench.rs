@@ -32,7 +32,7 @@ const FFT_B: f64 = 8.0;
 const POST_B: f64 = 4.0 + 1.0;
 
 /// Seconds per call of `f` over `reps` calls, timed with CUDA events on `stream`.
-fn time_gpu(
+pub(super) fn time_gpu(
     stream: &Arc<CudaStream>,
     reps: usize,
     f: impl FnMut() -> Result<(), FError>,
@@ -41,7 +41,7 @@ fn time_gpu(
 }
 
 /// Deterministic pseudo-noise samples within `bits` (xorshift, roughly ±200).
-fn noise(n: usize, seed: u64) -> Vec<i16> {
+pub(super) fn noise(n: usize, seed: u64) -> Vec<i16> {
     let mut x = seed | 1;
     (0..n)
         .map(|_| {
@@ -53,7 +53,10 @@ fn noise(n: usize, seed: u64) -> Vec<i16> {
         .collect()
 }
 
-fn pinned_from(stream: &Arc<CudaStream>, data: &[u8]) -> Result<PinnedHostSlice<u8>, FError> {
+pub(super) fn pinned_from(
+    stream: &Arc<CudaStream>,
+    data: &[u8],
+) -> Result<PinnedHostSlice<u8>, FError> {
     // SAFETY: the memory is fully written below before any use.
     let mut p = unsafe { stream.context().alloc_pinned::<u8>(data.len()) }.map_err(gerr)?;
     p.as_mut_slice().map_err(gerr)?.copy_from_slice(data);
@@ -62,16 +65,16 @@ fn pinned_from(stream: &Arc<CudaStream>, data: &[u8]) -> Result<PinnedHostSlice<
 
 /// Measured bandwidths, bytes per second.
 #[derive(Debug, Clone, Copy, Default)]
-struct Bandwidths {
+pub(super) struct Bandwidths {
     /// Device-to-device copy (bytes read + written).
-    copy: f64,
-    h2d: f64,
-    d2h: f64,
+    pub(super) copy: f64,
+    pub(super) h2d: f64,
+    pub(super) d2h: f64,
     /// Host→device while a device→host copy of 0.8× its size runs on another stream.
-    h2d_duplex: f64,
+    pub(super) h2d_duplex: f64,
 }
 
-fn bandwidths(stream: &Arc<CudaStream>) -> Result<Bandwidths, FError> {
+pub(super) fn bandwidths(stream: &Arc<CudaStream>) -> Result<Bandwidths, FError> {
     let len = 1usize << 30;
     let a: CudaSlice<u8> = stream.alloc_zeros(len).map_err(gerr)?;
     let mut b: CudaSlice<u8> = stream.alloc_zeros(len).map_err(gerr)?;

@@ -6,9 +6,10 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
 use super::gpu::gerr;
+use super::gpu_bench::{bandwidths, noise, pinned_from, time_gpu};
 use super::gpu_ddc::{ddc_taps_per_phase, GpuNarrowband};
 use super::{
     Block, Dither, FBackend, FConfig, FError, Narrowband, NarrowbandMode, PolBlock, Samples,
@@ -25,42 +26,6 @@ const CHANNELS: usize = 32768;
 const SAMPLES_PER_POL: usize = 1 << 27;
 const REPS: usize = 10;
 
-fn time_gpu(
-    stream: &Arc<CudaStream>,
-    reps: usize,
-    f: impl FnMut() -> Result<(), FError>,
-) -> Result<f64, FError> {
-    crate::gpu::time_on_stream(stream, reps, f, gerr)
-}
-
-/// Device-to-device copy bandwidth (bytes read + written per second).
-fn copy_bandwidth(stream: &Arc<CudaStream>) -> Result<f64, FError> {
-    let len = 1usize << 30;
-    let a: CudaSlice<u8> = stream.alloc_zeros(len).map_err(gerr)?;
-    let mut b: CudaSlice<u8> = stream.alloc_zeros(len).map_err(gerr)?;
-    let t = time_gpu(stream, 10, || stream.memcpy_dtod(&a, &mut b).map_err(gerr))?;
-    Ok(2.0 * len as f64 / t)
-}
-
-fn pinned_from(stream: &Arc<CudaStream>, data: &[u8]) -> Result<PinnedHostSlice<u8>, FError> {
-    // SAFETY: the memory is fully written below before any use.
-    let mut p = unsafe { stream.context().alloc_pinned::<u8>(data.len()) }.map_err(gerr)?;
-    p.as_mut_slice().map_err(gerr)?.copy_from_slice(data);
-    Ok(p)
-}
-
-/// Pinned host→device bandwidth (bytes per second).
-fn h2d_bandwidth(stream: &Arc<CudaStream>) -> Result<f64, FError> {
-    let len = 1usize << 28;
-    let h = pinned_from(stream, &vec![1u8; len])?;
-    let mut dev: CudaSlice<u8> = stream.alloc_zeros(len).map_err(gerr)?;
-    let t = time_gpu(stream, 10, || {
-        stream.memcpy_htod(&h, &mut dev).map_err(gerr)
-    })?;
-    Ok(len as f64 / t)
-}
-
-/// f32 FMAs per second (one FMA = 2 flops) from `kernels/fma_peak.cu`.
 fn fma_rate(stream: &Arc<CudaStream>, arch: &'static str) -> Result<f64, FError> {
     let ptx =
         crate::gpu::compile_ptx("fma_peak.cu", FMA_PEAK_SRC, &[], arch).map_err(FError::Gpu)?;
@@ -88,19 +53,6 @@ fn fma_rate(stream: &Arc<CudaStream>, arch: &'static str) -> Result<f64, FError>
         Ok(())
     })?;
     Ok(blocks as f64 * threads as f64 * iters as f64 * 16.0 / t)
-}
-
-/// Deterministic pseudo-noise samples (xorshift, roughly ±200).
-fn noise(n: usize, seed: u64) -> Vec<i16> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x >> 40) % 401) as i16 - 200
-        })
-        .collect()
 }
 
 fn nb_config(decimation: usize, no_discard: bool, adc: f64) -> FConfig {
@@ -185,11 +137,8 @@ pub fn bench_gpu_narrowband() -> Result<(), FError> {
                         .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
                         .map_err(gerr)?,
                 )?;
-                let b = (
-                    copy_bandwidth(&stream)?,
-                    fma_rate(&stream, arch)?,
-                    h2d_bandwidth(&stream)?,
-                );
+                let bw = bandwidths(&stream)?;
+                let b = (bw.copy, fma_rate(&stream, arch)?, bw.h2d);
                 println!(
                     "bench fgpu narrowband: device copy {:.0} GB/s (read+write), f32 FMA {:.1} TFMA/s, pinned host->device {:.1} GB/s; \
                      {CHANNELS} channels, 16 taps, {IN_BITS}-bit in, 8-bit out, dither on; input samples/s count both pols; \
