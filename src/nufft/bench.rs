@@ -58,6 +58,8 @@ pub enum BenchError {
     Nufft(#[from] NufftError),
     #[error(transparent)]
     Npy(#[from] NpyError),
+    #[error("--save-dir {0}: {1}")]
+    SaveDir(std::path::PathBuf, std::io::Error),
 }
 
 /// Runs f32 2-D type 1 (`isign = +1`) with `m` uniform points in `[-π, π)²` and unit-variance
@@ -142,6 +144,7 @@ pub fn bench_cpu(
         println!("  relative l2 error on {check_modes} random modes vs f64 direct sum: {sample_rel_err:.2e}");
     }
     if let Some(dir) = save_dir {
+        std::fs::create_dir_all(dir).map_err(|e| BenchError::SaveDir(dir.to_path_buf(), e))?;
         write_npy(&dir.join("x.npy"), &[m], &NpyData::F32(x))?;
         write_npy(&dir.join("y.npy"), &[m], &NpyData::F32(y))?;
         write_npy(&dir.join("c.npy"), &[m], &NpyData::C64(c))?;

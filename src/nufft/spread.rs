@@ -84,6 +84,7 @@ impl<T: Real> SortedPoints<T> {
         let nbins: Vec<usize> = (0..dim).map(|d| nf[d].div_ceil(1 << shift[d])).collect();
         // Bin of every point (grid coordinates are recomputed, identically, in the scatter).
         let mut key = vec![0usize; m];
+        advise_huge(&key);
         key.par_iter_mut().enumerate().for_each(|(j, kj)| {
             let mut b = 0usize;
             for d in 0..dim {
@@ -119,6 +120,8 @@ impl<T: Real> SortedPoints<T> {
         start[nb] = run;
         let mut perm = vec![0usize; m];
         let mut t = vec![0.0f64; m * dim];
+        advise_huge(&perm);
+        advise_huge(&t);
         let (pp, tp) = (SharedPtr(perm.as_mut_ptr()), SharedPtr(t.as_mut_ptr()));
         key.par_chunks(blk_len)
             .zip(offsets.par_iter_mut())
@@ -166,6 +169,23 @@ impl<T: Real> SortedPoints<T> {
 }
 
 /// Folds `x` into `[0, 2π)` and rescales to `[0, nf)` grid units.
+/// Asks for transparent huge pages under a large, freshly allocated (not yet touched) buffer:
+/// the bin sort scatters into it at random, and with 4 KiB pages nearly every write misses the
+/// TLB. Only advice: where THP is off or the call fails nothing changes.
+fn advise_huge<T>(v: &[T]) {
+    const HUGE: usize = 2 << 20;
+    let bytes = std::mem::size_of_val(v);
+    if bytes < 4 * HUGE {
+        return;
+    }
+    let start = (v.as_ptr() as usize).next_multiple_of(HUGE);
+    let end = (v.as_ptr() as usize + bytes) & !(HUGE - 1);
+    if end > start {
+        // SAFETY: [start, end) lies inside `v`'s allocation; MADV_HUGEPAGE changes no contents.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+    }
+}
+
 fn to_grid(x: f64, nf: usize) -> f64 {
     let two_pi = 2.0 * std::f64::consts::PI;
     let u = x / two_pi;
