@@ -129,11 +129,7 @@ fn main() -> anyhow::Result<()> {
                 gpucbf::fengine::bench_gpu_narrowband()?;
             }
             "fgpu-narrowband" => gpucbf::fengine::bench_gpu_narrowband()?,
-            "nufft" => {
-                gpucbf::nufft::bench_gpu::bench_gpu(
-                    &gpucbf::nufft::bench_gpu::GpuBenchOpts::issue_case(),
-                )?;
-            }
+            "nufft" => bench_nufft()?,
             _ => gpucbf::xengine::bench_gpu(&[64, 256, 576, 1024], 8192)?,
         },
         Command::Nufft(cmd) => gpucbf::nufft::cli::run(cmd)?,
@@ -146,5 +142,50 @@ fn main() -> anyhow::Result<()> {
             print_json(&summary)?;
         }
     }
+    Ok(())
+}
+
+/// `gpucbf bench nufft`: the issue's problem (2-D type 1, 1e8 points, 4096², eps 1e-5, f32) on
+/// the GPU (data resident) where one exists, then on the CPU and through FINUFFT (Python) on
+/// the same input in the same run, with the ratio. `GPUCBF_NUFFT_BENCH_M` / `_N` shrink it.
+fn bench_nufft() -> anyhow::Result<()> {
+    use gpucbf::nufft::bench::{bench_cpu, finufft_peer};
+    let env = |k: &str, d: usize| -> anyhow::Result<usize> {
+        match std::env::var(k) {
+            Ok(v) => v
+                .parse()
+                .map_err(|_| anyhow::anyhow!("{k}={v}: expected a whole number")),
+            Err(_) => Ok(d),
+        }
+    };
+    let (m, n, eps) = (
+        env("GPUCBF_NUFFT_BENCH_M", 100_000_000)?,
+        env("GPUCBF_NUFFT_BENCH_N", 4096)?,
+        1e-5,
+    );
+    if gpucbf::gpu::gpu_available() {
+        let mut opts = gpucbf::nufft::bench_gpu::GpuBenchOpts::issue_case();
+        opts.m = m;
+        opts.n = n;
+        gpucbf::nufft::bench_gpu::bench_gpu(&opts)?;
+    } else {
+        println!("nufft bench gpu: no CUDA device, GPU figure skipped");
+    }
+    let dir = std::env::temp_dir().join(format!("gpucbf-nufft-bench-{}", std::process::id()));
+    let ours = bench_cpu(m, n, eps, 2.0, 2, 8, Some(&dir))?;
+    let rate = ours.m as f64 / ours.total.as_secs_f64();
+    match finufft_peer(&dir, eps, rayon::current_num_threads()) {
+        Ok((theirs, text)) => {
+            print!("{text}");
+            println!(
+                "cpu ratio gpucbf / finufft = {:.3e} / {:.3e} points/s = {:.2}",
+                rate,
+                theirs,
+                rate / theirs
+            );
+        }
+        Err(e) => println!("finufft peer not run: {e}"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
