@@ -105,6 +105,28 @@ pub(super) fn ensure<T: DeviceRepr + ValidAsZeroBits>(
     Ok(())
 }
 
+/// Queues the upload of staged (delay, keys, gains) host parameters into the device buffers,
+/// growing the per-spectrum ones as needed.
+pub(super) fn upload_params(
+    stream: &Arc<CudaStream>,
+    host: (&[f32], &[u64], &[f32]),
+    dev: (
+        &mut CudaSlice<f32>,
+        &mut CudaSlice<u64>,
+        &mut CudaSlice<f32>,
+    ),
+) -> Result<(), FError> {
+    let ((h_delay, h_keys, h_gains), (delay, keys, gains)) = (host, dev);
+    ensure(stream, delay, h_delay.len())?;
+    ensure(stream, keys, h_keys.len())?;
+    let mut d = delay.slice_mut(..h_delay.len());
+    stream.memcpy_htod(h_delay, &mut d).map_err(gerr)?;
+    let mut k = keys.slice_mut(..h_keys.len());
+    stream.memcpy_htod(h_keys, &mut k).map_err(gerr)?;
+    stream.memcpy_htod(h_gains, gains).map_err(gerr)?;
+    Ok(())
+}
+
 /// Launch parameters of the kernels (the defaults are what [`GpuBackend`] uses; `gpucbf
 /// bench fgpu` sweeps them).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -531,20 +553,11 @@ impl GpuBackend {
             &mut self.h_gains,
         );
         let b = &mut self.blk;
-        ensure(&self.stream, &mut b.delay, self.h_delay.len())?;
-        ensure(&self.stream, &mut b.keys, self.h_keys.len())?;
-        let mut d = b.delay.slice_mut(..self.h_delay.len());
-        self.stream
-            .memcpy_htod(&self.h_delay, &mut d)
-            .map_err(gerr)?;
-        let mut k = b.keys.slice_mut(..self.h_keys.len());
-        self.stream
-            .memcpy_htod(&self.h_keys, &mut k)
-            .map_err(gerr)?;
-        self.stream
-            .memcpy_htod(&self.h_gains, &mut b.gains)
-            .map_err(gerr)?;
-        Ok(())
+        upload_params(
+            &self.stream,
+            (&self.h_delay, &self.h_keys, &self.h_gains),
+            (&mut b.delay, &mut b.keys, &mut b.gains),
+        )
     }
 
     /// Queues FIR, FFT and post-processing of `m` staged spectra into the device output

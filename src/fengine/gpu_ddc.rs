@@ -27,8 +27,7 @@ use super::ddc::{ddc_weights, Ddc, MixerFrequency};
 use super::ddc_tune::{
     autotune, candidates, launch_ddc, load_ddc, valid_tuning, DdcLaunch, DdcTuning,
 };
-use super::gpu::{arch_for, ensure, gerr};
-use super::postproc::dither_key;
+use super::gpu::{arch_for, ensure, gerr, upload_params, BlockParams};
 use super::weights::pfb_weights;
 use super::{Block, BlockStats, Dither, FConfig, FError, Samples};
 
@@ -359,46 +358,22 @@ impl GpuNarrowband {
         Ok(())
     }
 
-    /// Uploads gains, per-spectrum delay/phase and dither keys.
+    /// Uploads gains, per-spectrum delay/phase and dither keys (the wideband layout).
     fn stage_params(&mut self, block: &Block) -> Result<(), FError> {
-        let (m, c) = (block.spectra, self.cfg.channels);
-        let n = self.cfg.pfb_channels() as f64 * self.cfg.internal_decimation();
-        let dither = self.cfg.dither == Dither::Uniform;
-        self.h_delay.clear();
-        self.h_keys.clear();
-        for s in 0..m {
-            for (p, pol) in block.pols.iter().enumerate() {
-                let ph = (pol.phase[s] / std::f64::consts::PI).rem_euclid(2.0);
-                self.h_delay
-                    .extend([(-pol.fine_delay[s] / n) as f32, ph as f32]);
-                let spectrum = block.first_spectrum.wrapping_add(s as u64);
-                self.h_keys.push(if dither {
-                    dither_key(self.cfg.dither_seed, self.cfg.feng_id, p, spectrum)
-                } else {
-                    0
-                });
-            }
-        }
-        for (p, pol) in block.pols.iter().enumerate() {
-            for (i, g) in pol.gains.iter().enumerate() {
-                self.h_gains[2 * (p * c + i)] = g.re;
-                self.h_gains[2 * (p * c + i) + 1] = g.im;
-            }
-        }
-        ensure(&self.stream, &mut self.delay, self.h_delay.len())?;
-        ensure(&self.stream, &mut self.keys, self.h_keys.len())?;
-        let mut d = self.delay.slice_mut(..self.h_delay.len());
-        self.stream
-            .memcpy_htod(&self.h_delay, &mut d)
-            .map_err(gerr)?;
-        let mut k = self.keys.slice_mut(..self.h_keys.len());
-        self.stream
-            .memcpy_htod(&self.h_keys, &mut k)
-            .map_err(gerr)?;
-        self.stream
-            .memcpy_htod(&self.h_gains, &mut self.gains)
-            .map_err(gerr)?;
-        Ok(())
+        let m = block.spectra;
+        self.h_delay.resize(4 * m, 0.0);
+        self.h_keys.resize(2 * m, 0);
+        BlockParams::of(block).fill(
+            &self.cfg,
+            &mut self.h_delay,
+            &mut self.h_keys,
+            &mut self.h_gains,
+        );
+        upload_params(
+            &self.stream,
+            (&self.h_delay, &self.h_keys, &self.h_gains),
+            (&mut self.delay, &mut self.keys, &mut self.gains),
+        )
     }
 
     /// Queues DDC, FIR, FFT and post-processing of `m` staged spectra into the device output
