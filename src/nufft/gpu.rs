@@ -19,14 +19,13 @@ use cudarc::driver::{
 };
 use num_complex::Complex;
 
-use super::cpu::check_options;
 use super::gpu_setup::{
-    arch_for, check_coords, compile_cached, ensure, ensure_i32, gerr, grid_1d, reals, reals_mut,
-    MAX_NF,
+    arch_for, compile_cached, ensure, ensure_i32, gerr, grid_1d, reals, reals_mut,
 };
 pub use super::gpu_setup::{nufft_defines, SpreadConfig, NUFFT_SRC, SHARED_MAX};
 use super::kernel::{Kernel, KernelParams};
-use super::{deconv, next_smooth_even, NufftBackend, NufftError, NufftType, Options, Real};
+use super::plan::{check_coords, PlanShape};
+use super::{NufftBackend, NufftError, NufftType, Options, Real};
 
 /// Kernels of one compiled configuration.
 struct Funcs {
@@ -62,13 +61,7 @@ struct Points<T> {
 
 /// GPU NUFFT plan.
 pub struct GpuPlan<T: Real> {
-    ty: NufftType,
-    dim: usize,
-    modes: Vec<usize>,
-    modes3: [usize; 3],
-    nf: [usize; 3],
-    positive: bool,
-    params: KernelParams,
+    shape: PlanShape,
     ncoef: usize,
     cfg: SpreadConfig,
     ctx: Arc<CudaContext>,
@@ -100,43 +93,24 @@ impl<T: Real> GpuPlan<T> {
         bin: Option<usize>,
         batch: Option<usize>,
     ) -> Result<Self, NufftError> {
-        let dim = modes.len();
-        if !(2..=3).contains(&dim) {
-            return Err(NufftError::BadDimension(dim));
+        let shape = PlanShape::new::<T>(ty, modes, opts)?;
+        let i32_max = i32::MAX as usize;
+        if shape.grid_len > i32_max || shape.num_modes() > i32_max {
+            return Err(NufftError::GridTooLarge(shape.nf[0]));
         }
-        if let Some(axis) = modes.iter().position(|&n| n == 0) {
-            return Err(NufftError::ZeroModes { axis });
-        }
-        let params = check_options::<T>(opts)?;
-        let mut modes3 = [1usize; 3];
-        let mut nf = [1usize; 3];
-        for d in 0..dim {
-            modes3[d] = modes[d];
-            let want = (opts.upsampfac * modes[d] as f64 - 1e-9).ceil() as usize;
-            if want > MAX_NF {
-                return Err(NufftError::GridTooLarge(want));
-            }
-            nf[d] = next_smooth_even(want.max(2 * params.ns));
-        }
-        let total = nf.iter().try_fold(1usize, |a, &n| a.checked_mul(n));
-        let total = total
-            .filter(|&t| {
-                t <= i32::MAX as usize && modes.iter().product::<usize>() <= i32::MAX as usize
-            })
-            .ok_or(NufftError::GridTooLarge(nf[0]))?;
         if !crate::gpu::gpu_available() {
             return Err(NufftError::Gpu("no usable CUDA device".into()));
         }
-        let kernel = Kernel::<T>::new(&params, opts.eps);
+        let (dim, nf) = (shape.dim, shape.nf);
+        let kernel = Kernel::<T>::new(&shape.params, opts.eps);
         let coef_host = kernel.coef_flat();
-        let ncoef = coef_host.len() / params.ns;
-        let is_f64 = std::mem::size_of::<T>() == 8;
-        let cfg = SpreadConfig::choose(dim, params.ns, std::mem::size_of::<T>(), bin, batch);
+        let ncoef = coef_host.len() / shape.params.ns;
+        let cfg = SpreadConfig::choose(dim, shape.params.ns, size_of::<T>(), bin, batch);
         let ctx = CudaContext::new(0).map_err(gerr)?;
         let stream = ctx.default_stream();
         let arch = arch_for(&ctx)?;
-        let funcs = Self::load(&ctx, arch, dim, params.ns, ncoef, is_f64, &cfg)?;
-        let ft = if is_f64 {
+        let funcs = Self::load(&ctx, arch, &shape, ncoef, &cfg)?;
+        let ft = if size_of::<T>() == 8 {
             cufft::sys::cufftType::CUFFT_Z2Z
         } else {
             cufft::sys::cufftType::CUFFT_C2C
@@ -147,15 +121,9 @@ impl<T: Real> GpuPlan<T> {
             CudaFft::plan_3d(nf[0] as i32, nf[1] as i32, nf[2] as i32, ft, stream.clone())
         }
         .map_err(gerr)?;
-        let w = |d: usize| -> Result<CudaSlice<T>, NufftError> {
-            let v: Vec<T> = if d < dim {
-                deconv::weights(&params, nf[d], modes[d])
-            } else {
-                vec![T::one()]
-            };
-            stream.clone_htod(&v).map_err(gerr)
-        };
-        let weights = [w(0)?, w(1)?, w(2)?];
+        let [w0, w1, w2] = shape.weights::<T>();
+        let up = |v: &[T]| stream.clone_htod(v).map_err(gerr);
+        let weights = [up(&w0)?, up(&w1)?, up(&w2)?];
         let one = || stream.alloc_zeros::<T>(1).map_err(gerr);
         let one_i = || stream.alloc_zeros::<i32>(1).map_err(gerr);
         let pts = Points {
@@ -175,18 +143,12 @@ impl<T: Real> GpuPlan<T> {
             sorted: false,
         };
         Ok(GpuPlan {
-            ty,
-            dim,
-            modes: modes.to_vec(),
-            modes3,
-            nf,
-            positive: opts.isign >= 0,
-            params,
             ncoef,
             cfg,
             coef: stream.clone_htod(&coef_host).map_err(gerr)?,
             weights,
-            grid: stream.alloc_zeros::<T>(2 * total).map_err(gerr)?,
+            grid: stream.alloc_zeros::<T>(2 * shape.grid_len).map_err(gerr)?,
+            shape,
             pts,
             input: one()?,
             output: one()?,
@@ -201,17 +163,17 @@ impl<T: Real> GpuPlan<T> {
     fn load(
         ctx: &Arc<CudaContext>,
         arch: &'static str,
-        dim: usize,
-        ns: usize,
+        shape: &PlanShape,
         ncoef: usize,
-        is_f64: bool,
         cfg: &SpreadConfig,
     ) -> Result<Funcs, NufftError> {
-        let ptx = compile_cached(&nufft_defines(dim, ns, ncoef, is_f64, cfg), arch)?;
+        let (dim, ns, real_bytes) = (shape.dim, shape.params.ns, size_of::<T>());
+        let defines = nufft_defines(dim, ns, ncoef, real_bytes == 8, cfg);
+        let ptx = compile_cached(&defines, arch)?;
         let module = ctx.load_module(ptx).map_err(gerr)?;
         let f = |name: &str| module.load_function(name).map_err(gerr);
         let spread = f("nufft_spread")?;
-        let shared = cfg.shared_bytes(dim, ns, if is_f64 { 8 } else { 4 }, ncoef);
+        let shared = cfg.shared_bytes(dim, ns, real_bytes, ncoef);
         spread
             .set_attribute(
                 CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -241,23 +203,9 @@ impl<T: Real> GpuPlan<T> {
         bin: Option<usize>,
         batch: Option<usize>,
     ) -> Result<(), NufftError> {
-        let cfg = SpreadConfig::choose(
-            self.dim,
-            self.params.ns,
-            std::mem::size_of::<T>(),
-            bin,
-            batch,
-        );
-        let is_f64 = std::mem::size_of::<T>() == 8;
-        self.funcs = Self::load(
-            &self.ctx,
-            self.arch,
-            self.dim,
-            self.params.ns,
-            self.ncoef,
-            is_f64,
-            &cfg,
-        )?;
+        let (dim, ns) = (self.shape.dim, self.shape.params.ns);
+        let cfg = SpreadConfig::choose(dim, ns, size_of::<T>(), bin, batch);
+        self.funcs = Self::load(&self.ctx, self.arch, &self.shape, self.ncoef, &cfg)?;
         self.cfg = cfg;
         self.pts.sorted = false;
         Ok(())
@@ -275,12 +223,12 @@ impl<T: Real> GpuPlan<T> {
 
     /// Kernel parameters chosen for the tolerance.
     pub fn kernel_params(&self) -> KernelParams {
-        self.params
+        self.shape.params
     }
 
     /// Fine grid size per axis (unused axes 1).
     pub fn fine_grid(&self) -> [usize; 3] {
-        self.nf
+        self.shape.nf
     }
 
     /// Spreading launch geometry.
@@ -300,8 +248,8 @@ impl<T: Real> GpuPlan<T> {
 
     fn nbins(&self) -> [usize; 3] {
         let mut nb = [1usize; 3];
-        for (d, n) in nb.iter_mut().enumerate().take(self.dim) {
-            *n = self.nf[d].div_ceil(self.cfg.bin[d]);
+        for (d, n) in nb.iter_mut().enumerate().take(self.shape.dim) {
+            *n = self.shape.nf[d].div_ceil(self.cfg.bin[d]);
         }
         nb
     }
@@ -309,7 +257,12 @@ impl<T: Real> GpuPlan<T> {
     /// Copies coordinates to the device (original order); [`GpuPlan::sort_resident`] then
     /// sorts them.
     pub fn upload_points(&mut self, coords: &[&[T]]) -> Result<(), NufftError> {
-        let m = check_coords(coords, self.dim)?;
+        let m = check_coords(coords, self.shape.dim)?;
+        if m > i32::MAX as usize {
+            return Err(NufftError::Gpu(format!(
+                "{m} points: the GPU backend takes at most 2^31 - 1 per plan"
+            )));
+        }
         let s = self.stream.clone();
         for (d, c) in coords.iter().enumerate() {
             ensure(&s, &mut self.pts.x[d], m.max(1))?;
@@ -335,7 +288,7 @@ impl<T: Real> GpuPlan<T> {
         let nb3 = self.nbins();
         let nb: usize = nb3.iter().product();
         if nb > i32::MAX as usize {
-            return Err(NufftError::GridTooLarge(self.nf[0]));
+            return Err(NufftError::GridTooLarge(self.shape.nf[0]));
         }
         let p = &mut self.pts;
         ensure_i32(&s, &mut p.counts, nb)?;
@@ -344,7 +297,7 @@ impl<T: Real> GpuPlan<T> {
         s.memset_zeros(&mut p.counts.slice_mut(0..nb))
             .map_err(gerr)?;
         let (mi, nbi) = (m as i32, nb as i32);
-        let nf = self.nf.map(|v| v as i32);
+        let nf = self.shape.nf.map(|v| v as i32);
         let nbv = nb3.map(|v| v as i32);
         if m > 0 {
             let mut b = s.launch_builder(&self.funcs.bin_count);
@@ -405,17 +358,9 @@ impl<T: Real> GpuPlan<T> {
 
     /// Copies type-1 strengths or type-2 modes to the device.
     pub fn upload_input(&mut self, input: &[Complex<T>]) -> Result<(), NufftError> {
-        let n_in = self.input_len()?;
-        if input.len() != n_in {
-            return Err(NufftError::WrongLength {
-                what: match self.ty {
-                    NufftType::Type1 => "strengths",
-                    NufftType::Type2 => "mode input",
-                },
-                got: input.len(),
-                expected: n_in,
-            });
-        }
+        self.check_sorted()?;
+        self.shape.check_input(input.len(), self.pts.m)?;
+        let n_in = input.len();
         let s = self.stream.clone();
         ensure(&s, &mut self.input, 2 * n_in.max(1))?;
         if n_in > 0 {
@@ -425,21 +370,11 @@ impl<T: Real> GpuPlan<T> {
         Ok(())
     }
 
-    fn input_len(&self) -> Result<usize, NufftError> {
+    fn check_sorted(&self) -> Result<(), NufftError> {
         if !self.pts.sorted {
             return Err(NufftError::NoPoints);
         }
-        Ok(match self.ty {
-            NufftType::Type1 => self.pts.m,
-            NufftType::Type2 => self.modes.iter().product(),
-        })
-    }
-
-    fn output_len(&self) -> usize {
-        match self.ty {
-            NufftType::Type1 => self.modes.iter().product(),
-            NufftType::Type2 => self.pts.m,
-        }
+        Ok(())
     }
 
     /// Zeroes the fine grid.
@@ -455,12 +390,8 @@ impl<T: Real> GpuPlan<T> {
         }
         let c = &self.cfg;
         let blocks = p.nsub.div_ceil(c.groups);
-        let shared = c.shared_bytes(
-            self.dim,
-            self.params.ns,
-            std::mem::size_of::<T>(),
-            self.ncoef,
-        );
+        let (dim, ns) = (self.shape.dim, self.shape.params.ns);
+        let shared = c.shared_bytes(dim, ns, size_of::<T>(), self.ncoef);
         let lc = LaunchConfig {
             grid_dim: (blocks as u32, 1, 1),
             block_dim: (c.block_threads() as u32, 1, 1),
@@ -468,7 +399,7 @@ impl<T: Real> GpuPlan<T> {
         };
         let nb = self.nbins();
         let (nsub, nb1, nb2) = (p.nsub as i32, nb[1] as i32, nb[2] as i32);
-        let nf = self.nf.map(|v| v as i32);
+        let nf = self.shape.nf.map(|v| v as i32);
         let mut b = self.stream.launch_builder(&self.funcs.spread);
         b.arg(&p.xs[0])
             .arg(&p.xs[1])
@@ -495,7 +426,7 @@ impl<T: Real> GpuPlan<T> {
         }
         let p = &self.pts;
         let mi = m as i32;
-        let nf = self.nf.map(|v| v as i32);
+        let nf = self.shape.nf.map(|v| v as i32);
         let mut b = self.stream.launch_builder(&self.funcs.interp);
         b.arg(&p.xs[0])
             .arg(&p.xs[1])
@@ -511,13 +442,13 @@ impl<T: Real> GpuPlan<T> {
 
     /// In-place FFT of the fine grid (`+i` for isign ≥ 0).
     pub fn fft_resident(&mut self) -> Result<(), NufftError> {
-        let dir = if self.positive { 1 } else { -1 };
+        let dir = if self.shape.positive { 1 } else { -1 };
         let handle = self.fft.handle();
         let (ptr, _sync) = self.grid.device_ptr_mut(&self.stream);
         // SAFETY: the plan was made for this grid's shape and precision on this stream;
         // in-place C2C/Z2Z is supported by cuFFT.
         unsafe {
-            if std::mem::size_of::<T>() == 8 {
+            if size_of::<T>() == 8 {
                 cufft::result::exec_z2z(handle, ptr as *mut _, ptr as *mut _, dir)
             } else {
                 cufft::result::exec_c2c(handle, ptr as *mut _, ptr as *mut _, dir)
@@ -529,12 +460,12 @@ impl<T: Real> GpuPlan<T> {
     /// Type 1: modes × `1/φ̂` from the grid into the resident output; type 2: resident
     /// modes × `1/φ̂` into the (zeroed) grid.
     pub fn deconv_resident(&mut self) -> Result<(), NufftError> {
-        let n: usize = self.modes.iter().product();
+        let n = self.shape.num_modes();
         let s = self.stream.clone();
-        let n3 = self.modes3.map(|v| v as i32);
-        let nf = self.nf.map(|v| v as i32);
+        let n3 = self.shape.modes3.map(|v| v as i32);
+        let nf = self.shape.nf.map(|v| v as i32);
         let [w0, w1, w2] = &self.weights;
-        match self.ty {
+        match self.shape.ty {
             NufftType::Type1 => {
                 ensure(&s, &mut self.output, 2 * n)?;
                 let mut b = s.launch_builder(&self.funcs.extract);
@@ -574,9 +505,9 @@ impl<T: Real> GpuPlan<T> {
     /// The whole transform on resident data: type 1 zero → spread → FFT → extract; type 2
     /// zero → fill → FFT → interpolate.
     pub fn execute_resident(&mut self) -> Result<(), NufftError> {
-        self.input_len()?;
+        self.check_sorted()?;
         self.zero_grid()?;
-        match self.ty {
+        match self.shape.ty {
             NufftType::Type1 => {
                 self.spread_resident()?;
                 self.fft_resident()?;
@@ -592,17 +523,8 @@ impl<T: Real> GpuPlan<T> {
 
     /// Copies the resident output to the host.
     pub fn download_output(&mut self, output: &mut [Complex<T>]) -> Result<(), NufftError> {
-        let n_out = self.output_len();
-        if output.len() != n_out {
-            return Err(NufftError::WrongLength {
-                what: match self.ty {
-                    NufftType::Type1 => "mode output",
-                    NufftType::Type2 => "output",
-                },
-                got: output.len(),
-                expected: n_out,
-            });
-        }
+        self.shape.check_output(output.len(), self.pts.m)?;
+        let n_out = output.len();
         if n_out > 0 {
             self.stream
                 .memcpy_dtoh(&self.output.slice(0..2 * n_out), reals_mut(output))
@@ -618,11 +540,11 @@ impl<T: Real> NufftBackend<T> for GpuPlan<T> {
     }
 
     fn nufft_type(&self) -> NufftType {
-        self.ty
+        self.shape.ty
     }
 
     fn modes(&self) -> &[usize] {
-        &self.modes
+        &self.shape.modes
     }
 
     fn set_points(&mut self, coords: &[&[T]]) -> Result<(), NufftError> {
@@ -639,16 +561,8 @@ impl<T: Real> NufftBackend<T> for GpuPlan<T> {
         input: &[Complex<T>],
         output: &mut [Complex<T>],
     ) -> Result<(), NufftError> {
-        let n_out = self.output_len();
-        if self.pts.sorted && output.len() != n_out {
-            return Err(NufftError::WrongLength {
-                what: match self.ty {
-                    NufftType::Type1 => "mode output",
-                    NufftType::Type2 => "output",
-                },
-                got: output.len(),
-                expected: n_out,
-            });
+        if self.pts.sorted {
+            self.shape.check_output(output.len(), self.pts.m)?;
         }
         self.upload_input(input)?;
         self.execute_resident()?;

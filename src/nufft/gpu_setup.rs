@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
 use num_complex::Complex;
-use rayon::prelude::*;
 
 use super::{NufftError, Real};
 
@@ -18,8 +17,6 @@ pub const NUFFT_SRC: &str = include_str!("../../kernels/nufft_spread.cu");
 const SHARED_TARGET: usize = 64 * 1024;
 /// Hard cap (below the A100's 163 KiB opt-in; the H100 has 227 KiB).
 pub const SHARED_MAX: usize = 160 * 1024;
-/// Largest fine grid per axis accepted (as the CPU backend).
-pub(super) const MAX_NF: usize = 1 << 24;
 
 pub(super) fn gerr<E: std::fmt::Debug>(e: E) -> NufftError {
     NufftError::Gpu(format!("{e:?}"))
@@ -200,35 +197,4 @@ pub(super) fn ensure_i32(
         *buf = stream.alloc_zeros::<i32>(len).map_err(gerr)?;
     }
     Ok(())
-}
-
-/// Validates coordinate slices as the CPU backend does; returns the number of points.
-pub(super) fn check_coords<T: Real>(coords: &[&[T]], dim: usize) -> Result<usize, NufftError> {
-    if coords.len() != dim {
-        return Err(NufftError::WrongCoordCount {
-            expected: dim,
-            got: coords.len(),
-        });
-    }
-    let m = coords[0].len();
-    if coords.iter().any(|c| c.len() != m) {
-        return Err(NufftError::LengthMismatch(
-            coords.iter().map(|c| c.len()).collect(),
-        ));
-    }
-    for (axis, c) in coords.iter().enumerate() {
-        if let Some(index) = c.par_iter().position_first(|v| !v.is_finite()) {
-            return Err(NufftError::NonFiniteCoordinate {
-                axis,
-                index,
-                value: c[index].as_f64(),
-            });
-        }
-    }
-    if m > i32::MAX as usize {
-        return Err(NufftError::Gpu(format!(
-            "{m} points: the GPU backend takes at most 2^31 - 1 per plan"
-        )));
-    }
-    Ok(m)
 }

@@ -30,6 +30,7 @@ pub mod gpu;
 mod gpu_setup;
 pub mod kernel;
 pub mod npy;
+mod plan;
 mod spread;
 #[cfg(test)]
 mod tests;

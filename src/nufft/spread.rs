@@ -15,6 +15,7 @@ use num_complex::Complex;
 use rayon::prelude::*;
 
 use super::kernel::Kernel;
+use super::plan::check_coords;
 use super::{fast_floor, NufftError, Real, MAX_NS};
 
 /// Most points per chunk (FINUFFT's subproblem size is of the same order).
@@ -54,32 +55,7 @@ pub struct SortedPoints<T> {
 impl<T: Real> SortedPoints<T> {
     /// Validates, folds, rescales and sorts the points. `nf` has `dim` entries used.
     pub fn new(coords: &[&[T]], nf: &[usize; 3], dim: usize) -> Result<Self, NufftError> {
-        if coords.len() != dim {
-            return Err(NufftError::WrongCoordCount {
-                expected: dim,
-                got: coords.len(),
-            });
-        }
-        let m = coords[0].len();
-        if coords.iter().any(|c| c.len() != m) {
-            return Err(NufftError::LengthMismatch(
-                coords.iter().map(|c| c.len()).collect(),
-            ));
-        }
-        for (axis, c) in coords.iter().enumerate() {
-            let bad_block = c
-                .par_chunks(1 << 16)
-                .position_first(|b| !b.iter().all(|v| v.is_finite()));
-            if let Some(blk) = bad_block {
-                let start = blk << 16;
-                let index = start + c[start..].iter().position(|v| !v.is_finite()).unwrap_or(0);
-                return Err(NufftError::NonFiniteCoordinate {
-                    axis,
-                    index,
-                    value: c[index].as_f64(),
-                });
-            }
-        }
+        let m = check_coords(coords, dim)?;
         let shift = if dim == 2 { BIN_SHIFT_2D } else { BIN_SHIFT_3D };
         let nbins: Vec<usize> = (0..dim).map(|d| nf[d].div_ceil(1 << shift[d])).collect();
         // Bin of every point (grid coordinates are recomputed, identically, in the scatter).
