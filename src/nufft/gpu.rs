@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use cudarc::cufft::{self, CudaFft};
+use cudarc::cufft::CudaFft;
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtrMut, LaunchConfig, PushKernelArg,
@@ -20,7 +20,8 @@ use cudarc::driver::{
 use num_complex::Complex;
 
 use super::gpu_setup::{
-    arch_for, compile_cached, ensure, ensure_i32, gerr, grid_1d, reals, reals_mut,
+    arch_for, compile_cached, ensure, ensure_i32, exec_fft_inplace, fft_type, gerr, grid_1d, reals,
+    reals_mut,
 };
 pub use super::gpu_setup::{nufft_defines, SpreadConfig, NUFFT_SRC, SHARED_MAX};
 use super::kernel::{Kernel, KernelParams};
@@ -110,11 +111,7 @@ impl<T: Real> GpuPlan<T> {
         let stream = ctx.default_stream();
         let arch = arch_for(&ctx)?;
         let funcs = Self::load(&ctx, arch, &shape, ncoef, &cfg)?;
-        let ft = if size_of::<T>() == 8 {
-            cufft::sys::cufftType::CUFFT_Z2Z
-        } else {
-            cufft::sys::cufftType::CUFFT_C2C
-        };
+        let ft = fft_type::<T>();
         let fft = if dim == 2 {
             CudaFft::plan_2d(nf[0] as i32, nf[1] as i32, ft, stream.clone())
         } else {
@@ -445,61 +442,33 @@ impl<T: Real> GpuPlan<T> {
         let dir = if self.shape.positive { 1 } else { -1 };
         let handle = self.fft.handle();
         let (ptr, _sync) = self.grid.device_ptr_mut(&self.stream);
-        // SAFETY: the plan was made for this grid's shape and precision on this stream;
-        // in-place C2C/Z2Z is supported by cuFFT.
-        unsafe {
-            if size_of::<T>() == 8 {
-                cufft::result::exec_z2z(handle, ptr as *mut _, ptr as *mut _, dir)
-            } else {
-                cufft::result::exec_c2c(handle, ptr as *mut _, ptr as *mut _, dir)
-            }
-        }
-        .map_err(gerr)
+        // SAFETY: the plan was made by `fft_type::<T>()` for this grid's shape on this
+        // stream, and `ptr` is the grid's device address.
+        unsafe { exec_fft_inplace::<T>(handle, ptr, dir) }.map_err(gerr)
     }
 
     /// Type 1: modes × `1/φ̂` from the grid into the resident output; type 2: resident
     /// modes × `1/φ̂` into the (zeroed) grid.
     pub fn deconv_resident(&mut self) -> Result<(), NufftError> {
         let n = self.shape.num_modes();
-        let s = self.stream.clone();
         let n3 = self.shape.modes3.map(|v| v as i32);
         let nf = self.shape.nf.map(|v| v as i32);
         let [w0, w1, w2] = &self.weights;
-        match self.shape.ty {
+        // Both kernels take (source, destination, weights, modes, fine grid).
+        let (func, src, dst) = match self.shape.ty {
             NufftType::Type1 => {
-                ensure(&s, &mut self.output, 2 * n)?;
-                let mut b = s.launch_builder(&self.funcs.extract);
-                b.arg(&self.grid)
-                    .arg(&mut self.output)
-                    .arg(w0)
-                    .arg(w1)
-                    .arg(w2);
-                b.arg(&n3[0])
-                    .arg(&n3[1])
-                    .arg(&n3[2])
-                    .arg(&nf[0])
-                    .arg(&nf[1])
-                    .arg(&nf[2]);
-                // SAFETY: matches `nufft_extract`; output holds 2n reals, weights n_d each.
-                unsafe { b.launch(grid_1d(n, 256)) }.map(drop).map_err(gerr)
+                ensure(&self.stream, &mut self.output, 2 * n)?;
+                (&self.funcs.extract, &self.grid, &mut self.output)
             }
-            NufftType::Type2 => {
-                let mut b = s.launch_builder(&self.funcs.fill);
-                b.arg(&self.input)
-                    .arg(&mut self.grid)
-                    .arg(w0)
-                    .arg(w1)
-                    .arg(w2);
-                b.arg(&n3[0])
-                    .arg(&n3[1])
-                    .arg(&n3[2])
-                    .arg(&nf[0])
-                    .arg(&nf[1])
-                    .arg(&nf[2]);
-                // SAFETY: matches `nufft_fill`; input holds 2n reals (checked on upload).
-                unsafe { b.launch(grid_1d(n, 256)) }.map(drop).map_err(gerr)
-            }
-        }
+            NufftType::Type2 => (&self.funcs.fill, &self.input, &mut self.grid),
+        };
+        let mut b = self.stream.launch_builder(func);
+        b.arg(src).arg(dst).arg(w0).arg(w1).arg(w2);
+        b.arg(&n3[0]).arg(&n3[1]).arg(&n3[2]);
+        b.arg(&nf[0]).arg(&nf[1]).arg(&nf[2]);
+        // SAFETY: matches `nufft_extract` and `nufft_fill`; the mode side (output, or input
+        // checked on upload) holds 2n reals, the grid 2·Π nf, weights n_d each.
+        unsafe { b.launch(grid_1d(n, 256)) }.map(drop).map_err(gerr)
     }
 
     /// The whole transform on resident data: type 1 zero → spread → FFT → extract; type 2

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use cudarc::cufft;
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
 use num_complex::Complex;
@@ -162,6 +163,34 @@ pub(super) fn reals<T: Real>(v: &[Complex<T>]) -> &[T] {
 pub(super) fn reals_mut<T: Real>(v: &mut [Complex<T>]) -> &mut [T] {
     // SAFETY: as in `reals`, with the unique borrow carried over.
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut T, 2 * v.len()) }
+}
+
+/// cuFFT's complex-to-complex type of the precision: C2C for `f32`, Z2Z for `f64`.
+pub(super) fn fft_type<T: Real>() -> cufft::sys::cufftType {
+    if size_of::<T>() == 8 {
+        cufft::sys::cufftType::CUFFT_Z2Z
+    } else {
+        cufft::sys::cufftType::CUFFT_C2C
+    }
+}
+
+/// In-place complex FFT (`dir` = +1 or −1) of the interleaved grid at `ptr`.
+///
+/// # Safety
+/// `handle` is a plan of type [`fft_type::<T>()`] whose shape fits the grid at `ptr`.
+pub(super) unsafe fn exec_fft_inplace<T: Real>(
+    handle: cufft::sys::cufftHandle,
+    ptr: cudarc::driver::sys::CUdeviceptr,
+    dir: i32,
+) -> Result<(), cufft::result::CufftError> {
+    // SAFETY: as the caller promises; in-place C2C/Z2Z is supported by cuFFT.
+    unsafe {
+        if size_of::<T>() == 8 {
+            cufft::result::exec_z2z(handle, ptr as *mut _, ptr as *mut _, dir)
+        } else {
+            cufft::result::exec_c2c(handle, ptr as *mut _, ptr as *mut _, dir)
+        }
+    }
 }
 
 pub(super) fn grid_1d(n: usize, threads: u32) -> LaunchConfig {
