@@ -376,6 +376,14 @@ extern "C" __global__ void __launch_bounds__(G * GT)
     }
 }
 
+// Only the innermost loop of the interpolation is unrolled in 3-D (NS = 16 would be 4096
+// copies); in 2-D both are.
+#if DIM == 3
+#define UNROLL_OUTER _Pragma("unroll 1")
+#else
+#define UNROLL_OUTER _Pragma("unroll")
+#endif
+
 // Type 2: out[perm[q]] = Σ grid[i0 + a] φ(...) over the footprint of sorted point q.
 extern "C" __global__ void nufft_interp(const REAL* __restrict__ xs,
                                         const REAL* __restrict__ ys,
@@ -400,21 +408,12 @@ extern "C" __global__ void nufft_interp(const REAL* __restrict__ xs,
         eval_kernel(s_coef, s, k2);
 #endif
         REAL sr = 0, si = 0;
-        // Only the innermost loop is unrolled (3-D at NS = 16 would be 4096 copies).
-#if DIM == 3
-#pragma unroll 1
-#else
-#pragma unroll
-#endif
+        UNROLL_OUTER
         for (int u = 0; u < NS; ++u) {
             int g0 = i0 + u;
             g0 -= g0 >= nf0 ? nf0 : 0;
             REAL rr = 0, ri = 0;
-#if DIM == 3
-#pragma unroll 1
-#else
-#pragma unroll
-#endif
+            UNROLL_OUTER
             for (int v = 0; v < NS; ++v) {
                 int g1 = i1 + v;
                 g1 -= g1 >= nf1 ? nf1 : 0;
@@ -452,12 +451,15 @@ __device__ __forceinline__ int grid_index(int i, int n, int nf) {
     return k < 0 ? k + nf : k;
 }
 
-// Type 1: out[i] = grid[k(i)]·w0[i0]·w1[i1]·w2[i2] (modes C order, first axis slowest).
-extern "C" __global__ void nufft_extract(const REAL* __restrict__ grid, REAL* __restrict__ out,
-                                         const REAL* __restrict__ w0,
-                                         const REAL* __restrict__ w1,
-                                         const REAL* __restrict__ w2, int n0, int n1, int n2,
-                                         int nf0, int nf1, int nf2) {
+// The modes (C order, first axis slowest) times w0[i0]·w1[i1]·w2[i2], between the mode
+// array and the fine grid: from the grid (TO_GRID false: type 1, src = grid, dst = modes) or
+// into it (TO_GRID true: type 2, src = modes, dst = grid, whose other cells must be zero).
+template <bool TO_GRID>
+__device__ __forceinline__ void copy_modes(const REAL* __restrict__ src, REAL* __restrict__ dst,
+                                           const REAL* __restrict__ w0,
+                                           const REAL* __restrict__ w1,
+                                           const REAL* __restrict__ w2, int n0, int n1, int n2,
+                                           int nf0, int nf1, int nf2) {
     const long long total = (long long)n0 * n1 * n2;
     for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < total;
          idx += (long long)gridDim.x * blockDim.x) {
@@ -467,26 +469,22 @@ extern "C" __global__ void nufft_extract(const REAL* __restrict__ grid, REAL* __
         const long long gi = ((long long)grid_index(i0, n0, nf0) * nf1 + grid_index(i1, n1, nf1)) * nf2 +
                              grid_index(i2, n2, nf2);
         const REAL w = w0[i0] * w1[i1] * w2[i2];
-        out[2 * idx] = grid[2 * gi] * w;
-        out[2 * idx + 1] = grid[2 * gi + 1] * w;
+        const long long from = TO_GRID ? idx : gi;
+        const long long to = TO_GRID ? gi : idx;
+        dst[2 * to] = src[2 * from] * w;
+        dst[2 * to + 1] = src[2 * from + 1] * w;
     }
 }
 
-// Type 2: grid[k(i)] = f[i]·w0[i0]·w1[i1]·w2[i2]; the rest of the grid must be zero.
-extern "C" __global__ void nufft_fill(const REAL* __restrict__ f, REAL* __restrict__ grid,
-                                      const REAL* __restrict__ w0, const REAL* __restrict__ w1,
-                                      const REAL* __restrict__ w2, int n0, int n1, int n2,
-                                      int nf0, int nf1, int nf2) {
-    const long long total = (long long)n0 * n1 * n2;
-    for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < total;
-         idx += (long long)gridDim.x * blockDim.x) {
-        const int i2 = (int)(idx % n2);
-        const int i1 = (int)((idx / n2) % n1);
-        const int i0 = (int)(idx / ((long long)n1 * n2));
-        const long long gi = ((long long)grid_index(i0, n0, nf0) * nf1 + grid_index(i1, n1, nf1)) * nf2 +
-                             grid_index(i2, n2, nf2);
-        const REAL w = w0[i0] * w1[i1] * w2[i2];
-        grid[2 * gi] = f[2 * idx] * w;
-        grid[2 * gi + 1] = f[2 * idx + 1] * w;
+// The two entry points of `copy_modes`: type 1 `nufft_extract(grid, out, ...)`,
+// out[i] = grid[k(i)]·w0[i0]·w1[i1]·w2[i2]; type 2 `nufft_fill(f, grid, ...)`,
+// grid[k(i)] = f[i]·w0[i0]·w1[i1]·w2[i2], the rest of the grid zero beforehand.
+#define COPY_MODES_KERNEL(name, to_grid)                                                   \
+    extern "C" __global__ void name(const REAL* __restrict__ src, REAL* __restrict__ dst,  \
+                                    const REAL* __restrict__ w0, const REAL* __restrict__ w1, \
+                                    const REAL* __restrict__ w2, int n0, int n1, int n2,   \
+                                    int nf0, int nf1, int nf2) {                           \
+        copy_modes<to_grid>(src, dst, w0, w1, w2, n0, n1, n2, nf0, nf1, nf2);              \
     }
-}
+COPY_MODES_KERNEL(nufft_extract, false)
+COPY_MODES_KERNEL(nufft_fill, true)
