@@ -1,6 +1,6 @@
 //! Command-line helpers shared by the engines: `key=value,...` output specs
-//! (`--wideband`, `--narrowband`, `--corrprod`, `--beam`) and the `--backend auto|cpu|gpu`
-//! choice.
+//! (`--wideband`, `--narrowband`, `--corrprod`, `--beam`), the `--backend auto|cpu|gpu`
+//! choice, and the options `fgpu` and `xbgpu` share ([`engine_args!`]).
 
 /// Splits `key=value,key=value`. Items without `=` continue the previous value when its key
 /// is one of `list_keys` (an endpoint list: `dst=a:1,b:2`); elsewhere they are an error.
@@ -62,6 +62,54 @@ pub fn use_gpu(backend: &str, gpu_supported: bool) -> anyhow::Result<bool> {
     }
 }
 
+/// Declares an engine's options struct (a `clap::Args`) with the options that `fgpu` and
+/// `xbgpu` share appended to its own fields (katgpucbf names): network receive and send,
+/// output pcap, compute backend and Prometheus port.
+macro_rules! engine_args {
+    ($(#[$meta:meta])* $vis:vis struct $name:ident { $($fields:tt)* }) => {
+        $(#[$meta])*
+        $vis struct $name {
+            $($fields)*
+            /// Local interface address for multicast receive.
+            #[arg(long, default_value = "0.0.0.0")]
+            pub recv_interface: ::std::net::Ipv4Addr,
+            /// Receive through DPDK (feature `dpdk`) with these EAL arguments, e.g.
+            /// "--no-huge --no-pci -m 512 --vdev net_pcap0,rx_pcap=FILE"; SRC then lists the
+            /// endpoints to keep ("all": every UDP datagram).
+            #[arg(long, allow_hyphen_values = true, value_name = "EAL ARGS")]
+            pub recv_dpdk: Option<String>,
+            /// Receive through ibverbs (feature `ibverbs`): a raw-packet queue pair on the RDMA
+            /// port behind --recv-interface, one flow-steering rule per endpoint in SRC.
+            #[arg(long)]
+            pub recv_ibv: bool,
+            /// Send heaps straight from GPU memory through ibverbs (PeerDirect); without an
+            /// RDMA NIC, a GPU and GPU memory registration, output is staged through pinned
+            /// host memory (logged at start).
+            #[arg(long)]
+            pub use_peerdirect: bool,
+            /// Local interface address to send from.
+            #[arg(long, default_value = "0.0.0.0")]
+            pub send_interface: ::std::net::Ipv4Addr,
+            /// Multicast TTL.
+            #[arg(long, default_value_t = 4)]
+            pub send_ttl: u32,
+            /// Payload bytes per output packet.
+            #[arg(long, default_value_t = 8192)]
+            pub send_packet_payload: usize,
+            /// Write output packets to this pcap file instead of sending them.
+            #[arg(long)]
+            pub send_pcap: Option<::std::path::PathBuf>,
+            /// Compute backend: auto, cpu or gpu.
+            #[arg(long, default_value = "auto")]
+            pub backend: String,
+            /// Prometheus metrics port (none by default).
+            #[arg(long)]
+            pub prometheus_port: Option<u16>,
+        }
+    };
+}
+pub(crate) use engine_args;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,5 +134,110 @@ mod tests {
         assert_eq!(use_gpu("gpu", true).is_ok(), crate::gpu::gpu_available());
         let e = use_gpu("tpu", true).unwrap_err().to_string();
         assert!(e.contains("expected auto, cpu or gpu"), "{e}");
+    }
+
+    /// `fgpu` and `xbgpu` both take the options of [`engine_args!`], with their defaults.
+    #[test]
+    fn engine_args_carry_the_shared_options() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct F {
+            #[command(flatten)]
+            a: crate::fgpu::FgpuArgs,
+        }
+        #[derive(Parser)]
+        struct X {
+            #[command(flatten)]
+            a: crate::xbgpu::XbgpuArgs,
+        }
+        let common = ["--adc-sample-rate", "1712e6", "--sync-time", "0"];
+        let shared = [
+            "--send-ttl",
+            "7",
+            "--recv-ibv",
+            "--send-pcap",
+            "o.pcap",
+            "--backend",
+            "cpu",
+            "--prometheus-port",
+            "9100",
+            "--recv-interface",
+            "10.0.0.1",
+        ];
+        let xb = [
+            "--array-size",
+            "4",
+            "--channels",
+            "1024",
+            "--channels-per-substream",
+            "256",
+            "--samples-between-spectra",
+            "2048",
+        ];
+        let f = F::try_parse_from(
+            ["fgpu"]
+                .iter()
+                .chain(&common)
+                .chain(&shared)
+                .chain(&["x.pcap"]),
+        )
+        .unwrap()
+        .a;
+        let x = X::try_parse_from(
+            ["xbgpu"]
+                .iter()
+                .chain(&common)
+                .chain(&xb)
+                .chain(&shared)
+                .chain(&["x.pcap"]),
+        )
+        .unwrap()
+        .a;
+        let f_shared = (
+            f.send_ttl,
+            f.recv_ibv,
+            f.send_pcap.clone(),
+            f.backend.clone(),
+            f.prometheus_port,
+            f.recv_interface,
+        );
+        let x_shared = (
+            x.send_ttl,
+            x.recv_ibv,
+            x.send_pcap.clone(),
+            x.backend.clone(),
+            x.prometheus_port,
+            x.recv_interface,
+        );
+        assert_eq!(f_shared, x_shared);
+        assert_eq!(
+            f_shared,
+            (
+                7,
+                true,
+                Some("o.pcap".into()),
+                "cpu".to_string(),
+                Some(9100),
+                std::net::Ipv4Addr::new(10, 0, 0, 1)
+            )
+        );
+        for (payload, iface, dpdk, pd) in [
+            (
+                f.send_packet_payload,
+                f.send_interface,
+                f.recv_dpdk,
+                f.use_peerdirect,
+            ),
+            (
+                x.send_packet_payload,
+                x.send_interface,
+                x.recv_dpdk,
+                x.use_peerdirect,
+            ),
+        ] {
+            assert_eq!((payload, iface), (8192, std::net::Ipv4Addr::UNSPECIFIED));
+            assert_eq!((dpdk, pd), (None, false));
+        }
+        assert_eq!((f.src.as_str(), x.src.as_str()), ("x.pcap", "x.pcap"));
     }
 }

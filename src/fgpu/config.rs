@@ -1,11 +1,10 @@
 //! fgpu command line: katgpucbf's options, `--wideband`/`--narrowband` key=value specs.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::cli_util::{parse_dither, parse_kv, parse_num};
+use crate::cli_util::{engine_args, parse_dither, parse_kv, parse_num};
 
 /// PFB window function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,94 +165,61 @@ fn parse_output(spec: &str, narrow: bool) -> Result<WidebandSpec, String> {
     Ok(w)
 }
 
-/// `gpucbf fgpu` options (katgpucbf names).
-#[derive(Debug, Clone, Args)]
-pub struct FgpuArgs {
-    /// ADC sample rate in Hz.
-    #[arg(long)]
-    pub adc_sample_rate: f64,
-    /// UNIX time of timestamp zero.
-    #[arg(long)]
-    pub sync_time: f64,
-    /// This F-engine's index in the array.
-    #[arg(long, default_value_t = 0)]
-    pub feng_id: u64,
-    /// Number of antennas (heap counters step by it).
-    #[arg(long, default_value_t = 65536)]
-    pub array_size: u64,
-    /// Digitiser sample width.
-    #[arg(long, default_value_t = 10)]
-    pub dig_sample_bits: u32,
-    /// Wideband output: name=,channels=,dst=[,jones_per_batch=,taps=,w_cutoff=,window_function=,dither=]
-    #[arg(long)]
-    pub wideband: Vec<String>,
-    /// Narrowband output: name=,channels=,centre_frequency=,decimation=,dst=[,ddc_taps=,weight_pass=,pass_bandwidth=]
-    #[arg(long)]
-    pub narrowband: Vec<String>,
-    /// Initial gain for every channel of both inputs.
-    #[arg(long, default_value_t = 1.0)]
-    pub gain: f64,
-    /// Samples per digitiser heap.
-    #[arg(long, default_value_t = 4096)]
-    pub recv_packet_samples: u64,
-    /// Samples per polarisation in one receive chunk.
-    #[arg(long, default_value_t = 1 << 25)]
-    pub recv_chunk_samples: u64,
-    /// AND mask applied to received timestamps.
-    #[arg(long, value_parser = parse_mask)]
-    pub mask_timestamp: Option<u64>,
-    /// Local interface address for multicast receive.
-    #[arg(long, default_value = "0.0.0.0")]
-    pub recv_interface: Ipv4Addr,
-    /// Receive through DPDK (feature `dpdk`) with these EAL arguments, e.g.
-    /// "--no-huge --no-pci -m 512 --vdev net_pcap0,rx_pcap=FILE"; SRC then lists the
-    /// endpoints to keep ("all": every UDP datagram).
-    #[arg(long, allow_hyphen_values = true, value_name = "EAL ARGS")]
-    pub recv_dpdk: Option<String>,
-    /// Receive through ibverbs (feature `ibverbs`): a raw-packet queue pair on the RDMA
-    /// port behind --recv-interface, one flow-steering rule per endpoint in SRC.
-    #[arg(long)]
-    pub recv_ibv: bool,
-    /// Send heaps straight from GPU memory through ibverbs (PeerDirect); without an RDMA
-    /// NIC, a GPU and GPU memory registration, output is staged through pinned host memory
-    /// (logged at start).
-    #[arg(long)]
-    pub use_peerdirect: bool,
-    /// Local interface address to send from.
-    #[arg(long, default_value = "0.0.0.0")]
-    pub send_interface: Ipv4Addr,
-    /// Multicast TTL.
-    #[arg(long, default_value_t = 4)]
-    pub send_ttl: u32,
-    /// Payload bytes per output packet.
-    #[arg(long, default_value_t = 8192)]
-    pub send_packet_payload: usize,
-    /// Output rate relative to the nominal data rate.
-    #[arg(long, default_value_t = 1.1)]
-    pub send_rate_factor: f64,
-    /// Output sample width (8, or 4 with real in the high nibble).
-    #[arg(long, default_value_t = 8)]
-    pub send_sample_bits: u32,
-    /// Write output packets to this pcap file instead of sending them.
-    #[arg(long)]
-    pub send_pcap: Option<PathBuf>,
-    /// Compute backend.
-    #[arg(long, default_value = "auto")]
-    pub backend: String,
-    /// katcp control port (default 7147 for network input, none for a pcap file; 0: none).
-    #[arg(long)]
-    pub katcp_port: Option<u16>,
-    /// katcp listening address.
-    #[arg(long, default_value = "0.0.0.0")]
-    pub katcp_host: Ipv4Addr,
-    /// Prometheus metrics port (none by default).
-    #[arg(long)]
-    pub prometheus_port: Option<u16>,
-    /// Dither seed (random if absent).
-    #[arg(long)]
-    pub dither_seed: Option<u64>,
-    /// Input: a pcap file, or digitiser endpoints ADDR[+N]:PORT[,...].
-    pub src: String,
+engine_args! {
+    /// `gpucbf fgpu` options (katgpucbf names).
+    #[derive(Debug, Clone, Args)]
+    pub struct FgpuArgs {
+        /// ADC sample rate in Hz.
+        #[arg(long)]
+        pub adc_sample_rate: f64,
+        /// UNIX time of timestamp zero.
+        #[arg(long)]
+        pub sync_time: f64,
+        /// This F-engine's index in the array.
+        #[arg(long, default_value_t = 0)]
+        pub feng_id: u64,
+        /// Number of antennas (heap counters step by it).
+        #[arg(long, default_value_t = 65536)]
+        pub array_size: u64,
+        /// Digitiser sample width.
+        #[arg(long, default_value_t = 10)]
+        pub dig_sample_bits: u32,
+        /// Wideband output: name=,channels=,dst=[,jones_per_batch=,taps=,w_cutoff=,window_function=,dither=]
+        #[arg(long)]
+        pub wideband: Vec<String>,
+        /// Narrowband output: name=,channels=,centre_frequency=,decimation=,dst=[,ddc_taps=,weight_pass=,pass_bandwidth=]
+        #[arg(long)]
+        pub narrowband: Vec<String>,
+        /// Initial gain for every channel of both inputs.
+        #[arg(long, default_value_t = 1.0)]
+        pub gain: f64,
+        /// Samples per digitiser heap.
+        #[arg(long, default_value_t = 4096)]
+        pub recv_packet_samples: u64,
+        /// Samples per polarisation in one receive chunk.
+        #[arg(long, default_value_t = 1 << 25)]
+        pub recv_chunk_samples: u64,
+        /// AND mask applied to received timestamps.
+        #[arg(long, value_parser = parse_mask)]
+        pub mask_timestamp: Option<u64>,
+        /// Output rate relative to the nominal data rate.
+        #[arg(long, default_value_t = 1.1)]
+        pub send_rate_factor: f64,
+        /// Output sample width (8, or 4 with real in the high nibble).
+        #[arg(long, default_value_t = 8)]
+        pub send_sample_bits: u32,
+        /// katcp control port (default 7147 for network input, none for a pcap file; 0: none).
+        #[arg(long)]
+        pub katcp_port: Option<u16>,
+        /// katcp listening address.
+        #[arg(long, default_value = "0.0.0.0")]
+        pub katcp_host: Ipv4Addr,
+        /// Dither seed (random if absent).
+        #[arg(long)]
+        pub dither_seed: Option<u64>,
+        /// Input: a pcap file, or digitiser endpoints ADDR[+N]:PORT[,...].
+        pub src: String,
+    }
 }
 
 fn parse_mask(s: &str) -> Result<u64, String> {

@@ -1,11 +1,10 @@
 //! xbgpu command line: katgpucbf's options, `--corrprod` and `--beam` key=value specs.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::PathBuf;
+use std::net::SocketAddrV4;
 
 use clap::Args;
 
-use crate::cli_util::{parse_dither, parse_kv};
+use crate::cli_util::{engine_args, parse_dither, parse_kv};
 
 /// One correlation-products output.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,75 +82,50 @@ pub fn parse_beam(spec: &str) -> Result<BeamSpec, String> {
     })
 }
 
-/// `gpucbf xbgpu` options (katgpucbf names).
-#[derive(Debug, Clone, Args)]
-pub struct XbgpuArgs {
-    #[arg(long)]
-    pub adc_sample_rate: f64,
-    #[arg(long)]
-    pub sync_time: f64,
-    /// Number of antennas (F-engines).
-    #[arg(long)]
-    pub array_size: usize,
-    /// Total channels of the stream.
-    #[arg(long)]
-    pub channels: usize,
-    /// Channels in each F-engine heap (this engine's share).
-    #[arg(long)]
-    pub channels_per_substream: usize,
-    /// ADC samples between spectra (2 × channels for wideband).
-    #[arg(long)]
-    pub samples_between_spectra: u64,
-    #[arg(long, default_value_t = 1 << 20)]
-    pub jones_per_batch: usize,
-    /// First channel handled by this engine.
-    #[arg(long, default_value_t = 0)]
-    pub channel_offset_value: usize,
-    #[arg(long, default_value_t = 32)]
-    pub heaps_per_fengine_per_chunk: usize,
-    /// Input sample width (8).
-    #[arg(long, default_value_t = 8)]
-    pub sample_bits: u32,
-    /// Correlation output: name=,dst=,heap_accumulation_threshold=
-    #[arg(long)]
-    pub corrprod: Vec<String>,
-    /// Beam output: name=,dst=,pol=[,dither=]
-    #[arg(long)]
-    pub beam: Vec<String>,
-    /// Transmit from the start (otherwise wait for ?capture-start).
-    #[arg(long)]
-    pub send_enabled: bool,
-    #[arg(long)]
-    pub send_pcap: Option<PathBuf>,
-    #[arg(long, default_value = "0.0.0.0")]
-    pub recv_interface: Ipv4Addr,
-    /// Receive through DPDK (feature `dpdk`) with these EAL arguments; SRC then lists the
-    /// endpoints to keep ("all": every UDP datagram).
-    #[arg(long, allow_hyphen_values = true, value_name = "EAL ARGS")]
-    pub recv_dpdk: Option<String>,
-    /// Receive through ibverbs (feature `ibverbs`): a raw-packet queue pair on the RDMA
-    /// port behind --recv-interface, one flow-steering rule per endpoint in SRC.
-    #[arg(long)]
-    pub recv_ibv: bool,
-    /// Send heaps straight from GPU memory through ibverbs (PeerDirect); without an RDMA
-    /// NIC, a GPU and GPU memory registration, output is staged through pinned host memory
-    /// (logged at start).
-    #[arg(long)]
-    pub use_peerdirect: bool,
-    #[arg(long, default_value = "0.0.0.0")]
-    pub send_interface: Ipv4Addr,
-    #[arg(long, default_value_t = 4)]
-    pub send_ttl: u32,
-    #[arg(long, default_value_t = 8192)]
-    pub send_packet_payload: usize,
-    #[arg(long, default_value = "auto")]
-    pub backend: String,
-    #[arg(long)]
-    pub katcp_port: Option<u16>,
-    #[arg(long)]
-    pub prometheus_port: Option<u16>,
-    /// Input: a pcap file, or the multicast endpoint of F-engine heaps.
-    pub src: String,
+engine_args! {
+    /// `gpucbf xbgpu` options (katgpucbf names).
+    #[derive(Debug, Clone, Args)]
+    pub struct XbgpuArgs {
+        #[arg(long)]
+        pub adc_sample_rate: f64,
+        #[arg(long)]
+        pub sync_time: f64,
+        /// Number of antennas (F-engines).
+        #[arg(long)]
+        pub array_size: usize,
+        /// Total channels of the stream.
+        #[arg(long)]
+        pub channels: usize,
+        /// Channels in each F-engine heap (this engine's share).
+        #[arg(long)]
+        pub channels_per_substream: usize,
+        /// ADC samples between spectra (2 × channels for wideband).
+        #[arg(long)]
+        pub samples_between_spectra: u64,
+        #[arg(long, default_value_t = 1 << 20)]
+        pub jones_per_batch: usize,
+        /// First channel handled by this engine.
+        #[arg(long, default_value_t = 0)]
+        pub channel_offset_value: usize,
+        #[arg(long, default_value_t = 32)]
+        pub heaps_per_fengine_per_chunk: usize,
+        /// Input sample width (8).
+        #[arg(long, default_value_t = 8)]
+        pub sample_bits: u32,
+        /// Correlation output: name=,dst=,heap_accumulation_threshold=
+        #[arg(long)]
+        pub corrprod: Vec<String>,
+        /// Beam output: name=,dst=,pol=[,dither=]
+        #[arg(long)]
+        pub beam: Vec<String>,
+        /// Transmit from the start (otherwise wait for ?capture-start).
+        #[arg(long)]
+        pub send_enabled: bool,
+        #[arg(long)]
+        pub katcp_port: Option<u16>,
+        /// Input: a pcap file, or the multicast endpoint of F-engine heaps.
+        pub src: String,
+    }
 }
 
 impl XbgpuArgs {
