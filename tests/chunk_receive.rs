@@ -1,6 +1,9 @@
 //! Chunk assembly from digitiser and F-engine packets: placement, presence, and exact
 //! counters for loss, reorder, duplicates, late and malformed packets.
 
+mod common;
+
+use common::small_feng_placement;
 use gpucbf::chunk::placement::{DigitiserPlacement, FengPlacement};
 use gpucbf::chunk::{Chunk, ChunkAssembler, Reject};
 use gpucbf::spead::{ids, HeapBuilder};
@@ -130,14 +133,7 @@ fn missing_heaps_count_only_inside_the_received_span() {
 
     // F-engine heaps: batches 3..=6 of 4 antennas in chunks of 4 batches; antenna 2 absent
     // from batch 5; the trailing batch 7 and the leading batches 0..=2 are outside.
-    let pl = FengPlacement {
-        n_ants: 4,
-        channels_per_substream: 4,
-        spectra_per_heap: 8,
-        sample_bits: 8,
-        samples_between_spectra: 16,
-        batches_per_chunk: 4,
-    };
+    let pl = small_feng_placement(4);
     let step = pl.batch_step();
     let mut a = ChunkAssembler::new(pl, 2);
     let mut out = Vec::new();

@@ -3,15 +3,17 @@
 //! process.
 #![cfg(feature = "dpdk")]
 
+mod common;
+
 use std::net::{Ipv4Addr, SocketAddrV4};
 
+use common::{scratch_dir, send_digitiser_heaps, HEAP_BYTES};
 use gpucbf::chunk::placement::DigitiserPlacement;
 use gpucbf::chunk::{Chunk, ChunkAssembler};
 use gpucbf::net::dpdk::DpdkSource;
 use gpucbf::net::heapsend::HeapSender;
 use gpucbf::net::pcap::PcapSink;
 use gpucbf::net::source::{PacketSource, PcapFileSource, Poll};
-use gpucbf::spead::ids;
 
 /// Digitiser heaps for two pols on two destinations, one heap missing; plus heaps to a third
 /// destination that the endpoint filter must drop.
@@ -25,26 +27,11 @@ fn write_feed(path: &std::path::Path, dests: &[SocketAddrV4], stray: SocketAddrV
     let mut all = dests.to_vec();
     all.push(stray);
     let mut s = HeapSender::new(Box::new(sink), all, 3, 3, 8192, None);
-    for h in 0..60u64 {
-        for pol in 0..3u64 {
-            if (h, pol) == (9, 1) {
-                continue;
-            }
-            let payload: Vec<u8> = (0..5120u64).map(|i| (i * 7 + h * 3 + pol) as u8).collect();
-            s.send_heap(
-                pol as usize,
-                &[
-                    (ids::TIMESTAMP, h * 4096),
-                    (ids::DIGITISER_ID, pol % 2),
-                    (ids::DIGITISER_STATUS, 0),
-                ],
-                ids::ADC_SAMPLES,
-                &payload,
-            )
-            .unwrap();
-        }
-    }
-    s.flush().unwrap();
+    send_digitiser_heaps(&mut s, 0..60, 3, Some((9, 1)), |h, pol| {
+        (0..HEAP_BYTES as u64)
+            .map(|i| (i * 7 + h * 3 + pol) as u8)
+            .collect()
+    });
 }
 
 fn drain(src: &mut dyn PacketSource) -> (Vec<Chunk>, usize) {
@@ -68,8 +55,7 @@ fn drain(src: &mut dyn PacketSource) -> (Vec<Chunk>, usize) {
 
 #[test]
 fn pcap_file_and_dpdk_net_pcap_give_identical_chunks() {
-    let dir = std::env::temp_dir().join(format!("gpucbf-dpdk-eq-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("dpdk-eq");
     let pcap = dir.join("dig.pcap");
     let dests = vec![
         SocketAddrV4::new(Ipv4Addr::new(239, 102, 0, 1), 7148),

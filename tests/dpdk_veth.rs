@@ -5,10 +5,13 @@
 //! reason) without the rights to create namespaces. Own test binary: EAL once per process.
 #![cfg(feature = "dpdk")]
 
+mod common;
+
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::AsRawFd;
 use std::process::Command;
 
+use common::{scratch_dir, send_digitiser_heaps, HEAP_BYTES};
 use gpucbf::chunk::placement::DigitiserPlacement;
 use gpucbf::chunk::{Chunk, ChunkAssembler};
 use gpucbf::net::dpdk::DpdkSource;
@@ -17,7 +20,6 @@ use gpucbf::net::pcap::PcapSink;
 use gpucbf::net::source::{PacketSource, PcapFileSource, Poll};
 use gpucbf::net::udp::UdpSink;
 use gpucbf::net::PacketSink;
-use gpucbf::spead::ids;
 
 const HEAPS: u64 = 200;
 
@@ -56,23 +58,11 @@ fn enter(ns: &str) {
 
 fn send_all(sink: Box<dyn PacketSink>, dst: SocketAddrV4, stray: SocketAddrV4, rate: Option<f64>) {
     let mut s = HeapSender::new(sink, vec![dst, dst, stray], 2, 2, 8192, rate);
-    for h in 0..HEAPS {
-        for pol in 0..3u64 {
-            let payload: Vec<u8> = (0..5120u64).map(|i| (i * 11 + h * 7 + pol) as u8).collect();
-            s.send_heap(
-                pol as usize,
-                &[
-                    (ids::TIMESTAMP, h * 4096),
-                    (ids::DIGITISER_ID, pol % 2),
-                    (ids::DIGITISER_STATUS, 0),
-                ],
-                ids::ADC_SAMPLES,
-                &payload,
-            )
-            .unwrap();
-        }
-    }
-    s.flush().unwrap();
+    send_digitiser_heaps(&mut s, 0..HEAPS, 3, None, |h, pol| {
+        (0..HEAP_BYTES as u64)
+            .map(|i| (i * 11 + h * 7 + pol) as u8)
+            .collect()
+    });
 }
 
 fn drain(src: &mut dyn PacketSource, expect: usize) -> Vec<Chunk> {
@@ -147,8 +137,7 @@ fn dpdk_af_packet_on_veth_matches_pcap() {
     let dst = SocketAddrV4::new(Ipv4Addr::new(169, 254, 199, 1), 7148);
     let stray = SocketAddrV4::new(Ipv4Addr::new(169, 254, 199, 1), 7149);
 
-    let dir = std::env::temp_dir().join(format!("gpucbf-dpdk-veth-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("dpdk-veth");
     let pcap = dir.join("ref.pcap");
     send_all(
         Box::new(

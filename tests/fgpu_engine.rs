@@ -2,11 +2,16 @@
 //! alignment, skipping of batches touched by missing input, substream split, heap
 //! counters and items, from a pcap file to a pcap file.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+mod common;
 
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::ops::Range;
+use std::path::Path;
+
+use common::{scratch_dir, send_digitiser_heaps, HEAP_BYTES, HEAP_SAMPLES};
 use gpucbf::chunk::placement::DigitiserPlacement;
 use gpucbf::fgpu::engine::{open_sink, run_pipelines};
-use gpucbf::fgpu::{parse_wideband, Channelizer, Pipeline};
+use gpucbf::fgpu::{parse_wideband, Channelizer, FgpuSummary, Pipeline};
 use gpucbf::net::heapsend::HeapSender;
 use gpucbf::net::pcap::{PcapSink, PcapSource};
 use gpucbf::net::source::PcapFileSource;
@@ -40,53 +45,35 @@ impl Channelizer for Recording {
     }
 }
 
-#[test]
-fn batches_skips_and_heaps() {
-    let dir = std::env::temp_dir().join(format!("gpucbf-fgpu-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let dpcap = dir.join("d.pcap");
-    let fpcap = dir.join("f.pcap");
-    // 64 heaps per pol; every sample of heap h is h % 200 (pol 0) or −(h % 200) (pol 1).
-    let sink = Box::new(
-        PcapSink::create(&dpcap, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148), 4).unwrap(),
-    );
+/// Digitiser heaps `heaps` of both pols into a pcap file, all but `skip`: every sample of
+/// heap h is h % 200 (pol 0) or −(h % 200) (pol 1).
+fn write_feed(path: &Path, heaps: Range<u64>, skip: Option<(u64, u64)>) {
+    let sink =
+        Box::new(PcapSink::create(path, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148), 4).unwrap());
     let dsts = vec![
         SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148),
         SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7149),
     ];
     let mut s = HeapSender::new(sink, dsts, 2, 2, 8192, None);
-    for h in 0..64u64 {
-        for pol in 0..2u64 {
-            if (h, pol) == (10, 1) {
-                continue;
-            }
-            let v = (h % 200) as i16 * if pol == 0 { 1 } else { -1 };
-            let mut payload = vec![0u8; 5120];
-            gpucbf::bitpack::pack(&vec![v; 4096], 10, &mut payload);
-            s.send_heap(
-                pol as usize,
-                &[
-                    (ids::TIMESTAMP, h * 4096),
-                    (ids::DIGITISER_ID, pol),
-                    (ids::DIGITISER_STATUS, 0),
-                ],
-                ids::ADC_SAMPLES,
-                &payload,
-            )
-            .unwrap();
-        }
-    }
-    s.flush().unwrap();
-    drop(s);
+    send_digitiser_heaps(&mut s, heaps, 2, skip, |h, pol| {
+        let v = (h % 200) as i16 * if pol == 0 { 1 } else { -1 };
+        let mut payload = vec![0u8; HEAP_BYTES];
+        gpucbf::bitpack::pack(&vec![v; HEAP_SAMPLES as usize], 10, &mut payload);
+        payload
+    });
+}
 
+/// One wideband output (64 channels over two destinations) with a [`Recording`]
+/// channeliser, from the digitiser pcap `dpcap` to the pcap `fpcap`, chunks of 8 heaps.
+/// Returns the summary and the batch step.
+fn run_recording(dpcap: &Path, fpcap: &Path) -> (FgpuSummary, u64) {
     let spec = parse_wideband(
         "name=wb,channels=64,dst=127.0.0.1:7150,127.0.0.1:7151,jones_per_batch=2048,taps=4",
     )
     .unwrap();
     let step = spec.batch_step();
-    assert_eq!(step, 4096);
     let sender = HeapSender::new(
-        open_sink(Some(&fpcap), Ipv4Addr::UNSPECIFIED, 4).unwrap(),
+        open_sink(Some(fpcap), Ipv4Addr::UNSPECIFIED, 4).unwrap(),
         spec.dst.clone(),
         3,
         5,
@@ -98,15 +85,25 @@ fn batches_skips_and_heaps() {
         step,
     });
     let pipe = Pipeline::new(spec, chan, sender, 3, 2);
-    let src = Box::new(PcapFileSource::open(&dpcap, vec![]).unwrap());
     let summary = run_pipelines(
-        src,
+        Box::new(PcapFileSource::open(dpcap, vec![]).unwrap()),
         DigitiserPlacement::new(4096, 10, 8 * 4096).unwrap(),
         vec![pipe],
         10,
         &mut |_, _| {},
     )
     .unwrap();
+    (summary, step)
+}
+
+#[test]
+fn batches_skips_and_heaps() {
+    let dir = scratch_dir("fgpu");
+    let dpcap = dir.join("d.pcap");
+    let fpcap = dir.join("f.pcap");
+    write_feed(&dpcap, 0..64, Some((10, 1)));
+    let (summary, step) = run_recording(&dpcap, &fpcap);
+    assert_eq!(step, 4096);
 
     let o = &summary.outputs[0];
     assert_eq!(o.batches, 61);
@@ -157,66 +154,13 @@ fn batches_skips_and_heaps() {
 /// nor missing heaps.
 #[test]
 fn no_skips_or_missing_outside_the_received_span() {
-    let dir = std::env::temp_dir().join(format!("gpucbf-fgpu-span-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("fgpu-span");
     let dpcap = dir.join("d.pcap");
     let fpcap = dir.join("f.pcap");
-    let sink = Box::new(
-        PcapSink::create(&dpcap, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148), 4).unwrap(),
-    );
-    let dsts = vec![
-        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148),
-        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7149),
-    ];
-    let mut s = HeapSender::new(sink, dsts, 2, 2, 8192, None);
     // Heaps 3..=20 in chunks of 8 heaps: chunk 0 lacks heaps 0..=2, chunk 2 heaps 21..=23.
-    for h in 3..21u64 {
-        for pol in 0..2u64 {
-            let v = (h % 200) as i16 * if pol == 0 { 1 } else { -1 };
-            let mut payload = vec![0u8; 5120];
-            gpucbf::bitpack::pack(&vec![v; 4096], 10, &mut payload);
-            s.send_heap(
-                pol as usize,
-                &[
-                    (ids::TIMESTAMP, h * 4096),
-                    (ids::DIGITISER_ID, pol),
-                    (ids::DIGITISER_STATUS, 0),
-                ],
-                ids::ADC_SAMPLES,
-                &payload,
-            )
-            .unwrap();
-        }
-    }
-    s.flush().unwrap();
-    drop(s);
-    let spec = parse_wideband(
-        "name=wb,channels=64,dst=127.0.0.1:7150,127.0.0.1:7151,jones_per_batch=2048,taps=4",
-    )
-    .unwrap();
-    let step = spec.batch_step();
-    let sender = HeapSender::new(
-        open_sink(Some(&fpcap), Ipv4Addr::UNSPECIFIED, 4).unwrap(),
-        spec.dst.clone(),
-        3,
-        5,
-        8192,
-        None,
-    );
     // Each batch needs its own heap and the next one.
-    let chan = Box::new(Recording {
-        window: (32 + 3) * 128,
-        step,
-    });
-    let pipe = Pipeline::new(spec, chan, sender, 3, 2);
-    let summary = run_pipelines(
-        Box::new(PcapFileSource::open(&dpcap, vec![]).unwrap()),
-        DigitiserPlacement::new(4096, 10, 8 * 4096).unwrap(),
-        vec![pipe],
-        10,
-        &mut |_, _| {},
-    )
-    .unwrap();
+    write_feed(&dpcap, 3..21, None);
+    let (summary, _) = run_recording(&dpcap, &fpcap);
     let o = &summary.outputs[0];
     assert_eq!(summary.input_heaps, [18, 18]);
     assert_eq!(summary.input_missing_heaps, [0, 0]);

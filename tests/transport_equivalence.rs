@@ -1,8 +1,11 @@
 //! The same digitiser packets through the pcap file source and through UDP loopback give
 //! byte-identical chunks and presence maps.
 
+mod common;
+
 use std::net::{Ipv4Addr, SocketAddrV4};
 
+use common::{scratch_dir, send_digitiser_heaps, HEAP_BYTES};
 use gpucbf::chunk::placement::DigitiserPlacement;
 use gpucbf::chunk::{Chunk, ChunkAssembler};
 use gpucbf::net::heapsend::HeapSender;
@@ -10,30 +13,14 @@ use gpucbf::net::pcap::PcapSink;
 use gpucbf::net::source::{PacketSource, PcapFileSource, Poll, UdpRecvSource};
 use gpucbf::net::udp::UdpSink;
 use gpucbf::net::PacketSink;
-use gpucbf::spead::ids;
 
 fn send_all(sink: Box<dyn PacketSink>, dests: Vec<SocketAddrV4>, rate: Option<f64>) {
     let mut s = HeapSender::new(sink, dests, 2, 2, 8192, rate);
-    for h in 0..40u64 {
-        for pol in 0..2u64 {
-            if (h, pol) == (7, 1) {
-                continue;
-            }
-            let payload: Vec<u8> = (0..5120u64).map(|i| (i * 13 + h * 5 + pol) as u8).collect();
-            s.send_heap(
-                pol as usize,
-                &[
-                    (ids::TIMESTAMP, h * 4096),
-                    (ids::DIGITISER_ID, pol),
-                    (ids::DIGITISER_STATUS, 0),
-                ],
-                ids::ADC_SAMPLES,
-                &payload,
-            )
-            .unwrap();
-        }
-    }
-    s.flush().unwrap();
+    send_digitiser_heaps(&mut s, 0..40, 2, Some((7, 1)), |h, pol| {
+        (0..HEAP_BYTES as u64)
+            .map(|i| (i * 13 + h * 5 + pol) as u8)
+            .collect()
+    });
 }
 
 fn drain(src: &mut dyn PacketSource, expect_packets: usize) -> Vec<Chunk> {
@@ -62,8 +49,7 @@ fn drain(src: &mut dyn PacketSource, expect_packets: usize) -> Vec<Chunk> {
 
 #[test]
 fn pcap_and_udp_loopback_give_identical_chunks() {
-    let dir = std::env::temp_dir().join(format!("gpucbf-eq-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("eq");
     let pcap = dir.join("d.pcap");
     let port = std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()

@@ -2,9 +2,11 @@
 //! span only, so the unfilled head of the first chunk and tail of the last neither make
 //! skipped accumulations or beam heaps nor count as missing heaps; a gap inside the span does.
 
+mod common;
+
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-use gpucbf::chunk::placement::FengPlacement;
+use common::{scratch_dir, small_feng_placement};
 use gpucbf::fgpu::engine::open_sink;
 use gpucbf::net::heapsend::HeapSender;
 use gpucbf::net::pcap::PcapSink;
@@ -40,17 +42,9 @@ impl Beamformer for Counting {
 
 #[test]
 fn only_batches_inside_the_received_span_are_fed() {
-    let dir = std::env::temp_dir().join(format!("gpucbf-xbgpu-span-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("xbgpu-span");
     let fpcap = dir.join("f.pcap");
-    let pl = FengPlacement {
-        n_ants: 2,
-        channels_per_substream: 4,
-        spectra_per_heap: 8,
-        sample_bits: 8,
-        samples_between_spectra: 16,
-        batches_per_chunk: 4,
-    };
+    let pl = small_feng_placement(2);
     let step = pl.batch_step();
     let dst = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7150);
     let sink = Box::new(PcapSink::create(&fpcap, dst, 4).unwrap());
