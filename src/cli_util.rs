@@ -193,51 +193,28 @@ mod tests {
         )
         .unwrap()
         .a;
-        let f_shared = (
-            f.send_ttl,
-            f.recv_ibv,
-            f.send_pcap.clone(),
-            f.backend.clone(),
-            f.prometheus_port,
-            f.recv_interface,
-        );
-        let x_shared = (
-            x.send_ttl,
-            x.recv_ibv,
-            x.send_pcap.clone(),
-            x.backend.clone(),
-            x.prometheus_port,
-            x.recv_interface,
-        );
-        assert_eq!(f_shared, x_shared);
-        assert_eq!(
-            f_shared,
+        // The same fields, read from either struct.
+        macro_rules! shared {
+            ($a:expr) => {
+                (
+                    ($a.send_ttl, $a.recv_ibv, $a.send_pcap.clone()),
+                    ($a.backend.clone(), $a.prometheus_port, $a.recv_interface),
+                    ($a.send_packet_payload, $a.send_interface),
+                    ($a.recv_dpdk.clone(), $a.use_peerdirect, $a.src.clone()),
+                )
+            };
+        }
+        let want = (
+            (7, true, Some(std::path::PathBuf::from("o.pcap"))),
             (
-                7,
-                true,
-                Some("o.pcap".into()),
                 "cpu".to_string(),
                 Some(9100),
-                std::net::Ipv4Addr::new(10, 0, 0, 1)
-            )
+                std::net::Ipv4Addr::new(10, 0, 0, 1),
+            ),
+            (8192, std::net::Ipv4Addr::UNSPECIFIED),
+            (None, false, "x.pcap".to_string()),
         );
-        for (payload, iface, dpdk, pd) in [
-            (
-                f.send_packet_payload,
-                f.send_interface,
-                f.recv_dpdk,
-                f.use_peerdirect,
-            ),
-            (
-                x.send_packet_payload,
-                x.send_interface,
-                x.recv_dpdk,
-                x.use_peerdirect,
-            ),
-        ] {
-            assert_eq!((payload, iface), (8192, std::net::Ipv4Addr::UNSPECIFIED));
-            assert_eq!((dpdk, pd), (None, false));
-        }
-        assert_eq!((f.src.as_str(), x.src.as_str()), ("x.pcap", "x.pcap"));
+        assert_eq!(shared!(f), want);
+        assert_eq!(shared!(x), want);
     }
 }
