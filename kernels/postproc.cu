@@ -13,19 +13,14 @@
 // (0 ≤ k ≤ N/2) × 32 spectra. Results go through shared memory so that each output row
 // (one channel, consecutive spectra, both pols) is written contiguously.
 //
-// Compile-time defines: N (channels), UNZIP, QMAX (127 or 7), FOUR_BIT (0 or 1).
+// Compile-time defines: N (channels), UNZIP, QMAX (127 or 7), FOUR_BIT (0 or 1), ROWS,
+// POST_FAST_SINCOS.
 
 #ifndef N
 #error "define N"
 #endif
 #ifndef UNZIP
 #define UNZIP 1
-#endif
-#ifndef QMAX
-#define QMAX 127
-#endif
-#ifndef FOUR_BIT
-#define FOUR_BIT 0
 #endif
 // POST_FAST_SINCOS 1 (default): the delay/phase rotation from the hardware __sincosf after an
 // exact reduction of the angle to [−π, π] (absolute error ~3e-7, far below the output LSB);
@@ -40,70 +35,28 @@
 #define ROWS 8
 #endif
 
-// Same constant and hash as src/fengine/postproc.rs (splitmix64 finaliser).
-#define DITHER_SCALE 2.3282709e-10f
-
-__device__ __forceinline__ unsigned long long mix64(unsigned long long z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-__device__ __forceinline__ float u32_to_dither(unsigned int r) {
-    int i = (int)r;
-    if (i < 0) i += 1;
-    return __fmul_rn((float)i, DITHER_SCALE);
-}
-
-__device__ __forceinline__ float2 cmul(float2 a, float2 b) {
-    return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
-}
+// The dither, quantiser and cmul come from quant.cuh, which the loader puts in front of
+// this file.
 
 __device__ __forceinline__ float2 conjf2(float2 a) { return make_float2(a.x, -a.y); }
 
-// Saturating round-half-even to ±QMAX (NaN → 0); `sat` set when |v| > QMAX.
-__device__ __forceinline__ int quant(float v, unsigned int& sat) {
-    const float q = (float)QMAX;
-    sat |= fabsf(v) > q;
-#if QMAX == 127
-    // One saturating conversion to [−128, 127] (ties to even, NaN → 0), then −128 → −127.
-    int r;
-    asm("cvt.rni.sat.s8.f32 %0, %1;" : "=r"(r) : "f"(v));
-    return max(r, -127);
-#else
-    if (isnan(v)) return 0;
-    return (int)rintf(fminf(fmaxf(v, -q), q));
-#endif
-}
-
-// Applies delay/phase/gain/dither to X for channel c and returns the packed value (two
-// bytes re, im for 8-bit; one byte, re in the high nibble, for 4-bit).
-// cg = c·0x9e3779b97f4a7c15 (the channel's dither salt, hoisted by the caller).
-__device__ __forceinline__ unsigned int finish(float2 x, int c, unsigned long long cg, float2 d,
-                                               float2 g, unsigned long long key, int dither,
-                                               unsigned int& sat) {
+// Applies delay/phase/gain/dither to X for a channel at cf = c − N/2 and returns the packed
+// value (two bytes re, im for 8-bit; one byte, re in the high nibble, for 4-bit).
+// hd = half the (s, pol) delay coefficients, so hd.x·cf + hd.y is the angle in turns;
+// salt = dither_salt(c) (hoisted by the caller).
+__device__ __forceinline__ unsigned int finish(float2 x, float cf, unsigned long long salt,
+                                               float2 hd, float2 g, unsigned long long key,
+                                               int dither, unsigned int& sat) {
     float sn, cs;
-    const float th = fmaf(d.x, (float)(c - N / 2), d.y);  // angle / π
+    const float turns = fmaf(hd.x, cf, hd.y);
 #if POST_FAST_SINCOS
-    __sincosf(3.14159265358979f * (th - 2.0f * rintf(0.5f * th)), &sn, &cs);
+    __sincosf(6.28318530717959f * (turns - rintf(turns)), &sn, &cs);
 #else
-    sincospif(th, &sn, &cs);
+    sincospif(2.0f * turns, &sn, &cs);
 #endif
     float2 v = cmul(x, cmul(make_float2(cs, sn), g));
-    if (dither) {
-        const unsigned long long r = mix64(key ^ cg);
-        v.x = __fadd_rn(v.x, u32_to_dither((unsigned int)r));
-        v.y = __fadd_rn(v.y, u32_to_dither((unsigned int)(r >> 32)));
-    }
-    unsigned int s = 0;
-    const int qr = quant(v.x, s);
-    const int qi = quant(v.y, s);
-    sat += s;
-#if FOUR_BIT
-    return ((unsigned int)(qr & 0xf) << 4) | (unsigned int)(qi & 0xf);
-#else
-    return (unsigned int)(qr & 0xff) | ((unsigned int)(qi & 0xff) << 8);
-#endif
+    if (dither) v = add_dither(v, key, salt);
+    return quant_pack(v, sat);
 }
 
 // fft: see above. out: output buffer (byte offset of (heap, channel, spectrum-in-heap) is
@@ -137,15 +90,22 @@ extern "C" __global__ void postproc(const float2* __restrict__ fft, unsigned cha
         }
         const int ka = k % L, kb = (N - k) % L;
         const int cb = N - k;  // mirrored channel (only for 0 < k < N/2)
-        const unsigned long long cga = (unsigned long long)k * 0x9e3779b97f4a7c15ULL;
-        const unsigned long long cgb = (unsigned long long)cb * 0x9e3779b97f4a7c15ULL;
         const bool mirror = k > 0 && k < N / 2;
+        // Per channel, hoisted out of the spectrum loop: dither salts, gains, c − N/2.
+        const unsigned long long salt_a = dither_salt(k), salt_b = dither_salt(cb);
+        const float cfa = (float)(k - N / 2);
+        float2 ga[2], gb[2];
+#pragma unroll
+        for (int p = 0; p < 2; p++) {
+            ga[p] = gains[p * N + k];
+            gb[p] = mirror ? gains[p * N + cb] : make_float2(0.0f, 0.0f);
+        }
 #pragma unroll
         for (int j = 0; j < TILE / ROWS; j++) {
             const int sl = ty + j * ROWS;
             const int s = st + sl;
             if (s >= spectra) continue;
-            unsigned int wa = 0, wb = 0;
+            unsigned int va[2], vb[2] = {0u, 0u};
 #pragma unroll
             for (int p = 0; p < 2; p++) {
                 const float2* b = fft + ((long long)s * 2 + p) * N;
@@ -163,27 +123,16 @@ extern "C" __global__ void postproc(const float2* __restrict__ fft, unsigned cha
                 const float2 to = cmul(t, o);
                 const float2 xa = make_float2(e.x + to.x, e.y + to.y);
                 const float2 d = delay[(long long)s * 2 + p];
+                const float2 hd = make_float2(0.5f * d.x, 0.5f * d.y);
                 const unsigned long long key = keys[(long long)s * 2 + p];
-                const unsigned int va =
-                    finish(xa, k, cga, d, gains[p * N + k], key, dither, sat_p[p]);
-#if FOUR_BIT
-                wa |= va << (8 * p);
-#else
-                wa |= va << (16 * p);
-#endif
+                va[p] = finish(xa, cfa, salt_a, hd, ga[p], key, dither, sat_p[p]);
                 if (mirror) {
                     const float2 xb = make_float2(e.x - to.x, -(e.y - to.y));
-                    const unsigned int vb =
-                        finish(xb, cb, cgb, d, gains[p * N + cb], key, dither, sat_p[p]);
-#if FOUR_BIT
-                    wb |= vb << (8 * p);
-#else
-                    wb |= vb << (16 * p);
-#endif
+                    vb[p] = finish(xb, -cfa, salt_b, hd, gb[p], key, dither, sat_p[p]);
                 }
             }
-            lo_t[tx][sl] = wa;
-            hi_t[tx][sl] = wb;
+            lo_t[tx][sl] = pack_pols(va[0], va[1]);
+            hi_t[tx][sl] = pack_pols(vb[0], vb[1]);
         }
     }
     __syncthreads();

@@ -33,8 +33,12 @@ use super::{Block, BlockStats, Dither, FConfig, FError, Samples};
 
 /// PFB FIR kernel source (embedded so binaries need no kernel files at run time).
 pub const PFB_FIR_SRC: &str = include_str!("../../kernels/pfb_fir.cu");
-/// Post-processing kernel source.
-pub const POSTPROC_SRC: &str = include_str!("../../kernels/postproc.cu");
+/// Post-processing kernel source (the shared dither/quantiser header in front).
+pub const POSTPROC_SRC: &str = concat!(
+    include_str!("../../kernels/quant.cuh"),
+    "#line 1 \"postproc.cu\"\n",
+    include_str!("../../kernels/postproc.cu")
+);
 
 const POST_TILE: usize = 32;
 /// Bytes after each pol's input in the device buffer (the decoder reads 8 bytes ahead).
