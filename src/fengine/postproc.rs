@@ -303,7 +303,11 @@ mod tests {
             .collect();
         let bound = 5.0 / (spectra as f64).sqrt();
         for (i, a) in series.iter().enumerate() {
-            assert!(corr(&a[0], &a[1]).abs() < bound, "re/im of channel {}", chans[i]);
+            assert!(
+                corr(&a[0], &a[1]).abs() < bound,
+                "re/im of channel {}",
+                chans[i]
+            );
             for (j, b) in series.iter().enumerate().skip(i + 1) {
                 for (x, y) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
                     let r = corr(&a[x], &b[y]);
@@ -312,7 +316,11 @@ mod tests {
             }
             let n = a[0].len();
             let r = corr(&a[0][..n - 1], &a[0][1..]);
-            assert!(r.abs() < bound, "consecutive spectra, channel {}: {r}", chans[i]);
+            assert!(
+                r.abs() < bound,
+                "consecutive spectra, channel {}: {r}",
+                chans[i]
+            );
         }
         let (u, v) = (&series[1][0], &series[2][0]);
         let mut sign = 0f64;
