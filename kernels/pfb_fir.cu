@@ -14,7 +14,8 @@
 // each spectrum (samples s·2N + (TAPS−1)·2N + j), exactly once per sample.
 //
 // Compile-time defines: N (complex FFT length = channels), TAPS, UNZIP (1, 2 or 4),
-// IN_BITS (2..16 for packed big-endian input, 0 for little-endian int16 input).
+// IN_BITS (2..16 for packed big-endian input, 0 for little-endian int16 input); tuning:
+// FIR_STCS, FIR_MIN_BLOCKS with FIR_MAX_THREADS, FIR_STATS, FIR_FAST.
 
 #ifndef N
 #error "define N"
@@ -31,6 +32,22 @@
 // FIR_STATS 0 drops the digitiser statistics (a benchmark diagnostic only).
 #ifndef FIR_STATS
 #define FIR_STATS 1
+#endif
+
+// FIR_STCS 1: output stores with the streaming (evict-first) cache hint; the FIR output is
+// read back once, by the FFT, long after it is written.
+#ifndef FIR_STCS
+#define FIR_STCS 0
+#endif
+// FIR_MIN_BLOCKS > 0: __launch_bounds__(FIR_MAX_THREADS, FIR_MIN_BLOCKS), so that many
+// blocks fit on one SM (trades registers for occupancy).
+#ifndef FIR_MIN_BLOCKS
+#define FIR_MIN_BLOCKS 0
+#endif
+#if FIR_MIN_BLOCKS > 0
+#define FIR_BOUNDS __launch_bounds__(FIR_MAX_THREADS, FIR_MIN_BLOCKS)
+#else
+#define FIR_BOUNDS
 #endif
 
 #define L (N / UNZIP)
@@ -145,7 +162,11 @@ __device__ __forceinline__ void fir_step(int u, const Src& src, int row,
         ar = fmaf(wr[t].x, x.x, ar);
         ai = fmaf(wr[t].y, x.y, ai);
     }
+#if FIR_STCS
+    __stcs(dst, make_float2(ar, ai));
+#else
     *dst = make_float2(ar, ai);
+#endif
 }
 
 // Grid: x over pairs m (blockDim.x threads each), y over runs of `run` spectra, z over
@@ -153,7 +174,7 @@ __device__ __forceinline__ void fir_step(int u, const Src& src, int row,
 // in: both pols, pol p at in + p·in_pol_stride bytes; first_p: index of the first sample
 // of spectrum 0's window within pol p's buffer. w: TAPS·2N float weights.
 // stats: [Σx² pol0, Σx² pol1, clipped pol0, clipped pol1] (added to).
-extern "C" __global__ void pfb_fir(const unsigned char* __restrict__ in, long long in_pol_stride,
+extern "C" __global__ void FIR_BOUNDS pfb_fir(const unsigned char* __restrict__ in, long long in_pol_stride,
                                    int pol0, int first0, int first1, const float2* __restrict__ w,
                                    float2* __restrict__ out, int spectra, int run,
                                    int stat_bits, unsigned long long* __restrict__ stats) {

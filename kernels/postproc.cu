@@ -9,23 +9,19 @@
 //   E_k = (Z_k + conj Z_{N−k})/2,  O_k = −i(Z_k − conj Z_{N−k})/2,  t_k = e^{−iπk/N}
 //   X_k = E_k + t_k·O_k,  X_{N−k} = conj(E_k − t_k·O_k)
 //
-// Block: 32 × ROWS threads (ROWS = 8 unless defined); a tile of 32 values of k
-// (0 ≤ k ≤ N/2) × 32 spectra. Results go through shared memory so that each output row
-// (one channel, consecutive spectra, both pols) is written contiguously.
+// Block: 32 × ROWS threads (ROWS = 8 unless defined); tiles of 32 values of k
+// (0 ≤ k ≤ N/2) × 32 spectra, one block walking several spectrum tiles. Results go through
+// shared memory so that each output row (one channel, consecutive spectra, both pols) is
+// written contiguously.
 //
-// Compile-time defines: N (channels), UNZIP, QMAX (127 or 7), FOUR_BIT (0 or 1).
+// Compile-time defines: N (channels), UNZIP, QMAX (127 or 7), FOUR_BIT (0 or 1), ROWS,
+// POST_FAST_SINCOS, POST_PREFETCH, POST_MIN_BLOCKS.
 
 #ifndef N
 #error "define N"
 #endif
 #ifndef UNZIP
 #define UNZIP 1
-#endif
-#ifndef QMAX
-#define QMAX 127
-#endif
-#ifndef FOUR_BIT
-#define FOUR_BIT 0
 #endif
 // POST_FAST_SINCOS 1 (default): the delay/phase rotation from the hardware __sincosf after an
 // exact reduction of the angle to [−π, π] (absolute error ~3e-7, far below the output LSB);
@@ -40,76 +36,75 @@
 #define ROWS 8
 #endif
 
-// Same constant and hash as src/fengine/postproc.rs (splitmix64 finaliser).
-#define DITHER_SCALE 2.3282709e-10f
-
-__device__ __forceinline__ unsigned long long mix64(unsigned long long z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-__device__ __forceinline__ float u32_to_dither(unsigned int r) {
-    int i = (int)r;
-    if (i < 0) i += 1;
-    return __fmul_rn((float)i, DITHER_SCALE);
-}
-
-__device__ __forceinline__ float2 cmul(float2 a, float2 b) {
-    return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
-}
+// The dither, quantiser and cmul come from quant.cuh, which the loader puts in front of
+// this file.
 
 __device__ __forceinline__ float2 conjf2(float2 a) { return make_float2(a.x, -a.y); }
 
-// Saturating round-half-even to ±QMAX (NaN → 0); `sat` set when |v| > QMAX.
-__device__ __forceinline__ int quant(float v, unsigned int& sat) {
-    const float q = (float)QMAX;
-    sat |= fabsf(v) > q;
-#if QMAX == 127
-    // One saturating conversion to [−128, 127] (ties to even, NaN → 0), then −128 → −127.
-    int r;
-    asm("cvt.rni.sat.s8.f32 %0, %1;" : "=r"(r) : "f"(v));
-    return max(r, -127);
-#else
-    if (isnan(v)) return 0;
-    return (int)rintf(fminf(fmaxf(v, -q), q));
-#endif
-}
-
-// Applies delay/phase/gain/dither to X for channel c and returns the packed value (two
-// bytes re, im for 8-bit; one byte, re in the high nibble, for 4-bit).
-// cg = c·0x9e3779b97f4a7c15 (the channel's dither salt, hoisted by the caller).
-__device__ __forceinline__ unsigned int finish(float2 x, int c, unsigned long long cg, float2 d,
-                                               float2 g, unsigned long long key, int dither,
-                                               unsigned int& sat) {
+// Applies delay/phase/gain/dither to X for a channel at cf = c − N/2 and returns the packed
+// value (two bytes re, im for 8-bit; one byte, re in the high nibble, for 4-bit).
+// hd = half the (s, pol) delay coefficients, so hd.x·cf + hd.y is the angle in turns;
+// salt = dither_salt(c) (hoisted by the caller).
+__device__ __forceinline__ unsigned int finish(float2 x, float cf, unsigned long long salt,
+                                               float2 hd, float2 g, unsigned long long key,
+                                               int dither, unsigned int& sat) {
     float sn, cs;
-    const float th = fmaf(d.x, (float)(c - N / 2), d.y);  // angle / π
+    const float turns = fmaf(hd.x, cf, hd.y);
 #if POST_FAST_SINCOS
-    __sincosf(3.14159265358979f * (th - 2.0f * rintf(0.5f * th)), &sn, &cs);
+    __sincosf(6.28318530717959f * (turns - rintf(turns)), &sn, &cs);
 #else
-    sincospif(th, &sn, &cs);
+    sincospif(2.0f * turns, &sn, &cs);
 #endif
     float2 v = cmul(x, cmul(make_float2(cs, sn), g));
-    if (dither) {
-        const unsigned long long r = mix64(key ^ cg);
-        v.x = __fadd_rn(v.x, u32_to_dither((unsigned int)r));
-        v.y = __fadd_rn(v.y, u32_to_dither((unsigned int)(r >> 32)));
-    }
-    unsigned int s = 0;
-    const int qr = quant(v.x, s);
-    const int qi = quant(v.y, s);
-    sat += s;
-#if FOUR_BIT
-    return ((unsigned int)(qr & 0xf) << 4) | (unsigned int)(qi & 0xf);
-#else
-    return (unsigned int)(qr & 0xff) | ((unsigned int)(qi & 0xff) << 8);
-#endif
+    if (dither) v = add_dither(v, key, salt);
+    return quant_pack(v, sat);
 }
+
+// The fft values, delay coefficients and dither keys of one spectrum (both pols) for one
+// thread's channel pair, loaded together; with POST_PREFETCH 1 one spectrum ahead of their
+// use (two spectra of loads in flight per warp, at the cost of registers and copies).
+struct Spec {
+    float2 a[2][UNZIP], b[2][UNZIP];  // [pol][r]: S_r[k mod L], S_r[(N − k) mod L]
+    float4 d;                          // (pol 0 delay, pol 1 delay)
+    ulonglong2 key;                    // (pol 0 key, pol 1 key)
+};
+
+__device__ __forceinline__ void load_spec(Spec& x, const float2* __restrict__ fft,
+                                          const float4* __restrict__ delay4,
+                                          const ulonglong2* __restrict__ keys2, int s, int ka,
+                                          int kb) {
+#pragma unroll
+    for (int p = 0; p < 2; p++) {
+        const float2* b = fft + ((long long)s * 2 + p) * N;
+#pragma unroll
+        for (int r = 0; r < UNZIP; r++) {
+            x.a[p][r] = b[r * L + ka];
+            x.b[p][r] = b[r * L + kb];
+        }
+    }
+    x.d = delay4[s];
+    x.key = keys2[s];
+}
+
+#ifndef POST_PREFETCH
+#define POST_PREFETCH 0
+#endif
+// POST_MIN_BLOCKS > 0: __launch_bounds__(32·ROWS, POST_MIN_BLOCKS) (registers for occupancy).
+#ifndef POST_MIN_BLOCKS
+#define POST_MIN_BLOCKS 0
+#endif
+#if POST_MIN_BLOCKS > 0
+#define POST_BOUNDS __launch_bounds__(TILE * ROWS, POST_MIN_BLOCKS)
+#else
+#define POST_BOUNDS
+#endif
 
 // fft: see above. out: output buffer (byte offset of (heap, channel, spectrum-in-heap) is
 // ((heap·N + c)·sph + si)·2·BPV). gains: [pol][N] complex. delay: per (s, pol)
 // (−fine/(N·divisor), phase/π mod 2). keys: dither key per (s, pol). sat: [2], added to.
-extern "C" __global__ void postproc(const float2* __restrict__ fft, unsigned char* __restrict__ out,
+// Grid: x over tiles of 32 values of k, y over blocks that each walk spectrum tiles
+// blockIdx.y, blockIdx.y + gridDim.y, ... (the per-channel set-up is done once per block).
+extern "C" __global__ void POST_BOUNDS postproc(const float2* __restrict__ fft, unsigned char* __restrict__ out,
                                     const float2* __restrict__ gains,
                                     const float2* __restrict__ delay,
                                     const unsigned long long* __restrict__ keys, int spectra,
@@ -118,95 +113,115 @@ extern "C" __global__ void postproc(const float2* __restrict__ fft, unsigned cha
     __shared__ unsigned int lo_t[TILE][TILE + 1];
     __shared__ unsigned int hi_t[TILE][TILE + 1];
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int kt = blockIdx.x * TILE, st = blockIdx.y * TILE;
+    const int kt = blockIdx.x * TILE;
     const int k = kt + tx;
+    const bool active = k <= N / 2;
+    const int kk = active ? k : N / 2;  // keeps the per-channel constants defined
+    const float4* delay4 = reinterpret_cast<const float4*>(delay);
+    const ulonglong2* keys2 = reinterpret_cast<const ulonglong2*>(keys);
     unsigned int sat_p[2] = {0, 0};
 
-    if (k <= N / 2) {
-        float ts, tc;
-        sincospif(-(float)k / (float)N, &ts, &tc);
-        const float2 t = make_float2(tc, ts);
-        float2 tw[UNZIP];
-        tw[0] = make_float2(1.0f, 0.0f);
+    // Per channel, hoisted out of the spectrum loops: twiddles, dither salts, gains, c − N/2.
+    float ts, tc;
+    sincospif(-(float)kk / (float)N, &ts, &tc);
+    const float2 t = make_float2(tc, ts);
+    float2 tw[UNZIP];
+    tw[0] = make_float2(1.0f, 0.0f);
 #pragma unroll
-        for (int r = 1; r < UNZIP; r++) {
-            // e^{−2πi·r·k/N} exactly from the reduced integer argument.
-            float sn, cs;
-            sincospif(-2.0f * (float)((r * k) % N) / (float)N, &sn, &cs);
-            tw[r] = make_float2(cs, sn);
-        }
-        const int ka = k % L, kb = (N - k) % L;
-        const int cb = N - k;  // mirrored channel (only for 0 < k < N/2)
-        const unsigned long long cga = (unsigned long long)k * 0x9e3779b97f4a7c15ULL;
-        const unsigned long long cgb = (unsigned long long)cb * 0x9e3779b97f4a7c15ULL;
-        const bool mirror = k > 0 && k < N / 2;
-#pragma unroll
-        for (int j = 0; j < TILE / ROWS; j++) {
-            const int sl = ty + j * ROWS;
-            const int s = st + sl;
-            if (s >= spectra) continue;
-            unsigned int wa = 0, wb = 0;
-#pragma unroll
-            for (int p = 0; p < 2; p++) {
-                const float2* b = fft + ((long long)s * 2 + p) * N;
-                float2 za = b[ka], zb = b[kb];
-#pragma unroll
-                for (int r = 1; r < UNZIP; r++) {
-                    const float2 ua = b[r * L + ka], ub = b[r * L + kb];
-                    const float2 pa = cmul(ua, tw[r]), pb = cmul(ub, conjf2(tw[r]));
-                    za.x += pa.x; za.y += pa.y;
-                    zb.x += pb.x; zb.y += pb.y;
-                }
-                const float2 e = make_float2(0.5f * (za.x + zb.x), 0.5f * (za.y - zb.y));
-                // O = −i/2·(Z_k − conj Z_{N−k}).
-                const float2 o = make_float2(0.5f * (za.y + zb.y), -0.5f * (za.x - zb.x));
-                const float2 to = cmul(t, o);
-                const float2 xa = make_float2(e.x + to.x, e.y + to.y);
-                const float2 d = delay[(long long)s * 2 + p];
-                const unsigned long long key = keys[(long long)s * 2 + p];
-                const unsigned int va =
-                    finish(xa, k, cga, d, gains[p * N + k], key, dither, sat_p[p]);
-#if FOUR_BIT
-                wa |= va << (8 * p);
-#else
-                wa |= va << (16 * p);
-#endif
-                if (mirror) {
-                    const float2 xb = make_float2(e.x - to.x, -(e.y - to.y));
-                    const unsigned int vb =
-                        finish(xb, cb, cgb, d, gains[p * N + cb], key, dither, sat_p[p]);
-#if FOUR_BIT
-                    wb |= vb << (8 * p);
-#else
-                    wb |= vb << (16 * p);
-#endif
-                }
-            }
-            lo_t[tx][sl] = wa;
-            hi_t[tx][sl] = wb;
-        }
+    for (int r = 1; r < UNZIP; r++) {
+        // e^{−2πi·r·k/N} exactly from the reduced integer argument.
+        float sn, cs;
+        sincospif(-2.0f * (float)((r * kk) % N) / (float)N, &sn, &cs);
+        tw[r] = make_float2(cs, sn);
     }
-    __syncthreads();
-    // Thread (tx, ty) writes spectrum st + tx of channels kt + ty + j·ROWS (and mirrors).
-    const int s = st + tx;
-    if (s < spectra) {
-        const long long abs_s = out_first + s;
-        const long long heap = abs_s / sph;
-        const long long row0 = heap * N * sph + (abs_s - heap * sph);  // (heap, channel 0, si)
-#if FOUR_BIT
-        unsigned short* o = reinterpret_cast<unsigned short*>(out) + row0;
-#else
-        unsigned int* o = reinterpret_cast<unsigned int*>(out) + row0;
-#endif
+    const int ka = kk % L, kb = (N - kk) % L;
+    const int cb = N - kk;  // mirrored channel (only for 0 < k < N/2)
+    const bool mirror = kk > 0 && kk < N / 2;
+    const unsigned long long salt_a = dither_salt(kk), salt_b = dither_salt(cb);
+    const float cfa = (float)(kk - N / 2);
+    float2 ga[2], gb[2];
 #pragma unroll
-        for (int j = 0; j < TILE / ROWS; j++) {
-            const int i = ty + j * ROWS;
-            const int c = kt + i;
-            if (c <= N / 2) {
-                o[(long long)c * sph] = lo_t[i][tx];
-                if (c > 0 && c < N / 2) o[(long long)(N - c) * sph] = hi_t[i][tx];
+    for (int p = 0; p < 2; p++) {
+        ga[p] = gains[p * N + kk];
+        gb[p] = mirror ? gains[p * N + cb] : make_float2(0.0f, 0.0f);
+    }
+
+    for (int st = blockIdx.y * TILE; st < spectra; st += gridDim.y * TILE) {
+        const int nj = min(TILE, spectra - st);  // spectra in this tile
+        if (active) {
+            Spec cur;
+            if (ty < nj) load_spec(cur, fft, delay4, keys2, st + ty, ka, kb);
+#pragma unroll
+            for (int j = 0; j < TILE / ROWS; j++) {
+                const int sl = ty + j * ROWS;
+#if POST_PREFETCH
+                Spec nxt;
+                const bool more = j + 1 < TILE / ROWS && sl + ROWS < nj;
+                if (more) load_spec(nxt, fft, delay4, keys2, st + sl + ROWS, ka, kb);
+#else
+                if (j > 0 && sl < nj) load_spec(cur, fft, delay4, keys2, st + sl, ka, kb);
+#endif
+                if (sl < nj) {
+                    unsigned int va[2], vb[2] = {0u, 0u};
+#pragma unroll
+                    for (int p = 0; p < 2; p++) {
+                        float2 za = cur.a[p][0], zb = cur.b[p][0];
+#pragma unroll
+                        for (int r = 1; r < UNZIP; r++) {
+                            const float2 pa = cmul(cur.a[p][r], tw[r]);
+                            const float2 pb = cmul(cur.b[p][r], conjf2(tw[r]));
+                            za.x += pa.x; za.y += pa.y;
+                            zb.x += pb.x; zb.y += pb.y;
+                        }
+                        const float2 e =
+                            make_float2(0.5f * (za.x + zb.x), 0.5f * (za.y - zb.y));
+                        // O = −i/2·(Z_k − conj Z_{N−k}).
+                        const float2 o =
+                            make_float2(0.5f * (za.y + zb.y), -0.5f * (za.x - zb.x));
+                        const float2 to = cmul(t, o);
+                        const float2 xa = make_float2(e.x + to.x, e.y + to.y);
+                        const float2 hd = p ? make_float2(0.5f * cur.d.z, 0.5f * cur.d.w)
+                                            : make_float2(0.5f * cur.d.x, 0.5f * cur.d.y);
+                        const unsigned long long key = p ? cur.key.y : cur.key.x;
+                        va[p] = finish(xa, cfa, salt_a, hd, ga[p], key, dither, sat_p[p]);
+                        if (mirror) {
+                            const float2 xb = make_float2(e.x - to.x, -(e.y - to.y));
+                            vb[p] = finish(xb, -cfa, salt_b, hd, gb[p], key, dither, sat_p[p]);
+                        }
+                    }
+                    lo_t[tx][sl] = pack_pols(va[0], va[1]);
+                    hi_t[tx][sl] = pack_pols(vb[0], vb[1]);
+                }
+#if POST_PREFETCH
+                if (more) cur = nxt;
+#endif
             }
         }
+        __syncthreads();
+        // Thread (tx, ty) writes spectrum st + tx of channels kt + ty + j·ROWS (and mirrors).
+        if (tx < nj) {
+            // Spectrum indices within one device output buffer fit 31 bits (the host checks
+            // them): a 32-bit division, not the 64-bit division routine.
+            const unsigned int abs_s = (unsigned int)(out_first + st + tx);
+            const unsigned int heap = abs_s / (unsigned int)sph;
+            const long long row0 =
+                (long long)heap * N * sph + (abs_s - heap * (unsigned int)sph);  // (heap, 0, si)
+#if FOUR_BIT
+            unsigned short* o = reinterpret_cast<unsigned short*>(out) + row0;
+#else
+            unsigned int* o = reinterpret_cast<unsigned int*>(out) + row0;
+#endif
+#pragma unroll
+            for (int j = 0; j < TILE / ROWS; j++) {
+                const int i = ty + j * ROWS;
+                const int c = kt + i;
+                if (c <= N / 2) {
+                    o[(long long)c * sph] = lo_t[i][tx];
+                    if (c > 0 && c < N / 2) o[(long long)(N - c) * sph] = hi_t[i][tx];
+                }
+            }
+        }
+        __syncthreads();  // the tile is read before the next one overwrites it
     }
 #pragma unroll
     for (int p = 0; p < 2; p++) {

@@ -33,8 +33,12 @@ use super::{Block, BlockStats, Dither, FConfig, FError, Samples};
 
 /// PFB FIR kernel source (embedded so binaries need no kernel files at run time).
 pub const PFB_FIR_SRC: &str = include_str!("../../kernels/pfb_fir.cu");
-/// Post-processing kernel source.
-pub const POSTPROC_SRC: &str = include_str!("../../kernels/postproc.cu");
+/// Post-processing kernel source (the shared dither/quantiser header in front).
+pub const POSTPROC_SRC: &str = concat!(
+    include_str!("../../kernels/quant.cuh"),
+    "#line 1 \"postproc.cu\"\n",
+    include_str!("../../kernels/postproc.cu")
+);
 
 const POST_TILE: usize = 32;
 /// Bytes after each pol's input in the device buffer (the decoder reads 8 bytes ahead).
@@ -127,16 +131,23 @@ pub(super) fn upload_params(
     Ok(())
 }
 
-/// Launch parameters of the kernels (the defaults are what [`GpuBackend`] uses; `gpucbf
-/// bench fgpu` sweeps them).
+/// Launch parameters of the kernels ([`Tuning::for_unzip`] is what [`GpuBackend`] uses;
+/// `gpucbf bench fgpu` sweeps them).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Tuning {
     /// Threads per FIR block (a multiple of 32).
     pub fir_threads: u32,
     /// Spectra per FIR thread run (the TAPS − 1 rows before each run are read twice).
     pub fir_run: usize,
-    /// Thread rows of the 32 × 32 post-processing tile (4, 8, 16 or 32).
+    /// Thread rows of the 32 × 32 post-processing tile (2, 4, 8, 16 or 32).
     pub post_rows: u32,
+    /// Spectrum tiles (of 32) each post-processing block walks (its per-channel set-up is
+    /// done once for all of them).
+    pub post_tiles: usize,
+    /// Post-processing loads one spectrum ahead (`POST_PREFETCH`).
+    pub post_prefetch: bool,
+    /// Post-processing blocks per SM that the register allocation must allow (0: no bound).
+    pub post_min_blocks: u32,
     /// Bench diagnostic: FIR without the digitiser statistics (results then lack them).
     pub fir_stats: bool,
     /// FIR decoder that steps whole words between rows (`FIR_FAST`; false: the general one).
@@ -144,6 +155,11 @@ pub struct Tuning {
     /// Post-processing rotation by `__sincosf` after exact reduction (`POST_FAST_SINCOS`;
     /// false: `sincospif`).
     pub post_fast_sincos: bool,
+    /// FIR output stores with the streaming cache hint (`FIR_STCS`).
+    pub fir_stcs: bool,
+    /// FIR blocks per SM that the register allocation must allow (`__launch_bounds__`;
+    /// 0: no bound).
+    pub fir_min_blocks: u32,
 }
 
 impl Default for Tuning {
@@ -155,6 +171,28 @@ impl Default for Tuning {
             fir_stats: true,
             fir_fast: true,
             post_fast_sincos: true,
+            fir_stcs: false,
+            fir_min_blocks: 0,
+            post_tiles: 4,
+            post_prefetch: false,
+            post_min_blocks: 0,
+        }
+    }
+}
+
+impl Tuning {
+    /// What [`GpuBackend`] uses at unzip factor `unzip`: the defaults with post-processing
+    /// launch bounds as tight as its registers allow without spilling (sm_90: 60 registers
+    /// at unzip 1, 80 at 2; unzip 4 needs ~126). H100, 4k channels, unzip 1: 253 us with 8
+    /// blocks/SM against 284 us without bounds (`gpucbf bench fgpu` sweep).
+    pub fn for_unzip(unzip: usize) -> Tuning {
+        Tuning {
+            post_min_blocks: match unzip {
+                1 => 8,
+                2 => 6,
+                _ => 0,
+            },
+            ..Tuning::default()
         }
     }
 }
@@ -315,6 +353,10 @@ impl<'a> BlockParams<'a> {
     }
 }
 
+/// What a compiled FIR kernel depends on: input width, statistics, fast decoder, streaming
+/// stores, (threads, min blocks) of its launch bounds.
+type FirKey = (u32, bool, bool, bool, (u32, u32));
+
 /// GPU F-engine backend (wideband; narrowband is refused at construction).
 pub struct GpuBackend {
     cfg: FConfig,
@@ -323,8 +365,8 @@ pub struct GpuBackend {
     stream: Arc<CudaStream>,
     arch: &'static str,
     tuning: Tuning,
-    fir_fns: HashMap<(u32, bool, bool), CudaFunction>,
-    post_fns: HashMap<(u32, bool), CudaFunction>,
+    fir_fns: HashMap<FirKey, CudaFunction>,
+    post_fns: HashMap<(u32, bool, bool, u32), CudaFunction>,
     plans: HashMap<usize, CudaFft>,
     weights: CudaSlice<f32>,
     fir_out: CudaSlice<float2>,
@@ -384,7 +426,7 @@ impl GpuBackend {
         let mut be = GpuBackend {
             unzip,
             arch,
-            tuning: Tuning::default(),
+            tuning: Tuning::for_unzip(unzip),
             fir_fns: HashMap::new(),
             post_fns: HashMap::new(),
             plans: HashMap::new(),
@@ -416,12 +458,31 @@ impl GpuBackend {
                 why: format!("{} must be a multiple of 32 up to 1024", t.fir_threads),
             });
         }
-        if ![4, 8, 16, 32].contains(&t.post_rows) || t.fir_run == 0 {
+        if ![2, 4, 8, 16, 32].contains(&t.post_rows) || t.fir_run == 0 || t.post_tiles == 0 {
             return Err(FError::BadParameter {
                 what: "post_rows",
                 why: format!(
-                    "{} must be 4, 8, 16 or 32 (fir_run {} must be positive)",
-                    t.post_rows, t.fir_run
+                    "{} must be 2, 4, 8, 16 or 32 (fir_run {} and post_tiles {} must be positive)",
+                    t.post_rows, t.fir_run, t.post_tiles
+                ),
+            });
+        }
+        if 32 * t.post_rows * t.post_min_blocks > 2048 {
+            return Err(FError::BadParameter {
+                what: "post_min_blocks",
+                why: format!(
+                    "{} blocks of {} threads do not fit on one SM",
+                    t.post_min_blocks,
+                    32 * t.post_rows
+                ),
+            });
+        }
+        if t.fir_threads * t.fir_min_blocks > 2048 {
+            return Err(FError::BadParameter {
+                what: "fir_min_blocks",
+                why: format!(
+                    "{} blocks of {} threads do not fit on one SM",
+                    t.fir_min_blocks, t.fir_threads
                 ),
             });
         }
@@ -436,13 +497,21 @@ impl GpuBackend {
     }
 
     fn post_fn(&mut self) -> Result<CudaFunction, FError> {
-        let key = (self.tuning.post_rows, self.tuning.post_fast_sincos);
+        let t = &self.tuning;
+        let key = (
+            t.post_rows,
+            t.post_fast_sincos,
+            t.post_prefetch,
+            t.post_min_blocks,
+        );
         if let Some(f) = self.post_fns.get(&key) {
             return Ok(f.clone());
         }
         let mut defines = postproc_defines(&self.cfg, self.unzip);
         defines.push(("ROWS", key.0.to_string()));
         defines.push(("POST_FAST_SINCOS", u32::from(key.1).to_string()));
+        defines.push(("POST_PREFETCH", u32::from(key.2).to_string()));
+        defines.push(("POST_MIN_BLOCKS", key.3.to_string()));
         let ptx = crate::gpu::compile_ptx("postproc.cu", POSTPROC_SRC, &defines, self.arch)
             .map_err(FError::Gpu)?;
         let f = self
@@ -468,13 +537,22 @@ impl GpuBackend {
     }
 
     fn fir_fn(&mut self, in_bits: u32) -> Result<CudaFunction, FError> {
-        let key = (in_bits, self.tuning.fir_stats, self.tuning.fir_fast);
+        let t = &self.tuning;
+        let bounds = if t.fir_min_blocks > 0 {
+            (t.fir_threads, t.fir_min_blocks)
+        } else {
+            (0, 0)
+        };
+        let key = (in_bits, t.fir_stats, t.fir_fast, t.fir_stcs, bounds);
         if let Some(f) = self.fir_fns.get(&key) {
             return Ok(f.clone());
         }
         let mut defines = fir_defines(&self.cfg, self.unzip, in_bits);
         defines.push(("FIR_STATS", u32::from(key.1).to_string()));
         defines.push(("FIR_FAST", u32::from(key.2).to_string()));
+        defines.push(("FIR_STCS", u32::from(key.3).to_string()));
+        defines.push(("FIR_MAX_THREADS", bounds.0.to_string()));
+        defines.push(("FIR_MIN_BLOCKS", bounds.1.to_string()));
         let ptx = crate::gpu::compile_ptx("pfb_fir.cu", PFB_FIR_SRC, &defines, self.arch)
             .map_err(FError::Gpu)?;
         let f = self
@@ -662,12 +740,18 @@ impl GpuBackend {
         let cfg = LaunchConfig {
             grid_dim: (
                 (n / 2 + 1).div_ceil(POST_TILE) as u32,
-                m.div_ceil(POST_TILE) as u32,
+                m.div_ceil(POST_TILE).div_ceil(self.tuning.post_tiles) as u32,
                 1,
             ),
             block_dim: (POST_TILE as u32, self.tuning.post_rows, 1),
             shared_mem_bytes: 0,
         };
+        if out_first + m > i32::MAX as usize {
+            return Err(FError::BadParameter {
+                what: "out_first",
+                why: format!("spectra {out_first}+{m} exceed the kernel's 31-bit indices"),
+            });
+        }
         let (mi, of, sph) = (m as i32, out_first as i64, self.cfg.spectra_per_heap as i32);
         let dither = i32::from(self.cfg.dither == Dither::Uniform);
         let f = self.post_fn()?;
@@ -685,7 +769,8 @@ impl GpuBackend {
             .arg(&mut blk.sat);
         // SAFETY: argument types and order match `postproc`; fft_out holds m·2N values, the
         // device output covers spectra out_first..out_first + m (ensured by the caller),
-        // gains hold 2·C, delay and keys 2·m entries.
+        // gains hold 2·C, delay and keys 2·m entries (device allocations, so the kernel's
+        // 16-byte loads of both pols' delay and keys are aligned).
         unsafe { b.launch(cfg) }.map_err(gerr)?;
         Ok(())
     }

@@ -261,6 +261,8 @@ fn sweep(b: &Bench, bw: &Bandwidths) -> Result<(), FError> {
     let mut out = vec![0u8; b.cfg.output_len(m)];
     be.process(&b.block(), &mut out)?;
     let stream = be.stream().clone();
+    // Variants are changes from the backend's own tuning at this unzip factor.
+    let base = be.tuning();
     let gbs = |bytes: f64, t: f64| bytes * samples / t;
     println!(
         "  sweep at {} channels, unzip {unzip} (% of the {:.0} GB/s copy bandwidth):",
@@ -273,7 +275,7 @@ fn sweep(b: &Bench, bw: &Bandwidths) -> Result<(), FError> {
             be.set_tuning(Tuning {
                 fir_threads: threads,
                 fir_run: run,
-                ..Tuning::default()
+                ..base
             })?;
             let t = time_gpu(&stream, REPS, || be.launch_fir(m))?;
             line += &format!(" {threads}x{run} {:.1}%", pct(gbs(FIR_B, t), bw.copy));
@@ -286,14 +288,28 @@ fn sweep(b: &Bench, bw: &Bandwidths) -> Result<(), FError> {
             "general decoder",
             Tuning {
                 fir_fast: false,
-                ..Tuning::default()
+                ..base
             },
         ),
         (
             "no statistics",
             Tuning {
                 fir_stats: false,
-                ..Tuning::default()
+                ..base
+            },
+        ),
+        (
+            "streaming stores",
+            Tuning {
+                fir_stcs: true,
+                ..base
+            },
+        ),
+        (
+            "5 blocks/SM",
+            Tuning {
+                fir_min_blocks: 5,
+                ..base
             },
         ),
     ] {
@@ -305,24 +321,71 @@ fn sweep(b: &Bench, bw: &Bandwidths) -> Result<(), FError> {
             pct(gbs(FIR_B, t), bw.copy)
         );
     }
-    be.set_tuning(Tuning {
-        post_fast_sincos: false,
-        ..Tuning::default()
-    })?;
-    let t = time_gpu(&stream, REPS, || be.launch_post(m, 0))?;
-    line += &format!(
-        " post with sincospif {:.0} us ({:.1}%); post rows:",
-        t * 1e6,
-        pct(gbs(POST_B, t), bw.copy)
-    );
-    for rows in [4u32, 8, 16] {
-        be.set_tuning(Tuning {
-            post_rows: rows,
-            ..Tuning::default()
-        })?;
+    println!("{line}");
+    let mut line = String::from("    post rows x spectrum tiles per block:");
+    for rows in [2u32, 4, 8] {
+        for tiles in [1usize, 2, 4, 8] {
+            be.set_tuning(Tuning {
+                post_rows: rows,
+                post_tiles: tiles,
+                ..base
+            })?;
+            let t = time_gpu(&stream, REPS, || be.launch_post(m, 0))?;
+            line += &format!(
+                " {rows}x{tiles} {:.0} us ({:.1}%)",
+                t * 1e6,
+                pct(gbs(POST_B, t), bw.copy)
+            );
+        }
+    }
+    println!("{line}");
+    let mut line = String::from("    post variants:");
+    let d = base;
+    for (name, t) in [
+        (
+            "sincospif",
+            Tuning {
+                post_fast_sincos: false,
+                ..d
+            },
+        ),
+        (
+            "no launch bounds",
+            Tuning {
+                post_min_blocks: 0,
+                ..d
+            },
+        ),
+        ("1 tile", Tuning { post_tiles: 1, ..d }),
+        (
+            "prefetch",
+            Tuning {
+                post_prefetch: true,
+                post_min_blocks: 0,
+                ..d
+            },
+        ),
+        (
+            "prefetch 6 blocks/SM",
+            Tuning {
+                post_prefetch: true,
+                post_min_blocks: 6,
+                ..d
+            },
+        ),
+        (
+            "2 rows 12 blocks/SM",
+            Tuning {
+                post_rows: 2,
+                post_min_blocks: 12,
+                ..d
+            },
+        ),
+    ] {
+        be.set_tuning(t)?;
         let t = time_gpu(&stream, REPS, || be.launch_post(m, 0))?;
         line += &format!(
-            " {rows} {:.0} us ({:.1}%)",
+            " {name} {:.0} us ({:.1}%);",
             t * 1e6,
             pct(gbs(POST_B, t), bw.copy)
         );

@@ -34,7 +34,11 @@ use super::{Block, BlockStats, Dither, FConfig, FError, Samples};
 /// Complex PFB FIR kernel source.
 pub const PFB_FIR_COMPLEX_SRC: &str = include_str!("../../kernels/pfb_fir_complex.cu");
 /// Narrowband post-processing kernel source.
-pub const POSTPROC_NB_SRC: &str = include_str!("../../kernels/postproc_nb.cu");
+pub const POSTPROC_NB_SRC: &str = concat!(
+    include_str!("../../kernels/quant.cuh"),
+    "#line 1 \"postproc_nb.cu\"\n",
+    include_str!("../../kernels/postproc_nb.cu")
+);
 
 const FIR_THREADS: u32 = 128;
 const FIR_RUN: usize = 64;

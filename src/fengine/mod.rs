@@ -12,9 +12,11 @@
 //! (or one byte per complex value with 4-bit output, real in the high nibble).
 //!
 //! Differences from katgpucbf that are deliberate and do not change the maths:
-//! * Dither is a counter-based hash (splitmix64) keyed by (seed, feng_id, pol, absolute
-//!   spectrum, channel) instead of curand XORWOW state: same distribution and mapping to
-//!   (−½, ½), independent of thread and block boundaries, but not bit-identical.
+//! * Dither is a counter-based hash keyed by (seed, feng_id, pol, absolute spectrum) through
+//!   splitmix64 and by channel through one multiply-xorshift round, instead of curand XORWOW
+//!   state: uniform in (−½, ½) and symmetric like katgpucbf's (2²² levels rather than 2³²,
+//!   made from float bits without an int→float conversion), independent of thread and block
+//!   boundaries, but not bit-identical.
 //! * The DDC filter comes from our own Parks–McClellan implementation ([`remez`]) with
 //!   scipy's band set-up; it is equiripple on the same bands but not bit-identical to scipy.
 //! * The CPU FFT is a direct real (wideband) or complex (narrowband) FFT; katgpucbf's

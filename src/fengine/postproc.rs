@@ -6,9 +6,6 @@
 use num_complex::Complex32;
 use std::f64::consts::PI;
 
-/// Scale that maps a 32-bit dither integer into (−½, ½) (katgpucbf dither.mako).
-const DITHER_SCALE: f32 = 2.328_270_9e-10;
-
 /// splitmix64 finaliser: a bijective 64-bit mixer.
 #[inline(always)]
 fn mix64(mut z: u64) -> u64 {
@@ -26,20 +23,35 @@ pub(crate) fn dither_key(seed: u64, sequence: u64, pol: usize, spectrum: u64) ->
     mix64(k ^ spectrum.wrapping_mul(0x8cb9_2ba7_2f3d_8dd7))
 }
 
-/// Maps a 32-bit random integer symmetrically into (−½, ½): negative values are moved up
-/// by one so that zero appears twice and the range is ±(2³¹−1)·scale.
+/// One xor-shift-multiply-xor-shift round: the per-value dither mixer (kernels/quant.cuh
+/// `dither_mix1`). Its input is the full-entropy key of the (spectrum, pol) stream xor the
+/// channel's salt, so one round is enough; the shifts by 32 are single 32-bit xors on the GPU.
 #[inline(always)]
-fn u32_to_dither(r: u32) -> f32 {
-    let i = r as i32;
-    let i = if i < 0 { i + 1 } else { i };
-    i as f32 * DITHER_SCALE
+fn mix1(z: u64) -> u64 {
+    let z = (z ^ (z >> 32)).wrapping_mul(0xd6e8_feb8_6659_fd93);
+    z ^ (z >> 32)
 }
 
-/// The (re, im) dither for `channel` in the stream identified by `key`.
+/// The dither salt of `channel` (the GPU hoists it out of its spectrum loops).
+#[inline(always)]
+fn dither_salt(channel: usize) -> u64 {
+    mix1((channel as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
+
+/// Maps 22 bits j of `r` (bits 1..=22) to (j + ½)·2⁻²² − ½ ∈ (−½, ½) through the float
+/// bits of 1 + (2j + 1)·2⁻²³ (exact): 2²² levels, symmetric about 0 with mean exactly 0,
+/// |value| ≤ ½ − 2⁻²³ < ½.
+#[inline(always)]
+fn dither_unit(r: u32) -> f32 {
+    f32::from_bits(0x3f80_0001 | (r & 0x007f_fffe)) - 1.5
+}
+
+/// The (re, im) dither for `channel` in the stream identified by `key` (uniform in (−½, ½),
+/// independent between re and im, channels and streams).
 #[inline(always)]
 pub fn dither_value(key: u64, channel: usize) -> (f32, f32) {
-    let r = mix64(key ^ (channel as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    (u32_to_dither(r as u32), u32_to_dither((r >> 32) as u32))
+    let r = mix1(key ^ dither_salt(channel));
+    (dither_unit(r as u32), dither_unit((r >> 32) as u32))
 }
 
 /// Quantises `v` (dither already added): clamp to ±qmax, round half to even. Returns the
@@ -224,10 +236,16 @@ mod tests {
 
     #[test]
     fn dither_is_bounded_symmetric_and_uniform() {
-        assert_eq!(u32_to_dither(0), 0.0);
-        assert_eq!(u32_to_dither(u32::MAX), 0.0);
-        assert_eq!(u32_to_dither(0x7fff_ffff), -u32_to_dither(0x8000_0000));
-        assert!(u32_to_dither(0x7fff_ffff) < 0.5);
+        let lo = 0.5 - 2f32.powi(-23);
+        assert_eq!(dither_unit(0), -lo);
+        assert_eq!(dither_unit(u32::MAX), lo);
+        assert_eq!(dither_unit(0x0040_0000), 2f32.powi(-23));
+        assert_eq!(dither_unit(0x003f_fffe), -2f32.powi(-23));
+        // Symmetric: j and 2^22 − 1 − j give opposite values.
+        for j in [0u32, 1, 12345, 0x1f_ffff] {
+            assert_eq!(dither_unit(j << 1), -dither_unit((0x3f_ffff - j) << 1));
+        }
+        assert!(lo < 0.5 && -lo > -0.5);
         let key = dither_key(1234, 3, 0, 99);
         let n = 200_000;
         let mut hist = [0usize; 10];
@@ -248,6 +266,69 @@ mod tests {
         for h in hist {
             assert!((h as f64 - n as f64 / 10.0).abs() < 0.05 * n as f64 / 10.0);
         }
+    }
+
+    /// Pearson correlation of two equally long series.
+    fn corr(a: &[f64], b: &[f64]) -> f64 {
+        let n = a.len() as f64;
+        let (ma, mb) = (a.iter().sum::<f64>() / n, b.iter().sum::<f64>() / n);
+        let (mut ab, mut aa, mut bb) = (0.0, 0.0, 0.0);
+        for (x, y) in a.iter().zip(b) {
+            ab += (x - ma) * (y - mb);
+            aa += (x - ma).powi(2);
+            bb += (y - mb).powi(2);
+        }
+        ab / (aa * bb).sqrt()
+    }
+
+    #[test]
+    fn dither_is_uncorrelated_between_components_channels_and_spectra() {
+        // Over many spectra: re/im of one channel, neighbouring and distant channels of one
+        // spectrum, one channel in consecutive spectra, and the sign of the four-point product
+        // (the pattern a xor-only combination of key and channel would fix exactly).
+        let spectra = 100_000u64;
+        let chans = [0usize, 1, 2, 31, 32, 33, 1000, 4095];
+        let series: Vec<[Vec<f64>; 2]> = chans
+            .iter()
+            .map(|&c| {
+                let mut re = Vec::new();
+                let mut im = Vec::new();
+                for s in 0..spectra {
+                    let (a, b) = dither_value(dither_key(42, 1, 0, s), c);
+                    re.push(a as f64);
+                    im.push(b as f64);
+                }
+                [re, im]
+            })
+            .collect();
+        let bound = 5.0 / (spectra as f64).sqrt();
+        for (i, a) in series.iter().enumerate() {
+            assert!(
+                corr(&a[0], &a[1]).abs() < bound,
+                "re/im of channel {}",
+                chans[i]
+            );
+            for (j, b) in series.iter().enumerate().skip(i + 1) {
+                for (x, y) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+                    let r = corr(&a[x], &b[y]);
+                    assert!(r.abs() < bound, "channels {} {}: {r}", chans[i], chans[j]);
+                }
+            }
+            let n = a[0].len();
+            let r = corr(&a[0][..n - 1], &a[0][1..]);
+            assert!(
+                r.abs() < bound,
+                "consecutive spectra, channel {}: {r}",
+                chans[i]
+            );
+        }
+        let (u, v) = (&series[1][0], &series[2][0]);
+        let mut sign = 0f64;
+        for s in 0..spectra as usize - 1 {
+            sign += (u[s] * v[s] * u[s + 1] * v[s + 1]).signum();
+        }
+        let sign = sign / (spectra - 1) as f64;
+        assert!(sign.abs() < bound, "four-point sign mean {sign}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! and GPU results against the CPU backend on the same input (skipped without a GPU,
 //! required with GPUCBF_REQUIRE_GPU=1).
 
-use super::gpu::{fir_defines, postproc_defines, GpuBackend, PFB_FIR_SRC, POSTPROC_SRC};
+use super::gpu::{fir_defines, postproc_defines, GpuBackend, Tuning, PFB_FIR_SRC, POSTPROC_SRC};
 use super::pfb::fir_real;
 use super::test_util::*;
 use super::*;
@@ -48,6 +48,24 @@ fn gpu_kernels_compile_with_nvrtc() {
                 d.push(("POST_FAST_SINCOS", fast.into()));
                 gpu::compile_ptx("postproc.cu", POSTPROC_SRC, &d, arch).unwrap();
             }
+            let mut d = fir_defines(&c, unzip, 10);
+            for (k, v) in [
+                ("FIR_STCS", "1"),
+                ("FIR_MAX_THREADS", "128"),
+                ("FIR_MIN_BLOCKS", "5"),
+            ] {
+                d.push((k, v.into()));
+            }
+            gpu::compile_ptx("pfb_fir.cu", PFB_FIR_SRC, &d, arch).unwrap();
+            let mut d = postproc_defines(&c, unzip);
+            for (k, v) in [
+                ("ROWS", "2"),
+                ("POST_PREFETCH", "0"),
+                ("POST_MIN_BLOCKS", "12"),
+            ] {
+                d.push((k, v.into()));
+            }
+            gpu::compile_ptx("postproc.cu", POSTPROC_SRC, &d, arch).unwrap();
         }
     }
 }
@@ -282,6 +300,88 @@ fn gpu_matches_cpu_4k_channels() {
 fn gpu_matches_cpu_32k_channels() {
     if gpu::gpu_test_guard("gpu_matches_cpu_32k_channels") {
         run_case(32768, 6, 2, 13);
+    }
+}
+
+/// Every launch variant that `gpucbf bench fgpu` sweeps gives the CPU's answer: post-processing
+/// thread rows, spectrum tiles per block (several, the last one partial), prefetch on and
+/// off, launch bounds; FIR block size, run length, streaming stores, launch bounds.
+#[test]
+fn gpu_tunings_match_cpu() {
+    if !gpu::gpu_test_guard("gpu_tunings_match_cpu") {
+        return;
+    }
+    let spectra = 100;
+    let case = Case::new(1024, spectra, 4, 8, 31);
+    let mut cpu = CpuBackend::new(case.cfg.clone()).unwrap();
+    let mut cpu_out = vec![0u8; case.cfg.output_len(spectra)];
+    let cs = cpu
+        .process(&case.block(0, spectra, false), &mut cpu_out)
+        .unwrap();
+    let d = Tuning::default();
+    let tunings = [
+        Tuning::for_unzip(1),
+        Tuning::for_unzip(2),
+        Tuning {
+            post_rows: 2,
+            post_tiles: 1,
+            ..d
+        },
+        Tuning {
+            post_rows: 4,
+            post_tiles: 2,
+            post_prefetch: true,
+            ..d
+        },
+        Tuning {
+            post_rows: 8,
+            post_tiles: 3,
+            post_prefetch: false,
+            ..d
+        },
+        Tuning {
+            post_rows: 4,
+            post_tiles: 8,
+            post_min_blocks: 6,
+            fir_threads: 64,
+            fir_run: 7,
+            ..d
+        },
+        Tuning {
+            post_rows: 2,
+            post_tiles: 2,
+            post_min_blocks: 12,
+            post_prefetch: false,
+            fir_stcs: true,
+            fir_min_blocks: 5,
+            fir_run: 256,
+            ..d
+        },
+    ];
+    for unzip in [1usize, 4] {
+        let mut gpu = GpuBackend::with_unzip(case.cfg.clone(), unzip).unwrap();
+        for t in tunings {
+            gpu.set_tuning(t).unwrap();
+            let mut gpu_out = vec![0xa5u8; cpu_out.len()];
+            let gs = gpu
+                .process(&case.block(0, spectra, false), &mut gpu_out)
+                .unwrap();
+            compare(&case, &gpu_out, &cpu_out, &gs, &cs);
+        }
+    }
+    let mut gpu = GpuBackend::new(case.cfg.clone()).unwrap();
+    for bad in [
+        Tuning { post_tiles: 0, ..d },
+        Tuning {
+            post_rows: 32,
+            post_min_blocks: 3,
+            ..d
+        },
+    ] {
+        assert!(matches!(
+            gpu.set_tuning(bad),
+            Err(FError::BadParameter { .. })
+        ));
     }
 }
 
