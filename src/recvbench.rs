@@ -61,7 +61,11 @@ pub struct RecvBenchArgs {
     pub dir: PathBuf,
     /// EAL arguments for the DPDK backends (feature `dpdk`); `-l CORE` and the vdev are
     /// added.
-    #[arg(long, default_value = "--no-huge --no-pci -m 1024", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        default_value = "--no-huge --no-pci -m 1024",
+        allow_hyphen_values = true
+    )]
     pub dpdk_eal: String,
     /// Internal: run one backend once on `--feed` and print its result as JSON.
     #[arg(long, hide = true)]
@@ -366,10 +370,13 @@ fn frames(pcap: &Path, n: usize) -> anyhow::Result<Vec<Vec<u8>>> {
     while v.len() < n {
         let Some(d) = src.next_datagram()? else { break };
         let mut f = Vec::with_capacity(d.payload.len() + 42);
-        etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], crate::net::pcap::dest_mac(*d.dst.ip()))
-            .ipv4(d.src.ip().octets(), d.dst.ip().octets(), 4)
-            .udp(d.src.port(), d.dst.port())
-            .write(&mut f, &d.payload)?;
+        etherparse::PacketBuilder::ethernet2(
+            [2, 0, 0, 0, 0, 1],
+            crate::net::pcap::dest_mac(*d.dst.ip()),
+        )
+        .ipv4(d.src.ip().octets(), d.dst.ip().octets(), 4)
+        .udp(d.src.port(), d.dst.port())
+        .write(&mut f, &d.payload)?;
         v.push(f);
     }
     Ok(v)
@@ -470,9 +477,12 @@ fn run_only(args: &RecvBenchArgs, backend: &str) -> anyhow::Result<()> {
         #[cfg(feature = "dpdk")]
         "dpdk-net_pcap" => bench_dpdk_pcap(feed, &args.dpdk_eal, args.recv_affinity)?,
         #[cfg(feature = "dpdk")]
-        "dpdk-net_ring" => {
-            bench_dpdk_ring(feed, &args.dpdk_eal, args.recv_affinity, args.bypass_packets)?
-        }
+        "dpdk-net_ring" => bench_dpdk_ring(
+            feed,
+            &args.dpdk_eal,
+            args.recv_affinity,
+            args.bypass_packets,
+        )?,
         "file" => bench_file(feed, args.min_seconds, args.recv_affinity)?,
         "udp-loopback" => bench_udp(feed, args.recv_affinity)?,
         other => anyhow::bail!("unknown or unbuilt backend {other}"),
@@ -481,29 +491,22 @@ fn run_only(args: &RecvBenchArgs, backend: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn bench_spead2(
-    pcap: &Path,
-    args: &RecvBenchArgs,
-    transport: &str,
-) -> anyhow::Result<RecvResult> {
+fn bench_spead2(pcap: &Path, args: &RecvBenchArgs, transport: &str) -> anyhow::Result<RecvResult> {
     use std::io::{BufRead, Write};
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/spead2_recv_bench.py");
     let mut cmd = std::process::Command::new(&args.python);
-    cmd.arg(&script)
-        .arg("--pcap")
-        .arg(pcap)
-        .args([
-            "--heap-samples",
-            &HEAP_SAMPLES.to_string(),
-            "--bits",
-            &BITS.to_string(),
-            "--chunk-samples",
-            &CHUNK_SAMPLES.to_string(),
-            "--min-seconds",
-            &args.min_seconds.to_string(),
-            "--transport",
-            transport,
-        ]);
+    cmd.arg(&script).arg("--pcap").arg(pcap).args([
+        "--heap-samples",
+        &HEAP_SAMPLES.to_string(),
+        "--bits",
+        &BITS.to_string(),
+        "--chunk-samples",
+        &CHUNK_SAMPLES.to_string(),
+        "--min-seconds",
+        &args.min_seconds.to_string(),
+        "--transport",
+        transport,
+    ]);
     if let Some(c) = args.recv_affinity {
         cmd.args(["--affinity", &c.to_string()]);
     }
@@ -572,7 +575,7 @@ fn bench_spead2(
 fn summary(rates: &mut [f64]) -> (f64, f64, f64) {
     rates.sort_by(f64::total_cmp);
     let n = rates.len();
-    let med = if n % 2 == 1 {
+    let med = if !n.is_multiple_of(2) {
         rates[n / 2]
     } else {
         (rates[n / 2 - 1] + rates[n / 2]) / 2.0
@@ -610,12 +613,21 @@ pub fn run(args: &RecvBenchArgs) -> anyhow::Result<Vec<RecvResult>> {
         })
     };
     let runs: Vec<(&str, Bench)> = vec![
-        ("file", Box::new(|| bench_file(pcap, args.min_seconds, core))),
+        (
+            "file",
+            Box::new(|| bench_file(pcap, args.min_seconds, core)),
+        ),
         ("spead2-pcap", spead2("pcap")),
         ("udp-loopback", Box::new(|| bench_udp(pcap, core))),
         ("spead2-udp", spead2("udp")),
-        ("dpdk-net_pcap", Box::new(|| child(args, "dpdk-net_pcap", pcap))),
-        ("dpdk-net_ring", Box::new(|| child(args, "dpdk-net_ring", pcap))),
+        (
+            "dpdk-net_pcap",
+            Box::new(|| child(args, "dpdk-net_pcap", pcap)),
+        ),
+        (
+            "dpdk-net_ring",
+            Box::new(|| child(args, "dpdk-net_ring", pcap)),
+        ),
     ];
     let mut trials: Vec<Vec<RecvResult>> = vec![Vec::new(); runs.len()];
     let mut failures: Vec<Option<String>> = vec![None; runs.len()];

@@ -375,7 +375,9 @@ impl RingReplay {
     pub fn new(frames: &[Vec<u8>], timestamp_id: u16, ts_unit: u64) -> io::Result<Self> {
         use crate::spead::{ids, ItemPointer, PacketView};
         let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
-        let first = frames.first().ok_or_else(|| bad("no frames to replay".into()))?;
+        let first = frames
+            .first()
+            .ok_or_else(|| bad("no frames to replay".into()))?;
         let (_, udp) = super::source::fast_udp_ipv4(first)
             .ok_or_else(|| bad("first frame is not IPv4/UDP".into()))?;
         let spead_at = udp.as_ptr() as usize - first.as_ptr() as usize;
@@ -406,9 +408,7 @@ impl RingReplay {
         let span = |v: &mut Vec<u64>, unit: Option<u64>| {
             v.sort_unstable();
             v.dedup();
-            let step = unit.unwrap_or_else(|| {
-                v.windows(2).map(|w| w[1] - w[0]).min().unwrap_or(1)
-            });
+            let step = unit.unwrap_or_else(|| v.windows(2).map(|w| w[1] - w[0]).min().unwrap_or(1));
             v[v.len() - 1] - v[0] + step
         };
         Ok(RingReplay {

@@ -281,7 +281,12 @@ unsafe impl Send for MappedPcap {}
 impl MappedPcap {
     pub fn open(path: &Path) -> io::Result<Self> {
         use std::os::fd::AsRawFd;
-        let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {m}", path.display()));
+        let bad = |m: &str| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {m}", path.display()),
+            )
+        };
         let file = File::open(path)?;
         let len = file.metadata()?.len() as usize;
         if len < 24 {
@@ -355,13 +360,19 @@ impl MappedPcap {
                 return Ok(None);
             }
             if self.len - self.pos < 16 {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, "truncated pcap record header"));
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "truncated pcap record header",
+                ));
             }
             let incl = self.u32_at(self.pos + 8) as usize;
             let orig = self.u32_at(self.pos + 12) as usize;
             let start = self.pos + 16;
             if incl > self.len - start {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, "truncated pcap record"));
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "truncated pcap record",
+                ));
             }
             self.pos = start + incl;
             self.stats.frames += 1;
@@ -387,7 +398,9 @@ impl MappedPcap {
                 continue;
             };
             let dst_ip = match &sliced.net {
-                Some(NetSlice::Ipv4(ip)) if !ip.is_payload_fragmented() => ip.header().destination_addr(),
+                Some(NetSlice::Ipv4(ip)) if !ip.is_payload_fragmented() => {
+                    ip.header().destination_addr()
+                }
                 _ => {
                     self.stats.not_udp += 1;
                     continue;
