@@ -218,6 +218,252 @@ impl DpdkSource {
     }
 }
 
+impl DpdkSource {
+    /// The port this source polls.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Hands the UDP payloads of the `n` frames in `self.bufs[..n]` to `f`; returns how
+    /// many were handed on. The mbufs stay owned by the caller.
+    #[inline]
+    fn deliver_burst(&mut self, n: usize, f: &mut dyn FnMut(&[u8])) -> usize {
+        let mut handed = 0;
+        self.stats.frames.frames += n as u64;
+        for i in 0..n {
+            let m = self.bufs[i];
+            // SAFETY: rx_burst returned n valid mbufs; each segment's data lies at
+            // buf_addr + data_off for data_len bytes. They are freed by the caller.
+            unsafe {
+                if i + 1 < n {
+                    // The next frame's headers (Ethernet, IPv4, UDP, SPEAD pointers) span
+                    // two cache lines: fetch them while this packet is copied.
+                    let nx = &*self.bufs[i + 1];
+                    let p = (nx.buf_addr as *const u8).add(nx.data_off as usize);
+                    prefetch(p);
+                    prefetch(p.add(64));
+                }
+                let seg = &*m;
+                let first = std::slice::from_raw_parts(
+                    (seg.buf_addr as *const u8).add(seg.data_off as usize),
+                    seg.data_len as usize,
+                );
+                let ok = if seg.nb_segs <= 1 || seg.next.is_null() {
+                    deliver_frame(&self.endpoints, &mut self.stats.frames, first, f)
+                } else {
+                    self.gather_and_deliver(m, f)
+                };
+                handed += ok as usize;
+            }
+        }
+        handed
+    }
+
+    /// A chained (multi-segment) frame: copied into scratch first (rare: jumbo frames on
+    /// PMDs without scatter-free receive).
+    #[cold]
+    unsafe fn gather_and_deliver(
+        &mut self,
+        m: *mut sys::rte_mbuf,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> bool {
+        self.scratch.clear();
+        let mut s = m;
+        while !s.is_null() {
+            let r = &*s;
+            self.scratch.extend_from_slice(std::slice::from_raw_parts(
+                (r.buf_addr as *const u8).add(r.data_off as usize),
+                r.data_len as usize,
+            ));
+            s = r.next;
+        }
+        deliver_frame(&self.endpoints, &mut self.stats.frames, &self.scratch, f)
+    }
+
+    /// The benchmark's kernel-bypass feed: the same receive path as
+    /// [`PacketSource::recv_batch`] on a `net_ring` loop-back port (see [`RingReplay`]),
+    /// except that the burst's frames go back into the ring (with their timestamps moved
+    /// on by one ring's span) instead of being freed.
+    pub fn recv_batch_replay(
+        &mut self,
+        f: &mut dyn FnMut(&[u8]),
+        replay: &mut RingReplay,
+    ) -> io::Result<Poll> {
+        // SAFETY: bufs has room for BURST mbuf pointers; the port and queue are started.
+        let n = unsafe { sys::rte_eth_rx_burst(self.port, 0, self.bufs.as_mut_ptr(), BURST as u16) }
+            as usize;
+        if n == 0 {
+            return Ok(Poll::Idle);
+        }
+        let handed = self.deliver_burst(n, f);
+        // SAFETY: the n mbufs came from rx_burst and are not used after being sent.
+        unsafe { replay.requeue(self.port, &mut self.bufs[..n]) }?;
+        Ok(Poll::Packets(handed))
+    }
+
+    /// Allocates mbufs from this source's pool, fills them with `frames` and sends them on
+    /// the port (for a `net_ring` loop-back port: into the ring it receives from). Returns
+    /// how many frames the port took.
+    pub fn inject(&mut self, frames: &[Vec<u8>]) -> io::Result<usize> {
+        let mut sent = 0;
+        for f in frames {
+            // SAFETY: the pool is ours; the mbuf is written within its data room (checked
+            // by rte_pktmbuf_append) and handed to tx_burst, which takes ownership if it
+            // returns 1 (else we free it).
+            unsafe {
+                let m = sys::rte_pktmbuf_alloc(self.pool);
+                if m.is_null() {
+                    return Err(io::Error::other("DPDK mbuf pool exhausted while injecting"));
+                }
+                let dst = sys::rte_pktmbuf_append(m, f.len() as u16) as *mut u8;
+                if dst.is_null() {
+                    sys::rte_pktmbuf_free(m);
+                    return Err(io::Error::other(format!(
+                        "frame of {} bytes does not fit an mbuf",
+                        f.len()
+                    )));
+                }
+                std::ptr::copy_nonoverlapping(f.as_ptr(), dst, f.len());
+                let mut one = m;
+                if sys::rte_eth_tx_burst(self.port, 0, &mut one, 1) != 1 {
+                    sys::rte_pktmbuf_free(m);
+                    break;
+                }
+            }
+            sent += 1;
+        }
+        Ok(sent)
+    }
+}
+
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetch is a hint; it never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// A kernel-bypass packet feed that costs the receive core almost nothing, for `gpucbf
+/// bench recv` on a machine without a NIC: a `net_ring` vdev is a loop-back port (what is
+/// sent on its TX queue comes back on its RX queue), primed with the digitiser feed's first
+/// frames. After the receive path has handled a burst, each frame's SPEAD timestamp and
+/// heap counter are moved on by the span of the primed frames and the burst is sent back
+/// into the ring, so the stream of timestamps keeps rising and every packet is placed in a
+/// chunk (not rejected as too old). That rewrite (two 8-byte item pointers in a header the
+/// parser has just read) and the ring enqueue are charged to the receive core, so the
+/// measured rate is a lower bound for the receive path alone.
+#[derive(Debug, Clone)]
+pub struct RingReplay {
+    /// Offsets in the frame of the timestamp and heap-counter item pointers.
+    ts_at: usize,
+    cnt_at: usize,
+    ts_step: u64,
+    cnt_step: u64,
+    /// Frames sent back into the ring.
+    pub requeued: u64,
+}
+
+impl RingReplay {
+    /// Learns the layout from `frames` (Ethernet/IPv4/UDP/SPEAD frames with item
+    /// `timestamp_id` as an immediate, all sharing one header layout). The span is the
+    /// distance from the first timestamp to one past the last (`ts_unit` per step), likewise
+    /// for heap counters.
+    pub fn new(frames: &[Vec<u8>], timestamp_id: u16, ts_unit: u64) -> io::Result<Self> {
+        use crate::spead::{ids, ItemPointer, PacketView};
+        let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
+        let first = frames
+            .first()
+            .ok_or_else(|| bad("no frames to replay".into()))?;
+        let (_, udp) = super::source::fast_udp_ipv4(first)
+            .ok_or_else(|| bad("first frame is not IPv4/UDP".into()))?;
+        let spead_at = udp.as_ptr() as usize - first.as_ptr() as usize;
+        let pkt = PacketView::parse(udp).map_err(|e| bad(format!("{e:?}")))?;
+        let find = |id: u16| {
+            pkt.all_pointers()
+                .position(|p| p.immediate && p.id == id)
+                .map(|k| spead_at + crate::spead::HEADER_BYTES + 8 * k)
+                .ok_or_else(|| bad(format!("item 0x{id:x} not in the first packet")))
+        };
+        let (ts_at, cnt_at) = (find(timestamp_id)?, find(ids::HEAP_CNT)?);
+        let read = |f: &[u8], at: usize| -> io::Result<ItemPointer> {
+            let b: [u8; 8] = f
+                .get(at..at + 8)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| bad("short frame".into()))?;
+            Ok(ItemPointer::from_raw(u64::from_be_bytes(b)))
+        };
+        let (mut ts, mut cnt) = (Vec::new(), Vec::new());
+        for f in frames {
+            let (t, c) = (read(f, ts_at)?, read(f, cnt_at)?);
+            if !t.immediate || t.id != timestamp_id || !c.immediate || c.id != ids::HEAP_CNT {
+                return Err(bad("frames do not share one header layout".into()));
+            }
+            ts.push(t.value);
+            cnt.push(c.value);
+        }
+        let span = |v: &mut Vec<u64>, unit: Option<u64>| {
+            v.sort_unstable();
+            v.dedup();
+            let step = unit.unwrap_or_else(|| v.windows(2).map(|w| w[1] - w[0]).min().unwrap_or(1));
+            v[v.len() - 1] - v[0] + step
+        };
+        Ok(RingReplay {
+            ts_at,
+            cnt_at,
+            ts_step: span(&mut ts, Some(ts_unit)),
+            cnt_step: span(&mut cnt, None),
+            requeued: 0,
+        })
+    }
+
+    /// Timestamp distance between one pass over the ring and the next.
+    pub fn ts_step(&self) -> u64 {
+        self.ts_step
+    }
+
+    #[inline]
+    fn bump(p: *mut u8, by: u64) {
+        use crate::spead::ADDRESS_MASK;
+        // SAFETY (caller): p points at 8 bytes inside the frame.
+        unsafe {
+            let raw = u64::from_be(std::ptr::read_unaligned(p as *const u64));
+            let v = (raw & !ADDRESS_MASK) | (raw.wrapping_add(by) & ADDRESS_MASK);
+            std::ptr::write_unaligned(p as *mut u64, v.to_be());
+        }
+    }
+
+    /// Moves the frames of `bufs` on by one span and sends them back into the ring.
+    ///
+    /// # Safety
+    /// `bufs` must be mbufs owned by the caller, single-segment frames with the primed
+    /// layout; ownership passes to the port.
+    unsafe fn requeue(&mut self, port: u16, bufs: &mut [*mut sys::rte_mbuf]) -> io::Result<()> {
+        for &m in bufs.iter() {
+            let r = &*m;
+            if (r.data_len as usize) < self.ts_at.max(self.cnt_at) + 8 {
+                continue;
+            }
+            let p = (r.buf_addr as *mut u8).add(r.data_off as usize);
+            Self::bump(p.add(self.ts_at), self.ts_step);
+            Self::bump(p.add(self.cnt_at), self.cnt_step);
+        }
+        let n = bufs.len() as u16;
+        let sent = sys::rte_eth_tx_burst(port, 0, bufs.as_mut_ptr(), n);
+        if sent < n {
+            sys::rte_pktmbuf_free_bulk(bufs.as_mut_ptr().add(sent as usize), (n - sent) as u32);
+            return Err(io::Error::other(
+                "net_ring replay: the ring refused frames it had just given",
+            ));
+        }
+        self.requeued += n as u64;
+        Ok(())
+    }
+}
+
 impl PacketSource for DpdkSource {
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8])) -> io::Result<Poll> {
         // SAFETY: bufs has room for BURST mbuf pointers; the port and queue are started.
@@ -233,36 +479,7 @@ impl PacketSource for DpdkSource {
             return Ok(Poll::Idle);
         }
         self.last_packet = Some(Instant::now());
-        let mut handed = 0;
-        for i in 0..n {
-            let m = self.bufs[i];
-            self.stats.frames.frames += 1;
-            // SAFETY: rx_burst returned n valid mbufs; each segment's data lies at
-            // buf_addr + data_off for data_len bytes. They are freed in bulk below.
-            unsafe {
-                let seg = &*m;
-                let first = std::slice::from_raw_parts(
-                    (seg.buf_addr as *const u8).add(seg.data_off as usize),
-                    seg.data_len as usize,
-                );
-                let ok = if seg.nb_segs <= 1 || seg.next.is_null() {
-                    deliver_frame(&self.endpoints, &mut self.stats.frames, first, f)
-                } else {
-                    self.scratch.clear();
-                    let mut s = m;
-                    while !s.is_null() {
-                        let r = &*s;
-                        self.scratch.extend_from_slice(std::slice::from_raw_parts(
-                            (r.buf_addr as *const u8).add(r.data_off as usize),
-                            r.data_len as usize,
-                        ));
-                        s = r.next;
-                    }
-                    deliver_frame(&self.endpoints, &mut self.stats.frames, &self.scratch, f)
-                };
-                handed += ok as usize;
-            }
-        }
+        let handed = self.deliver_burst(n, f);
         // SAFETY: the n mbufs from rx_burst are all done with; each is freed once.
         unsafe { sys::rte_pktmbuf_free_bulk(self.bufs.as_mut_ptr(), n as u32) };
         Ok(Poll::Packets(handed))

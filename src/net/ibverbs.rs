@@ -23,6 +23,7 @@ pub const IBV_QP_STATE: c_int = 1;
 pub const IBV_QP_PORT: c_int = 32;
 pub const IBV_QPS_INIT: u32 = 1;
 pub const IBV_QPS_RTR: u32 = 2;
+pub const IBV_QPS_RTS: u32 = 3;
 pub const IBV_ACCESS_LOCAL_WRITE: c_int = 1;
 pub const IBV_FLOW_ATTR_NORMAL: u32 = 0;
 pub const IBV_FLOW_SPEC_ETH: u32 = 0x20;
@@ -31,7 +32,7 @@ pub const IBV_FLOW_SPEC_UDP: u32 = 0x41;
 pub const IBV_WC_SUCCESS: u32 = 0;
 
 /// Byte offsets inside `struct ibv_context` (x86-64): `ops` starts at 8.
-const CTX_OPS_POLL_CQ: usize = 8 + 88;
+pub(crate) const CTX_OPS_POLL_CQ: usize = 8 + 88;
 const CTX_OPS_POST_RECV: usize = 8 + 208;
 const CTX_ABI_COMPAT: usize = 320;
 /// `verbs_context` fields, as negative offsets from its trailing `ibv_context` (new
@@ -687,6 +688,161 @@ impl Drop for IbvSource {
             }
             if !self.mr.is_null() {
                 (v.dereg_mr)(self.mr);
+            }
+            if !self.cq.is_null() {
+                (v.destroy_cq)(self.cq);
+            }
+            if !self.pd.is_null() {
+                (v.dealloc_pd)(self.pd);
+            }
+            if !self.ctx.is_null() {
+                (v.close_device)(self.ctx);
+            }
+        }
+    }
+}
+
+/// A raw-packet queue pair for sending (PeerDirect transmit): device context, protection
+/// domain, one completion queue and a QP in RTS on `port`. Released in reverse order.
+pub struct RawSendQp {
+    pub verbs: Verbs,
+    pub ctx: *mut c_void,
+    pub pd: *mut c_void,
+    pub cq: *mut c_void,
+    pub qp: *mut c_void,
+    mrs: Vec<*mut c_void>,
+}
+
+// SAFETY: the verbs objects are owned here and used from one thread at a time.
+unsafe impl Send for RawSendQp {}
+
+impl RawSendQp {
+    /// Opens `device` (None: the first), creates the CQ and a `IBV_QPT_RAW_PACKET` QP with
+    /// `depth` send work requests of two scatter entries (headers, payload) and moves it
+    /// to RTS.
+    pub fn open(device: Option<&str>, port: u8, depth: usize) -> io::Result<Self> {
+        let verbs = Verbs::load()?;
+        let names = verbs.device_names()?;
+        let want = device
+            .map(str::to_string)
+            .unwrap_or_else(|| names[0].clone());
+        let mut q = RawSendQp {
+            verbs,
+            ctx: std::ptr::null_mut(),
+            pd: std::ptr::null_mut(),
+            cq: std::ptr::null_mut(),
+            qp: std::ptr::null_mut(),
+            mrs: Vec::new(),
+        };
+        let fail =
+            |what: &str| io::Error::other(format!("{what} failed: {}", io::Error::last_os_error()));
+        // SAFETY: each verb gets valid arguments; every object is recorded in q and released
+        // by Drop (also on the error returns below).
+        unsafe {
+            let v = &q.verbs;
+            let mut n: c_int = 0;
+            let list = (v.get_device_list)(&mut n);
+            if list.is_null() {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "no RDMA device found",
+                ));
+            }
+            let mut dev = std::ptr::null_mut();
+            for k in 0..n.max(0) as usize {
+                let d = *list.add(k);
+                let p = (v.get_device_name)(d);
+                if !p.is_null() && CStr::from_ptr(p).to_bytes() == want.as_bytes() {
+                    dev = d;
+                }
+            }
+            if dev.is_null() {
+                (v.free_device_list)(list);
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("RDMA device {want:?} not found (have {names:?})"),
+                ));
+            }
+            q.ctx = (v.open_device)(dev);
+            (v.free_device_list)(list);
+            if q.ctx.is_null() {
+                return Err(fail("ibv_open_device"));
+            }
+            q.pd = (v.alloc_pd)(q.ctx);
+            if q.pd.is_null() {
+                return Err(fail("ibv_alloc_pd"));
+            }
+            let depth = depth.clamp(1, c_int::MAX as usize) as c_int;
+            q.cq = (v.create_cq)(q.ctx, depth, std::ptr::null_mut(), std::ptr::null_mut(), 0);
+            if q.cq.is_null() {
+                return Err(fail("ibv_create_cq"));
+            }
+            let mut init = IbvQpInitAttr {
+                qp_context: std::ptr::null_mut(),
+                send_cq: q.cq,
+                recv_cq: q.cq,
+                srq: std::ptr::null_mut(),
+                cap: IbvQpCap {
+                    max_send_wr: depth as u32,
+                    max_recv_wr: 1,
+                    max_send_sge: 2,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                qp_type: IBV_QPT_RAW_PACKET,
+                sq_sig_all: 0,
+            };
+            q.qp = (v.create_qp)(q.pd, &mut init);
+            if q.qp.is_null() {
+                return Err(fail(
+                    "ibv_create_qp(IBV_QPT_RAW_PACKET) (needs CAP_NET_RAW)",
+                ));
+            }
+            for (state, port, mask) in [
+                (IBV_QPS_INIT, Some(port), IBV_QP_STATE | IBV_QP_PORT),
+                (IBV_QPS_RTR, None, IBV_QP_STATE),
+                (IBV_QPS_RTS, None, IBV_QP_STATE),
+            ] {
+                let mut a = IbvQpAttr::new(state, port);
+                let rc = (v.modify_qp)(q.qp, &mut a, mask);
+                if rc != 0 {
+                    return Err(io::Error::other(format!(
+                        "ibv_modify_qp(state {state}) failed: {}",
+                        io::Error::from_raw_os_error(rc)
+                    )));
+                }
+            }
+        }
+        Ok(q)
+    }
+
+    /// Registers host memory with the NIC (kept until the QP is dropped); returns its lkey.
+    ///
+    /// # Safety
+    /// `addr..addr+len` must stay allocated for the life of this QP.
+    pub unsafe fn register_host(&mut self, addr: *mut u8, len: usize) -> io::Result<u32> {
+        let mr = (self.verbs.reg_mr)(self.pd, addr as *mut c_void, len, IBV_ACCESS_LOCAL_WRITE);
+        if mr.is_null() {
+            return Err(io::Error::other(format!(
+                "ibv_reg_mr of {len} bytes of host memory failed: {}",
+                io::Error::last_os_error()
+            )));
+        }
+        self.mrs.push(mr);
+        Ok(*((mr as *const u8).add(36) as *const u32))
+    }
+}
+
+impl Drop for RawSendQp {
+    fn drop(&mut self) {
+        let v = &self.verbs;
+        // SAFETY: objects are destroyed once, in reverse order of creation.
+        unsafe {
+            if !self.qp.is_null() {
+                (v.destroy_qp)(self.qp);
+            }
+            for &mr in &self.mrs {
+                (v.dereg_mr)(mr);
             }
             if !self.cq.is_null() {
                 (v.destroy_cq)(self.cq);

@@ -20,6 +20,8 @@ pub mod pcap;
 pub mod peerdirect;
 pub mod source;
 pub mod udp;
+#[cfg(feature = "ibverbs")]
+pub mod verbs_send;
 
 use std::io;
 use std::net::SocketAddrV4;

@@ -190,6 +190,27 @@ impl PcapSource {
     /// The next UDP datagram, `None` at end of file. Unusable frames are counted and skipped;
     /// a corrupt file is an error.
     pub fn next_datagram(&mut self) -> io::Result<Option<Datagram>> {
+        self.next_with(|time, src, dst, payload| Datagram {
+            time,
+            src,
+            dst,
+            payload: payload.to_vec(),
+        })
+    }
+
+    /// The next UDP datagram's destination and payload, lent to `f` straight from the
+    /// reader's buffer (no copy, no allocation); `None` at end of file.
+    pub fn next_payload<R>(
+        &mut self,
+        f: impl FnOnce(SocketAddrV4, &[u8]) -> R,
+    ) -> io::Result<Option<R>> {
+        self.next_with(|_, _, dst, payload| f(dst, payload))
+    }
+
+    fn next_with<R>(
+        &mut self,
+        f: impl FnOnce(Duration, SocketAddrV4, SocketAddrV4, &[u8]) -> R,
+    ) -> io::Result<Option<R>> {
         loop {
             let pkt = match self.reader.next_packet() {
                 None => return Ok(None),
@@ -226,12 +247,12 @@ impl PcapSource {
             match &sliced.transport {
                 Some(TransportSlice::Udp(udp)) => {
                     self.stats.datagrams += 1;
-                    return Ok(Some(Datagram {
-                        time: pkt.timestamp,
-                        src: SocketAddrV4::new(src_ip, udp.source_port()),
-                        dst: SocketAddrV4::new(dst_ip, udp.destination_port()),
-                        payload: udp.payload().to_vec(),
-                    }));
+                    return Ok(Some(f(
+                        pkt.timestamp,
+                        SocketAddrV4::new(src_ip, udp.source_port()),
+                        SocketAddrV4::new(dst_ip, udp.destination_port()),
+                        udp.payload(),
+                    )));
                 }
                 _ => {
                     self.stats.not_udp += 1;
@@ -239,5 +260,172 @@ impl PcapSource {
                 }
             }
         }
+    }
+}
+
+/// A pcap file mapped into memory and read in place: the receive path of the file source
+/// (no read() copy through the kernel, no per-packet buffer). Classic pcap only, either
+/// byte order, micro- or nanosecond timestamps; Ethernet, raw-IP and IPv4 link types.
+pub struct MappedPcap {
+    map: *const u8,
+    len: usize,
+    pos: usize,
+    swap: bool,
+    ethernet: bool,
+    pub stats: PcapSourceStats,
+}
+
+// SAFETY: the mapping is private to this reader and read-only.
+unsafe impl Send for MappedPcap {}
+
+impl MappedPcap {
+    pub fn open(path: &Path) -> io::Result<Self> {
+        use std::os::fd::AsRawFd;
+        let bad = |m: &str| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {m}", path.display()),
+            )
+        };
+        let file = File::open(path)?;
+        let len = file.metadata()?.len() as usize;
+        if len < 24 {
+            return Err(bad("shorter than a pcap header"));
+        }
+        // SAFETY: a private read-only mapping of the whole file; unmapped in Drop.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_POPULATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let mut r = MappedPcap {
+            map: map as *const u8,
+            len,
+            pos: 24,
+            swap: false,
+            ethernet: true,
+            stats: PcapSourceStats::default(),
+        };
+        // SAFETY: advisory only.
+        unsafe { libc::madvise(map, len, libc::MADV_SEQUENTIAL) };
+        let h = r.bytes();
+        let magic = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+        r.swap = match magic {
+            0xa1b2_c3d4 | 0xa1b2_3c4d => false,
+            0xd4c3_b2a1 | 0x4d3c_b2a1 => true,
+            _ => return Err(bad("not a classic pcap file (pcapng is not supported)")),
+        };
+        let link = r.u32_at(20);
+        r.ethernet = match link {
+            1 => true,
+            101 | 228 => false,
+            other => return Err(bad(&format!("unsupported pcap link type {other}"))),
+        };
+        Ok(r)
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping covers len bytes for the reader's lifetime.
+        unsafe { std::slice::from_raw_parts(self.map, self.len) }
+    }
+
+    fn u32_at(&self, at: usize) -> u32 {
+        let b = self.bytes();
+        let v = [b[at], b[at + 1], b[at + 2], b[at + 3]];
+        if self.swap {
+            u32::from_be_bytes(v)
+        } else {
+            u32::from_le_bytes(v)
+        }
+    }
+
+    /// Lends the next UDP datagram's destination and payload to `f`; `None` at the end.
+    /// Unusable frames are counted and skipped; a record running past the end of the file
+    /// is an error.
+    #[inline]
+    pub fn next_payload<R>(
+        &mut self,
+        f: impl FnOnce(SocketAddrV4, &[u8]) -> R,
+    ) -> io::Result<Option<R>> {
+        loop {
+            if self.pos >= self.len {
+                return Ok(None);
+            }
+            if self.len - self.pos < 16 {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "truncated pcap record header",
+                ));
+            }
+            let incl = self.u32_at(self.pos + 8) as usize;
+            let orig = self.u32_at(self.pos + 12) as usize;
+            let start = self.pos + 16;
+            if incl > self.len - start {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "truncated pcap record",
+                ));
+            }
+            self.pos = start + incl;
+            self.stats.frames += 1;
+            if incl < orig {
+                self.stats.truncated += 1;
+                continue;
+            }
+            // SAFETY: start + incl <= len (checked above); the mapping outlives the borrow.
+            let frame: &[u8] = unsafe { std::slice::from_raw_parts(self.map.add(start), incl) };
+            if self.ethernet {
+                if let Some((dst, payload)) = super::source::fast_udp_ipv4(frame) {
+                    self.stats.datagrams += 1;
+                    return Ok(Some(f(dst, payload)));
+                }
+            }
+            let sliced = if self.ethernet {
+                SlicedPacket::from_ethernet(frame)
+            } else {
+                SlicedPacket::from_ip(frame)
+            };
+            let Ok(sliced) = sliced else {
+                self.stats.malformed += 1;
+                continue;
+            };
+            let dst_ip = match &sliced.net {
+                Some(NetSlice::Ipv4(ip)) if !ip.is_payload_fragmented() => {
+                    ip.header().destination_addr()
+                }
+                _ => {
+                    self.stats.not_udp += 1;
+                    continue;
+                }
+            };
+            match &sliced.transport {
+                Some(TransportSlice::Udp(udp)) => {
+                    self.stats.datagrams += 1;
+                    return Ok(Some(f(
+                        SocketAddrV4::new(dst_ip, udp.destination_port()),
+                        udp.payload(),
+                    )));
+                }
+                _ => {
+                    self.stats.not_udp += 1;
+                    continue;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for MappedPcap {
+    fn drop(&mut self) {
+        // SAFETY: unmaps the mapping made in `open`, once.
+        unsafe { libc::munmap(self.map as *mut libc::c_void, self.len) };
     }
 }

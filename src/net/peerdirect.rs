@@ -52,8 +52,9 @@ pub struct Probe {
     pub verbs_dmabuf: bool,
     /// `/sys/module/nvidia_peermem` exists.
     pub peermem: bool,
-    /// The engines' output sink can post verbs sends (false until the verbs transmit
-    /// sink is wired into the engines' send path).
+    /// The engines' pipelines can hand batches to the verbs transmit sink
+    /// ([`crate::net::verbs_send::PeerDirectSender`], feature `ibverbs`) in GPU memory
+    /// (false until the pipelines write into its output items).
     pub verbs_sink: bool,
 }
 
@@ -81,7 +82,9 @@ pub fn decide(p: &Probe) -> TransmitPath {
         );
     };
     if !p.verbs_sink {
-        return fallback("the ibverbs transmit sink is not wired into the engines' send path yet");
+        return fallback(
+            "the engines' pipelines still produce each batch in host memory: the GPU-memory sender (net::verbs_send::PeerDirectSender) is not wired into them yet",
+        );
     }
     TransmitPath::PeerDirect(kind)
 }
@@ -164,7 +167,7 @@ pub const IBV_WR_SEND: u32 = 2;
 pub const IBV_SEND_SIGNALED: u32 = 2;
 pub const IBV_SEND_IP_CSUM: u32 = 16;
 /// `ibv_context.ops.post_send`.
-const CTX_OPS_POST_SEND: usize = 208;
+pub(crate) const CTX_OPS_POST_SEND: usize = 208;
 
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -260,6 +263,14 @@ impl PacketWrs {
                 },
             ]);
         }
+        Self::from_sges(item, sges)
+    }
+
+    /// Work requests for explicit packets: per packet its header and payload entries, in
+    /// sending order; only the last is signalled. `None` if there are none (or too many
+    /// for a u32 index).
+    pub fn from_sges(item: u32, sges: Vec<[Sge; 2]>) -> Option<Self> {
+        let n = u32::try_from(sges.len()).ok().filter(|&n| n > 0)?;
         let mut w = PacketWrs {
             sges,
             wrs: Vec::with_capacity(n as usize),

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::pcap::PcapSource;
+use super::pcap::MappedPcap;
 
 /// What a receive call produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,10 +27,10 @@ pub trait PacketSource: Send {
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8])) -> io::Result<Poll>;
 }
 
-/// Replays the UDP datagrams of a pcap file, keeping those addressed to `endpoints`
-/// (all datagrams if the list is empty).
+/// Replays the UDP datagrams of a pcap file (mapped into memory and read in place),
+/// keeping those addressed to `endpoints` (all datagrams if the list is empty).
 pub struct PcapFileSource {
-    src: PcapSource,
+    src: MappedPcap,
     endpoints: Vec<SocketAddrV4>,
     /// Datagrams skipped because of their destination.
     pub filtered: u64,
@@ -39,7 +39,7 @@ pub struct PcapFileSource {
 impl PcapFileSource {
     pub fn open(path: &Path, endpoints: Vec<SocketAddrV4>) -> io::Result<Self> {
         Ok(PcapFileSource {
-            src: PcapSource::open(path)?,
+            src: MappedPcap::open(path)?,
             endpoints,
             filtered: 0,
         })
@@ -54,16 +54,18 @@ impl PacketSource for PcapFileSource {
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8])) -> io::Result<Poll> {
         let mut n = 0;
         while n < 64 {
-            match self.src.next_datagram()? {
-                None => return Ok(if n == 0 { Poll::End } else { Poll::Packets(n) }),
-                Some(d) => {
-                    if self.endpoints.is_empty() || self.endpoints.contains(&d.dst) {
-                        f(&d.payload);
-                        n += 1;
-                    } else {
-                        self.filtered += 1;
-                    }
+            let eps = &self.endpoints;
+            let got = self.src.next_payload(|dst, payload| {
+                let keep = eps.is_empty() || eps.contains(&dst);
+                if keep {
+                    f(payload);
                 }
+                keep
+            })?;
+            match got {
+                None => return Ok(if n == 0 { Poll::End } else { Poll::Packets(n) }),
+                Some(true) => n += 1,
+                Some(false) => self.filtered += 1,
             }
         }
         Ok(Poll::Packets(n))
@@ -234,6 +236,47 @@ impl UdpRecvSource {
             fds,
             poll_ms: 100,
         })
+    }
+}
+
+impl UdpRecvSource {
+    /// Raises every socket's receive buffer to `bytes` past `net.core.rmem_max`
+    /// (SO_RCVBUFFORCE, which needs CAP_NET_ADMIN). Returns the smallest buffer the kernel
+    /// reports afterwards (it doubles the request for its bookkeeping).
+    pub fn force_recv_buffer(&self, bytes: usize) -> io::Result<usize> {
+        let want = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+        let mut got = usize::MAX;
+        for s in &self.sockets {
+            // SAFETY: setsockopt/getsockopt on an open socket with c_int arguments.
+            unsafe {
+                let fd = s.as_raw_fd();
+                let size = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+                if libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUFFORCE,
+                    &want as *const libc::c_int as *const libc::c_void,
+                    size,
+                ) != 0
+                {
+                    return Err(io::Error::other(format!(
+                        "SO_RCVBUFFORCE of {bytes} bytes: {}",
+                        io::Error::last_os_error()
+                    )));
+                }
+                let mut v: libc::c_int = 0;
+                let mut len = size;
+                libc::getsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUF,
+                    &mut v as *mut libc::c_int as *mut libc::c_void,
+                    &mut len,
+                );
+                got = got.min(v.max(0) as usize);
+            }
+        }
+        Ok(if got == usize::MAX { 0 } else { got })
     }
 }
 

@@ -1,0 +1,528 @@
+//! PeerDirect transmit (feature `ibverbs`): heaps sent by a raw-packet queue pair straight
+//! from output items in GPU memory.
+//!
+//! An output item is a fixed device range (one batch of an output stream: its heaps, one
+//! per substream, back to back) registered with the NIC. Every packet's headers (Ethernet,
+//! IPv4, UDP, SPEAD) live in a host region registered alongside, laid out once per item and
+//! packet when the sender is built; the work-request chains ([`PacketWrs`]) are built then
+//! too, so sending an item only rewrites the per-heap values (heap counter and immediates)
+//! in its headers and posts its chain: no allocation, no copy of the payload.
+//!
+//! An item goes back to the free list only when the completion of its last (signalled)
+//! packet arrives ([`SendTracker`]); the send queue's budget of work requests is respected
+//! by polling completions before posting. [`PeerDirectSender::from_raw`] takes the verbs
+//! objects as raw pointers, so the whole path down to `post_send`/`poll_cq` is tested with
+//! fake providers; [`PeerDirectSender::open`] makes the real ones.
+
+use std::ffi::{c_int, c_void};
+use std::io;
+use std::net::SocketAddrV4;
+use std::time::{Duration, Instant};
+
+use super::ibverbs::{poll_cq, IbvWc, IBV_WC_SUCCESS};
+use super::peerdirect::{PacketWrs, SendTracker, Sge};
+use super::Pacer;
+use crate::spead::{ids, ItemPointer, HEADER_BYTES};
+
+/// Ethernet + IPv4 + UDP header bytes.
+const L2_L4: usize = 14 + 20 + 8;
+
+/// One heap of an output item: its destination (index into the sender's destinations) and
+/// its payload's byte range inside the item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeapPlan {
+    pub dst: usize,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// What the sender sends and how.
+#[derive(Debug, Clone)]
+pub struct PeerDirectConfig {
+    pub src_mac: [u8; 6],
+    pub src: SocketAddrV4,
+    pub dests: Vec<SocketAddrV4>,
+    pub ttl: u8,
+    /// Payload bytes per packet (as `HeapSender`'s `packet_payload`).
+    pub packet_payload: usize,
+    /// Immediate items of every data heap, in order (e.g. timestamp, feng_id, frequency).
+    pub immediate_ids: Vec<u16>,
+    /// The item carrying the payload.
+    pub payload_id: u16,
+    /// The heaps of one output item.
+    pub heaps: Vec<HeapPlan>,
+    /// Send work requests the queue pair holds.
+    pub send_queue_depth: usize,
+    /// Heap counter sequence (as `HeapSender`).
+    pub cnt_start: u64,
+    pub cnt_step: u64,
+    /// Bytes per second including headers (None: unpaced).
+    pub rate: Option<f64>,
+}
+
+/// Counters of the PeerDirect sender.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerDirectStats {
+    pub items: u64,
+    pub heaps: u64,
+    pub packets: u64,
+    pub bytes: u64,
+    /// Completions carrying an error status (the item is recycled all the same).
+    pub wc_errors: u64,
+    /// Completions that matched no item in flight.
+    pub stray_completions: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ItemState {
+    Free,
+    Filling,
+    InFlight,
+}
+
+/// Offsets of the per-send fields inside one packet's header.
+#[derive(Debug, Clone, Copy)]
+struct PacketFields {
+    /// Header start in the host region.
+    at: usize,
+    /// The heap this packet belongs to.
+    heap: usize,
+}
+
+/// Sends output items from GPU memory through a raw-packet QP.
+pub struct PeerDirectSender {
+    qp: *mut c_void,
+    cq: *mut c_void,
+    cfg: PeerDirectConfig,
+    /// Device address of each item.
+    items: Vec<u64>,
+    state: Vec<ItemState>,
+    free: Vec<u32>,
+    wrs: Vec<PacketWrs>,
+    tracker: SendTracker,
+    /// Host memory of all packet headers, `header_stride` apart.
+    headers: Vec<u8>,
+    header_len: usize,
+    fields: Vec<PacketFields>,
+    packets_per_item: usize,
+    wire_bytes_per_item: usize,
+    outstanding: usize,
+    next_cnt: u64,
+    wc: Vec<IbvWc>,
+    freed: Vec<u32>,
+    pacer: Option<Pacer>,
+    /// Keeps the real verbs objects alive (None with fake providers).
+    #[allow(dead_code)]
+    owner: Option<Box<dyn std::any::Any + Send>>,
+    pub stats: PeerDirectStats,
+}
+
+// SAFETY: the QP/CQ pointers are owned by this sender (or its `owner`) and used from the
+// thread that owns it.
+unsafe impl Send for PeerDirectSender {}
+
+/// IPv4 header checksum.
+fn ipv4_checksum(h: &[u8]) -> u16 {
+    let mut sum = 0u32;
+    for w in h.chunks(2) {
+        sum += u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]) as u32;
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+impl PeerDirectSender {
+    /// SPEAD header bytes of a data packet (8 + 8 × (4 standard + immediates + payload)).
+    pub fn spead_header_len(n_immediates: usize) -> usize {
+        HEADER_BYTES + 8 * (4 + n_immediates + 1)
+    }
+
+    /// Builds the sender over a live QP and CQ. `items`: device address of each output
+    /// item with the lkey of the GPU memory region holding it; `register` registers the
+    /// header region (host memory) and returns its lkey.
+    ///
+    /// # Safety
+    /// `qp`/`cq` must be a raw-packet QP in RTS and its send CQ (or fakes whose contexts
+    /// provide `post_send`/`poll_cq`), alive as long as the sender; the item ranges must
+    /// stay registered and allocated as long as the sender.
+    pub unsafe fn from_raw(
+        qp: *mut c_void,
+        cq: *mut c_void,
+        cfg: PeerDirectConfig,
+        items: &[(u64, u32)],
+        register: impl FnOnce(*mut u8, usize) -> io::Result<u32>,
+    ) -> io::Result<Self> {
+        let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
+        if items.is_empty() || cfg.heaps.is_empty() || cfg.packet_payload == 0 {
+            return Err(invalid(
+                "PeerDirect needs items, heaps and a packet size".into(),
+            ));
+        }
+        if let Some(h) = cfg
+            .heaps
+            .iter()
+            .find(|h| h.dst >= cfg.dests.len() || h.len == 0)
+        {
+            return Err(invalid(format!(
+                "heap {h:?} has no destination or no payload"
+            )));
+        }
+        let spead = Self::spead_header_len(cfg.immediate_ids.len());
+        // As HeapSender: the packet size is rounded down to a multiple of 8.
+        let per_packet = ((spead + cfg.packet_payload) & !7).saturating_sub(spead);
+        if per_packet == 0 {
+            return Err(invalid("packet payload too small".into()));
+        }
+        let header_len = L2_L4 + spead;
+        let stride = header_len.div_ceil(64) * 64;
+        let packets_per_heap: Vec<usize> = cfg
+            .heaps
+            .iter()
+            .map(|h| h.len.div_ceil(per_packet as u64) as usize)
+            .collect();
+        let packets_per_item: usize = packets_per_heap.iter().sum();
+        if packets_per_item > cfg.send_queue_depth {
+            return Err(invalid(format!(
+                "an output item needs {packets_per_item} send work requests, the queue holds {}",
+                cfg.send_queue_depth
+            )));
+        }
+        let mut headers = vec![0u8; stride * packets_per_item * items.len()];
+        let lkey = register(headers.as_mut_ptr(), headers.len())?;
+        let base = headers.as_ptr() as u64;
+        let mut fields = Vec::with_capacity(packets_per_item);
+        let mut wrs = Vec::with_capacity(items.len());
+        let mut wire = 0;
+        for (i, &(dptr, payload_lkey)) in items.iter().enumerate() {
+            let mut sges = Vec::with_capacity(packets_per_item);
+            let mut k = 0;
+            for (h, plan) in cfg.heaps.iter().enumerate() {
+                let mut off = 0u64;
+                while off < plan.len {
+                    let len = (plan.len - off).min(per_packet as u64) as usize;
+                    let at = (i * packets_per_item + k) * stride;
+                    Self::write_static(&mut headers[at..at + header_len], &cfg, plan, off, len);
+                    if i == 0 {
+                        fields.push(PacketFields { at, heap: h });
+                        wire += header_len + len;
+                    }
+                    sges.push([
+                        Sge {
+                            addr: base + at as u64,
+                            length: header_len as u32,
+                            lkey,
+                        },
+                        Sge {
+                            addr: dptr + plan.offset + off,
+                            length: len as u32,
+                            lkey: payload_lkey,
+                        },
+                    ]);
+                    off += len as u64;
+                    k += 1;
+                }
+            }
+            wrs.push(
+                PacketWrs::from_sges(i as u32, sges).ok_or_else(|| invalid("no packets".into()))?,
+            );
+        }
+        let pacer = cfg.rate.filter(|r| *r > 0.0).map(Pacer::new);
+        Ok(PeerDirectSender {
+            qp,
+            cq,
+            next_cnt: cfg.cnt_start,
+            cfg,
+            items: items.iter().map(|i| i.0).collect(),
+            state: vec![ItemState::Free; items.len()],
+            free: (0..items.len() as u32).rev().collect(),
+            wrs,
+            tracker: SendTracker::default(),
+            headers,
+            header_len,
+            fields,
+            packets_per_item,
+            wire_bytes_per_item: wire,
+            outstanding: 0,
+            wc: vec![IbvWc::default(); 32],
+            freed: Vec::new(),
+            pacer,
+            owner: None,
+            stats: PeerDirectStats::default(),
+        })
+    }
+
+    /// The parts of a packet header that never change: Ethernet, IPv4 (checksum
+    /// included: identification 0, don't fragment), UDP (checksum 0) and the SPEAD header
+    /// with the heap size, offset and length; heap counter and immediates are written per
+    /// send.
+    fn write_static(h: &mut [u8], cfg: &PeerDirectConfig, plan: &HeapPlan, off: u64, len: usize) {
+        let dst = cfg.dests[plan.dst];
+        let spead = Self::spead_header_len(cfg.immediate_ids.len());
+        h[0..6].copy_from_slice(&super::pcap::dest_mac(*dst.ip()));
+        h[6..12].copy_from_slice(&cfg.src_mac);
+        h[12..14].copy_from_slice(&[0x08, 0x00]);
+        let ip = &mut h[14..34];
+        let total = (20 + 8 + spead + len) as u16;
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&total.to_be_bytes());
+        ip[6] = 0x40;
+        ip[8] = cfg.ttl;
+        ip[9] = 17;
+        ip[12..16].copy_from_slice(&cfg.src.ip().octets());
+        ip[16..20].copy_from_slice(&dst.ip().octets());
+        let c = ipv4_checksum(ip);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        let udp = &mut h[34..42];
+        udp[0..2].copy_from_slice(&cfg.src.port().to_be_bytes());
+        udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
+        udp[4..6].copy_from_slice(&((8 + spead + len) as u16).to_be_bytes());
+        let s = &mut h[42..42 + spead];
+        let n_ptrs = (4 + cfg.immediate_ids.len() + 1) as u16;
+        s[..8].copy_from_slice(&[0x53, 4, 2, 6, 0, 0, (n_ptrs >> 8) as u8, n_ptrs as u8]);
+        let mut put = |k: usize, p: ItemPointer| {
+            s[8 + 8 * k..16 + 8 * k].copy_from_slice(&p.to_raw().to_be_bytes());
+        };
+        put(0, ItemPointer::immediate(ids::HEAP_CNT, 0));
+        put(1, ItemPointer::immediate(ids::HEAP_SIZE, plan.len));
+        put(2, ItemPointer::immediate(ids::HEAP_OFFSET, off));
+        put(3, ItemPointer::immediate(ids::PAYLOAD_LENGTH, len as u64));
+        for (k, &id) in cfg.immediate_ids.iter().enumerate() {
+            put(4 + k, ItemPointer::immediate(id, 0));
+        }
+        put(
+            4 + cfg.immediate_ids.len(),
+            ItemPointer::address(cfg.payload_id, 0),
+        );
+    }
+
+    /// Output items (free or not).
+    pub fn n_items(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Items in flight on the NIC.
+    pub fn in_flight(&self) -> usize {
+        self.tracker.in_flight()
+    }
+
+    /// Packets (send work requests) of one item.
+    pub fn packets_per_item(&self) -> usize {
+        self.packets_per_item
+    }
+
+    /// Device address of item `item` (where the pipeline writes the batch).
+    pub fn item_address(&self, item: u32) -> Option<u64> {
+        self.items.get(item as usize).copied()
+    }
+
+    /// The header bytes of packet `k` of `item` (for tests and inspection).
+    pub fn header(&self, item: u32, k: usize) -> &[u8] {
+        let at = self.fields[k].at + item as usize * (self.fields.len() * self.stride());
+        &self.headers[at..at + self.header_len]
+    }
+
+    fn stride(&self) -> usize {
+        self.header_len.div_ceil(64) * 64
+    }
+
+    /// Polls the completion queue once; items whose last packet completed become free.
+    /// Returns how many items were freed.
+    pub fn poll(&mut self) -> io::Result<usize> {
+        // SAFETY: cq is live; wc has room for its length.
+        let n = unsafe { poll_cq(self.cq, self.wc.len() as c_int, self.wc.as_mut_ptr()) };
+        if n < 0 {
+            return Err(io::Error::other(format!("ibv_poll_cq failed ({n})")));
+        }
+        self.freed.clear();
+        for k in 0..n as usize {
+            let wc = self.wc[k];
+            if wc.status != IBV_WC_SUCCESS {
+                self.stats.wc_errors += 1;
+            }
+            let before = self.tracker.stray_completions;
+            self.tracker.completed(wc.wr_id, &mut self.freed);
+            self.stats.stray_completions += self.tracker.stray_completions - before;
+        }
+        for &i in &self.freed {
+            if let Some(s) = self.state.get_mut(i as usize) {
+                if *s == ItemState::InFlight {
+                    *s = ItemState::Free;
+                    self.free.push(i);
+                    self.outstanding -= self.packets_per_item;
+                }
+            }
+        }
+        Ok(self.freed.len())
+    }
+
+    /// A free item to fill, polling completions for up to `timeout` if none is free.
+    pub fn acquire(&mut self, timeout: Duration) -> io::Result<u32> {
+        let start = Instant::now();
+        loop {
+            if let Some(i) = self.free.pop() {
+                self.state[i as usize] = ItemState::Filling;
+                return Ok(i);
+            }
+            self.poll()?;
+            if self.free.is_empty() && start.elapsed() >= timeout {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "no output item came back from the NIC within {timeout:?} ({} in flight)",
+                        self.in_flight()
+                    ),
+                ));
+            }
+        }
+    }
+
+    /// Sends item `item` (acquired and filled): `values` holds the immediates of every
+    /// heap in order (heaps × immediate ids). Waits for room in the send queue (up to
+    /// `timeout`) and for the pacer.
+    pub fn send(&mut self, item: u32, values: &[u64], timeout: Duration) -> io::Result<()> {
+        let n_imm = self.cfg.immediate_ids.len();
+        if self.state.get(item as usize) != Some(&ItemState::Filling) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("output item {item} was not acquired"),
+            ));
+        }
+        if values.len() != self.cfg.heaps.len() * n_imm {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} immediate values for {} heaps of {n_imm}",
+                    values.len(),
+                    self.cfg.heaps.len()
+                ),
+            ));
+        }
+        let start = Instant::now();
+        while self.outstanding + self.packets_per_item > self.cfg.send_queue_depth {
+            self.poll()?;
+            if start.elapsed() >= timeout {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the send queue did not drain",
+                ));
+            }
+        }
+        let base = item as usize * self.fields.len() * self.stride();
+        let cnts: Vec<u64> = (0..self.cfg.heaps.len())
+            .map(|_| {
+                let c = self.next_cnt;
+                self.next_cnt = self.next_cnt.wrapping_add(self.cfg.cnt_step.max(1));
+                c
+            })
+            .collect();
+        for f in &self.fields {
+            let s = base + f.at + L2_L4 + HEADER_BYTES;
+            let h = &mut self.headers[s..];
+            let cnt = ItemPointer::immediate(ids::HEAP_CNT, cnts[f.heap]);
+            h[..8].copy_from_slice(&cnt.to_raw().to_be_bytes());
+            for (k, &id) in self.cfg.immediate_ids.iter().enumerate() {
+                let p = ItemPointer::immediate(id, values[f.heap * n_imm + k]);
+                h[8 * (4 + k)..8 * (5 + k)].copy_from_slice(&p.to_raw().to_be_bytes());
+            }
+        }
+        if let Some(p) = self.pacer.as_mut() {
+            p.wait(self.wire_bytes_per_item);
+        }
+        let wrs = &mut self.wrs[item as usize];
+        // SAFETY: the QP is live and has room for the chain (checked above); headers and
+        // items stay registered while the sender lives.
+        unsafe { wrs.post(self.qp) }?;
+        self.tracker.posted(item, wrs);
+        self.state[item as usize] = ItemState::InFlight;
+        self.outstanding += self.packets_per_item;
+        self.stats.items += 1;
+        self.stats.heaps += self.cfg.heaps.len() as u64;
+        self.stats.packets += self.packets_per_item as u64;
+        self.stats.bytes += self.cfg.heaps.iter().map(|h| h.len).sum::<u64>();
+        Ok(())
+    }
+
+    /// Waits (up to `timeout`) until every item is back from the NIC.
+    pub fn flush(&mut self, timeout: Duration) -> io::Result<()> {
+        let start = Instant::now();
+        while self.in_flight() > 0 {
+            self.poll()?;
+            if start.elapsed() >= timeout {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("{} output items still in flight", self.in_flight()),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The real thing: opens the RDMA device, registers the GPU allocation that holds
+    /// `n_items` items of `item_bytes` at `dptr` (`kind`: dmabuf or nvidia-peermem) and the
+    /// header region, and builds the sender.
+    ///
+    /// # Safety
+    /// `dptr..dptr + n_items × item_bytes` must be a live CUDA allocation of the current
+    /// context, host-page aligned, kept alive as long as the sender.
+    pub unsafe fn open(
+        device: Option<&str>,
+        port: u8,
+        cfg: PeerDirectConfig,
+        dptr: u64,
+        item_bytes: usize,
+        n_items: usize,
+        kind: super::peerdirect::GpuMrKind,
+    ) -> io::Result<Self> {
+        let mut qp = Box::new(super::ibverbs::RawSendQp::open(
+            device,
+            port,
+            cfg.send_queue_depth,
+        )?);
+        let verbs: &'static super::ibverbs::Verbs = &*(&qp.verbs as *const _);
+        let gpu =
+            super::peerdirect::GpuMr::register(verbs, qp.pd, dptr, item_bytes * n_items, kind)?;
+        let items: Vec<(u64, u32)> = (0..n_items)
+            .map(|i| (dptr + (i * item_bytes) as u64, gpu.lkey))
+            .collect();
+        let (raw_qp, raw_cq) = (qp.qp, qp.cq);
+        let qp_ref: *mut super::ibverbs::RawSendQp = &mut *qp;
+        let mut s = Self::from_raw(raw_qp, raw_cq, cfg, &items, |p, len| {
+            (*qp_ref).register_host(p, len)
+        })?;
+        // Dropped in this order: the GPU region, then the QP (which owns the verbs).
+        s.owner = Some(Box::new(PeerDirectOwner { gpu: Some(gpu), qp }));
+        Ok(s)
+    }
+}
+
+impl Drop for PeerDirectSender {
+    fn drop(&mut self) {
+        if self.owner.is_some() {
+            // Let the NIC finish with the headers and items before they are released.
+            let _ = self.flush(Duration::from_millis(200));
+            self.owner.take();
+        }
+    }
+}
+
+/// The verbs objects behind a real sender; the GPU region must go before the QP that
+/// holds the library.
+struct PeerDirectOwner {
+    gpu: Option<super::peerdirect::GpuMr<'static>>,
+    #[allow(dead_code)]
+    qp: Box<super::ibverbs::RawSendQp>,
+}
+
+// SAFETY: the region and the QP are owned here and only dropped, from the sender's thread.
+unsafe impl Send for PeerDirectOwner {}
+
+impl Drop for PeerDirectOwner {
+    fn drop(&mut self) {
+        self.gpu.take();
+    }
+}
+
+#[cfg(test)]
+mod tests;
