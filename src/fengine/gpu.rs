@@ -211,15 +211,17 @@ impl DeviceBlock {
 
     /// Sizes the input for packed `bits`-wide samples, `bytes` per pol with the window
     /// starting at the first byte, and the other buffers for `spectra` spectra of `cfg`.
-    pub(crate) fn shape_packed(
+    /// `input` = (bits, bytes, pad): at least `pad` bytes follow each pol's input (the
+    /// narrowband DDC reads further ahead than the FIR).
+    pub(crate) fn shape_packed_pad(
         &mut self,
         stream: &Arc<CudaStream>,
         cfg: &FConfig,
-        bits: u32,
-        bytes: usize,
+        input: (u32, usize, usize),
         spectra: usize,
     ) -> Result<(), FError> {
-        let stride = bytes.next_multiple_of(4) + IN_PAD;
+        let (bits, bytes, pad) = input;
+        let stride = bytes.next_multiple_of(4) + pad.max(IN_PAD);
         ensure(stream, &mut self.input, 2 * stride)?;
         self.in_stride = stride;
         self.staged = [Staged {

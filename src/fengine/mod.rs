@@ -61,7 +61,7 @@ pub use gpu::{BlockParams, GpuBackend, Tuning, PFB_FIR_SRC, POSTPROC_SRC};
 pub use gpu_bench::bench_gpu;
 pub use gpu_ddc::{DdcTuningChoice, GpuNarrowband, PFB_FIR_COMPLEX_SRC, POSTPROC_NB_SRC};
 pub use gpu_ddc_bench::bench_gpu_narrowband;
-pub use gpu_pipeline::{GpuPipeline, PipelineShape};
+pub use gpu_pipeline::{GpuPipeline, PipelineBackend, PipelineShape};
 pub use postproc::{dither_value, quantise};
 pub use remez::{remez, Band};
 pub use stats::InputStats;
