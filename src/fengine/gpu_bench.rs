@@ -198,20 +198,21 @@ fn pipeline_rate(b: &Bench, unzip: usize) -> Result<f64, FError> {
     let c = (CHUNK_SAMPLES / b.cfg.pfb_step())
         .max(TAPS)
         .next_multiple_of(b.cfg.spectra_per_heap);
-    pipelined(&b.cfg, unzip, c, &b.packed, &b.gains)
+    Ok(pipelined(&b.cfg, unzip, c, &b.packed, &b.gains)?.0)
 }
 
 /// End to end through a [`GpuPipeline`] of `cfg` (wideband or narrowband) with chunks of
 /// `c` spectra taken from the start of `packed` (at least two chunks per pol): input samples
 /// per second (both pols) over PIPE_CHUNKS chunks after a warm-up, from the first upload's
-/// start to the last download's end.
+/// start to the last download's end; and the same uploads alone on the upload stream
+/// (samples per second), right after.
 pub(super) fn pipelined(
     cfg: &FConfig,
     unzip: usize,
     c: usize,
     packed: &[Vec<u8>],
     gains: &[Complex32],
-) -> Result<f64, FError> {
+) -> Result<(f64, f64), FError> {
     let sbs = cfg.samples_between_spectra();
     let shape = PipelineShape {
         chunk_spectra: c,
@@ -264,8 +265,22 @@ pub(super) fn pipelined(
     let end = d2h.record_event(Some(CU_EVENT_DEFAULT)).map_err(gerr)?;
     end.synchronize().map_err(gerr)?;
     let secs = start.elapsed_ms(&end).map_err(gerr)? as f64 * 1e-3;
+    pipe.synchronize()?;
+    // The same host→device copies with nothing else running.
+    let mut dev: CudaSlice<u8> = h2d.alloc_zeros(cb).map_err(gerr)?;
+    h2d.synchronize().map_err(gerr)?;
+    let t0 = h2d.record_event(Some(CU_EVENT_DEFAULT)).map_err(gerr)?;
+    for k in 0..PIPE_CHUNKS {
+        for h in &hosts[k % 2] {
+            h2d.memcpy_htod(h, &mut dev).map_err(gerr)?;
+        }
+    }
+    let t1 = h2d.record_event(Some(CU_EVENT_DEFAULT)).map_err(gerr)?;
+    t1.synchronize().map_err(gerr)?;
+    let alone = t0.elapsed_ms(&t1).map_err(gerr)? as f64 * 1e-3;
     // PIPE_CHUNKS chunks were computed and downloaded within the window.
-    Ok((PIPE_CHUNKS * 2 * c * sbs) as f64 / secs)
+    let samples = (PIPE_CHUNKS * 2 * c * sbs) as f64;
+    Ok((samples / secs, samples / alone))
 }
 
 fn pct(x: f64, bound: f64) -> f64 {

@@ -285,13 +285,26 @@ impl GpuNarrowband {
     /// of packed `bits`-wide samples from the first window sample on (ADC timestamp `t0`),
     /// `nvalid` of them valid.
     pub(crate) fn stage_packed(&mut self, bits: u32, bytes: usize, nvalid: usize, t0: u64) {
-        self.staged = [Staged {
+        self.stage_packed_pols(bits, bytes, [0, 0], nvalid, [t0, t0]);
+    }
+
+    /// [`Self::stage_packed`] with pol p's first window sample at staged index `first[p]`
+    /// (ADC timestamp `t0[p]`), `needed` samples from there valid.
+    pub(crate) fn stage_packed_pols(
+        &mut self,
+        bits: u32,
+        bytes: usize,
+        first: [usize; 2],
+        needed: usize,
+        t0: [u64; 2],
+    ) {
+        self.staged = [0, 1].map(|p| Staged {
             in_bits: bits,
-            first: 0,
-            nvalid,
-            bias: self.mixer.phase(t0),
+            first: first[p],
+            nvalid: first[p] + needed,
+            bias: self.mixer.phase(t0[p]),
             bytes,
-        }; 2];
+        });
     }
 
     /// The DDC tuning in use for input format `in_bits` (tuning it now if needed).
@@ -410,6 +423,17 @@ impl GpuNarrowband {
     /// Queues DDC, FIR, FFT and post-processing of `m` staged spectra into the device output
     /// (which must hold spectra out_first..out_first + m). The saturation counters are reset.
     pub(crate) fn compute(&mut self, m: usize, out_first: usize) -> Result<(), FError> {
+        self.compute_with(m, out_first, true)
+    }
+
+    /// [`Self::compute`]; `reset` false adds to the saturation counters (later blocks of a
+    /// batch).
+    pub(crate) fn compute_with(
+        &mut self,
+        m: usize,
+        out_first: usize,
+        reset: bool,
+    ) -> Result<(), FError> {
         let n = self.cfg.pfb_channels();
         if m.div_ceil(POST_TILE) > 65535 || m.div_ceil(FIR_RUN) > 65535 || 2 * m > i32::MAX as usize
         {
@@ -420,7 +444,9 @@ impl GpuNarrowband {
         }
         ensure(&self.stream, &mut self.fir_out, m * 2 * n)?;
         ensure(&self.stream, &mut self.fft_out, m * 2 * n)?;
-        self.stream.memset_zeros(&mut self.sat).map_err(gerr)?;
+        if reset {
+            self.stream.memset_zeros(&mut self.sat).map_err(gerr)?;
+        }
         self.launch_ddc(m)?;
         self.launch_fir(m)?;
         self.launch_fft(m)?;

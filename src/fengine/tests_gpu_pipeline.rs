@@ -288,6 +288,7 @@ fn gpu_pipeline_narrowband_matches_one_block() {
         let mut cfg = FConfig::wideband(64, 8);
         cfg.dither_seed = 5;
         cfg.feng_id = 2;
+        cfg.n_ants = 4;
         cfg.narrowband = Some(Narrowband {
             decimation: 8,
             centre_frequency: 321e6,
@@ -307,7 +308,18 @@ fn gpu_pipeline_narrowband_matches_one_block() {
             bits: BITS,
             slots: 3,
         };
-        assert!(GpuPipeline::check_shape(&cfg, &short).is_err());
+        match GpuPipeline::check_shape(&cfg, &short) {
+            Err(FError::BadParameter { what, .. }) => assert_eq!(what, "chunk_spectra"),
+            other => panic!("short narrowband chunks: {other:?}"),
+        }
+        assert!(GpuPipeline::check_shape(
+            &cfg,
+            &PipelineShape {
+                chunk_spectra: 32,
+                ..short
+            }
+        )
+        .is_ok());
         if !gpu::gpu_test_guard("gpu_pipeline_narrowband_matches_one_block") {
             return;
         }
