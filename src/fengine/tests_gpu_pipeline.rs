@@ -415,8 +415,8 @@ fn gpu_pipeline_narrowband_matches_one_block() {
                         _ => worse += 1,
                     }
                 }
-                for p in 0..2 {
-                    sat[p] += st.saturated[p];
+                for (acc, v) in sat.iter_mut().zip(st.saturated) {
+                    *acc += v;
                 }
             }
         }
@@ -431,8 +431,8 @@ fn gpu_pipeline_narrowband_matches_one_block() {
             want.len()
         );
         assert!(want.iter().any(|&x| x != 0), "all-zero reference");
-        for p in 0..2 {
-            assert!(sat[p].abs_diff(ws.saturated[p]) <= 2, "pol {p} saturated");
+        for (p, (a, b)) in sat.iter().zip(ws.saturated).enumerate() {
+            assert!(a.abs_diff(b) <= 2, "pol {p} saturated");
         }
         assert!(ws.saturated[0] > 0, "the case should saturate some values");
     }

@@ -53,6 +53,9 @@ struct Prepared {
     ranges: [(u64, u64); 2],
 }
 
+/// A batch computed at submission: output, clipped values, digitiser statistics.
+type Computed = (Vec<u8>, [u64; 2], Option<[InputStats; 2]>);
+
 /// A [`Channelizer`] over an [`FBackend`]: gains and delay models from a shared
 /// [`OutputControl`], each spectrum with the delay model in force at its own timestamp;
 /// blocks are cut where either polarisation's coarse delay or delay model changes. Batches
@@ -76,7 +79,7 @@ pub struct BackendChannelizer<B: FBackend + Send> {
     /// Timestamps of the batches submitted and not completed.
     queued: VecDeque<u64>,
     /// Batches computed at submission (backends without depth).
-    done: VecDeque<(Vec<u8>, [u64; 2], Option<[InputStats; 2]>)>,
+    done: VecDeque<Computed>,
 }
 
 impl<B: FBackend + Send> BackendChannelizer<B> {
