@@ -168,3 +168,134 @@ fn no_skips_or_missing_outside_the_received_span() {
     assert_eq!(o.first_timestamp, Some(3 * 4096));
     assert_eq!(o.last_timestamp, Some(19 * 4096));
 }
+
+/// The engine with a pipelined channeliser (packed samples kept by the store, no host
+/// decode, batches submitted and completed, digitiser statistics from the channeliser's
+/// batches) sends exactly the heaps of the decoded path, on the CPU backend, with a
+/// coarse delay that steps inside batches and a lost heap.
+#[test]
+fn packed_pipelined_engine_sends_the_decoded_engines_heaps() {
+    use gpucbf::fengine::{CpuBackend, FConfig, LinearDelayModel};
+    use gpucbf::fgpu::backend::BackendChannelizer;
+    use gpucbf::fgpu::control::OutputControl;
+    let dir = std::env::temp_dir().join(format!("gpucbf-fgpu-packed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dpcap = dir.join("d.pcap");
+    let sink = Box::new(
+        PcapSink::create(&dpcap, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148), 4).unwrap(),
+    );
+    let dsts = vec![
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148),
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7149),
+    ];
+    let mut s = HeapSender::new(sink, dsts, 2, 2, 8192, None);
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for h in 0..40u64 {
+        for pol in 0..2u64 {
+            if (h, pol) == (17, 0) {
+                continue;
+            }
+            let v: Vec<i16> = (0..4096)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    ((x >> 40) % 511) as i16 - 255
+                })
+                .collect();
+            let mut payload = vec![0u8; 5120];
+            gpucbf::bitpack::pack(&v, 10, &mut payload);
+            s.send_heap(
+                pol as usize,
+                &[
+                    // Away from 0: the first batch's input starts before its timestamp.
+                    (ids::TIMESTAMP, (h + 8) * 4096),
+                    (ids::DIGITISER_ID, pol),
+                    (ids::DIGITISER_STATUS, 0),
+                ],
+                ids::ADC_SAMPLES,
+                &payload,
+            )
+            .unwrap();
+        }
+    }
+    s.flush().unwrap();
+    drop(s);
+    let run = |packed: bool| {
+        let spec = parse_wideband(
+            "name=wb,channels=64,dst=127.0.0.1:7150,127.0.0.1:7151,jones_per_batch=2048,taps=4",
+        )
+        .unwrap();
+        let mut cfg = FConfig::wideband(64, 32);
+        cfg.taps = 4;
+        cfg.dither_seed = 5;
+        let mut ctl = OutputControl::new(64, 0.05);
+        for (pol, delay, rate) in [(0, 21.0, 1.5e-4), (1, 2.0, 0.0)] {
+            ctl.push_model(
+                pol,
+                LinearDelayModel {
+                    start: 0,
+                    delay,
+                    delay_rate: rate,
+                    phase: 0.3,
+                    phase_rate: 1e-4,
+                },
+            );
+        }
+        let chan = BackendChannelizer::new(
+            CpuBackend::new(cfg).unwrap(),
+            10,
+            std::sync::Arc::new(std::sync::Mutex::new(ctl)),
+        )
+        .with_packed_input(packed);
+        let fpcap = dir.join(format!("f{}.pcap", u8::from(packed)));
+        let sender = HeapSender::new(
+            open_sink(Some(&fpcap), Ipv4Addr::UNSPECIFIED, 4).unwrap(),
+            spec.dst.clone(),
+            3,
+            5,
+            8192,
+            None,
+        );
+        let pipe = Pipeline::new(spec, Box::new(chan), sender, 3, 2);
+        let summary = run_pipelines(
+            Box::new(PcapFileSource::open(&dpcap, vec![]).unwrap()),
+            DigitiserPlacement::new(4096, 10, 8 * 4096).unwrap(),
+            vec![pipe],
+            10,
+            &mut |_, _| {},
+        )
+        .unwrap();
+        let mut src = PcapSource::open(&fpcap).unwrap();
+        let mut payloads = Vec::new();
+        while let Some(d) = src.next_datagram().unwrap() {
+            payloads.push(d.payload.to_vec());
+        }
+        (summary, payloads)
+    };
+    let (sd, bd) = run(false);
+    let (sp, bp) = run(true);
+    let (od, op) = (&sd.outputs[0], &sp.outputs[0]);
+    assert!(od.batches > 20 && od.skipped_heaps > 0, "{od:?}");
+    assert_eq!(
+        (od.batches, od.heaps, od.skipped_heaps, od.clipped_samples),
+        (op.batches, op.heaps, op.skipped_heaps, op.clipped_samples)
+    );
+    assert_eq!(
+        (sd.input_heaps, sd.input_missing_heaps),
+        (sp.input_heaps, sp.input_missing_heaps)
+    );
+    assert_eq!(bd.len(), bp.len());
+    assert!(bd == bp, "the packed engine's heaps differ");
+    for p in 0..2 {
+        // Statistics over the processed batches (packed) vs all received samples: the same
+        // noise level.
+        assert!(
+            (sd.input_rms_dbfs[p] - sp.input_rms_dbfs[p]).abs() < 0.2,
+            "{:?} {:?}",
+            sd.input_rms_dbfs,
+            sp.input_rms_dbfs
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

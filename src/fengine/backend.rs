@@ -19,6 +19,28 @@ pub trait FBackend {
     /// re/im) for `out.len() / (channels·2·bytes_per_value)` spectra; the block fills
     /// spectra [block.out_first, block.out_first + block.spectra).
     fn process(&mut self, block: &Block, out: &mut [u8]) -> Result<BlockStats, FError>;
+
+    /// Batches this backend can hold in flight through [`Self::submit`] and
+    /// [`Self::complete`] (0: none, [`Self::process`] only).
+    fn depth(&self) -> usize {
+        0
+    }
+
+    /// Queues one batch: `blocks` cover output spectra 0.. of an `out_len`-byte output in
+    /// order (cut where a coarse delay changes) and all read the same packed input slices.
+    /// At most [`Self::depth`] batches may be queued and not completed.
+    fn submit(&mut self, _blocks: &[Block], _out_len: usize) -> Result<(), FError> {
+        Err(FError::BadParameter {
+            what: "submit",
+            why: "this backend computes block by block (process) only".into(),
+        })
+    }
+
+    /// The oldest queued batch, written to `out`, with its counters; `wait`: wait for it
+    /// (else `None` while it is still being computed). `None` when nothing is queued.
+    fn complete(&mut self, _out: &mut [u8], _wait: bool) -> Result<Option<BlockStats>, FError> {
+        Ok(None)
+    }
 }
 
 /// CPU backend: rayon over tiles of spectra; FIR, FFT and post-processing fused per tile.

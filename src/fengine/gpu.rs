@@ -10,8 +10,9 @@
 //! The backend runs on a stream of its own (not the legacy default stream), which puts its
 //! context in cudarc's multi-stream mode: every device buffer tracks its last reader and
 //! writer with events. [`super::GpuPipeline`] builds on that to overlap host→device copies,
-//! compute and device→host copies on three streams; [`FBackend::process`] here stays a
-//! synchronous copy-compute-copy per block (what the engine's `Channelizer` needs today).
+//! compute and device→host copies on three streams, and [`super::Pipelined`] to keep
+//! several engine batches in flight; [`FBackend::process`] here stays a synchronous
+//! copy-compute-copy per block.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -249,15 +250,17 @@ impl DeviceBlock {
 
     /// Sizes the input for packed `bits`-wide samples, `bytes` per pol with the window
     /// starting at the first byte, and the other buffers for `spectra` spectra of `cfg`.
-    pub(crate) fn shape_packed(
+    /// `input` = (bits, bytes, pad): at least `pad` bytes follow each pol's input (the
+    /// narrowband DDC reads further ahead than the FIR).
+    pub(crate) fn shape_packed_pad(
         &mut self,
         stream: &Arc<CudaStream>,
         cfg: &FConfig,
-        bits: u32,
-        bytes: usize,
+        input: (u32, usize, usize),
         spectra: usize,
     ) -> Result<(), FError> {
-        let stride = bytes.next_multiple_of(4) + IN_PAD;
+        let (bits, bytes, pad) = input;
+        let stride = bytes.next_multiple_of(4) + pad.max(IN_PAD);
         ensure(stream, &mut self.input, 2 * stride)?;
         self.in_stride = stride;
         self.staged = [Staged {
@@ -491,6 +494,17 @@ impl GpuBackend {
         Ok(())
     }
 
+    /// Describes the device block's input in place: both pols hold `bytes` of packed
+    /// `bits`-wide samples, the first window sample of pol p at staged index `first[p]`.
+    pub(crate) fn stage_in_place(&mut self, bits: u32, first: [usize; 2], bytes: usize) {
+        self.blk.staged = first.map(|first| Staged {
+            in_bits: bits,
+            stat_bits: bits,
+            first,
+            bytes,
+        });
+    }
+
     /// Exchanges the device block the kernels work on with `b`.
     pub(crate) fn swap_block(&mut self, b: &mut DeviceBlock) {
         std::mem::swap(&mut self.blk, b);
@@ -641,6 +655,16 @@ impl GpuBackend {
     /// Queues FIR, FFT and post-processing of `m` staged spectra into the device output
     /// (which must hold spectra out_first..out_first + m). Counters are reset first.
     pub(crate) fn compute(&mut self, m: usize, out_first: usize) -> Result<(), FError> {
+        self.compute_with(m, out_first, true)
+    }
+
+    /// [`Self::compute`]; `reset` false adds to the counters (later blocks of a batch).
+    pub(crate) fn compute_with(
+        &mut self,
+        m: usize,
+        out_first: usize,
+        reset: bool,
+    ) -> Result<(), FError> {
         let n = self.cfg.pfb_channels();
         let batch = m * 2 * self.unzip;
         if m.div_ceil(POST_TILE) > 65535 || batch > i32::MAX as usize {
@@ -651,10 +675,12 @@ impl GpuBackend {
         }
         ensure(&self.stream, &mut self.fir_out, m * 2 * n)?;
         ensure(&self.stream, &mut self.fft_out, m * 2 * n)?;
-        self.stream
-            .memset_zeros(&mut self.blk.in_stats)
-            .map_err(gerr)?;
-        self.stream.memset_zeros(&mut self.blk.sat).map_err(gerr)?;
+        if reset {
+            self.stream
+                .memset_zeros(&mut self.blk.in_stats)
+                .map_err(gerr)?;
+            self.stream.memset_zeros(&mut self.blk.sat).map_err(gerr)?;
+        }
         self.launch_fir(m)?;
         self.launch_fft(m)?;
         self.launch_post(m, out_first)

@@ -195,25 +195,47 @@ fn stage_times(be: &mut GpuBackend, m: usize) -> Result<[f64; 3], FError> {
 /// End to end through the pipeline: samples per second (both pols) over PIPE_CHUNKS chunks
 /// after a warm-up, from the first upload's start to the last download's end.
 fn pipeline_rate(b: &Bench, unzip: usize) -> Result<f64, FError> {
-    let step = b.cfg.pfb_step();
-    let c = (CHUNK_SAMPLES / step)
+    let c = (CHUNK_SAMPLES / b.cfg.pfb_step())
         .max(TAPS)
         .next_multiple_of(b.cfg.spectra_per_heap);
+    Ok(pipelined(&b.cfg, unzip, c, &b.packed, &b.gains)?.0)
+}
+
+/// End to end through a [`GpuPipeline`] of `cfg` (wideband or narrowband) with chunks of
+/// `c` spectra taken from the start of `packed` (at least two chunks per pol): input samples
+/// per second (both pols) over PIPE_CHUNKS chunks after a warm-up, from the first upload's
+/// start to the last download's end; and the same uploads alone on the upload stream
+/// (samples per second), right after.
+pub(super) fn pipelined(
+    cfg: &FConfig,
+    unzip: usize,
+    c: usize,
+    packed: &[Vec<u8>],
+    gains: &[Complex32],
+) -> Result<(f64, f64), FError> {
+    let sbs = cfg.samples_between_spectra();
     let shape = PipelineShape {
         chunk_spectra: c,
         bits: IN_BITS,
         slots: PIPE_SLOTS,
     };
-    let mut pipe = GpuPipeline::new(b.cfg.clone(), unzip, shape)?;
+    let mut pipe = GpuPipeline::new(cfg.clone(), unzip, shape)?;
     let cb = pipe.chunk_bytes();
     let stream = pipe.backend().stream().clone();
     // Two pinned chunks per pol, alternated (the contents do not matter for timing).
     let hosts: Vec<[PinnedHostSlice<u8>; 2]> = (0..2)
         .map(|i| -> Result<_, FError> {
             let o = i * cb;
+            let part = |p: usize| {
+                packed[p].get(o..o + cb).ok_or(FError::BadLength {
+                    what: "bench input",
+                    expected: o + cb,
+                    got: packed[p].len(),
+                })
+            };
             Ok([
-                pinned_from(&stream, &b.packed[0][o..o + cb])?,
-                pinned_from(&stream, &b.packed[1][o..o + cb])?,
+                pinned_from(&stream, part(0)?)?,
+                pinned_from(&stream, part(1)?)?,
             ])
         })
         .collect::<Result<_, _>>()?;
@@ -226,7 +248,7 @@ fn pipeline_rate(b: &Bench, unzip: usize) -> Result<f64, FError> {
             spectra: c,
             fine_delay: [&fine, &fine],
             phase: [&phase, &phase],
-            gains: [&b.gains, &b.gains],
+            gains: [gains, gains],
         };
         pipe.push([&h[0], &h[1]], &params).map(|_| ())
     };
@@ -243,8 +265,22 @@ fn pipeline_rate(b: &Bench, unzip: usize) -> Result<f64, FError> {
     let end = d2h.record_event(Some(CU_EVENT_DEFAULT)).map_err(gerr)?;
     end.synchronize().map_err(gerr)?;
     let secs = start.elapsed_ms(&end).map_err(gerr)? as f64 * 1e-3;
+    pipe.synchronize()?;
+    // The same host→device copies with nothing else running.
+    let mut dev: CudaSlice<u8> = h2d.alloc_zeros(cb).map_err(gerr)?;
+    h2d.synchronize().map_err(gerr)?;
+    let t0 = h2d.record_event(Some(CU_EVENT_DEFAULT)).map_err(gerr)?;
+    for k in 0..PIPE_CHUNKS {
+        for h in &hosts[k % 2] {
+            h2d.memcpy_htod(h, &mut dev).map_err(gerr)?;
+        }
+    }
+    let t1 = h2d.record_event(Some(CU_EVENT_DEFAULT)).map_err(gerr)?;
+    t1.synchronize().map_err(gerr)?;
+    let alone = t0.elapsed_ms(&t1).map_err(gerr)? as f64 * 1e-3;
     // PIPE_CHUNKS chunks were computed and downloaded within the window.
-    Ok((PIPE_CHUNKS * 2 * c * step) as f64 / secs)
+    let samples = (PIPE_CHUNKS * 2 * c * sbs) as f64;
+    Ok((samples / secs, samples / alone))
 }
 
 fn pct(x: f64, bound: f64) -> f64 {

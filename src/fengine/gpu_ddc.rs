@@ -27,7 +27,7 @@ use super::ddc::{ddc_weights, Ddc, MixerFrequency};
 use super::ddc_tune::{
     autotune, candidates, launch_ddc, load_ddc, valid_tuning, DdcLaunch, DdcTuning,
 };
-use super::gpu::{arch_for, ensure, gerr, upload_params, BlockParams};
+use super::gpu::{arch_for, ensure, gerr, upload_params, BlockParams, DeviceBlock};
 use super::weights::pfb_weights;
 use super::{Block, BlockStats, Dither, FConfig, FError, Samples};
 
@@ -44,7 +44,7 @@ const FIR_THREADS: u32 = 128;
 const FIR_RUN: usize = 64;
 const POST_TILE: usize = 32;
 /// Bytes after each pol's staged input (the DDC decoder reads whole runs of ≤ 64 bytes).
-const IN_PAD: usize = 128;
+pub(super) const IN_PAD: usize = 128;
 /// Largest DDC taps per phase (W = ceil(taps/S)) the kernel unrolls.
 pub const MAX_DDC_TAPS_PER_PHASE: usize = 64;
 /// Largest PFB tap count the complex FIR unrolls.
@@ -219,7 +219,9 @@ impl GpuNarrowband {
             &fir_complex_defines(&cfg),
         )?;
         let post_fn = load("postproc_nb", POSTPROC_NB_SRC, &postproc_nb_defines(&cfg))?;
-        let stream = ctx.default_stream();
+        // A stream of our own (not the legacy default stream, which would serialise with
+        // the pipeline's copy streams; see `GpuBackend::with_unzip`).
+        let stream = ctx.new_stream().map_err(gerr)?;
         let wts = pfb_weights(cfg.pfb_step(), cfg.taps, cfg.w_cutoff, cfg.window)?;
         let weights = stream.clone_htod(&wts).map_err(gerr)?;
         let z = stream.clone_htod(&zh).map_err(gerr)?;
@@ -265,6 +267,48 @@ impl GpuNarrowband {
 
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// Exchanges the device buffers the kernels work on (input, output, parameters,
+    /// saturation counters) with those of `b` (the pipeline's slots).
+    pub(crate) fn swap_block(&mut self, b: &mut DeviceBlock) {
+        std::mem::swap(&mut self.input, &mut b.input);
+        std::mem::swap(&mut self.in_stride, &mut b.in_stride);
+        std::mem::swap(&mut self.out, &mut b.out);
+        std::mem::swap(&mut self.gains, &mut b.gains);
+        std::mem::swap(&mut self.delay, &mut b.delay);
+        std::mem::swap(&mut self.keys, &mut b.keys);
+        std::mem::swap(&mut self.sat, &mut b.sat);
+    }
+
+    /// Describes the input in place for the next [`Self::compute`]: both pols hold `bytes`
+    /// of packed `bits`-wide samples from the first window sample on (ADC timestamp `t0`),
+    /// `nvalid` of them valid.
+    pub(crate) fn stage_packed(&mut self, bits: u32, bytes: usize, nvalid: usize, t0: u64) {
+        self.stage_packed_pols(bits, bytes, [0, 0], nvalid, [t0, t0]);
+    }
+
+    /// [`Self::stage_packed`] with pol p's first window sample at staged index `first[p]`
+    /// (ADC timestamp `t0[p]`), `needed` samples from there valid.
+    pub(crate) fn stage_packed_pols(
+        &mut self,
+        bits: u32,
+        bytes: usize,
+        first: [usize; 2],
+        needed: usize,
+        t0: [u64; 2],
+    ) {
+        self.staged = [0, 1].map(|p| Staged {
+            in_bits: bits,
+            first: first[p],
+            nvalid: first[p] + needed,
+            bias: self.mixer.phase(t0[p]),
+            bytes,
+        });
     }
 
     /// The DDC tuning in use for input format `in_bits` (tuning it now if needed).
@@ -383,6 +427,17 @@ impl GpuNarrowband {
     /// Queues DDC, FIR, FFT and post-processing of `m` staged spectra into the device output
     /// (which must hold spectra out_first..out_first + m). The saturation counters are reset.
     pub(crate) fn compute(&mut self, m: usize, out_first: usize) -> Result<(), FError> {
+        self.compute_with(m, out_first, true)
+    }
+
+    /// [`Self::compute`]; `reset` false adds to the saturation counters (later blocks of a
+    /// batch).
+    pub(crate) fn compute_with(
+        &mut self,
+        m: usize,
+        out_first: usize,
+        reset: bool,
+    ) -> Result<(), FError> {
         let n = self.cfg.pfb_channels();
         if m.div_ceil(POST_TILE) > 65535 || m.div_ceil(FIR_RUN) > 65535 || 2 * m > i32::MAX as usize
         {
@@ -393,7 +448,9 @@ impl GpuNarrowband {
         }
         ensure(&self.stream, &mut self.fir_out, m * 2 * n)?;
         ensure(&self.stream, &mut self.fft_out, m * 2 * n)?;
-        self.stream.memset_zeros(&mut self.sat).map_err(gerr)?;
+        if reset {
+            self.stream.memset_zeros(&mut self.sat).map_err(gerr)?;
+        }
         self.launch_ddc(m)?;
         self.launch_fir(m)?;
         self.launch_fft(m)?;

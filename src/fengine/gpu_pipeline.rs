@@ -1,11 +1,13 @@
-//! Pipelined wideband GPU F-engine over a stream of input chunks: host→device copies on
-//! their own stream, FIR + FFT + post-processing on the backend's stream, device→host copies
-//! on a third, with several device blocks in flight so that all three overlap.
+//! Pipelined GPU F-engine over a stream of input chunks: host→device copies on their own
+//! stream, the compute (wideband: FIR + FFT + post-processing; narrowband: DDC + FIR + FFT +
+//! post-processing) on the backend's stream, device→host copies on a third, with several
+//! device blocks in flight so that all three overlap.
 //!
-//! Chunk k holds `chunk_spectra`·2N packed samples per pol (samples k·C·2N ..). Its FIR also
-//! needs the first (TAPS − 1)·2N samples of chunk k + 1, so once chunk k + 1 is on the
-//! device its head is copied (device to device, on the upload stream) behind chunk k, and
-//! only then is chunk k computed: outputs lag inputs by one chunk. The per-chunk gains,
+//! Chunk k holds `chunk_spectra`·(samples between spectra) packed samples per pol. Its
+//! compute also needs the head of chunk k + 1 (wideband: the FIR's (TAPS − 1)·2N samples;
+//! narrowband: the PFB footprint in DDC outputs plus the DDC filter's), so once chunk k + 1
+//! is on the device its head is copied (device to device, on the upload stream) behind
+//! chunk k, and only then is chunk k computed: outputs lag inputs by one chunk. The per-chunk gains,
 //! delays and dither keys go through pinned staging buffers per slot and are uploaded on the
 //! compute stream just before the kernels, so they never queue behind the bulk copies and
 //! the host can fill one slot's while the GPU works on another.
@@ -22,6 +24,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, PinnedHostSlice};
 
 use super::gpu::{gerr, BlockParams, DeviceBlock, GpuBackend};
+use super::gpu_ddc::GpuNarrowband;
 use super::stats::InputStats;
 use super::{BlockStats, FBackend, FConfig, FError};
 
@@ -50,9 +53,66 @@ pub struct PipelineShape {
     pub slots: usize,
 }
 
-/// Pipelined wideband channeliser of a continuous stream of packed chunks.
+/// The compute behind a [`GpuPipeline`].
+pub enum PipelineBackend {
+    Wideband(GpuBackend),
+    Narrowband(GpuNarrowband),
+}
+
+impl PipelineBackend {
+    pub fn config(&self) -> &FConfig {
+        match self {
+            PipelineBackend::Wideband(b) => b.config(),
+            PipelineBackend::Narrowband(b) => b.config(),
+        }
+    }
+
+    /// The compute stream.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        match self {
+            PipelineBackend::Wideband(b) => b.stream(),
+            PipelineBackend::Narrowband(b) => b.stream(),
+        }
+    }
+
+    pub fn context(&self) -> &Arc<cudarc::driver::CudaContext> {
+        match self {
+            PipelineBackend::Wideband(b) => b.context(),
+            PipelineBackend::Narrowband(b) => b.context(),
+        }
+    }
+
+    /// Queues the compute of `c` spectra held by `dev` (packed `bits`-wide input of `bytes`
+    /// per pol, first ADC sample at `t0`) into `dev`'s output.
+    fn compute_in(
+        &mut self,
+        dev: &mut DeviceBlock,
+        c: usize,
+        input: (u32, usize),
+        t0: u64,
+    ) -> Result<(), FError> {
+        match self {
+            PipelineBackend::Wideband(b) => {
+                b.swap_block(dev);
+                let r = b.compute(c, 0);
+                b.swap_block(dev);
+                r
+            }
+            PipelineBackend::Narrowband(b) => {
+                let nvalid = b.config().input_samples_needed(c);
+                b.swap_block(dev);
+                b.stage_packed(input.0, input.1, nvalid, t0);
+                let r = b.compute(c, 0);
+                b.swap_block(dev);
+                r
+            }
+        }
+    }
+}
+
+/// Pipelined channeliser (wideband or narrowband) of a continuous stream of packed chunks.
 pub struct GpuPipeline {
-    be: GpuBackend,
+    be: PipelineBackend,
     h2d: Arc<CudaStream>,
     d2h: Arc<CudaStream>,
     slots: Vec<Slot>,
@@ -61,6 +121,8 @@ pub struct GpuPipeline {
     tail_bytes: usize,
     /// Chunks uploaded so far.
     pushed: u64,
+    /// ADC timestamp of the last chunk pushed.
+    last_t0: u64,
 }
 
 impl GpuPipeline {
@@ -69,20 +131,32 @@ impl GpuPipeline {
         cfg.validate()?;
         let bad = |what, why: String| Err(FError::BadParameter { what, why });
         if cfg.narrowband.is_some() {
-            return bad("narrowband", "the GPU pipeline is wideband only".into());
+            GpuNarrowband::check_config(cfg)?;
         }
         if !(2..=10).contains(&shape.bits) && shape.bits != 12 && shape.bits != 16 {
             return bad("bits", format!("{} is not 2..=10, 12 or 16", shape.bits));
         }
         let c = shape.chunk_spectra;
-        if c == 0 || !c.is_multiple_of(cfg.spectra_per_heap) || c < cfg.taps - 1 {
+        // The head of the next chunk this one's compute needs.
+        let tail = cfg
+            .input_samples_needed(c.max(1))
+            .saturating_sub(c * cfg.samples_between_spectra());
+        if c == 0
+            || !c.is_multiple_of(cfg.spectra_per_heap)
+            || c * cfg.samples_between_spectra() < tail
+        {
             return bad(
                 "chunk_spectra",
                 format!(
-                    "{c} must be a positive multiple of spectra_per_heap {} and at least taps − 1 = {}",
+                    "{c} must be a positive multiple of spectra_per_heap {} and span at least the {tail} input samples of the filters' footprint",
                     cfg.spectra_per_heap,
-                    cfg.taps - 1
                 ),
+            );
+        }
+        if !(c * cfg.samples_between_spectra()).is_multiple_of(8) {
+            return bad(
+                "chunk_spectra",
+                format!("{c} spectra are not a whole number of bytes of packed input"),
             );
         }
         if shape.slots < 3 {
@@ -92,20 +166,31 @@ impl GpuPipeline {
     }
 
     /// Opens device 0 (unzip factor `unzip`, see [`GpuBackend::with_unzip`]).
+    /// Narrowband configurations get a [`GpuNarrowband`] (`unzip` is then unused).
     pub fn new(cfg: FConfig, unzip: usize, shape: PipelineShape) -> Result<Self, FError> {
         Self::check_shape(&cfg, &shape)?;
-        let be = GpuBackend::with_unzip(cfg, unzip)?;
+        let be = if cfg.narrowband.is_some() {
+            PipelineBackend::Narrowband(GpuNarrowband::new(cfg)?)
+        } else {
+            PipelineBackend::Wideband(GpuBackend::with_unzip(cfg, unzip)?)
+        };
         Self::with_backend(be, shape)
     }
 
     /// Builds the pipeline around an open backend (its tuning is kept).
-    pub fn with_backend(be: GpuBackend, shape: PipelineShape) -> Result<Self, FError> {
+    pub fn with_backend(be: PipelineBackend, shape: PipelineShape) -> Result<Self, FError> {
         let cfg = be.config().clone();
         Self::check_shape(&cfg, &shape)?;
-        let step = cfg.pfb_step();
         let bits = shape.bits as usize;
-        let chunk_bytes = shape.chunk_spectra * step * bits / 8;
-        let tail_bytes = (cfg.taps - 1) * step * bits / 8;
+        let chunk_samples = shape.chunk_spectra * cfg.samples_between_spectra();
+        let chunk_bytes = chunk_samples * bits / 8;
+        let tail_samples = cfg.input_samples_needed(shape.chunk_spectra) - chunk_samples;
+        let tail_bytes = (tail_samples * bits).div_ceil(8);
+        let pad = if cfg.narrowband.is_some() {
+            super::gpu_ddc::IN_PAD
+        } else {
+            0
+        };
         let ctx = be.context().clone();
         let h2d = ctx.new_stream().map_err(gerr)?;
         let d2h = ctx.new_stream().map_err(gerr)?;
@@ -114,7 +199,12 @@ impl GpuPipeline {
         let mut slots = Vec::with_capacity(shape.slots);
         for _ in 0..shape.slots {
             let mut dev = DeviceBlock::new(&stream, cfg.channels)?;
-            dev.shape_packed(&stream, &cfg, shape.bits, chunk_bytes + tail_bytes, c)?;
+            dev.shape_packed_pad(
+                &stream,
+                &cfg,
+                (shape.bits, chunk_bytes + tail_bytes, pad),
+                c,
+            )?;
             // SAFETY (all): every element is written before it is read (parameters by
             // `fill`, outputs and counters by the device copies).
             let staged = unsafe {
@@ -154,6 +244,7 @@ impl GpuPipeline {
             chunk_bytes,
             tail_bytes,
             pushed: 0,
+            last_t0: 0,
         })
     }
 
@@ -166,7 +257,7 @@ impl GpuPipeline {
         self.shape
     }
 
-    pub fn backend(&self) -> &GpuBackend {
+    pub fn backend(&self) -> &PipelineBackend {
         &self.be
     }
 
@@ -179,11 +270,24 @@ impl GpuPipeline {
     /// in pinned memory) with the parameters of its spectra (first_spectrum should be
     /// k·chunk_spectra plus the stream's origin). Then, since chunk k − 1 now has its FIR
     /// tail, queues its compute and its download; returns k − 1 in that case. Blocks the host
-    /// only while the slot it reuses is still busy.
+    /// only while the slot it reuses is still busy. The chunk's first sample has ADC
+    /// timestamp first_spectrum × samples between spectra (see [`Self::push_at`]).
     pub fn push(
         &mut self,
         input: [&PinnedHostSlice<u8>; 2],
         params: &BlockParams,
+    ) -> Result<Option<u64>, FError> {
+        let sbs = self.be.config().samples_between_spectra() as u64;
+        self.push_at(input, params, params.first_spectrum.wrapping_mul(sbs))
+    }
+
+    /// [`Self::push`] with the ADC timestamp `t0` of the chunk's first sample given (it
+    /// sets the narrowband mixer phase; wideband ignores it).
+    pub fn push_at(
+        &mut self,
+        input: [&PinnedHostSlice<u8>; 2],
+        params: &BlockParams,
+        t0: u64,
     ) -> Result<Option<u64>, FError> {
         let cfg = self.be.config().clone();
         let c = self.shape.chunk_spectra;
@@ -222,6 +326,8 @@ impl GpuPipeline {
             }
         }
         self.pushed += 1;
+        let prev_t0 = self.last_t0;
+        self.last_t0 = t0;
         if k == 0 {
             return Ok(None);
         }
@@ -243,12 +349,13 @@ impl GpuPipeline {
                 self.h2d.memcpy_dtod(&src, &mut dst).map_err(gerr)?;
             }
         }
-        self.compute(prev, k - 1)?;
+        self.compute(prev, k - 1, prev_t0)?;
         Ok(Some(k - 1))
     }
 
-    /// Queues parameter upload, kernels and download of chunk `k` in slot `i`.
-    fn compute(&mut self, i: usize, k: u64) -> Result<(), FError> {
+    /// Queues parameter upload, kernels and download of chunk `k` (first sample at `t0`) in
+    /// slot `i`.
+    fn compute(&mut self, i: usize, k: u64, t0: u64) -> Result<(), FError> {
         let c = self.shape.chunk_spectra;
         let stream = self.be.stream().clone();
         let s = &mut self.slots[i];
@@ -259,10 +366,8 @@ impl GpuPipeline {
         stream
             .memcpy_htod(&s.h_gains, &mut s.dev.gains)
             .map_err(gerr)?;
-        self.be.swap_block(&mut s.dev);
-        let r = self.be.compute(c, 0);
-        self.be.swap_block(&mut s.dev);
-        r?;
+        let input = (self.shape.bits, self.chunk_bytes + self.tail_bytes);
+        self.be.compute_in(&mut s.dev, c, input, t0)?;
         let len = s.out.len();
         self.d2h
             .memcpy_dtoh(&s.dev.out.slice(..len), &mut s.out)
@@ -301,11 +406,13 @@ impl GpuPipeline {
             clipped: st[2 + p],
             bits: self.shape.bits,
         });
+        // Narrowband outputs have no digitiser statistics (like katgpucbf).
+        let wideband = matches!(self.be, PipelineBackend::Wideband(_));
         Ok((
             out,
             BlockStats {
                 saturated: [sat[0], sat[1]],
-                input: Some(input),
+                input: wideband.then_some(input),
             },
         ))
     }

@@ -273,3 +273,167 @@ fn gpu_fir_decoders_match_cpu_for_all_bit_widths() {
         }
     }
 }
+
+/// Narrowband (discard and no-discard) through the pipeline: chunks whose compute needs the
+/// next chunk's head for both the DDC filter and the PFB footprint, the mixer phase set from
+/// each chunk's ADC timestamp, give the single-stream narrowband backend's output of the
+/// whole span (≤ 1 LSB on ≤ 0.1 % of values) with the same saturation counts; the shape
+/// check refuses chunks shorter than that footprint.
+#[test]
+fn gpu_pipeline_narrowband_matches_one_block() {
+    use super::ddc_tune::candidates;
+    use super::gpu_ddc::{ddc_taps_per_phase, DdcTuningChoice, GpuNarrowband};
+    use super::gpu_pipeline::PipelineBackend;
+    for no_discard in [false, true] {
+        let mut cfg = FConfig::wideband(64, 8);
+        cfg.dither_seed = 5;
+        cfg.feng_id = 2;
+        cfg.n_ants = 4;
+        cfg.narrowband = Some(Narrowband {
+            decimation: 8,
+            centre_frequency: 321e6,
+            adc_rate: 1712e6,
+            ddc_taps: None,
+            weight_pass: 0.005,
+            mode: if no_discard {
+                NarrowbandMode::NoDiscard {
+                    pass_bandwidth: 0.8 * 0.5 * 1712e6 / 8.0,
+                }
+            } else {
+                NarrowbandMode::Discard
+            },
+        });
+        let short = PipelineShape {
+            chunk_spectra: 8,
+            bits: BITS,
+            slots: 3,
+        };
+        match GpuPipeline::check_shape(&cfg, &short) {
+            Err(FError::BadParameter { what, .. }) => assert_eq!(what, "chunk_spectra"),
+            other => panic!("short narrowband chunks: {other:?}"),
+        }
+        assert!(GpuPipeline::check_shape(
+            &cfg,
+            &PipelineShape {
+                chunk_spectra: 32,
+                ..short
+            }
+        )
+        .is_ok());
+        if !gpu::gpu_test_guard("gpu_pipeline_narrowband_matches_one_block") {
+            return;
+        }
+        let (c, k_chunks) = (32usize, 5usize);
+        let sbs = cfg.samples_between_spectra();
+        let total = c * k_chunks;
+        let xs = [0, 1].map(|p| noise(total * sbs, 150.0, BITS, 70 + p));
+        let bufs = [pack(&xs[0], BITS), pack(&xs[1], BITS)];
+        let mut r = rng(11);
+        let v = |r: &mut rand_xoshiro::Xoshiro256PlusPlus, a: f64| -> Vec<f64> {
+            (0..total).map(|_| (r.random::<f64>() - 0.5) * a).collect()
+        };
+        let fine = [v(&mut r, 1.0), v(&mut r, 1.0)];
+        let phase = [v(&mut r, 12.0), v(&mut r, 12.0)];
+        let gains: [Vec<Complex32>; 2] = [0, 1].map(|_| {
+            (0..cfg.channels)
+                .map(|_| {
+                    Complex32::from_polar(
+                        0.7 * (0.8 + 0.4 * r.random::<f32>()),
+                        r.random::<f32>() * 6.3,
+                    )
+                })
+                .collect()
+        });
+        let open = || {
+            let (s, w) = (cfg.subsampling(), ddc_taps_per_phase(&cfg));
+            let t = candidates(s, w)[0];
+            GpuNarrowband::with_tuning(cfg.clone(), DdcTuningChoice::Fixed(t)).unwrap()
+        };
+        let t0 = 987_654_321u64;
+        let m = (k_chunks - 1) * c;
+        let mut be = open();
+        let pol = |p: usize| PolBlock {
+            timestamp: t0,
+            ..super::test_util::pol(
+                packed(&bufs[p], BITS, xs[p].len()),
+                0,
+                &fine[p][..m],
+                &phase[p][..m],
+                &gains[p],
+            )
+        };
+        let block = Block {
+            spectra: m,
+            first_spectrum: 40,
+            out_first: 0,
+            pols: [pol(0), pol(1)],
+        };
+        let mut want = vec![0u8; cfg.output_len(m)];
+        let ws = be.process(&block, &mut want).unwrap();
+        drop(be);
+
+        let shape = PipelineShape {
+            chunk_spectra: c,
+            bits: BITS,
+            slots: 3,
+        };
+        let mut pipe =
+            GpuPipeline::with_backend(PipelineBackend::Narrowband(open()), shape).unwrap();
+        let cb = pipe.chunk_bytes();
+        assert_eq!(cb, c * sbs * BITS as usize / 8);
+        let ctx = pipe.backend().context().clone();
+        let chunk_len = cfg.output_len(c);
+        let (mut diff1, mut worse) = (0usize, 0usize);
+        let mut sat = [0u64; 2];
+        for k in 0..k_chunks {
+            let host = [0, 1].map(|p| {
+                let mut h = unsafe { ctx.alloc_pinned::<u8>(cb) }.unwrap();
+                h.as_mut_slice()
+                    .unwrap()
+                    .copy_from_slice(&bufs[p][k * cb..(k + 1) * cb]);
+                h
+            });
+            let rg = k * c..(k + 1) * c;
+            let params = BlockParams {
+                first_spectrum: 40 + (k * c) as u64,
+                spectra: c,
+                fine_delay: [&fine[0][rg.clone()], &fine[1][rg.clone()]],
+                phase: [&phase[0][rg.clone()], &phase[1][rg]],
+                gains: [&gains[0], &gains[1]],
+            };
+            let at = t0 + (k * c * sbs) as u64;
+            let got = pipe.push_at([&host[0], &host[1]], &params, at).unwrap();
+            assert_eq!(got, k.checked_sub(1).map(|j| j as u64));
+            if let Some(j) = got {
+                let (out, st) = pipe.output(j).unwrap();
+                assert!(st.input.is_none(), "narrowband has no input statistics");
+                let exp = &want[j as usize * chunk_len..(j as usize + 1) * chunk_len];
+                for (a, b) in out.iter().zip(exp) {
+                    match (*a as i8 as i32 - *b as i8 as i32).abs() {
+                        0 => {}
+                        1 => diff1 += 1,
+                        _ => worse += 1,
+                    }
+                }
+                for (acc, v) in sat.iter_mut().zip(st.saturated) {
+                    *acc += v;
+                }
+            }
+        }
+        pipe.synchronize().unwrap();
+        assert_eq!(
+            worse, 0,
+            "no_discard {no_discard}: values off by more than 1 LSB"
+        );
+        assert!(
+            diff1 * 1000 <= want.len(),
+            "no_discard {no_discard}: {diff1} values off by 1 LSB of {}",
+            want.len()
+        );
+        assert!(want.iter().any(|&x| x != 0), "all-zero reference");
+        for (p, (a, b)) in sat.iter().zip(ws.saturated).enumerate() {
+            assert!(a.abs_diff(b) <= 2, "pol {p} saturated");
+        }
+        assert!(ws.saturated[0] > 0, "the case should saturate some values");
+    }
+}

@@ -2,11 +2,12 @@
 
 use super::config::{FgpuArgs, WidebandSpec, WindowFunction};
 use super::control::{OutputControl, SharedControl};
-use super::engine::Channelizer;
+use super::engine::{Channelizer, Completed};
 use crate::fengine::{
     Block, CpuBackend, DelaySegment, Dither, FBackend, FConfig, GpuBackend, GpuNarrowband,
-    Narrowband, NarrowbandMode, PolBlock, Samples, Window,
+    InputStats, Narrowband, NarrowbandMode, PipelineBackend, Pipelined, PolBlock, Samples, Window,
 };
+use std::collections::VecDeque;
 
 /// The compute configuration of one output.
 pub fn fconfig(spec: &WidebandSpec, args: &FgpuArgs, dither_seed: u64) -> FConfig {
@@ -52,9 +53,16 @@ struct Prepared {
     ranges: [(u64, u64); 2],
 }
 
+/// A batch computed at submission: output, clipped values, digitiser statistics.
+type Computed = (Vec<u8>, [u64; 2], Option<[InputStats; 2]>);
+
 /// A [`Channelizer`] over an [`FBackend`]: gains and delay models from a shared
 /// [`OutputControl`], each spectrum with the delay model in force at its own timestamp;
-/// blocks are cut where either polarisation's coarse delay or delay model changes.
+/// blocks are cut where either polarisation's coarse delay or delay model changes. Batches
+/// go block by block through [`FBackend::process`] (decoded input), or, when the backend
+/// holds batches in flight ([`FBackend::depth`] > 0), as packed input through
+/// [`FBackend::submit`] / [`FBackend::complete`]; [`Self::with_packed_input`] makes a
+/// backend without that depth take packed input too (computed at submission).
 pub struct BackendChannelizer<B: FBackend + Send> {
     backend: B,
     spectra: usize,
@@ -66,6 +74,12 @@ pub struct BackendChannelizer<B: FBackend + Send> {
     cfg: crate::fengine::FConfig,
     pub control: SharedControl,
     prepared: std::sync::Mutex<Option<Prepared>>,
+    /// Packed input (submit/complete) for a backend without depth.
+    packed: bool,
+    /// Timestamps of the batches submitted and not completed.
+    queued: VecDeque<u64>,
+    /// Batches computed at submission (backends without depth).
+    done: VecDeque<Computed>,
 }
 
 impl<B: FBackend + Send> BackendChannelizer<B> {
@@ -81,7 +95,79 @@ impl<B: FBackend + Send> BackendChannelizer<B> {
             bits,
             control,
             prepared: std::sync::Mutex::new(None),
+            packed: false,
+            queued: VecDeque::new(),
+            done: VecDeque::new(),
         }
+    }
+
+    /// Takes packed input through submit/complete even if the backend has no depth (then
+    /// each batch is computed when it is submitted).
+    pub fn with_packed_input(mut self, on: bool) -> Self {
+        self.packed = on;
+        self
+    }
+
+    /// The controls prepared for `batch_ts` by [`Channelizer::input_range`], or new ones.
+    fn take_prepared(&mut self, batch_ts: u64) -> Result<Prepared, String> {
+        let cached = self
+            .prepared
+            .get_mut()
+            .ok()
+            .and_then(Option::take)
+            .filter(|p| p.batch_ts == batch_ts);
+        match cached {
+            Some(p) => Ok(p),
+            None => self.prepare(batch_ts),
+        }
+    }
+
+    /// The blocks of the batch at `batch_ts`: pol p's `samples` hold its input range from
+    /// `skip[p]` samples on.
+    fn blocks<'a>(
+        &self,
+        prep: &'a Prepared,
+        batch_ts: u64,
+        samples: [Samples<'a>; 2],
+        skip: [usize; 2],
+    ) -> Result<Vec<Block<'a>>, String> {
+        let (segs, ranges) = (&prep.segs, prep.ranges);
+        // Cut points: where either pol's coarse delay or delay model changes.
+        let mut cuts: Vec<usize> = segs.iter().flatten().map(|s| s.first).collect();
+        cuts.push(self.spectra);
+        cuts.sort_unstable();
+        cuts.dedup();
+        let mut blocks = Vec::with_capacity(cuts.len());
+        for w in cuts.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            let mut pols = Vec::with_capacity(2);
+            for p in 0..2 {
+                let seg = segs[p]
+                    .iter()
+                    .rev()
+                    .find(|s| s.first <= a)
+                    .ok_or("no delay segment")?;
+                let k = a - seg.first;
+                let t_a = batch_ts + a as u64 * self.sbs;
+                let in_start = t_a as i128 - seg.coarse as i128 - ranges[p].0 as i128;
+                let offset = usize::try_from(in_start).map_err(|_| "negative input offset")?;
+                pols.push(PolBlock {
+                    samples: samples[p],
+                    timestamp: ranges[p].0.wrapping_sub(skip[p] as u64),
+                    offset: offset + skip[p],
+                    fine_delay: &seg.fine_delay[k..k + (b - a)],
+                    phase: &seg.phase[k..k + (b - a)],
+                    gains: &prep.gains[p],
+                });
+            }
+            blocks.push(Block {
+                spectra: b - a,
+                first_spectrum: batch_ts / self.sbs + a as u64,
+                out_first: a,
+                pols: [pols[0], pols[1]],
+            });
+        }
+        Ok(blocks)
     }
 
     /// Delay segments of input `pol` over the batch at `batch_ts`: each spectrum evaluates
@@ -168,62 +254,125 @@ impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
         input: [&[i16]; 2],
         out: &mut [u8],
     ) -> Result<[u64; 2], String> {
-        let cached = self
-            .prepared
-            .get_mut()
-            .ok()
-            .and_then(Option::take)
-            .filter(|p| p.batch_ts == batch_ts);
-        let prep = match cached {
-            Some(p) => p,
-            None => self.prepare(batch_ts)?,
-        };
-        let (segs, ranges) = (&prep.segs, prep.ranges);
-        // Cut points: where either pol's coarse delay or delay model changes.
-        let mut cuts: Vec<usize> = segs.iter().flatten().map(|s| s.first).collect();
-        cuts.push(self.spectra);
-        cuts.sort_unstable();
-        cuts.dedup();
+        let prep = self.take_prepared(batch_ts)?;
+        let samples = input.map(|data| Samples::Decoded {
+            data,
+            bits: self.bits,
+        });
+        let blocks = self.blocks(&prep, batch_ts, samples, [0, 0])?;
         let mut sat = [0u64; 2];
-        for w in cuts.windows(2) {
-            let (a, b) = (w[0], w[1]);
-            let mut pols = Vec::with_capacity(2);
-            for p in 0..2 {
-                let seg = segs[p]
-                    .iter()
-                    .rev()
-                    .find(|s| s.first <= a)
-                    .ok_or("no delay segment")?;
-                let k = a - seg.first;
-                let t_a = batch_ts + a as u64 * self.sbs;
-                let in_start = t_a as i128 - seg.coarse as i128 - ranges[p].0 as i128;
-                let offset = usize::try_from(in_start).map_err(|_| "negative input offset")?;
-                pols.push(PolBlock {
-                    samples: Samples::Decoded {
-                        data: input[p],
-                        bits: self.bits,
-                    },
-                    timestamp: ranges[p].0,
-                    offset,
-                    fine_delay: &seg.fine_delay[k..k + (b - a)],
-                    phase: &seg.phase[k..k + (b - a)],
-                    gains: &prep.gains[p],
-                });
-            }
-            let block = Block {
-                spectra: b - a,
-                first_spectrum: batch_ts / self.sbs + a as u64,
-                out_first: a,
-                pols: [pols[0], pols[1]],
-            };
+        for block in &blocks {
             let st = self
                 .backend
-                .process(&block, out)
+                .process(block, out)
                 .map_err(|e| e.to_string())?;
             sat[0] += st.saturated[0];
             sat[1] += st.saturated[1];
         }
         Ok(sat)
+    }
+
+    fn pipelined(&self) -> bool {
+        self.packed || self.backend.depth() > 0
+    }
+
+    fn depth(&self) -> usize {
+        self.backend.depth().max(1)
+    }
+
+    fn packed_align(&self) -> usize {
+        // Offsets into the input stay multiples of the subsampling (narrowband).
+        let u = self.unit as usize;
+        let mut a = 8usize;
+        while !a.is_multiple_of(u) {
+            a += 8;
+        }
+        a
+    }
+
+    fn in_flight(&self) -> usize {
+        self.queued.len()
+    }
+
+    fn submit_packed(
+        &mut self,
+        batch_ts: u64,
+        input: [&[u8]; 2],
+        skip: [usize; 2],
+    ) -> Result<(), String> {
+        if self.queued.len() >= self.depth() {
+            return Err(format!(
+                "{} batches already in flight: complete one first",
+                self.queued.len()
+            ));
+        }
+        let prep = self.take_prepared(batch_ts)?;
+        let bits = self.bits;
+        let samples = input.map(|data| Samples::Packed {
+            data,
+            bits,
+            len: data.len() * 8 / bits as usize,
+        });
+        let blocks = self.blocks(&prep, batch_ts, samples, skip)?;
+        let out_len = self.cfg.output_len(self.spectra);
+        if self.backend.depth() > 0 {
+            self.backend
+                .submit(&blocks, out_len)
+                .map_err(|e| e.to_string())?;
+        } else {
+            let mut out = vec![0u8; out_len];
+            let mut sat = [0u64; 2];
+            let mut input: Option<[InputStats; 2]> = None;
+            for block in &blocks {
+                let st = self
+                    .backend
+                    .process(block, &mut out)
+                    .map_err(|e| e.to_string())?;
+                sat[0] += st.saturated[0];
+                sat[1] += st.saturated[1];
+                match (&mut input, st.input) {
+                    (None, i) => input = i,
+                    (Some(acc), Some(i)) => {
+                        for p in 0..2 {
+                            acc[p].merge(&i[p]);
+                        }
+                    }
+                    (Some(_), None) => {}
+                }
+            }
+            self.done.push_back((out, sat, input));
+        }
+        self.queued.push_back(batch_ts);
+        Ok(())
+    }
+
+    fn complete(&mut self, out: &mut [u8], wait: bool) -> Result<Option<Completed>, String> {
+        let Some(&batch_ts) = self.queued.front() else {
+            return Ok(None);
+        };
+        let (clipped, input) = if self.backend.depth() > 0 {
+            match self
+                .backend
+                .complete(out, wait)
+                .map_err(|e| e.to_string())?
+            {
+                Some(st) => (st.saturated, st.input),
+                None => return Ok(None),
+            }
+        } else {
+            let (data, sat, input) = self.done.pop_front().ok_or("no computed batch")?;
+            if data.len() != out.len() {
+                return Err(format!("output of {} bytes for {}", out.len(), data.len()));
+            }
+            out.copy_from_slice(&data);
+            (sat, input)
+        };
+        self.queued.pop_front();
+        Ok(Some(Completed {
+            batch_ts,
+            clipped,
+            input,
+        }))
     }
 }
 
@@ -240,14 +389,15 @@ pub fn make_channelizer(
     let cfg = fconfig(spec, args, dither_seed);
     let use_gpu = crate::cli_util::use_gpu(&args.backend, true)?;
     let bits = args.dig_sample_bits;
-    if use_gpu && cfg.narrowband.is_some() {
-        let backend =
-            GpuNarrowband::new(cfg).map_err(|e| anyhow::anyhow!("output {}: {e}", spec.name))?;
-        return Ok(Box::new(BackendChannelizer::new(backend, bits, control)));
-    }
+    let err = |e: crate::fengine::FError| anyhow::anyhow!("output {}: {e}", spec.name);
     if use_gpu {
-        let backend =
-            GpuBackend::new(cfg).map_err(|e| anyhow::anyhow!("output {}: {e}", spec.name))?;
+        // Packed input straight to the GPU, several batches in flight.
+        let be = if cfg.narrowband.is_some() {
+            PipelineBackend::Narrowband(GpuNarrowband::new(cfg).map_err(err)?)
+        } else {
+            PipelineBackend::Wideband(GpuBackend::new(cfg).map_err(err)?)
+        };
+        let backend = Pipelined::new(be).map_err(err)?;
         return Ok(Box::new(BackendChannelizer::new(backend, bits, control)));
     }
     let backend = CpuBackend::new(cfg).map_err(|e| anyhow::anyhow!("output {}: {e}", spec.name))?;
@@ -363,6 +513,209 @@ mod tests {
                     "{sa:?} {sb:?}"
                 );
             }
+        }
+    }
+
+    /// Controls whose delay model makes pol 0's coarse delay step several times inside
+    /// every batch (so a batch is several blocks) and keeps pol 1's constant.
+    fn stepping_ctl(channels: usize, gain: f32, unit: f64) -> SharedControl {
+        let mut c = OutputControl::new(channels, gain);
+        c.push_model(
+            0,
+            crate::fengine::LinearDelayModel {
+                start: 0,
+                delay: 37.0 * unit,
+                delay_rate: 3e-4,
+                phase: 0.5,
+                phase_rate: 1e-3,
+            },
+        );
+        c.push_model(
+            1,
+            crate::fengine::LinearDelayModel {
+                start: 0,
+                delay: 3.0 * unit,
+                delay_rate: 0.0,
+                phase: -0.2,
+                phase_rate: 0.0,
+            },
+        );
+        std::sync::Arc::new(std::sync::Mutex::new(c))
+    }
+
+    /// Pseudo-noise samples of `n` values within ±`amp`.
+    fn samples(n: usize, amp: i64, seed: u64) -> Vec<i16> {
+        let mut x = seed | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ((x >> 40) as i64 % (2 * amp + 1) - amp) as i16
+            })
+            .collect()
+    }
+
+    /// One batch's input per pol: the decoded range, and the range packed after `skip`
+    /// extra samples.
+    fn batch_input(
+        ranges: [(u64, u64); 2],
+        skip: [usize; 2],
+        seed: u64,
+    ) -> ([Vec<i16>; 2], [Vec<u8>; 2]) {
+        let dec = [0, 1].map(|p| {
+            let (lo, hi) = ranges[p];
+            samples((hi - lo) as usize, 300, seed + p as u64)
+        });
+        let packed = [0, 1].map(|p| {
+            let mut all = samples(skip[p], 300, 99);
+            all.extend_from_slice(&dec[p]);
+            let mut b = vec![0u8; crate::bitpack::packed_len(all.len(), 10)];
+            crate::bitpack::pack(&all, 10, &mut b);
+            b
+        });
+        (dec, packed)
+    }
+
+    /// Packed submission (submit_packed / complete) gives what the decoded path (process)
+    /// gives, on the CPU backend: a coarse delay stepping inside the batch (several blocks
+    /// per batch), input that starts off the range (skip), one batch in flight at a time.
+    #[test]
+    fn packed_submission_matches_process_on_cpu() {
+        let spec =
+            parse_wideband("name=wb,channels=256,jones_per_batch=8192,dst=127.0.0.1:7148").unwrap();
+        let cfg = fconfig(&spec, &args("cpu"), 7);
+        let mut dec = BackendChannelizer::new(
+            CpuBackend::new(cfg.clone()).unwrap(),
+            10,
+            stepping_ctl(256, 0.5, 1.0),
+        );
+        let mut pk = BackendChannelizer::new(
+            CpuBackend::new(cfg.clone()).unwrap(),
+            10,
+            stepping_ctl(256, 0.5, 1.0),
+        )
+        .with_packed_input(true);
+        assert!(!dec.pipelined() && pk.pipelined());
+        let len = cfg.output_len(spec.spectra_per_heap());
+        let mut got = vec![0u8; len];
+        assert!(pk.complete(&mut got, true).unwrap().is_none());
+        let step = spec.batch_step();
+        for (i, skip) in [[3usize, 0], [7, 5], [0, 1]].into_iter().enumerate() {
+            let ts = (1u64 << 30) + i as u64 * step;
+            let ranges = dec.input_range(ts);
+            assert_eq!(ranges, pk.input_range(ts));
+            let (d, p) = batch_input(ranges, skip, 10 * i as u64);
+            let mut want = vec![0u8; len];
+            let sat = dec.process(ts, [&d[0], &d[1]], &mut want).unwrap();
+            pk.submit_packed(ts, [&p[0], &p[1]], skip).unwrap();
+            assert_eq!(pk.in_flight(), 1);
+            // One in flight is all a backend without depth holds.
+            assert!(pk.submit_packed(ts + step, [&p[0], &p[1]], skip).is_err());
+            let c = pk.complete(&mut got, false).unwrap().unwrap();
+            assert_eq!((c.batch_ts, c.clipped), (ts, sat));
+            assert_eq!(got, want, "batch {i}");
+            assert!(want.iter().any(|&v| v != 0));
+            assert_eq!(pk.in_flight(), 0);
+        }
+        let segs = dec
+            .segments(&dec.control.lock().unwrap().clone(), 0, 1 << 30)
+            .unwrap();
+        assert!(
+            segs.len() >= 3,
+            "the delay model should cut batches: {}",
+            segs.len()
+        );
+    }
+
+    /// `fgpu --backend gpu` channelisers (packed input, several batches in flight on the
+    /// GPU) give the CPU channeliser's batches on the same input (≥ 99.9 % of values within
+    /// 1 LSB, saturation counts within 0.1 %), wideband and narrowband (discard and
+    /// no-discard), with coarse delays stepping inside batches and input off the range.
+    #[test]
+    fn gpu_channelizer_in_flight_matches_cpu() {
+        if !crate::gpu::gpu_test_guard("gpu_channelizer_in_flight_matches_cpu") {
+            return;
+        }
+        let specs = [
+            ("wb", "name=wb,channels=1024,jones_per_batch=65536,dst=127.0.0.1:7148", 1.0),
+            (
+                "nb",
+                "name=nb,channels=256,centre_frequency=300e6,decimation=8,jones_per_batch=8192,dst=127.0.0.1:7148",
+                8.0,
+            ),
+            (
+                "nb no-discard",
+                "name=nb,channels=256,centre_frequency=300e6,decimation=8,jones_per_batch=8192,pass_bandwidth=40e6,dst=127.0.0.1:7148",
+                16.0,
+            ),
+        ];
+        for (what, s, unit) in specs {
+            let spec = if what == "wb" {
+                parse_wideband(s).unwrap()
+            } else {
+                crate::fgpu::config::parse_narrowband(s).unwrap()
+            };
+            let gain = if what == "wb" { 0.02 } else { 0.5 };
+            let mut cpu = make_channelizer(
+                &spec,
+                &args("cpu"),
+                7,
+                stepping_ctl(spec.channels, gain, unit),
+            )
+            .unwrap();
+            let mut gpu = make_channelizer(
+                &spec,
+                &args("gpu"),
+                7,
+                stepping_ctl(spec.channels, gain, unit),
+            )
+            .unwrap();
+            assert!(gpu.pipelined() && gpu.depth() >= 3, "{what}");
+            let len = spec.channels * spec.spectra_per_heap() * 4;
+            let step = spec.batch_step();
+            let n = 3;
+            let mut want = Vec::new();
+            let mut inputs = Vec::new();
+            for i in 0..n {
+                let ts = (1u64 << 36) + i as u64 * step;
+                let ranges = cpu.input_range(ts);
+                assert_eq!(ranges, gpu.input_range(ts), "{what}");
+                let skip = if what == "wb" { [3, 6] } else { [0, 0] };
+                let (d, p) = batch_input(ranges, skip, 100 + 10 * i as u64);
+                let mut w = vec![0u8; len];
+                let sat = cpu.process(ts, [&d[0], &d[1]], &mut w).unwrap();
+                want.push((ts, w, sat));
+                inputs.push((ts, p, skip));
+            }
+            for (ts, p, skip) in &inputs {
+                // input_range prepares the batch's controls; submit uses them.
+                gpu.input_range(*ts);
+                gpu.submit_packed(*ts, [&p[0], &p[1]], *skip).unwrap();
+            }
+            drop(inputs); // the input was staged at submission
+            assert_eq!(gpu.in_flight(), n, "{what}");
+            let mut got = vec![0u8; len];
+            for (ts, w, sat) in &want {
+                let c = gpu.complete(&mut got, true).unwrap().unwrap();
+                assert_eq!(c.batch_ts, *ts, "{what}");
+                let close = got
+                    .iter()
+                    .zip(w)
+                    .filter(|(a, b)| (**a as i8 as i32 - **b as i8 as i32).abs() <= 1)
+                    .count();
+                assert!(close as f64 >= 0.999 * len as f64, "{what}: {close}/{len}");
+                assert!(w.iter().any(|&v| v != 0), "{what}: all-zero output");
+                for p in 0..2 {
+                    assert!(
+                        c.clipped[p].abs_diff(sat[p]) <= 2 + len as u64 / 1000,
+                        "{what}: {:?} {sat:?}",
+                        c.clipped
+                    );
+                }
+                assert_eq!(c.input.is_some(), what == "wb", "{what}: input statistics");
+            }
+            assert!(gpu.complete(&mut got, true).unwrap().is_none());
         }
     }
 }

@@ -33,6 +33,55 @@ pub trait Channelizer: Send {
         input: [&[i16]; 2],
         out: &mut [u8],
     ) -> Result<[u64; 2], String>;
+
+    /// True if batches go through [`Self::submit_packed`] and [`Self::complete`] (packed
+    /// input, several batches in flight) instead of [`Self::process`].
+    fn pipelined(&self) -> bool {
+        false
+    }
+
+    /// Batches that may be in flight at once.
+    fn depth(&self) -> usize {
+        1
+    }
+
+    /// What [`Self::submit_packed`]'s input must start on: a multiple of this many samples
+    /// (a multiple of 8, so on a byte boundary) into the store.
+    fn packed_align(&self) -> usize {
+        8
+    }
+
+    /// Batches submitted and not yet completed.
+    fn in_flight(&self) -> usize {
+        0
+    }
+
+    /// Queues the batch at `batch_ts`: `input[p]` holds pol p's packed samples (the
+    /// digitiser's width) over `input_range`, starting `skip[p]` samples before the range.
+    fn submit_packed(
+        &mut self,
+        _batch_ts: u64,
+        _input: [&[u8]; 2],
+        _skip: [usize; 2],
+    ) -> Result<(), String> {
+        Err("this channeliser takes decoded input (process)".into())
+    }
+
+    /// The oldest submitted batch, written to `out` as [`Self::process`] writes it, once it
+    /// is done (`wait`: wait for it); `None` while it is not, or when none is in flight.
+    fn complete(&mut self, _out: &mut [u8], _wait: bool) -> Result<Option<Completed>, String> {
+        Ok(None)
+    }
+}
+
+/// A batch finished by a pipelined channeliser.
+#[derive(Debug, Clone, Copy)]
+pub struct Completed {
+    pub batch_ts: u64,
+    /// Clipped output values per pol.
+    pub clipped: [u64; 2],
+    /// Digitiser statistics over the batch's input (wideband GPU), if measured.
+    pub input: Option<[crate::fengine::InputStats; 2]>,
 }
 
 /// Per-output counters (katgpucbf's `fgpu_output_*`).
@@ -57,6 +106,8 @@ pub struct Pipeline {
     next_ts: Option<u64>,
     out: Vec<u8>,
     pub stats: OutputStats,
+    /// Digitiser statistics reported by completed batches, not yet taken.
+    dig: Option<[crate::fengine::InputStats; 2]>,
 }
 
 impl Pipeline {
@@ -80,7 +131,75 @@ impl Pipeline {
             next_ts: None,
             out,
             stats,
+            dig: None,
         }
+    }
+
+    /// True if this output takes packed input (a pipelined channeliser).
+    pub fn takes_packed(&self) -> bool {
+        self.chan.pipelined()
+    }
+
+    /// Digitiser statistics its completed batches measured since the last call.
+    pub fn take_dig_stats(&mut self) -> Option<[crate::fengine::InputStats; 2]> {
+        self.dig.take()
+    }
+
+    /// Sends the batch at `ts` (in `self.out`) to its destinations and counts it.
+    fn send_batch(&mut self, ts: u64, clipped: [u64; 2]) -> anyhow::Result<()> {
+        self.stats.clipped_samples[0] += clipped[0];
+        self.stats.clipped_samples[1] += clipped[1];
+        let n_dst = self.spec.dst.len() as u64;
+        let cps = self.spec.channels_per_substream();
+        let per_dst = self.out.len() / self.spec.dst.len();
+        for d in 0..self.spec.dst.len() {
+            let items = [
+                (ids::TIMESTAMP, ts),
+                (ids::FENG_ID, self.feng_id),
+                (ids::FREQUENCY, (d * cps) as u64),
+            ];
+            self.sender.send_heap(
+                d,
+                &items,
+                ids::FENG_RAW,
+                &self.out[d * per_dst..(d + 1) * per_dst],
+            )?;
+        }
+        self.stats.batches += 1;
+        self.stats.heaps += n_dst;
+        self.stats.bytes += self.out.len() as u64;
+        self.stats.first_timestamp.get_or_insert(ts);
+        self.stats.last_timestamp = Some(ts);
+        Ok(())
+    }
+
+    /// Sends the oldest in-flight batch if it is done (`wait`: waiting for it); false if
+    /// none was sent.
+    fn complete_one(&mut self, wait: bool) -> anyhow::Result<bool> {
+        let Some(c) = self
+            .chan
+            .complete(&mut self.out, wait)
+            .map_err(anyhow::Error::msg)?
+        else {
+            return Ok(false);
+        };
+        if let Some(st) = c.input {
+            let acc = self
+                .dig
+                .get_or_insert(st.map(|s| crate::fengine::InputStats {
+                    sum_sq: 0,
+                    samples: 0,
+                    clipped: 0,
+                    bits: s.bits,
+                }));
+            for p in 0..2 {
+                acc[p].sum_sq += st[p].sum_sq;
+                acc[p].samples += st[p].samples;
+                acc[p].clipped += st[p].clipped;
+            }
+        }
+        self.send_batch(c.batch_ts, c.clipped)?;
+        Ok(true)
     }
 
     /// Timestamp of the next batch to process (once known).
@@ -119,6 +238,8 @@ impl Pipeline {
                 .iter()
                 .any(|r| r.1 > received_end.min(store.end_ts()))
             {
+                // Send whatever has finished meanwhile.
+                while self.complete_one(false)? {}
                 return Ok(());
             }
             self.next_ts = Some(ts + step);
@@ -127,41 +248,51 @@ impl Pipeline {
                 self.stats.skipped_heaps += n_dst;
                 continue;
             }
+            let len = [0, 1].map(|p| (ranges[p].1 - ranges[p].0) as usize);
+            if self.chan.pipelined() {
+                // Packed input straight to the channeliser; wait for the oldest batch only
+                // when as many as it holds are in flight.
+                while self.chan.in_flight() >= self.chan.depth() {
+                    if !self.complete_one(true)? {
+                        break;
+                    }
+                }
+                let mut input: [&[u8]; 2] = [&[], &[]];
+                let mut skip = [0usize; 2];
+                for p in 0..2 {
+                    let align = self.chan.packed_align();
+                    let (d, s) = store
+                        .packed_slice(p, ranges[p].0, len[p], align)
+                        .ok_or_else(|| anyhow::anyhow!("the sample store keeps no packed input"))?;
+                    input[p] = d;
+                    skip[p] = s;
+                }
+                self.chan
+                    .submit_packed(ts, input, skip)
+                    .map_err(anyhow::Error::msg)?;
+                continue;
+            }
             let input = [
-                store.slice(0, ranges[0].0, (ranges[0].1 - ranges[0].0) as usize),
-                store.slice(1, ranges[1].0, (ranges[1].1 - ranges[1].0) as usize),
+                store.slice(0, ranges[0].0, len[0]),
+                store.slice(1, ranges[1].0, len[1]),
             ];
             let clipped = self
                 .chan
                 .process(ts, input, &mut self.out)
                 .map_err(anyhow::Error::msg)?;
-            self.stats.clipped_samples[0] += clipped[0];
-            self.stats.clipped_samples[1] += clipped[1];
-            let cps = self.spec.channels_per_substream();
-            let per_dst = self.out.len() / self.spec.dst.len();
-            for d in 0..self.spec.dst.len() {
-                let items = [
-                    (ids::TIMESTAMP, ts),
-                    (ids::FENG_ID, self.feng_id),
-                    (ids::FREQUENCY, (d * cps) as u64),
-                ];
-                self.sender.send_heap(
-                    d,
-                    &items,
-                    ids::FENG_RAW,
-                    &self.out[d * per_dst..(d + 1) * per_dst],
-                )?;
-            }
-            self.stats.batches += 1;
-            self.stats.heaps += n_dst;
-            self.stats.bytes += self.out.len() as u64;
-            self.stats.first_timestamp.get_or_insert(ts);
-            self.stats.last_timestamp = Some(ts);
+            self.send_batch(ts, clipped)?;
         }
     }
 
-    pub fn finish(&mut self) -> std::io::Result<()> {
-        self.sender.flush()
+    /// Sends every batch still in flight, then flushes the sender.
+    pub fn finish(&mut self) -> anyhow::Result<()> {
+        while self.chan.in_flight() > 0 {
+            if !self.complete_one(true)? {
+                anyhow::bail!("a batch in flight did not complete");
+            }
+        }
+        self.sender.flush()?;
+        Ok(())
     }
 }
 
@@ -347,13 +478,28 @@ pub fn run_pipelines_monitored(
     let (back_tx, back_rx) = crossbeam_channel::bounded::<Chunk>(8);
     let receiver =
         crate::chunk::spawn_receiver_monitored(src, placement.clone(), tx, back_rx, monitor);
-    let mut store = SampleStore::new(placement.heap_samples, bits);
+    // Pipelined (GPU) outputs take the packed samples as received; the store decodes only
+    // for the others, or to count the digitiser statistics when no wideband output
+    // measures them on the GPU.
+    let packed = pipelines.iter().any(|p| p.takes_packed());
+    let stats_from = pipelines
+        .iter()
+        .position(|p| p.takes_packed() && p.spec.narrowband.is_none());
+    let decode = pipelines.iter().any(|p| !p.takes_packed()) || stats_from.is_none();
+    let mut store = SampleStore::with_forms(placement.heap_samples, bits, decode, packed);
     let max_gap = 4 * placement.chunk_samples;
     for chunk in rx.iter() {
         store.append(&chunk, &placement, max_gap);
         let _ = back_tx.try_send(chunk);
         for p in pipelines.iter_mut() {
             p.run_ready(&store)?;
+        }
+        if let (false, Some(i)) = (decode, stats_from) {
+            if let Some(st) = pipelines[i].take_dig_stats() {
+                for (p, s) in st.iter().enumerate() {
+                    store.add_dig_stats(p, s.sum_sq, s.clipped, s.samples);
+                }
+            }
         }
         if let Some(keep) = pipelines.iter().filter_map(|p| p.needed_from()).min() {
             store.trim_before(keep);
@@ -365,6 +511,13 @@ pub fn run_pipelines_monitored(
         .map_err(|_| anyhow::anyhow!("receive thread panicked"))??;
     for p in pipelines.iter_mut() {
         p.finish()?;
+    }
+    if let (false, Some(i)) = (decode, stats_from) {
+        if let Some(st) = pipelines[i].take_dig_stats() {
+            for (p, s) in st.iter().enumerate() {
+                store.add_dig_stats(p, s.sum_sq, s.clipped, s.samples);
+            }
+        }
     }
     let mut rejected = std::collections::BTreeMap::new();
     for r in crate::chunk::Reject::ALL {

@@ -1,0 +1,385 @@
+//! Several engine batches in flight on the GPU ([`FBackend::submit`] / [`FBackend::complete`]):
+//! each batch's packed input (both pols, the whole range its blocks read) is copied into a
+//! slot's pinned staging and uploaded on a host→device stream; the blocks of the batch (cut
+//! where a coarse delay changes) are computed one after the other on the backend's stream,
+//! each with its per-block parameters uploaded from the slot's pinned staging just before
+//! its kernels; the output and counters come back on a device→host stream. With
+//! [`DEPTH`] slots the upload of batch n + 1 overlaps the compute of n and the download
+//! of n − 1, and the host fills one slot while the GPU works on the others.
+//!
+//! Ordering between the streams comes from the buffers (cudarc's multi-stream mode records
+//! each device buffer's last reader and writer; see [`super::gpu_pipeline`]); pinned host
+//! buffers make the host wait before rewriting a buffer a copy still reads.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream, PinnedHostSlice};
+
+use super::backend::{validate_block, FBackend};
+use super::gpu::{ensure, gerr, BlockParams, DeviceBlock};
+use super::gpu_pipeline::PipelineBackend;
+use super::stats::InputStats;
+use super::{Block, BlockStats, FConfig, FError, Samples};
+
+/// Batches a [`Pipelined`] backend holds in flight.
+pub const DEPTH: usize = 4;
+/// Bytes after each pol's staged input on the device (the narrowband DDC's read-ahead).
+const PAD: usize = 128;
+
+/// Where one block's input sits in its slot: per pol, the staged index of the first window
+/// sample and the ADC timestamp of that sample.
+#[derive(Debug, Clone, Copy)]
+struct StagedBlock {
+    bits: u32,
+    first: [usize; 2],
+    t0: [u64; 2],
+    /// Staged bytes per pol.
+    bytes: usize,
+}
+
+impl PipelineBackend {
+    fn swap_device_block(&mut self, b: &mut DeviceBlock) {
+        match self {
+            PipelineBackend::Wideband(be) => be.swap_block(b),
+            PipelineBackend::Narrowband(be) => be.swap_block(b),
+        }
+    }
+
+    /// Queues the compute of `m` spectra of the swapped-in block's input (as `st` says)
+    /// into its output spectra out_first..; `reset`: zero the counters first (else add).
+    fn compute_staged(
+        &mut self,
+        st: &StagedBlock,
+        m: usize,
+        out_first: usize,
+        reset: bool,
+    ) -> Result<(), FError> {
+        match self {
+            PipelineBackend::Wideband(be) => {
+                be.stage_in_place(st.bits, st.first, st.bytes);
+                be.compute_with(m, out_first, reset)
+            }
+            PipelineBackend::Narrowband(be) => {
+                let needed = be.config().input_samples_needed(m);
+                be.stage_packed_pols(st.bits, st.bytes, st.first, needed, st.t0);
+                be.compute_with(m, out_first, reset)
+            }
+        }
+    }
+
+    fn process_block(&mut self, block: &Block, out: &mut [u8]) -> Result<BlockStats, FError> {
+        match self {
+            PipelineBackend::Wideband(be) => be.process(block, out),
+            PipelineBackend::Narrowband(be) => be.process(block, out),
+        }
+    }
+}
+
+/// One batch's device buffers and pinned host staging.
+struct Slot {
+    dev: DeviceBlock,
+    input: Vec<PinnedHostSlice<u8>>,
+    /// Per block of the batch: delay and dither keys.
+    params: Vec<(PinnedHostSlice<f32>, PinnedHostSlice<u64>)>,
+    gains: PinnedHostSlice<f32>,
+    out: Option<PinnedHostSlice<u8>>,
+    in_stats: PinnedHostSlice<u64>,
+    sat: PinnedHostSlice<u64>,
+    /// Recorded after the batch's downloads.
+    done: Option<CudaEvent>,
+    /// Input samples per pol the statistics cover (wideband), and their width.
+    stat_samples: u64,
+    bits: u32,
+}
+
+/// A GPU backend (wideband or narrowband) with [`DEPTH`] batches in flight through
+/// [`FBackend::submit`] and [`FBackend::complete`] ([`FBackend::process`] stays the
+/// synchronous path).
+pub struct Pipelined {
+    be: PipelineBackend,
+    h2d: Arc<CudaStream>,
+    d2h: Arc<CudaStream>,
+    slots: Vec<Slot>,
+    /// Slots holding submitted batches, oldest first.
+    queue: VecDeque<usize>,
+    next: usize,
+    /// Zeros the length of an output (for [`validate_block`]).
+    probe: Vec<u8>,
+    /// Gains of a batch's later blocks (not uploaded).
+    scratch: Vec<f32>,
+}
+
+fn pinned<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    ctx: &Arc<CudaContext>,
+    len: usize,
+    host_reads: bool,
+) -> Result<PinnedHostSlice<T>, FError> {
+    // SAFETY: every element is written before it is read (staging by the host, outputs
+    // and counters by the device copies).
+    unsafe {
+        if host_reads {
+            ctx.alloc_pinned_with_flags::<T>(len.max(1), 0)
+        } else {
+            ctx.alloc_pinned::<T>(len.max(1))
+        }
+    }
+    .map_err(gerr)
+}
+
+impl Pipelined {
+    pub fn new(be: PipelineBackend) -> Result<Self, FError> {
+        let ctx = be.context().clone();
+        let stream = be.stream().clone();
+        let h2d = ctx.new_stream().map_err(gerr)?;
+        let d2h = ctx.new_stream().map_err(gerr)?;
+        let channels = be.config().channels;
+        let mut slots = Vec::with_capacity(DEPTH);
+        for _ in 0..DEPTH {
+            slots.push(Slot {
+                dev: DeviceBlock::new(&stream, channels)?,
+                input: vec![],
+                params: vec![],
+                gains: pinned(&ctx, 4 * channels, false)?,
+                out: None,
+                in_stats: pinned(&ctx, 4, true)?,
+                sat: pinned(&ctx, 2, true)?,
+                done: None,
+                stat_samples: 0,
+                bits: 0,
+            });
+        }
+        stream.synchronize().map_err(gerr)?;
+        Ok(Pipelined {
+            be,
+            h2d,
+            d2h,
+            slots,
+            queue: VecDeque::new(),
+            next: 0,
+            probe: vec![],
+            scratch: vec![],
+        })
+    }
+
+    pub fn inner(&self) -> &PipelineBackend {
+        &self.be
+    }
+
+    /// The packed input shared by all blocks of a batch, per pol (checked).
+    fn shared_input<'a>(blocks: &[Block<'a>]) -> Result<([&'a [u8]; 2], u32), FError> {
+        let bad = |why: &str| FError::BadParameter {
+            what: "batch blocks",
+            why: why.into(),
+        };
+        let first = blocks.first().ok_or_else(|| bad("a batch needs a block"))?;
+        let mut data: [&[u8]; 2] = [&[], &[]];
+        let mut bits = 0;
+        for (p, d) in data.iter_mut().enumerate() {
+            match first.pols[p].samples {
+                Samples::Packed { data, bits: b, .. } => {
+                    *d = data;
+                    if p == 1 && b != bits {
+                        return Err(bad("both pols must have the same sample width"));
+                    }
+                    bits = b;
+                }
+                Samples::Decoded { .. } => {
+                    return Err(bad("pipelined batches take packed samples"));
+                }
+            }
+        }
+        for b in blocks {
+            for (p, d) in data.iter().enumerate() {
+                match b.pols[p].samples {
+                    Samples::Packed { data, bits: w, .. }
+                        if std::ptr::eq(data, *d) && w == bits => {}
+                    _ => return Err(bad("all blocks of a batch must read the same input")),
+                }
+            }
+        }
+        Ok((data, bits))
+    }
+}
+
+impl FBackend for Pipelined {
+    fn config(&self) -> &FConfig {
+        self.be.config()
+    }
+
+    fn process(&mut self, block: &Block, out: &mut [u8]) -> Result<BlockStats, FError> {
+        self.be.process_block(block, out)
+    }
+
+    fn depth(&self) -> usize {
+        DEPTH
+    }
+
+    fn submit(&mut self, blocks: &[Block], out_len: usize) -> Result<(), FError> {
+        if self.queue.len() >= self.slots.len() {
+            return Err(FError::BadParameter {
+                what: "batches in flight",
+                why: format!("all {} slots are busy: complete a batch first", DEPTH),
+            });
+        }
+        let cfg = self.be.config().clone();
+        self.probe.resize(out_len, 0);
+        let n_out = {
+            let mut n = 0;
+            for b in blocks {
+                n = validate_block(&cfg, b, &self.probe[..out_len])?;
+            }
+            n
+        };
+        let (data, bits) = Self::shared_input(blocks)?;
+        // The blocks must cover the output once, in order.
+        let mut covered = 0;
+        for b in blocks {
+            if b.out_first != covered {
+                return Err(FError::BadParameter {
+                    what: "batch blocks",
+                    why: format!(
+                        "block at spectrum {} leaves a gap at {covered}",
+                        b.out_first
+                    ),
+                });
+            }
+            covered += b.spectra;
+        }
+        if covered != n_out {
+            return Err(FError::BadParameter {
+                what: "batch blocks",
+                why: format!("blocks cover {covered} of {n_out} spectra"),
+            });
+        }
+        let ctx = self.be.context().clone();
+        let stream = self.be.stream().clone();
+        let i = self.next;
+        let s = &mut self.slots[i];
+        // Host staging of the input (waits for the slot's last upload to finish).
+        while s.input.len() < 2 {
+            s.input.push(pinned(&ctx, 0, false)?);
+        }
+        for (p, d) in data.iter().enumerate() {
+            if s.input[p].len() < d.len() {
+                // Room for small changes of the range length (coarse delay steps).
+                s.input[p] = pinned(&ctx, d.len() + d.len() / 64 + 64, false)?;
+            }
+            s.input[p].as_mut_slice().map_err(gerr)?[..d.len()].copy_from_slice(d);
+        }
+        let staged = s.input[0].len().max(s.input[1].len());
+        let stride = staged.next_multiple_of(4) + PAD;
+        ensure(&stream, &mut s.dev.input, 2 * stride)?;
+        s.dev.in_stride = stride;
+        for p in 0..2 {
+            let mut dst = s
+                .dev
+                .input
+                .slice_mut(p * stride..p * stride + s.input[p].len());
+            self.h2d.memcpy_htod(&s.input[p], &mut dst).map_err(gerr)?;
+        }
+        // Output staging.
+        if s.out.as_ref().is_none_or(|o| o.len() != out_len) {
+            s.out = Some(pinned(&ctx, out_len, true)?);
+        }
+        ensure(&stream, &mut s.dev.out, out_len)?;
+        ensure(&stream, &mut s.dev.delay, 4 * n_out)?;
+        ensure(&stream, &mut s.dev.keys, 2 * n_out)?;
+        while s.params.len() < blocks.len() {
+            s.params.push((
+                pinned(&ctx, 4 * n_out, false)?,
+                pinned(&ctx, 2 * n_out, false)?,
+            ));
+        }
+        for (k, b) in blocks.iter().enumerate() {
+            let m = b.spectra;
+            let (hd, hk) = &mut s.params[k];
+            if hd.len() < 4 * m || hk.len() < 2 * m {
+                *hd = pinned(&ctx, 4 * n_out, false)?;
+                *hk = pinned(&ctx, 2 * n_out, false)?;
+            }
+            // The gains are the batch's (uploaded once, with the first block): later blocks
+            // write them to scratch rather than wait for that upload.
+            let gains = if k == 0 {
+                s.gains.as_mut_slice().map_err(gerr)?
+            } else {
+                self.scratch.resize(4 * cfg.channels, 0.0);
+                &mut self.scratch[..]
+            };
+            BlockParams::of(b).fill(
+                &cfg,
+                &mut hd.as_mut_slice().map_err(gerr)?[..4 * m],
+                &mut hk.as_mut_slice().map_err(gerr)?[..2 * m],
+                gains,
+            );
+            if k == 0 {
+                stream
+                    .memcpy_htod(&s.gains, &mut s.dev.gains)
+                    .map_err(gerr)?;
+            }
+            // Whole staging buffers (entries past the block's are not read).
+            let mut d = s.dev.delay.slice_mut(..hd.len());
+            stream.memcpy_htod(&*hd, &mut d).map_err(gerr)?;
+            let mut kk = s.dev.keys.slice_mut(..hk.len());
+            stream.memcpy_htod(&*hk, &mut kk).map_err(gerr)?;
+            let st = StagedBlock {
+                bits,
+                first: [b.pols[0].offset, b.pols[1].offset],
+                t0: [0, 1].map(|p| b.pols[p].timestamp.wrapping_add(b.pols[p].offset as u64)),
+                bytes: staged,
+            };
+            self.be.swap_device_block(&mut s.dev);
+            let r = self.be.compute_staged(&st, m, b.out_first, k == 0);
+            self.be.swap_device_block(&mut s.dev);
+            r?;
+        }
+        let out = s.out.as_mut().expect("allocated above");
+        self.d2h
+            .memcpy_dtoh(&s.dev.out.slice(..out_len), out)
+            .map_err(gerr)?;
+        self.d2h
+            .memcpy_dtoh(&s.dev.in_stats, &mut s.in_stats)
+            .map_err(gerr)?;
+        self.d2h.memcpy_dtoh(&s.dev.sat, &mut s.sat).map_err(gerr)?;
+        s.done = Some(self.d2h.record_event(None).map_err(gerr)?);
+        s.stat_samples = (n_out * cfg.pfb_step()) as u64;
+        s.bits = bits;
+        self.queue.push_back(i);
+        self.next = (i + 1) % self.slots.len();
+        Ok(())
+    }
+
+    fn complete(&mut self, out: &mut [u8], wait: bool) -> Result<Option<BlockStats>, FError> {
+        let Some(&i) = self.queue.front() else {
+            return Ok(None);
+        };
+        let s = &self.slots[i];
+        if !wait && !s.done.as_ref().is_none_or(|e| e.is_complete()) {
+            return Ok(None);
+        }
+        let src = s.out.as_ref().expect("a submitted slot has an output");
+        let src = src.as_slice().map_err(gerr)?;
+        if out.len() != src.len() {
+            return Err(FError::BadOutputLength {
+                expected: src.len(),
+                got: out.len(),
+            });
+        }
+        out.copy_from_slice(src);
+        let st = s.in_stats.as_slice().map_err(gerr)?;
+        let sat = s.sat.as_slice().map_err(gerr)?;
+        let wideband = self.be.config().narrowband.is_none();
+        let input = [0, 1].map(|p| InputStats {
+            sum_sq: st[p],
+            samples: s.stat_samples,
+            clipped: st[2 + p],
+            bits: s.bits,
+        });
+        let stats = BlockStats {
+            saturated: [sat[0], sat[1]],
+            input: wideband.then_some(input),
+        };
+        self.queue.pop_front();
+        Ok(Some(stats))
+    }
+}
