@@ -125,10 +125,8 @@ impl BeamPlan {
         let nap = shape.n_ants.div_ceil(32) * 32;
         let ws = 2 * nap + 16;
         let sbytes = shape.sample_bits as usize / 2;
-        let smem = 2 * btb * 32 * ws
-            + nr * 32 * (sbytes * ts + 16)
-            + 2 * ts * (4 * 32 + 64)
-            + btb * 128;
+        let smem =
+            2 * btb * 32 * ws + nr * 32 * (sbytes * ts + 16) + 2 * ts * (4 * 32 + 64) + btb * 128;
         Some(Self {
             btb,
             ts,
@@ -303,9 +301,7 @@ impl GpuX {
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
             .map_err(gerr)? as usize;
         let smem_per_sm = ctx
-            .attribute(
-                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
-            )
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
             .map_err(gerr)? as usize;
         let arch = arch_for(major, minor)?;
         let variant = CorrVariant::default();
@@ -483,7 +479,11 @@ impl GpuX {
     pub(crate) fn beam_plan(&self, n_tiles: usize) -> Result<BeamPlan, XError> {
         let cap = self.batch_beams.div_ceil(BEAM_TILE).min(n_tiles);
         // prefer two blocks per SM when that still allows the whole cap
-        let two = BeamPlan::new(&self.shape, cap, (self.smem_per_sm / 2).saturating_sub(1024));
+        let two = BeamPlan::new(
+            &self.shape,
+            cap,
+            (self.smem_per_sm / 2).saturating_sub(1024),
+        );
         let tu = self.beam_tuning;
         match two {
             Some(p) if p.btb == cap => Some(p),

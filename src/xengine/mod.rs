@@ -23,7 +23,8 @@ pub use beam::{batch_dither_seed, dither_pair, Beam, BeamSet, BeamStats, BeamTab
 pub use bench::{bench_gpu, bench_gpu_beams};
 pub use cpu::CpuX;
 pub use gpu::{
-    beamform_defines, correlate_defines, BeamPlan, BeamTuning, CorrVariant, GpuX, BEAMFORM_SRC, CORRELATE_SRC,
+    beamform_defines, correlate_defines, BeamPlan, BeamTuning, CorrVariant, GpuX, BEAMFORM_SRC,
+    CORRELATE_SRC,
 };
 
 /// MISSING marker written for every product of a baseline touching an absent antenna.
@@ -105,7 +106,9 @@ impl XShape {
     /// high nibble).
     pub fn with_sample_bits(mut self, bits: u32) -> Result<Self, XError> {
         if bits != 8 && bits != 4 {
-            return Err(XError::Shape(format!("sample_bits = {bits}, must be 8 or 4")));
+            return Err(XError::Shape(format!(
+                "sample_bits = {bits}, must be 8 or 4"
+            )));
         }
         self.sample_bits = bits;
         Ok(self)
