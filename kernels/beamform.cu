@@ -1,8 +1,10 @@
 // gpucbf X-engine beamformer: single-pol beams from one batch of F-engine data, on int8 tensor
 // cores (mma.sync m16n8k32 s8 -> s32).
 //
-// Input: int8 [antenna][channel][spectrum][pol][re/im] (one batch). Output: int8
-// [beam][channel][spectrum][re/im]. For beam b, local channel c:
+// Input: one batch, [antenna][channel][spectrum][pol] complex samples: int8 re, im (SAMPLE_BITS
+// 8) or one byte per complex value with re in the high nibble (SAMPLE_BITS 4, two's complement
+// nibbles, as fgpu --send-sample-bits 4 writes them; unpacked to int8 on the way into shared
+// memory). Output: int8 [beam][channel][spectrum][re/im]. For beam b, local channel c:
 //   out = Q( sum_a W'[b][a] * exp(j*pi*c*D[b][a]) * x[a][c][s][pol_b] + dither )
 // W' (complex float: weight * quant gain * fringe phase re-referenced to the first channel, zero
 // for absent antennas) and D (= -2*df*tau wrapped to [-1, 1)) are prepared on the host. Q clamps to
@@ -16,19 +18,28 @@
 // every input fragment and out = s_b / 32512 * (256 acc_hi + acc_lo): exact integer sums, a
 // weight error below s_b * 1.6e-5.
 //
-// Blocks. A block is one channel and up to BTB beam tiles (16 beams of one pol each; grid.x
-// indexes groups of tiles). It builds its weight planes in shared memory once (while the first
-// input stages are in flight), then walks the spectra in tiles of TS and the antennas in chunks
-// of KC = 32: cp.async brings each stage in as it lies in memory ([antenna][spectrum], 16-byte
-// coalesced copies, NR - 1 stages in flight), one pass transposes it to [spectrum][antenna]
-// rows of 4-byte words (both pols, re/im), so that one 16-byte shared load gives a B fragment
-// of either pol (PRMT selects the pol), and the warps multiply the previous stage meanwhile.
-// Warp w owns the output tile (beam tile w / NT, 32 spectra (w % NT)): 2 x 4 fragments x (hi, lo).
-// The input is read from device memory exactly once per beam-tile group.
+// Work. An item is one channel and up to BTB beam tiles (16 beams of one pol each). The grid is
+// persistent (about two blocks per SM); a block walks its items (blockIdx.x, + gridDim.x, ...)
+// and, within each, the spectra in tiles of TS and the antennas in chunks of KC = 32, as one
+// continuous stream of stages: cp.async brings each stage in as it lies in memory ([antenna]
+// [spectrum], 16-byte coalesced copies, NR - 1 stages in flight, across item boundaries), one
+// pass transposes it (and unpacks 4-bit input) to [spectrum][antenna] rows of 4-byte words (both
+// pols, re/im), so that one 16-byte shared load gives a B fragment of either pol (PRMT selects
+// the pol), and the warps multiply the previous stage meanwhile. At an item boundary the block
+// rebuilds its weight planes (one extra barrier) while the next stages are already in flight.
+//
+// Output tile of warp w: beam tile w / NT, 32 spectra (w % NT), 2 x 4 fragments x (hi, lo). The
+// weight rows are ordered so that an m16 fragment holds Re of 8 beams in rows 0-7 and Im of the
+// same beams in rows 8-15, and the spectra of the N dimension are permuted (column n of fragment
+// ni is spectrum 8 (n / 2) + 2 ni + n % 2): a lane then owns 8 consecutive complex outputs of one
+// beam and writes them as one 16-byte store (no shuffles; a warp writes 64-byte runs).
+// Dither: one 32-bit hash per complex output, two 16-bit uniforms (same as the host's
+// `dither_pair`).
 //
 // Defines: N_ANTS, N_CHANNELS, SPECTRA (spectra per batch, a multiple of 16), N_BEAMS,
 // BTB (beam tiles per block, 1..8), TS (spectra per tile: 32 or 64, BTB * TS / 32 <= 8), NR (raw
-// input stages, 2..4).
+// input stages, 2..6), SAMPLE_BITS (8 or 4), BPROBE (diagnostic, wrong results: 1 = no MMAs and
+// no epilogue, 2 = no weight build).
 
 #ifndef N_ANTS
 #error "N_ANTS must be defined"
@@ -48,6 +59,12 @@
 #ifndef TS
 #define TS 64
 #endif
+#ifndef SAMPLE_BITS
+#define SAMPLE_BITS 8
+#endif
+#ifndef BPROBE
+#define BPROBE 0
+#endif
 
 #define THREADS 256
 #define WARPS 8
@@ -56,15 +73,19 @@
 #define NAP (N_KC * KC)                     // padded antennas
 #define LAST_KSTEPS ((N_ANTS - (N_KC - 1) * KC + 15) / 16) // k32 steps in the last chunk
 #define WS (2 * NAP + 16)                   // weight row stride, bytes (odd multiple of 16)
-#define RS (4 * KC + 64)                    // input row stride, bytes (64 mod 128)
+#define RS (4 * KC + 64)                    // transposed row stride, bytes (64 mod 128)
 #define NT (TS / 32)                        // 32-spectra subtiles per tile
 #define N_ST ((SPECTRA + TS - 1) / TS)      // spectra tiles
+#define SPI (N_ST * N_KC)                   // stages per item
 #ifndef NR
 #define NR 3                                // raw cp.async stages (NR - 1 in flight)
 #endif
-#define RAW_RS (4 * TS + 16)                // raw row stride (one antenna), bytes
+#define SBYTES (SAMPLE_BITS / 2)            // input bytes per spectrum (both pols)
+#define SPC (16 / SBYTES)                   // spectra per 16-byte copy
+#define RAW_RS (SBYTES * TS + 16)           // raw row stride (one antenna), bytes
 #define RAW_BYTES (KC * RAW_RS)
-#define CPT (KC * TS / 4 / THREADS)         // 16-byte copies per thread per stage
+#define CPR (TS / SPC)                      // 16-byte copies per antenna row
+#define CPT ((KC * CPR + THREADS - 1) / THREADS) // copies per thread per stage
 #define W_BYTES (BTB * 32 * WS)
 #define SMEM_BYTES (2 * W_BYTES + NR * RAW_BYTES + 2 * TS * RS + BTB * 128)
 #define QMAX 32512.0f
@@ -72,23 +93,25 @@
 static_assert(SPECTRA % 16 == 0, "SPECTRA must be a multiple of 16");
 static_assert(TS == 32 || TS == 64, "TS must be 32 or 64");
 static_assert(BTB >= 1 && BTB * NT <= WARPS, "BTB * TS / 32 must be <= 8");
-static_assert(NR >= 2 && CPT >= 1, "bad NR / TS");
+static_assert(NR >= 2 && NR <= 6, "NR must be 2..6");
+static_assert(SAMPLE_BITS == 8 || SAMPLE_BITS == 4, "SAMPLE_BITS must be 8 or 4");
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
-__device__ __forceinline__ u64 splitmix64(u64 z) {
-    z ^= z >> 30;
-    z *= 0xbf58476d1ce4e5b9ULL;
-    z ^= z >> 27;
-    z *= 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    return z;
+// 32-bit integer hash (lowbias32); identical to the host's `hash32`.
+__device__ __forceinline__ u32 hash32(u32 x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
 }
 
-// Uniform dither in (-0.5, 0.5) from a 32-bit word (same formula as the host's `dither_pair`).
-__device__ __forceinline__ float dither_from(unsigned int u) {
-    return __fmul_rn(__fadd_rn((float)(int)u, 0.5f), 2.3282709e-10f);
+// Uniform dither (2u - 65535) / 131072 in (-0.5, 0.5) from 16 bits u (exact in f32).
+__device__ __forceinline__ float dither16(u32 u) {
+    return __fmul_rn((float)((int)(2 * u) - 65535), 1.0f / 131072.0f);
 }
 
 __device__ __forceinline__ void mma_s8(int (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
@@ -106,13 +129,7 @@ __device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const void *p) {
                  : "r"(s));
 }
 
-// Byte offset within a weight row of (antenna a, input component ri): in each k32 step of 16
-// antennas, thread-in-group q's B registers hold antennas (4q, 4q+1) and (4q+2, 4q+3).
-__device__ __forceinline__ int kbyte(int a) {
-    const int g = a >> 4, al = a & 15, q = al >> 2, r = al & 3;
-    return 32 * g + (r < 2 ? 4 * q + 2 * r : 16 + 4 * q + 2 * (r - 2));
-}
-
+// w = 256 hi + lo exactly, lo in [-128, 127]; returns (hi, lo) as bytes.
 __device__ __forceinline__ void split16(int w, u32 &hi, u32 &lo) {
     int l = (int)(signed char)(w & 0xff);
     hi = (u32)(((w - l) >> 8) & 0xff);
@@ -129,7 +146,7 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Stage (spectra tile st, antenna chunk kc) into a raw buffer [antenna][TS spectra x 4 bytes]:
+// Stage (channel c, spectra tile st, antenna chunk kc) into a raw buffer [antenna][TS spectra]:
 // consecutive threads copy consecutive 16-byte pieces of one antenna's spectra (coalesced);
 // out-of-range antennas and spectra are zero-filled.
 __device__ __forceinline__ void issue_stage(unsigned char *raw, const signed char *in, int c,
@@ -137,63 +154,58 @@ __device__ __forceinline__ void issue_stage(unsigned char *raw, const signed cha
 #pragma unroll
     for (int i = 0; i < CPT; i++) {
         const int u = i * THREADS + threadIdx.x;
-        const int al = u / (TS / 4), sq = u % (TS / 4);
-        const int a = kc * KC + al, s = st * TS + 4 * sq;
+        if ((KC * CPR) % THREADS != 0 && u >= KC * CPR) break;
+        const int al = u / CPR, sq = u % CPR;
+        const int a = kc * KC + al, s = st * TS + SPC * sq;
         const bool valid = a < N_ANTS && s < SPECTRA;
         const signed char *src =
-            valid ? in + (((size_t)a * N_CHANNELS + c) * SPECTRA + s) * 4 : in;
+            valid ? in + (((size_t)a * N_CHANNELS + c) * SPECTRA + s) * SBYTES : in;
         cp_async16(raw + al * RAW_RS + 16 * sq, src, valid);
     }
 }
 
+#if SAMPLE_BITS == 4
+// Sign-extends the four nibbles held in the low halves of the bytes of x.
+__device__ __forceinline__ u32 sext4(u32 x) { return x | ((x & 0x08080808u) * 0x1eu); }
+#endif
+
 // Raw [antenna][spectrum] -> B rows [spectrum][antenna] (4-byte words: both pols, re/im). Lane =
-// antenna (rows padded by 16 bytes: conflict-free 16-byte reads), warp = groups of 4 spectra.
+// antenna (raw rows padded by 16 bytes: conflict-free 16-byte reads), warp = groups of spectra.
 __device__ __forceinline__ void transpose_stage(unsigned char *xb, const unsigned char *raw) {
     const int a = threadIdx.x & 31;
 #pragma unroll
-    for (int sq = threadIdx.x >> 5; sq < TS / 4; sq += WARPS) {
+    for (int sq = threadIdx.x >> 5; sq < CPR; sq += WARPS) {
         const uint4 v = *(const uint4 *)(raw + a * RAW_RS + 16 * sq);
-        u32 *row = (u32 *)(xb + 4 * sq * RS) + a;
+        u32 *row = (u32 *)(xb + SPC * sq * RS) + a;
+#if SAMPLE_BITS == 8
         row[0] = v.x;
         row[RS / 4] = v.y;
         row[2 * RS / 4] = v.z;
         row[3 * RS / 4] = v.w;
+#else
+        // each word: (s, pol0), (s, pol1), (s+1, pol0), (s+1, pol1), re in the high nibble
+        const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const u32 re = sext4((w[k] >> 4) & 0x0f0f0f0fu), im = sext4(w[k] & 0x0f0f0f0fu);
+            row[(2 * k) * RS / 4] = __byte_perm(re, im, 0x5140);
+            row[(2 * k + 1) * RS / 4] = __byte_perm(re, im, 0x7362);
+        }
+#endif
     }
 }
 
-// coef: float2 [N_BEAMS][N_ANTS]; delay: float [N_BEAMS][N_ANTS]; wscale: float [N_BEAMS]
-// (max_a |coef|); order: beam indices sorted by pol; groups: int3 (start in order, count <= 16,
-// pol), one per beam tile. saturated: u64 [N_BEAMS] (added to). dither != 0 enables dither with
-// key ((batch * N_CHANNELS + c) * SPECTRA + s) * N_BEAMS + beam. Dynamic shared memory SMEM_BYTES.
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
-    beamform(const signed char *__restrict__ in, char2 *__restrict__ out,
-             const float2 *__restrict__ coef, const float *__restrict__ delay,
-             const float *__restrict__ wscale, const int *__restrict__ order,
-             const int3 *__restrict__ groups, int n_groups,
-             unsigned long long *__restrict__ saturated, int dither, u64 seed, u64 batch) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    unsigned char *whi = smem, *wlo = smem + W_BYTES, *xin = smem + 2 * W_BYTES;
-    unsigned char *raw = xin + 2 * TS * RS;
-    int *s_beam = (int *)(raw + NR * RAW_BYTES); // [BTB * 16] beam index or -1
-    float *s_q = (float *)(s_beam + BTB * 16);   // [BTB * 16] 32512 / s_b
-    const int c = blockIdx.y;
-    const int g0 = blockIdx.x * BTB;
-    const int ntiles = min(BTB, n_groups - g0);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int n_stages = N_ST * N_KC;
-
-#pragma unroll
-    for (int p = 0; p < NR - 1; p++) {
-        if (p < n_stages) issue_stage(raw + p * RAW_BYTES, in, c, p / N_KC, p % N_KC);
-        cp_async_commit();
-    }
-
+// Beam table of item group bg: s_beam / s_q [BTB * 16] (beam index or -1, 32512 / s_b).
+__device__ __forceinline__ void load_beam_table(int *s_beam, float *s_q, int bg, int n_groups,
+                                                const int *__restrict__ order,
+                                                const int3 *__restrict__ groups,
+                                                const float *__restrict__ wscale) {
     if (threadIdx.x < BTB * 16) {
         const int t = threadIdx.x >> 4, j = threadIdx.x & 15;
         int beam = -1;
         float q = 0.0f;
-        if (t < ntiles) {
-            const int3 grp = groups[g0 + t];
+        if (bg * BTB + t < n_groups) {
+            const int3 grp = groups[bg * BTB + t];
             if (j < grp.y) {
                 beam = order[grp.x + j];
                 const float sb = wscale[beam];
@@ -203,56 +215,152 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
         s_beam[threadIdx.x] = beam;
         s_q[threadIdx.x] = q;
     }
-    __syncthreads();
-    // Weight planes: row 32 t + 2 j + r (tile t, beam j of the tile, r = 0 re / 1 im output).
-#pragma unroll 4
-    for (int idx = threadIdx.x; idx < BTB * 16 * NAP; idx += THREADS) {
-        const int jt = idx / NAP, a = idx % NAP;
+}
+
+// 16-bit weight of (beam, antenna a) at channel c, scaled by q: phase pi*c*D reduced exactly
+// (the product c*D split into a rounded part and its exact remainder) to [-pi, pi], where the
+// hardware sine / cosine are within 4e-7 (the 16-bit weight step is 3e-5 of the largest).
+__device__ __forceinline__ void weight16(int beam, int a, int c, float q,
+                                         const float2 *__restrict__ coef,
+                                         const float *__restrict__ delay, int &wr, int &wi) {
+    wr = wi = 0;
+    if (beam >= 0 && a < N_ANTS) {
+        const size_t k = (size_t)beam * N_ANTS + a;
+        const float d = delay[k], fc = (float)c;
+        const float hi = fc * d, lo = fmaf(fc, d, -hi);
+        const float ph = (hi - 2.0f * rintf(0.5f * hi)) + lo;
+        float sn, cs;
+        __sincosf(ph * 3.14159265358979f, &sn, &cs);
+        const float2 cw = coef[k];
+        wr = max(-32512, min(32512, __float2int_rn((cw.x * cs - cw.y * sn) * q)));
+        wi = max(-32512, min(32512, __float2int_rn((cw.x * sn + cw.y * cs) * q)));
+    }
+}
+
+// Weight planes of channel c: for tile t and beam j of the tile, row 32 t + 16 (j / 8) + j % 8
+// holds the Re output (Wr, -Wi) and that row + 8 the Im output (Wi, Wr). One thread writes an
+// antenna pair (one 4-byte word per row and plane). In a k32 step of 16 antennas, thread-in-group
+// q's B registers hold antennas (4q, 4q+1) at byte 4q and (4q+2, 4q+3) at byte 16 + 4q.
+__device__ __forceinline__ void build_weights(unsigned char *whi, unsigned char *wlo,
+                                              const int *s_beam, const float *s_q, int c,
+                                              const float2 *__restrict__ coef,
+                                              const float *__restrict__ delay) {
+#pragma unroll 2
+    for (int idx = threadIdx.x; idx < BTB * 16 * (NAP / 2); idx += THREADS) {
+        const int jt = idx / (NAP / 2), p = idx % (NAP / 2);
         const int t = jt >> 4, j = jt & 15;
         const int beam = s_beam[jt];
-        int wr = 0, wi = 0;
-        if (beam >= 0 && a < N_ANTS) {
-            const size_t k = (size_t)beam * N_ANTS + a;
-            float sn, cs;
-            sincospif((float)c * delay[k], &sn, &cs);
-            const float2 cw = coef[k];
-            const float q = s_q[jt];
-            wr = max(-32512, min(32512, __float2int_rn((cw.x * cs - cw.y * sn) * q)));
-            wi = max(-32512, min(32512, __float2int_rn((cw.x * sn + cw.y * cs) * q)));
+        const float q = s_q[jt];
+        const int a0 = 2 * p;
+        u32 rh[2], rl[2], nh[2], nl[2], ih[2], il[2];
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            int wr, wi;
+            weight16(beam, a0 + e, c, q, coef, delay, wr, wi);
+            split16(wr, rh[e], rl[e]);
+            split16(wi, ih[e], il[e]);
+            split16(-wi, nh[e], nl[e]);
         }
-        u32 rh, rl, ih, il, nh, nl;
-        split16(wr, rh, rl);
-        split16(wi, ih, il);
-        split16(-wi, nh, nl);
-        const int off = (32 * t + 2 * j) * WS + kbyte(a);
-        *(unsigned short *)(whi + off) = (unsigned short)(rh | (nh << 8));
-        *(unsigned short *)(wlo + off) = (unsigned short)(rl | (nl << 8));
-        *(unsigned short *)(whi + off + WS) = (unsigned short)(ih | (rh << 8));
-        *(unsigned short *)(wlo + off + WS) = (unsigned short)(il | (rl << 8));
+        const int al = a0 & 15;
+        const int off = 32 * (a0 >> 4) + ((al & 2) ? 16 : 0) + 4 * (al >> 2);
+        const int rre = 32 * t + 16 * (j >> 3) + (j & 7);
+        *(u32 *)(whi + rre * WS + off) = rh[0] | (nh[0] << 8) | (rh[1] << 16) | (nh[1] << 24);
+        *(u32 *)(wlo + rre * WS + off) = rl[0] | (nl[0] << 8) | (rl[1] << 16) | (nl[1] << 24);
+        *(u32 *)(whi + (rre + 8) * WS + off) = ih[0] | (rh[0] << 8) | (ih[1] << 16) | (rh[1] << 24);
+        *(u32 *)(wlo + (rre + 8) * WS + off) = il[0] | (rl[0] << 8) | (il[1] << 16) | (rl[1] << 24);
+    }
+}
+
+// Clamp to +-127 and round half to even; sets sat when |v| > 127.
+__device__ __forceinline__ int quant8(float v, bool &sat) {
+    sat |= fabsf(v) > 127.0f;
+    return __float2int_rn(fminf(fmaxf(v, -127.0f), 127.0f));
+}
+
+__device__ __forceinline__ float combine(int hi, int lo, float os) {
+#if N_ANTS <= 256
+    // |256 hi + lo| <= 2 N_ANTS * 127 * 32640 < 2^31: exact in int32, one rounding
+    return __fmul_rn((float)(hi * 256 + lo), os);
+#else
+    return __fmul_rn(fmaf(256.0f, (float)hi, (float)lo), os);
+#endif
+}
+
+// Per-item, per-warp state: the warp's beam tile, its pol selector and its two beams.
+struct WarpItem {
+    bool active;
+    int bt, nt;
+    u32 sel;
+    int beam[2];
+    float oscale[2];
+};
+
+__device__ __forceinline__ WarpItem warp_item(int bg, int n_groups, const int *__restrict__ order,
+                                              const int3 *__restrict__ groups,
+                                              const float *__restrict__ wscale) {
+    WarpItem w;
+    const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
+    const int ntiles = min(BTB, n_groups - bg * BTB);
+    w.active = warp < ntiles * NT;
+    w.bt = w.active ? warp / NT : 0;
+    w.nt = warp % NT;
+    int3 grp = make_int3(0, 0, 0);
+    if (w.active) grp = groups[bg * BTB + w.bt];
+    w.sel = grp.z ? 0x7632u : 0x5410u;
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+        const int jb = 8 * mi + g;
+        w.beam[mi] = jb < grp.y ? order[grp.x + jb] : -1;
+        w.oscale[mi] = w.beam[mi] >= 0 ? wscale[w.beam[mi]] / QMAX : 0.0f;
+    }
+    return w;
+}
+
+// coef: float2 [N_BEAMS][N_ANTS]; delay: float [N_BEAMS][N_ANTS]; wscale: float [N_BEAMS]
+// (max_a |coef|); order: beam indices sorted by pol; groups: int3 (start in order, count <= 16,
+// pol), one per beam tile. saturated: u64 [N_BEAMS] (added to). dither != 0 enables dither with
+// hash key (c * SPECTRA + s) * N_BEAMS + beam + dseed (dseed: per batch, from the host).
+// Dynamic shared memory SMEM_BYTES; grid.x blocks walk the N_CHANNELS * ceil(n_groups / BTB)
+// items.
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+    beamform(const signed char *__restrict__ in, signed char *__restrict__ out,
+             const float2 *__restrict__ coef, const float *__restrict__ delay,
+             const float *__restrict__ wscale, const int *__restrict__ order,
+             const int3 *__restrict__ groups, int n_groups,
+             unsigned long long *__restrict__ saturated, int dither, unsigned int dseed) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    unsigned char *whi = smem, *wlo = smem + W_BYTES, *xin = smem + 2 * W_BYTES;
+    unsigned char *raw = xin + 2 * TS * RS;
+    int *s_beam = (int *)(raw + NR * RAW_BYTES); // [BTB * 16] beam index or -1
+    float *s_q = (float *)(s_beam + BTB * 16);   // [BTB * 16] 32512 / s_b
+    const int n_bg = (n_groups + BTB - 1) / BTB;
+    const int n_items = N_CHANNELS * n_bg;
+    if ((int)blockIdx.x >= n_items) return;
+    const int my_items = (n_items - 1 - (int)blockIdx.x) / (int)gridDim.x + 1;
+    const int n_stages = my_items * SPI;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, tq = lane & 3;
+
+#pragma unroll
+    for (int p = 0; p < NR - 1; p++) {
+        if (p < n_stages) {
+            const int item = blockIdx.x + (p / SPI) * gridDim.x, r = p % SPI;
+            issue_stage(raw + p * RAW_BYTES, in, item / n_bg, r / N_KC, r % N_KC);
+        }
+        cp_async_commit();
     }
 
-    // This warp's output tile.
-    const bool active = warp < ntiles * NT;
-    const int bt = active ? warp / NT : 0, nt = warp % NT;
-    int3 grp = make_int3(0, 0, 0);
-    if (active) grp = groups[g0 + bt];
-    const u32 sel = grp.z ? 0x7632u : 0x5410u;
-    const int g = lane >> 2, tq = lane & 3, r = g & 1;
-    // beams of this lane's two output rows per m16 fragment (jb = 8 mi + 4 h + g / 2)
-    int beam[2][2];
-    float oscale[2][2];
-    unsigned int nsat[2][2];
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int jb = 8 * mi + 4 * h + (g >> 1);
-            beam[mi][h] = jb < grp.y ? order[grp.x + jb] : -1;
-            oscale[mi][h] = beam[mi][h] >= 0 ? wscale[beam[mi][h]] / QMAX : 0.0f;
-            nsat[mi][h] = 0;
-        }
+    int item = blockIdx.x;
+    int c = item / n_bg, bg = item % n_bg;
+    load_beam_table(s_beam, s_q, bg, n_groups, order, groups, wscale);
+    __syncthreads();
+#if BPROBE != 2
+    build_weights(whi, wlo, s_beam, s_q, c, coef, delay);
+#endif
+    WarpItem wi = warp_item(bg, n_groups, order, groups, wscale);
+    unsigned int nsat[2] = {0, 0};
     // ldmatrix row addresses: lanes 0-7 / 8-15 / 16-23 / 24-31 give matrices a0..a3
-    const int arow = 32 * bt + (lane & 7) + 8 * ((lane >> 3) & 1);
+    const int arow = (lane & 7) + 8 * ((lane >> 3) & 1);
     const int acol = 16 * (lane >> 4);
 
     int acc_hi[2][4][4], acc_lo[2][4][4];
@@ -264,20 +372,24 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
             for (int k = 0; k < 4; k++) acc_hi[mi][ni][k] = acc_lo[mi][ni][k] = 0;
 
     // Iteration i: stage i has landed (raw), stage i + NR - 1 is issued, stage i is transposed
-    // into B buffer i % 2 while the warps multiply stage i - 1 out of the other; one barrier.
+    // into B buffer i % 2 while the warps multiply stage i - 1 out of the other; one barrier
+    // (two at an item boundary, around the weight rebuild).
     for (int i = 0; i <= n_stages; i++) {
         if (i < n_stages) cp_async_wait<NR - 2>();
         __syncthreads();
         if (i + NR - 1 < n_stages) {
-            const int j = i + NR - 1, st = j / N_KC, kc = j % N_KC;
-            issue_stage(raw + (j % NR) * RAW_BYTES, in, c, st, kc);
+            const int j = i + NR - 1, r = j % SPI;
+            const int jt = blockIdx.x + (j / SPI) * gridDim.x;
+            issue_stage(raw + (j % NR) * RAW_BYTES, in, jt / n_bg, r / N_KC, r % N_KC);
         }
         cp_async_commit();
         if (i < n_stages) transpose_stage(xin + (i & 1) * TS * RS, raw + (i % NR) * RAW_BYTES);
         if (i == 0) continue;
-        const int st = (i - 1) / N_KC, kc = (i - 1) % N_KC;
+        const int r = (i - 1) % SPI;
+        const int st = r / N_KC, kc = r % N_KC;
         const unsigned char *xb = xin + ((i - 1) & 1) * TS * RS;
-        if (active) {
+#if BPROBE != 1
+        if (wi.active) {
             const int ks = kc == N_KC - 1 ? LAST_KSTEPS : 2;
 #pragma unroll
             for (int kk = 0; kk < 2; kk++) {
@@ -286,15 +398,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
                     u32 ah[2][4], al[2][4];
 #pragma unroll
                     for (int mi = 0; mi < 2; mi++) {
-                        const int o = (arow + 16 * mi) * WS + 32 * kg + acol;
+                        const int o = (32 * wi.bt + arow + 16 * mi) * WS + 32 * kg + acol;
                         ldmatrix_x4(ah[mi], whi + o);
                         ldmatrix_x4(al[mi], wlo + o);
                     }
 #pragma unroll
                     for (int ni = 0; ni < 4; ni++) {
-                        const uint4 v = *(const uint4 *)(xb + (32 * nt + 8 * ni + g) * RS +
-                                                         64 * kk + 16 * tq);
-                        const u32 b[2] = {__byte_perm(v.x, v.y, sel), __byte_perm(v.z, v.w, sel)};
+                        // column g of fragment ni is spectrum 8 (g / 2) + 2 ni + g % 2
+                        const int srow = 32 * wi.nt + 8 * (g >> 1) + 2 * ni + (g & 1);
+                        const uint4 v = *(const uint4 *)(xb + srow * RS + 64 * kk + 16 * tq);
+                        const u32 b[2] = {__byte_perm(v.x, v.y, wi.sel),
+                                          __byte_perm(v.z, v.w, wi.sel)};
 #pragma unroll
                         for (int mi = 0; mi < 2; mi++) {
                             mma_s8(acc_hi[mi][ni], ah[mi], b);
@@ -304,39 +418,41 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
                 }
             }
             if (kc == N_KC - 1) {
-                // Epilogue of spectra tile st: lanes g even hold Re rows, odd Im rows; swap
-                // with lane ^ 4 so that each lane owns one complex output.
+                // Epilogue of spectra tile st: this lane owns beam row g of each m16 fragment,
+                // spectra s0 .. s0 + 7 (re in acc[..][0..1], im in acc[..][2..3]).
+                const int s0 = st * TS + 32 * wi.nt + 8 * tq;
 #pragma unroll
-                for (int mi = 0; mi < 2; mi++)
+                for (int mi = 0; mi < 2; mi++) {
+                    const int b = wi.beam[mi];
+                    if (b >= 0 && s0 < SPECTRA) {
+                        const float os = wi.oscale[mi];
+                        const u32 key0 =
+                            ((u32)c * SPECTRA + (u32)s0) * N_BEAMS + (u32)b + dseed;
+                        u32 word[4];
 #pragma unroll
-                    for (int ni = 0; ni < 4; ni++)
+                        for (int ni = 0; ni < 4; ni++) {
+                            int q[4];
 #pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            const float os = oscale[mi][h];
-                            const float v0 = os * fmaf(256.0f, (float)acc_hi[mi][ni][2 * h],
-                                                       (float)acc_lo[mi][ni][2 * h]);
-                            const float v1 = os * fmaf(256.0f, (float)acc_hi[mi][ni][2 * h + 1],
-                                                       (float)acc_lo[mi][ni][2 * h + 1]);
-                            const float other = __shfl_xor_sync(0xffffffffu, r ? v0 : v1, 4);
-                            float vr = r ? other : v0, vi = r ? v1 : other;
-                            const int s = st * TS + 32 * nt + 8 * ni + 2 * tq + r;
-                            const int b = beam[mi][h];
-                            if (b >= 0 && s < SPECTRA) {
+                            for (int e = 0; e < 2; e++) {
+                                float vr = combine(acc_hi[mi][ni][e], acc_lo[mi][ni][e], os);
+                                float vi = combine(acc_hi[mi][ni][2 + e], acc_lo[mi][ni][2 + e], os);
                                 if (dither) {
-                                    u64 key = (((u64)batch * N_CHANNELS + c) * SPECTRA + s) * N_BEAMS + b;
-                                    u64 hsh = splitmix64(seed + key * 0x9E3779B97F4A7C15ULL);
-                                    vr = __fadd_rn(vr, dither_from((unsigned int)hsh));
-                                    vi = __fadd_rn(vi, dither_from((unsigned int)(hsh >> 32)));
+                                    const u32 h = hash32(key0 + (u32)((2 * ni + e) * N_BEAMS));
+                                    vr = __fadd_rn(vr, dither16(h & 0xffffu));
+                                    vi = __fadd_rn(vi, dither16(h >> 16));
                                 }
-                                nsat[mi][h] += fabsf(vr) > 127.0f || fabsf(vi) > 127.0f;
-                                vr = fminf(fmaxf(vr, -127.0f), 127.0f);
-                                vi = fminf(fmaxf(vi, -127.0f), 127.0f);
-                                char2 q;
-                                q.x = (signed char)__float2int_rn(vr);
-                                q.y = (signed char)__float2int_rn(vi);
-                                out[((size_t)b * N_CHANNELS + c) * SPECTRA + s] = q;
+                                bool sat = false;
+                                q[2 * e] = quant8(vr, sat);
+                                q[2 * e + 1] = quant8(vi, sat);
+                                nsat[mi] += sat;
                             }
+                            word[ni] = __byte_perm(__byte_perm(q[0], q[1], 0x0040),
+                                                   __byte_perm(q[2], q[3], 0x0040), 0x5410);
                         }
+                        *(uint4 *)(out + (((size_t)b * N_CHANNELS + c) * SPECTRA + s0) * 2) =
+                            make_uint4(word[0], word[1], word[2], word[3]);
+                    }
+                }
 #pragma unroll
                 for (int mi = 0; mi < 2; mi++)
 #pragma unroll
@@ -345,18 +461,35 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
                         for (int k = 0; k < 4; k++) acc_hi[mi][ni][k] = acc_lo[mi][ni][k] = 0;
             }
         }
-    }
-
-    // Saturation counts: the 8 lanes with the same g / 2 share a beam.
+#endif
+        if (r == SPI - 1) {
+            // End of the item: flush the saturation counts (the 4 lanes of a g share a beam),
+            // then rebuild the tables and weights for the next item.
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            unsigned int n = nsat[mi][h];
-            n += __shfl_xor_sync(0xffffffffu, n, 1);
-            n += __shfl_xor_sync(0xffffffffu, n, 2);
-            n += __shfl_xor_sync(0xffffffffu, n, 4);
-            if ((lane & 7) == 0 && n && beam[mi][h] >= 0)
-                atomicAdd(&saturated[beam[mi][h]], (unsigned long long)n);
+            for (int mi = 0; mi < 2; mi++) {
+                unsigned int n = nsat[mi];
+                n += __shfl_xor_sync(0xffffffffu, n, 1);
+                n += __shfl_xor_sync(0xffffffffu, n, 2);
+                if (tq == 0 && n && wi.active && wi.beam[mi] >= 0)
+                    atomicAdd(&saturated[wi.beam[mi]], (unsigned long long)n);
+                nsat[mi] = 0;
+            }
+            if (i < n_stages) {
+                item += gridDim.x;
+                const int nbg = item % n_bg;
+                c = item / n_bg;
+                __syncthreads(); // everyone is done with the old weights and tables
+                if (nbg != bg) {
+                    bg = nbg;
+                    load_beam_table(s_beam, s_q, bg, n_groups, order, groups, wscale);
+                    __syncthreads();
+                    wi = warp_item(bg, n_groups, order, groups, wscale);
+                }
+#if BPROBE != 2
+                build_weights(whi, wlo, s_beam, s_q, c, coef, delay);
+#endif
+            }
         }
+    }
+    (void)warp;
 }

@@ -18,6 +18,12 @@
 // for both A and B; we assign them the times 4t..4t+3 so that one 16-byte shared load of an antenna
 // (4 times x 2 pols x re/im) feeds both pols of an A row pair or both pol fragments of a B column.
 //
+// 4-bit input (SAMPLE_BITS 4; direct path only): one byte per complex value, re in the high
+// nibble (two's complement nibbles, as fgpu --send-sample-bits 4 writes them). Hopper has no
+// int4 tensor path, so each thread cp.asyncs its 8-byte pieces (4 times x 2 pols) into a ring of
+// packed stages and unpacks them to int8 into one of two int8 stage buffers, one stage ahead of
+// the MMAs; the MMA loop is the 8-bit one.
+//
 // Time is staged through shared memory in chunks of STAGE_TIMES (64) spectra by a 3-stage cp.async
 // pipeline; each stage is then rearranged once per block into fragment-ready order (pol split,
 // conj_perm applied; double-buffered, overlapping the previous stage's MMAs), so the warps' inner
@@ -56,6 +62,16 @@
 #ifndef PROBE
 #define PROBE 0
 #endif
+#ifndef SAMPLE_BITS
+#define SAMPLE_BITS 8
+#endif
+#define SBYTES (SAMPLE_BITS / 2) // input bytes per time sample (both pols)
+#if SAMPLE_BITS != 8 && SAMPLE_BITS != 4
+#error "SAMPLE_BITS must be 8 or 4"
+#endif
+#if SAMPLE_BITS == 4 && !DIRECT
+#error "4-bit input needs the direct path"
+#endif
 #define ROWS (2 * TILE) // a1 tile rows then a2 tile rows
 #define THREADS 256
 // dynamic shared memory, in uint4: raw stages, then two ready buffers, each A-ready followed by
@@ -63,8 +79,13 @@
 #define RAW_OFF 0
 #define READY_OFF (N_STAGES * ROWS * CHUNKS)
 #define READY_SIZE (TILE * CHUNKS * 3)
-#if DIRECT
+#if DIRECT && SAMPLE_BITS == 4
+// two int8 stage buffers, then N_STAGES packed stages (uint2 per chunk)
+#define SMEM_UINT4 (2 * ROWS * CHUNKS + N_STAGES * ROWS * CHUNKS / 2)
+#define SLOT(st) ((st) & 1)
+#elif DIRECT
 #define SMEM_UINT4 (N_STAGES * ROWS * CHUNKS)
+#define SLOT(st) ((st) % N_STAGES)
 #else
 #define SMEM_UINT4 (READY_OFF + 2 * READY_SIZE)
 #endif
@@ -94,6 +115,25 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool va
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
 }
 
+#if SAMPLE_BITS == 4
+__device__ __forceinline__ void cp_async8(void *smem, const void *gmem, bool valid) {
+    u32 s = (u32)__cvta_generic_to_shared(smem);
+    int n = valid ? 8 : 0; // 0 source bytes => zero fill
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+
+// Sign-extends the four nibbles held in the low halves of the bytes of x.
+__device__ __forceinline__ u32 sext4(u32 x) { return x | ((x & 0x08080808u) * 0x1eu); }
+
+// 4 times x 2 pols of packed 4-bit samples (re high nibble) -> 4 words (re0, im0, re1, im1).
+__device__ __forceinline__ uint4 unpack4(uint2 p) {
+    const u32 r0 = sext4((p.x >> 4) & 0x0f0f0f0fu), i0 = sext4(p.x & 0x0f0f0f0fu);
+    const u32 r1 = sext4((p.y >> 4) & 0x0f0f0f0fu), i1 = sext4(p.y & 0x0f0f0f0fu);
+    return make_uint4(__byte_perm(r0, i0, 0x5140), __byte_perm(r0, i0, 0x7362),
+                      __byte_perm(r1, i1, 0x5140), __byte_perm(r1, i1, 0x7362));
+}
+#endif
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 template <int N> __device__ __forceinline__ void cp_async_wait() {
@@ -122,16 +162,16 @@ struct Loader {
 };
 
 #define ROWS_PER_PASS (THREADS / CHUNKS)
-#define ROW_STEP ((size_t)ROWS_PER_PASS * N_CHANNELS * SPECTRA * 4)
-#define BATCH_STEP ((size_t)N_ANTS * N_CHANNELS * SPECTRA * 4)
+#define ROW_STEP ((size_t)ROWS_PER_PASS * N_CHANNELS * SPECTRA * SBYTES)
+#define BATCH_STEP ((size_t)N_ANTS * N_CHANNELS * SPECTRA * SBYTES)
 
 __device__ __forceinline__ Loader make_loader(const signed char *in, int ch, int a1_base, int a2_base) {
     Loader l;
     l.base = in;
     l.r0 = threadIdx.x / CHUNKS;
     l.chunk = threadIdx.x % CHUNKS;
-    l.a1src = in + ((size_t)(a1_base + l.r0) * N_CHANNELS + ch) * SPECTRA * 4;
-    l.a2src = in + ((size_t)(a2_base + l.r0) * N_CHANNELS + ch) * SPECTRA * 4;
+    l.a1src = in + ((size_t)(a1_base + l.r0) * N_CHANNELS + ch) * SPECTRA * SBYTES;
+    l.a2src = in + ((size_t)(a2_base + l.r0) * N_CHANNELS + ch) * SPECTRA * SBYTES;
     return l;
 }
 
@@ -142,7 +182,7 @@ __device__ __forceinline__ void load_stage(uint4 *raw, const Loader &l, int a1_b
     const long long kk = kbeg + (long long)st * KSTEPS_PER_STAGE + l.chunk / 4;
     const bool tvalid = kk < kend;
     const long long t = kk * 16 + (l.chunk % 4) * 4;
-    const size_t toff = (size_t)(t / SPECTRA) * BATCH_STEP + (size_t)(t % SPECTRA) * 4;
+    const size_t toff = (size_t)(t / SPECTRA) * BATCH_STEP + (size_t)(t % SPECTRA) * SBYTES;
 #pragma unroll
     for (int i = 0; i < ROWS * CHUNKS / THREADS; i++) {
         const int half = i * ROWS_PER_PASS < TILE ? 0 : 1;
@@ -150,7 +190,11 @@ __device__ __forceinline__ void load_stage(uint4 *raw, const Loader &l, int a1_b
         const int ant = (half ? a2_base : a1_base) + l.r0 + ii * ROWS_PER_PASS;
         const bool valid = tvalid && ant < N_ANTS;
         const signed char *src = (half ? l.a2src : l.a1src) + toff + ii * ROW_STEP;
-#if DIRECT
+#if DIRECT && SAMPLE_BITS == 4
+        // packed ring: thread-owned 8-byte pieces, unpacked by the same thread
+        const int row = l.r0 + i * ROWS_PER_PASS;
+        cp_async8((uint2 *)raw + row * CHUNKS + l.chunk, valid ? src : l.base, valid);
+#elif DIRECT
         const int row = l.r0 + i * ROWS_PER_PASS;
         cp_async16(raw + row * CHUNKS + swz(row, l.chunk), valid ? src : l.base, valid);
 #else
@@ -158,6 +202,19 @@ __device__ __forceinline__ void load_stage(uint4 *raw, const Loader &l, int a1_b
 #endif
     }
 }
+
+#if SAMPLE_BITS == 4
+// Unpacks this thread's pieces of packed stage `packed` into the int8 stage buffer `dst`
+// (swizzled like the 8-bit direct path).
+__device__ __forceinline__ void unpack_stage(uint4 *dst, const uint2 *packed, const Loader &l) {
+#pragma unroll
+    for (int i = 0; i < ROWS * CHUNKS / THREADS; i++) {
+        const int row = l.r0 + i * ROWS_PER_PASS;
+        dst[row * CHUNKS + swz(row, l.chunk)] = unpack4(packed[row * CHUNKS + l.chunk]);
+    }
+}
+#define PACKED(st) (smem + 2 * ROWS * CHUNKS + ((st) % N_STAGES) * ROWS * CHUNKS / 2)
+#endif
 
 // Rearranges one raw stage into fragment-ready form, once per block instead of once per warp:
 // A-ready [TILE][CHUNKS] = {pol0 t0t1, pol1 t0t1, pol0 t2t3, pol1 t2t3} (the 4 A registers);
@@ -221,12 +278,35 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     // per-lane masks (identity for even g).
     const u32 cmask = (g & 1) ? 0xFF00FF00u : 0u, cadd = (g & 1) ? 0x00FF00FFu : 0u;
     const u32 csel = (g & 1) ? 0x2705u : 0x3210u;
+#if SAMPLE_BITS == 4
+    // 4-bit: iteration st waits for packed stage st + 1 (own pieces), and after the barrier
+    // unpacks it into int8 buffer (st + 1) % 2 while the MMAs read buffer st % 2.
+#pragma unroll
+    for (int s = 0; s < N_STAGES - 1; s++) {
+        if (s < n_stages) load_stage(PACKED(s), ld, a1_base, a2_base, kbeg, kend, s);
+        cp_async_commit();
+    }
+    cp_async_wait<N_STAGES - 2>();
+    unpack_stage(smem, (const uint2 *)PACKED(0), ld);
+#else
 #pragma unroll
     for (int s = 0; s < N_STAGES - 1; s++) {
         if (s < n_stages) load_stage(smem + s * ROWS * CHUNKS, ld, a1_base, a2_base, kbeg, kend, s);
         cp_async_commit();
     }
+#endif
     for (int st = 0; st < n_stages; st++) {
+#if SAMPLE_BITS == 4
+        cp_async_wait<N_STAGES - 3>();
+        // int8 buffer st % 2 is complete; everyone is done with buffer (st + 1) % 2
+        __syncthreads();
+        if (st + N_STAGES - 1 < n_stages)
+            load_stage(PACKED(st + N_STAGES - 1), ld, a1_base, a2_base, kbeg, kend,
+                       st + N_STAGES - 1);
+        cp_async_commit();
+        if (st + 1 < n_stages)
+            unpack_stage(smem + SLOT(st + 1) * ROWS * CHUNKS, (const uint2 *)PACKED(st + 1), ld);
+#else
         cp_async_wait<N_STAGES - 2>();
         // stage st has landed for every thread; everyone is done with buffer (st - 1) % N_STAGES
         __syncthreads();
@@ -234,7 +314,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             load_stage(smem + ((st + N_STAGES - 1) % N_STAGES) * ROWS * CHUNKS, ld, a1_base,
                        a2_base, kbeg, kend, st + N_STAGES - 1);
         cp_async_commit();
-        const uint4 *raw = smem + (st % N_STAGES) * ROWS * CHUNKS;
+#endif
+        const uint4 *raw = smem + SLOT(st) * ROWS * CHUNKS;
         if (active) {
 #if PROBE == 3
             u32 afrag[4][4], bfr[4][4];

@@ -109,7 +109,8 @@ engine_args! {
         pub channel_offset_value: usize,
         #[arg(long, default_value_t = 32)]
         pub heaps_per_fengine_per_chunk: usize,
-        /// Input sample width (8).
+        /// Input sample width: 8, or 4 (one byte per complex value, real in the high nibble, as
+        /// fgpu `--send-sample-bits 4` sends it).
         #[arg(long, default_value_t = 8)]
         pub sample_bits: u32,
         /// Correlation output: name=,dst=,heap_accumulation_threshold=
@@ -148,8 +149,8 @@ impl XbgpuArgs {
         if self.jones_per_batch == 0 || !self.jones_per_batch.is_multiple_of(self.channels) {
             return Err("--jones-per-batch must be a multiple of --channels".into());
         }
-        if self.sample_bits != 8 {
-            return Err("only --sample-bits 8 is supported".into());
+        if self.sample_bits != 8 && self.sample_bits != 4 {
+            return Err("--sample-bits must be 8 or 4".into());
         }
         if !self
             .channel_offset_value

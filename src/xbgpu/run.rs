@@ -273,12 +273,14 @@ pub fn run(args: &XbgpuArgs) -> anyhow::Result<XbgpuSummary> {
     let n = args.array_size;
     let cps = args.channels_per_substream;
     let sph = args.spectra_per_heap();
-    let shape = XShape::new(n, cps, sph).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let shape = XShape::new(n, cps, sph)
+        .and_then(|s| s.with_sample_bits(args.sample_bits))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let placement = FengPlacement {
         n_ants: n,
         channels_per_substream: cps,
         spectra_per_heap: sph,
-        sample_bits: 8,
+        sample_bits: args.sample_bits,
         samples_between_spectra: args.samples_between_spectra,
         batches_per_chunk: args.heaps_per_fengine_per_chunk,
     };

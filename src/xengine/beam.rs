@@ -163,15 +163,33 @@ fn splitmix64(mut z: u64) -> u64 {
     z
 }
 
-fn dither_from(u: u32) -> f32 {
-    ((u as i32) as f32 + 0.5) * 2.328_270_9e-10
+/// 32-bit integer hash (lowbias32), the same as `hash32` in kernels/beamform.cu.
+fn hash32(mut x: u32) -> u32 {
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x7feb_352d);
+    x ^= x >> 15;
+    x = x.wrapping_mul(0x846c_a68b);
+    x ^= x >> 16;
+    x
 }
 
-/// Dither (re, im), each uniform in (−0.5, 0.5), for `key` =
-/// ((batch·channels + c)·spectra + s)·beams + beam (identical on CPU and GPU).
-pub fn dither_pair(seed: u64, key: u64) -> (f32, f32) {
-    let h = splitmix64(seed.wrapping_add(key.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
-    (dither_from(h as u32), dither_from((h >> 32) as u32))
+/// Per-batch 32-bit dither seed derived from the 64-bit engine seed.
+pub fn batch_dither_seed(seed: u64, batch: u64) -> u32 {
+    let h = splitmix64(seed.wrapping_add(batch.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+    (h ^ (h >> 32)) as u32
+}
+
+/// (2u − 65535) / 2^17 for 16 bits u: uniform in (−0.5, 0.5), exact in f32.
+fn dither16(u: u32) -> f32 {
+    (2 * u as i32 - 65535) as f32 * (1.0 / 131_072.0)
+}
+
+/// Dither (re, im), each uniform in (−0.5, 0.5), of batch `batch` and in-batch key
+/// `key` = (c·spectra + s)·beams + beam (wrapping to 32 bits): one 32-bit hash, two 16-bit
+/// halves (identical on CPU and GPU).
+pub fn dither_pair(seed: u64, batch: u64, key: u64) -> (f32, f32) {
+    let h = hash32((key as u32).wrapping_add(batch_dither_seed(seed, batch)));
+    (dither16(h & 0xffff), dither16(h >> 16))
 }
 
 /// Clamp to ±127 and round half to even; returns (value, saturated-before-rounding).

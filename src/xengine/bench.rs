@@ -14,13 +14,26 @@
 //! weight planes) 0.045 ms = 24 % of copy bandwidth for 16 beams (0.040 ms, 27 % without
 //! dither), 0.080 ms = 17.5 % for 64 beams (0.067 ms without dither); the earlier fp32 kernel:
 //! 0.104 ms (10.5 %) and 0.224 ms (6.2 %).
+//!
+//! Beamformer on the H100 (2026-11-22, `gpucbf bench xbgpu-beam`, copy 2990 GB/s), persistent
+//! kernel with 16-byte lane stores and the 32-bit dither hash: 16 beams 0.0444 ms = 34.7 %,
+//! 64 beams 0.0718 ms = 27.3 % (before: 33.6 % / 24.6 %). The probes locate the time: loads +
+//! transposes + weights alone (BPROBE 1) 0.023 / 0.031 ms (68 % / 64 %); without the weight
+//! build (BPROBE 2) 0.040 / 0.056 ms, i.e. per-channel weights (sincospif) cost ~4 / ~15 µs
+//! (hardware sincos after exact reduction: ~2 / ~10 µs, measured in a later run) and the MMA +
+//! epilogue part adds ~20 / ~40 µs that does not overlap the loads. 16 beams of alternating pol
+//! fill two half-empty tiles; skipping the empty m16 fragments did not help (spills) and was
+//! dropped. No tiling (ts 32/64, 2–6 stages, persistent or one block per item) reaches 40 %:
+//! the next step is overlapping weights/epilogue with the stream (warp specialisation or
+//! double-buffered weights) rather than the memory path. 4-bit input: 22.7 % / 18.4 % (half
+//! the bytes, the same compute); 4-bit correlator 361 / 398 TOPS at 256 / 576 antennas.
 
 use std::ffi::c_void;
 
 use cudarc::cublaslt::{result as lt, sys as ltsys};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
-use super::{Beam, BeamSet, CorrVariant, GpuX, XError, XShape};
+use super::{Beam, BeamSet, BeamTuning, CorrVariant, GpuX, XError, XShape};
 
 fn gerr<E: std::fmt::Debug>(e: E) -> XError {
     XError::Gpu(format!("{e:?}"))
@@ -30,7 +43,7 @@ fn gerr<E: std::fmt::Debug>(e: E) -> XError {
 /// for timing, only that it is not all zero).
 fn random_input(n: usize) -> Vec<i8> {
     let block: Vec<i8> = (0..(4u64 << 20).min(n as u64))
-        .map(|i| (super::dither_pair(1, i).0 * 254.0).round() as i8)
+        .map(|i| (super::dither_pair(1, 0, i).0 * 254.0).round() as i8)
         .collect();
     let mut v = Vec::with_capacity(n);
     while v.len() < n {
@@ -50,10 +63,15 @@ fn time_gpu(
 }
 
 /// One correlator measurement: returns TOPS.
-fn bench_correlator(n_ants: usize, samples: usize, variant: CorrVariant) -> Result<f64, XError> {
+fn bench_correlator(
+    n_ants: usize,
+    samples: usize,
+    variant: CorrVariant,
+    bits: u32,
+) -> Result<f64, XError> {
     let spectra = 256;
     let n_channels = (16384 / n_ants).max(1);
-    let shape = XShape::new(n_ants, n_channels, spectra)?;
+    let shape = XShape::new(n_ants, n_channels, spectra)?.with_sample_bits(bits)?;
     let n_batches = samples / spectra;
     let mut g = GpuX::new(shape)?;
     g.set_correlator_variant(variant)?;
@@ -192,21 +210,25 @@ fn bench_copy(stream: &std::sync::Arc<CudaStream>) -> Result<f64, XError> {
     Ok(bw)
 }
 
+/// One beamformer measurement (80 antennas, 512 channels, 256 spectra, `n_beams` beams of
+/// alternating pol, `bits`-bit input); prints bytes moved, time and the fraction of `copy_bw`,
+/// and returns that fraction.
 fn bench_beamformer(
-    n_ants: usize,
     n_beams: usize,
-    batch_beams: usize,
+    bits: u32,
     dither: bool,
+    tuning: BeamTuning,
     copy_bw: f64,
-) -> Result<(), XError> {
-    let shape = XShape::new(n_ants, 512, 256)?;
+) -> Result<f64, XError> {
+    let n_ants = 80;
+    let shape = XShape::new(n_ants, 512, 256)?.with_sample_bits(bits)?;
     let mut g = GpuX::new(shape)?;
-    g.set_beam_batch(batch_beams)?;
+    g.set_beam_tuning(tuning)?;
     let beams = BeamSet {
         beams: (0..n_beams)
             .map(|b| Beam {
                 pol: b % 2,
-                quant_gain: 0.1,
+                quant_gain: if bits == 8 { 0.1 } else { 1.6 },
                 weights: vec![1.0; n_ants],
                 delays: (0..n_ants).map(|a| a as f64 * 1e-9).collect(),
                 phases: vec![0.3; n_ants],
@@ -220,10 +242,14 @@ fn bench_beamformer(
     };
     let t = beams.tables(&shape, &vec![true; n_ants])?;
     let dt = g.upload_tables(&t)?;
+    let plan = g.beam_plan(dt.n_groups as usize)?;
     let stream = g.stream().clone();
-    let input = stream
-        .clone_htod(&random_input(shape.batch_bytes()))
-        .map_err(gerr)?;
+    let mut host = random_input(shape.batch_bytes());
+    if bits == 4 {
+        // keep the nibbles in [-7, 7]
+        host.iter_mut().for_each(|v| *v &= 0x77);
+    }
+    let input = stream.clone_htod(&host).map_err(gerr)?;
     let mut out: CudaSlice<i8> = stream
         .alloc_zeros(shape.beam_output_len(n_beams))
         .map_err(gerr)?;
@@ -233,16 +259,62 @@ fn bench_beamformer(
     })?;
     let bytes = (shape.batch_bytes() + shape.beam_output_len(n_beams)) as f64;
     let bw = bytes / secs;
-    let fma = (n_ants * n_beams * 512 * 256) as f64 / secs;
+    let frac = bw / copy_bw;
+    let what = match plan.probe {
+        1 => " [probe: no MMA, no epilogue]",
+        2 => " [probe: no weights]",
+        _ => "",
+    };
     println!(
-        "beamformer n_ants={n_ants} beams={n_beams} (≤ {batch_beams} per block, dither {dither}) channels=512 spectra=256: {:.2} MB in+out, {:.3} ms/batch, {:.1} GB/s = {:.1} % of copy bandwidth; {:.1} T complex-MAC/s",
+        "beamformer {bits}-bit n_ants={n_ants} beams={n_beams:2} dither={} ts={} nr={} btb={} {}: {:.2} MB in+out, {:.4} ms/batch, {:.1} GB/s = {:.1} % of copy bandwidth{what}",
+        u8::from(dither),
+        plan.ts,
+        plan.nr,
+        plan.btb,
+        if tuning.persistent { "persistent" } else { "grid=items" },
         bytes / 1e6,
         secs * 1e3,
         bw / 1e9,
-        100.0 * bw / copy_bw,
-        fma / 1e12
+        100.0 * frac,
     );
+    Ok(frac)
+}
+
+/// Device copy bandwidth, then the beamformer (16 and 64 beams, then variants and probes) as a
+/// fraction of it.
+fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
+    let copy = bench_copy(stream)?;
+    let def = BeamTuning::default();
+    for nb in [16, 64] {
+        bench_beamformer(nb, 8, true, def, copy)?;
+    }
+    println!("beamformer variants (same run):");
+    for nb in [16, 64] {
+        bench_beamformer(nb, 8, false, def, copy)?;
+        for (ts, nr, persistent) in [(64, 3, true), (32, 6, true), (0, 0, false)] {
+            let tu = BeamTuning {
+                ts,
+                nr,
+                persistent,
+                probe: 0,
+            };
+            bench_beamformer(nb, 8, true, tu, copy)?;
+        }
+        for probe in [1, 2] {
+            bench_beamformer(nb, 8, true, BeamTuning { probe, ..def }, copy)?;
+        }
+        bench_beamformer(nb, 4, true, def, copy)?;
+    }
     Ok(())
+}
+
+/// Only the beamformer part of [`bench_gpu`] (`gpucbf bench xbgpu-beam`).
+pub fn bench_gpu_beams() -> Result<(), XError> {
+    if !crate::gpu::gpu_available() {
+        return Err(XError::Gpu("no usable CUDA device".into()));
+    }
+    let probe = GpuX::new(XShape::new(1, 1, 16)?)?;
+    bench_beams(probe.stream())
 }
 
 /// Runs the X-engine benchmarks on GPU 0 and prints the results (see module docs).
@@ -259,8 +331,8 @@ pub fn bench_gpu(ants: &[usize], samples_per_launch: usize) -> Result<(), XError
     };
     for &n in ants {
         // the default variant is what the engine runs; `ready` is the earlier kernel
-        best = best.max(bench_correlator(n, samples, CorrVariant::default())?);
-        bench_correlator(n, samples, ready)?;
+        best = best.max(bench_correlator(n, samples, CorrVariant::default(), 8)?);
+        bench_correlator(n, samples, ready, 8)?;
     }
     // Limit probes (wrong results, timing only): what the direct kernel costs without its
     // conj_perm ALU work, without MMAs, and with MMAs alone.
@@ -274,6 +346,7 @@ pub fn bench_gpu(ants: &[usize], samples_per_launch: usize) -> Result<(), XError
                 probe,
                 ..CorrVariant::default()
             },
+            8,
         )?;
     }
     let probe = GpuX::new(XShape::new(1, 1, 16)?)?;
@@ -285,12 +358,10 @@ pub fn bench_gpu(ants: &[usize], samples_per_launch: usize) -> Result<(), XError
         ),
         Err(e) => println!("cuBLASLt int8 GEMM unavailable: {e}"),
     }
-    let copy = bench_copy(&stream)?;
-    for nb in [16, 64] {
-        for batch in [16, 128] {
-            bench_beamformer(80, nb, batch, true, copy)?;
-        }
-        bench_beamformer(80, nb, 128, false, copy)?;
+    bench_beams(&stream)?;
+    for n in [256, 576] {
+        print!("4-bit input: ");
+        bench_correlator(n, samples, CorrVariant::default(), 4)?;
     }
     Ok(())
 }

@@ -1,10 +1,11 @@
 //! CPU reference back end: exact integer correlation (int64, rayon over channels) and a
-//! float32 beamformer that follows the GPU kernel's arithmetic order.
+//! float32 beamformer that follows the GPU kernel's arithmetic order. 4-bit input is unpacked
+//! to int8 first (exact).
 
 use rayon::prelude::*;
 
 use super::beam::{dither_pair, quantise, BeamTables};
-use super::{present_baselines, BeamSet, BeamStats, XBackend, XError, XShape, MISSING};
+use super::{present_baselines, unpack4, BeamSet, BeamStats, XBackend, XError, XShape, MISSING};
 
 /// CPU implementation of [`XBackend`].
 pub struct CpuX {
@@ -156,10 +157,8 @@ pub(crate) fn beamform_cpu(
                 for s in 0..ns {
                     let (mut vr, mut vi) = (ar[s], ai[s]);
                     if beams.dither {
-                        let key = ((batch_index * nc as u64 + c as u64) * ns as u64 + s as u64)
-                            * nb as u64
-                            + b as u64;
-                        let (dr, di) = dither_pair(beams.seed, key);
+                        let key = (c as u64 * ns as u64 + s as u64) * nb as u64 + b as u64;
+                        let (dr, di) = dither_pair(beams.seed, batch_index, key);
                         vr += dr;
                         vi += di;
                     }
@@ -211,7 +210,14 @@ impl XBackend for CpuX {
 
     fn accumulate(&mut self, input: &[i8]) -> Result<(), XError> {
         let n_batches = self.shape.check_input(input)?;
-        let shape = self.shape;
+        let unpacked;
+        let input = if self.shape.sample_bits == 4 {
+            unpacked = unpack4(input);
+            &unpacked[..]
+        } else {
+            input
+        };
+        let shape = self.shape.unpacked();
         let per_ch = shape.n_baselines() * 8;
         for b in 0..n_batches {
             let batch = &input[b * shape.batch_bytes()..][..shape.batch_bytes()];
@@ -260,7 +266,14 @@ impl XBackend for CpuX {
     ) -> Result<BeamStats, XError> {
         let t = beams.tables(&self.shape, present_ants)?;
         check_beam_io(&self.shape, batch, beams, out)?;
-        let saturated = beamform_cpu(&self.shape, batch, beams, &t, batch_index, out);
+        let unpacked;
+        let batch = if self.shape.sample_bits == 4 {
+            unpacked = unpack4(batch);
+            &unpacked[..]
+        } else {
+            batch
+        };
+        let saturated = beamform_cpu(&self.shape.unpacked(), batch, beams, &t, batch_index, out);
         Ok(BeamStats {
             beam_ants: t.beam_ants,
             saturated,

@@ -50,9 +50,15 @@ impl Default for CorrVariant {
 }
 
 impl CorrVariant {
-    fn smem(&self) -> usize {
+    /// Dynamic shared memory for `sample_bits`-bit input (4-bit adds a ring of packed stages).
+    fn smem(&self, sample_bits: u32) -> usize {
         if self.direct {
-            self.stages * RAW_STAGE_BYTES
+            if sample_bits == 4 {
+                // two int8 stage buffers and a ring of packed stages
+                2 * RAW_STAGE_BYTES + self.stages * RAW_STAGE_BYTES / 2
+            } else {
+                self.stages * RAW_STAGE_BYTES
+            }
         } else {
             // 3 raw stages and two ready buffers of A-ready (TILE rows) and B-ready (2 × TILE)
             (3 * 2 * TILE + 2 * 3 * TILE) * (STAGE_TIMES / 4) * 16
@@ -86,6 +92,7 @@ pub fn correlate_defines(shape: &XShape) -> Vec<(&'static str, String)> {
         ("N_CHANNELS", shape.n_channels.to_string()),
         ("SPECTRA", shape.spectra_per_batch.to_string()),
         ("STAGE_TIMES", STAGE_TIMES.to_string()),
+        ("SAMPLE_BITS", shape.sample_bits.to_string()),
     ]
 }
 
@@ -98,29 +105,75 @@ pub struct BeamPlan {
     pub btb: usize,
     /// Spectra per tile (32 or 64; `btb · ts / 32 ≤ 8` warps).
     pub ts: usize,
-    /// Raw input stages (2..=4).
+    /// Raw input stages (2..=6).
     pub nr: usize,
     /// Dynamic shared memory, bytes.
     pub smem: usize,
+    /// Diagnostic only (`BPROBE`, wrong results): 1 = no MMAs or epilogue, 2 = no weights.
+    pub probe: u32,
 }
 
 impl BeamPlan {
-    /// Plan for `shape` with at most `max_tiles` tiles per block and `smem_limit` bytes of
-    /// shared memory per block (most tiles first, then most stages); `None` if even one tile
-    /// does not fit.
-    pub fn new(shape: &XShape, max_tiles: usize, smem_limit: usize) -> Option<Self> {
+    /// The plan (btb, ts, nr) for `shape`, or `None` if the combination is invalid.
+    pub fn with(shape: &XShape, btb: usize, ts: usize, nr: usize) -> Option<Self> {
+        if !(1..=8).contains(&btb) || !(ts == 32 || ts == 64) || btb * ts / 32 > 8 {
+            return None;
+        }
+        if !(2..=6).contains(&nr) {
+            return None;
+        }
         let nap = shape.n_ants.div_ceil(32) * 32;
         let ws = 2 * nap + 16;
-        (1..=max_tiles.clamp(1, 8)).rev().find_map(|btb| {
-            let ts = 32 * (8 / btb).min(2);
-            (2..=4).rev().find_map(|nr| {
-                let smem = 2 * btb * 32 * ws
-                    + nr * 32 * (4 * ts + 16)
-                    + 2 * ts * (4 * 32 + 64)
-                    + btb * 128;
-                (smem <= smem_limit).then_some(Self { btb, ts, nr, smem })
-            })
+        let sbytes = shape.sample_bits as usize / 2;
+        let smem =
+            2 * btb * 32 * ws + nr * 32 * (sbytes * ts + 16) + 2 * ts * (4 * 32 + 64) + btb * 128;
+        Some(Self {
+            btb,
+            ts,
+            nr,
+            smem,
+            probe: 0,
         })
+    }
+
+    /// Plan for `shape` with at most `max_tiles` tiles per block and `smem_limit` bytes of
+    /// shared memory per block: most tiles first, then the most input bytes in flight
+    /// ((nr − 1) stages of ts spectra), then the larger ts; `None` if even one tile does not fit.
+    pub fn new(shape: &XShape, max_tiles: usize, smem_limit: usize) -> Option<Self> {
+        (1..=max_tiles.clamp(1, 8)).rev().find_map(|btb| {
+            [64, 32]
+                .into_iter()
+                .flat_map(|ts| (2..=6).map(move |nr| (ts, nr)))
+                .filter_map(|(ts, nr)| Self::with(shape, btb, ts, nr))
+                .filter(|p| p.smem <= smem_limit)
+                .max_by_key(|p| ((p.nr - 1) * p.ts, p.ts))
+        })
+    }
+}
+
+/// Beamformer tuning knobs for benchmarks: fixed spectra per tile / raw stages (0 = planned),
+/// a persistent grid (about two blocks per SM walking the items) or one block per item, and
+/// the diagnostic probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BeamTuning {
+    /// Spectra per tile (0: planned).
+    pub ts: usize,
+    /// Raw stages (0: planned).
+    pub nr: usize,
+    /// Persistent grid.
+    pub persistent: bool,
+    /// `BeamPlan::probe`.
+    pub probe: u32,
+}
+
+impl Default for BeamTuning {
+    fn default() -> Self {
+        Self {
+            ts: 0,
+            nr: 0,
+            persistent: true,
+            probe: 0,
+        }
     }
 }
 
@@ -135,6 +188,7 @@ pub fn beamform_defines(
     d.push(("BTB", plan.btb.to_string()));
     d.push(("TS", plan.ts.to_string()));
     d.push(("NR", plan.nr.to_string()));
+    d.push(("BPROBE", plan.probe.to_string()));
     d
 }
 
@@ -170,7 +224,7 @@ fn build_correlator(
     correlate
         .set_attribute(
             CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            variant.smem() as i32,
+            variant.smem(shape.sample_bits) as i32,
         )
         .map_err(gerr)?;
     let reduce = module.load_function("reduce").map_err(gerr)?;
@@ -184,7 +238,7 @@ pub(crate) struct DevTables {
     wscale: CudaSlice<f32>,
     order: CudaSlice<i32>,
     groups: CudaSlice<i32>,
-    n_groups: i32,
+    pub(crate) n_groups: i32,
 }
 
 /// Beam order sorted by pol and groups (start, count ≤ batch, pol) of one pol each.
@@ -217,7 +271,9 @@ pub struct GpuX {
     variant: CorrVariant,
     beam_fns: HashMap<(usize, BeamPlan), CudaFunction>,
     smem_optin: usize,
+    smem_per_sm: usize,
     batch_beams: usize,
+    beam_tuning: BeamTuning,
     acc: CudaSlice<i64>,
     out: CudaSlice<i32>,
     present: CudaSlice<u8>,
@@ -244,6 +300,9 @@ impl GpuX {
         let smem_optin = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
             .map_err(gerr)? as usize;
+        let smem_per_sm = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
+            .map_err(gerr)? as usize;
         let arch = arch_for(major, minor)?;
         let variant = CorrVariant::default();
         let (correlate, reduce) = build_correlator(&ctx, &shape, arch, variant)?;
@@ -269,7 +328,9 @@ impl GpuX {
             variant,
             beam_fns: HashMap::new(),
             smem_optin,
+            smem_per_sm,
             batch_beams: DEFAULT_BATCH_BEAMS,
+            beam_tuning: BeamTuning::default(),
             acc,
             out,
             present,
@@ -282,7 +343,8 @@ impl GpuX {
     /// accumulation is kept, the accumulator layout does not change).
     pub fn set_correlator_variant(&mut self, variant: CorrVariant) -> Result<(), XError> {
         if !(3..=6).contains(&variant.stages)
-            || (!variant.direct && (variant.stages != 3 || variant.probe != 0))
+            || (!variant.direct
+                && (variant.stages != 3 || variant.probe != 0 || self.shape.sample_bits != 8))
             || variant.probe > 3
         {
             return Err(XError::Shape(format!("correlator variant {variant:?}")));
@@ -351,7 +413,7 @@ impl GpuX {
         let cfg = LaunchConfig {
             grid_dim: grid,
             block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: self.variant.smem() as u32,
+            shared_mem_bytes: self.variant.smem(self.shape.sample_bits) as u32,
         };
         let nb = n_batches as i32;
         let kpb = kpb as i32;
@@ -401,15 +463,44 @@ impl GpuX {
         Ok(())
     }
 
+    /// Beamformer tuning knobs (benchmarks; see [`BeamTuning`]).
+    pub fn set_beam_tuning(&mut self, tuning: BeamTuning) -> Result<(), XError> {
+        if (tuning.ts != 0 && tuning.ts != 32 && tuning.ts != 64)
+            || (tuning.nr != 0 && !(2..=6).contains(&tuning.nr))
+            || tuning.probe > 2
+        {
+            return Err(XError::Shape(format!("beam tuning {tuning:?}")));
+        }
+        self.beam_tuning = tuning;
+        Ok(())
+    }
+
     /// Launch plan for `n_tiles` beam tiles under the current cap and the device's shared memory.
-    fn beam_plan(&self, n_tiles: usize) -> Result<BeamPlan, XError> {
+    pub(crate) fn beam_plan(&self, n_tiles: usize) -> Result<BeamPlan, XError> {
         let cap = self.batch_beams.div_ceil(BEAM_TILE).min(n_tiles);
         // prefer two blocks per SM when that still allows the whole cap
-        let two = BeamPlan::new(&self.shape, cap, (self.smem_optin / 2).saturating_sub(1024));
+        let two = BeamPlan::new(
+            &self.shape,
+            cap,
+            (self.smem_per_sm / 2).saturating_sub(1024),
+        );
+        let tu = self.beam_tuning;
         match two {
             Some(p) if p.btb == cap => Some(p),
             _ => BeamPlan::new(&self.shape, cap, self.smem_optin),
         }
+        .and_then(|p| {
+            if tu.ts == 0 && tu.nr == 0 {
+                return Some(p);
+            }
+            let ts = if tu.ts == 0 { p.ts } else { tu.ts };
+            let nr = if tu.nr == 0 { p.nr } else { tu.nr };
+            BeamPlan::with(&self.shape, p.btb, ts, nr).filter(|q| q.smem <= self.smem_optin)
+        })
+        .map(|p| BeamPlan {
+            probe: tu.probe,
+            ..p
+        })
         .ok_or_else(|| {
             XError::Shape(format!(
                 "beamformer: {} antennas do not fit in {} bytes of shared memory",
@@ -477,16 +568,22 @@ impl GpuX {
         let n_tiles = t.n_groups as usize;
         let plan = self.beam_plan(n_tiles)?;
         let f = self.beam_fn(n_beams, plan)?;
+        let items = n_tiles.div_ceil(plan.btb) * self.shape.n_channels;
+        // persistent grid: as many blocks as fit at once (at most two per SM, the kernel's
+        // launch bounds), each walking items blockIdx.x, + gridDim.x, ...
+        let per_sm = (self.smem_per_sm / (plan.smem + 1024)).clamp(1, 2);
+        let blocks = if self.beam_tuning.persistent {
+            items.min(per_sm * self.n_sms.max(1))
+        } else {
+            items
+        };
         let cfg = LaunchConfig {
-            grid_dim: (
-                n_tiles.div_ceil(plan.btb) as u32,
-                self.shape.n_channels as u32,
-                1,
-            ),
+            grid_dim: (blocks as u32, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: plan.smem as u32,
         };
         let d = i32::from(dither);
+        let dseed = super::beam::batch_dither_seed(seed, batch_index);
         let mut b = self.stream.launch_builder(&f);
         b.arg(batch)
             .arg(out)
@@ -498,10 +595,9 @@ impl GpuX {
             .arg(&t.n_groups)
             .arg(saturated)
             .arg(&d)
-            .arg(&seed)
-            .arg(&batch_index);
-        // SAFETY: matches `beamform` in kernels/beamform.cu (char2 out = 2 int8, float2 coef =
-        // 2 f32, int3 groups = 3 i32); sizes follow from the shape and n_beams, checked by the
+            .arg(&dseed);
+        // SAFETY: matches `beamform` in kernels/beamform.cu (int8 out, float2 coef = 2 f32,
+        // int3 groups = 3 i32, u32 dseed); sizes follow from the shape and n_beams, checked by the
         // callers; the plan's shared memory was allowed on the function above.
         unsafe { b.launch(cfg) }.map_err(gerr)?;
         Ok(())

@@ -6,7 +6,10 @@
 //! `[antenna][channel][spectrum][pol][re/im]`, i.e. each antenna's `feng_raw`
 //! (channel, spectrum, pol, re/im) one after the other. Several batches are contiguous.
 //! Values must lie in [−127, 127] (the ICD guarantees −128 is never sent; the GPU's complex
-//! trick negates imaginary parts, so −128 would not be exact there).
+//! trick negates imaginary parts, so −128 would not be exact there). With 4-bit input
+//! ([`XShape::with_sample_bits`]) each complex value is one byte, real in the high nibble
+//! (two's complement nibbles, as fgpu `--send-sample-bits 4` writes them): `[antenna][channel]
+//! [spectrum][pol]`; [`unpack4`] gives the 8-bit layout.
 //!
 //! Correlator output (ICD §4.3), int32 `[channel][baseline][product][re/im]` with baseline
 //! `a2(a2+1)/2 + a1` (a1 ≤ a2) and product `p1 + 2·p2`, value Σ x[a1,p1]·conj(x[a2,p2]).
@@ -16,11 +19,12 @@ pub mod bench;
 mod cpu;
 mod gpu;
 
-pub use beam::{dither_pair, Beam, BeamSet, BeamStats, BeamTables};
-pub use bench::bench_gpu;
+pub use beam::{batch_dither_seed, dither_pair, Beam, BeamSet, BeamStats, BeamTables};
+pub use bench::{bench_gpu, bench_gpu_beams};
 pub use cpu::CpuX;
 pub use gpu::{
-    beamform_defines, correlate_defines, BeamPlan, CorrVariant, GpuX, BEAMFORM_SRC, CORRELATE_SRC,
+    beamform_defines, correlate_defines, BeamPlan, BeamTuning, CorrVariant, GpuX, BEAMFORM_SRC,
+    CORRELATE_SRC,
 };
 
 /// MISSING marker written for every product of a baseline touching an absent antenna.
@@ -61,6 +65,8 @@ pub struct XShape {
     pub n_channels: usize,
     /// Spectra per heap (per batch); a multiple of 16.
     pub spectra_per_batch: usize,
+    /// Input bits per real value: 8 (int8 re, im) or 4 (one byte per complex value).
+    pub sample_bits: u32,
 }
 
 impl XShape {
@@ -88,11 +94,32 @@ impl XShape {
             n_ants,
             n_channels,
             spectra_per_batch,
+            sample_bits: 8,
         };
         if s.output_len() >= 1 << 31 {
             return Err(XError::Shape("output larger than 2^31 elements".into()));
         }
         Ok(s)
+    }
+
+    /// The same shape with `bits`-bit input (8, or 4: one byte per complex value, real in the
+    /// high nibble).
+    pub fn with_sample_bits(mut self, bits: u32) -> Result<Self, XError> {
+        if bits != 8 && bits != 4 {
+            return Err(XError::Shape(format!(
+                "sample_bits = {bits}, must be 8 or 4"
+            )));
+        }
+        self.sample_bits = bits;
+        Ok(self)
+    }
+
+    /// The same shape with 8-bit input (what [`unpack4`] produces).
+    pub fn unpacked(&self) -> Self {
+        Self {
+            sample_bits: 8,
+            ..*self
+        }
     }
 
     /// Number of baselines including autocorrelations.
@@ -102,7 +129,7 @@ impl XShape {
 
     /// Bytes of one batch (all antennas).
     pub fn batch_bytes(&self) -> usize {
-        self.n_ants * self.n_channels * self.spectra_per_batch * 4
+        self.n_ants * self.n_channels * self.spectra_per_batch * self.sample_bits as usize / 2
     }
 
     /// Number of int32 values in a correlator dump (`channels × baselines × 4 × 2`).
@@ -138,6 +165,17 @@ impl XShape {
         }
         Ok(())
     }
+}
+
+/// 4-bit input (one byte per complex value, real in the high nibble) to the 8-bit layout
+/// (re, im bytes), sign-extending each nibble.
+pub fn unpack4(packed: &[i8]) -> Vec<i8> {
+    let mut out = Vec::with_capacity(2 * packed.len());
+    for &b in packed {
+        out.push(b >> 4);
+        out.push(b.wrapping_shl(4) >> 4);
+    }
+    out
 }
 
 /// Baseline index of antennas (a1, a2), a1 ≤ a2 (ICD §4.3).

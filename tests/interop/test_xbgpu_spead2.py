@@ -1,8 +1,10 @@
 """dsim → 3 × gpucbf fgpu → gpucbf xbgpu (CPU backend), all through pcap files; spead2
 decodes the correlation products, which must equal numpy's correlation of the F-engine
-heaps exactly; a lost F-engine heap gives MISSING on that antenna's baselines."""
+heaps exactly (8-bit, and 4-bit: fgpu --send-sample-bits 4 → xbgpu --sample-bits 4); a lost
+F-engine heap gives MISSING on that antenna's baselines."""
 
 import numpy as np
+import pytest
 import spead2
 import spead2.recv
 
@@ -28,7 +30,7 @@ def heaps(path, payload_id, dtype):
     return out
 
 
-def make_fengine_pcaps(gpucbf, tmp_path):
+def make_fengine_pcaps(gpucbf, tmp_path, bits=8):
     fpcaps = []
     for a in range(N_ANTS):
         d = tmp_path / f"d{a}.pcap"
@@ -38,7 +40,8 @@ def make_fengine_pcaps(gpucbf, tmp_path):
              "--dither-seed", str(10 + a), "--signals", sig, "127.0.0.1:7148", "127.0.0.1:7149"])
         run([gpucbf, "fgpu", "--adc-sample-rate", str(ADC), "--sync-time", "0", "--feng-id", str(a),
              "--array-size", str(N_ANTS), "--wideband", f"name=wb,channels={C},dst=127.0.0.1:7150,jones_per_batch={JONES}",
-             "--recv-chunk-samples", str(1 << 20), "--gain", "0.002", "--dither-seed", "3",
+             "--recv-chunk-samples", str(1 << 20), "--gain", "0.002" if bits == 8 else "0.0002",
+             "--dither-seed", "3", "--send-sample-bits", str(bits),
              "--send-pcap", str(f), "--backend", "cpu", str(d)])
         fpcaps.append(f)
     return fpcaps
@@ -60,19 +63,28 @@ def merge(fpcaps, out, drop=None):
     write_pcap(out, grams)
 
 
-def xbgpu(gpucbf, fpcap, xpcap):
+def xbgpu(gpucbf, fpcap, xpcap, bits=8):
     return run([gpucbf, "xbgpu", "--adc-sample-rate", str(ADC), "--sync-time", "0", "--array-size", str(N_ANTS),
                 "--channels", str(C), "--channels-per-substream", str(C), "--samples-between-spectra", str(2 * C),
                 "--jones-per-batch", str(JONES), "--heaps-per-fengine-per-chunk", "4", "--send-enabled",
                 "--corrprod", f"name=bc,dst=127.0.0.1:7160,heap_accumulation_threshold={THRESHOLD}",
-                "--send-pcap", str(xpcap), "--backend", "cpu", str(fpcap)])
+                "--sample-bits", str(bits), "--send-pcap", str(xpcap), "--backend", "cpu", str(fpcap)])
 
 
-def reference(fpcaps):
+def unpack4(raw):
+    """One byte per complex value, real in the high nibble (two's complement nibbles)."""
+    u = raw.view(np.uint8).astype(np.int64)
+    return (((u >> 4) ^ 8) - 8) + 1j * (((u & 15) ^ 8) - 8)
+
+
+def reference(fpcaps, bits=8):
     """V[acc][c, bl, p1 + 2·p2] from the F-engine heaps, in int64."""
     data = {}
     for a, f in enumerate(fpcaps):
         for _, items in heaps(f, 0x4300, np.int8):
+            if bits == 4:
+                data[(a, items[0x1600])] = unpack4(items[0x4300]).reshape(C, SPH, 2)
+                continue
             x = items[0x4300].reshape(C, SPH, 2, 2).astype(np.int64)
             data[(a, items[0x1600])] = x[..., 0] + 1j * x[..., 1]
     out = {}
@@ -89,12 +101,20 @@ def reference(fpcaps):
     return out
 
 
-def test_correlation_products_exact(gpucbf, tmp_path):
-    fp = make_fengine_pcaps(gpucbf, tmp_path)
+@pytest.mark.parametrize("bits", [8, 4])
+def test_correlation_products_exact(gpucbf, tmp_path, bits):
+    fp = make_fengine_pcaps(gpucbf, tmp_path, bits)
     merged, x = tmp_path / "f.pcap", tmp_path / "x.pcap"
     merge(fp, merged)
-    xbgpu(gpucbf, merged, x)
-    ref = reference(fp)
+    xbgpu(gpucbf, merged, x, bits)
+    ref = reference(fp, bits)
+    if bits == 4:
+        # the 4-bit heaps really are 4-bit: one byte per complex value, not all clipped
+        raw = heaps(fp[0], 0x4300, np.int8)[0][1][0x4300]
+        assert raw.size == C * SPH * 2
+        vals = unpack4(raw)
+        assert np.abs(vals.real).max() <= 7 and np.mean(np.abs(vals.real) == 7) < 0.5
+        assert np.any(vals != 0)
     got = heaps(x, 0x1800, "<i4")
     assert len(got) == 2, "two complete dumps; the partial one at end of file is not sent"
     # One counter sequence per stream (start channel_offset/cps, step channels/cps): the
@@ -110,7 +130,7 @@ def test_correlation_products_exact(gpucbf, tmp_path):
         assert np.array_equal(v[..., 1], r.imag.astype(np.int64))
         # The common tone correlates: cross-power on the tone channel is large.
         k = round(300e6 / (ADC / (2 * C)))
-        assert abs(v[k, 4 * 1, 0]) > 1000
+        assert abs(v[k, 4 * 1, 0]) > (1000 if bits == 8 else 50)
 
 
 def test_missing_heap_marks_baselines(gpucbf, tmp_path):
