@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from .gpu/ (binaries built elsewhere: gpucbf, lib-tests, xengine_tests,
-# plus this script and gpu_check.py): GPU tests with GPUCBF_REQUIRE_GPU=1, the benchmarks, and the
+# fgpu_engine, plus this script and gpu_check.py): GPU tests with GPUCBF_REQUIRE_GPU=1, the benchmarks, and the
 # engines on --backend gpu against --backend cpu. Results go to $OUT.
 set -u
 cd "$(dirname "$0")"
@@ -17,10 +17,12 @@ step() { # name, limit, command...
 # The NVRTC compile-everything test runs in CI (no GPU needed); skipped here for time.
 step lib_gpu 240 ./lib-tests --test-threads 4 --skip gpu_kernels_compile_with_nvrtc \
   fengine:: fgpu:: nufft:: chunk:: imaging::
+step fgpu_engine 60 ./fgpu_engine --test-threads 2
 step xengine 200 ./xengine_tests --test-threads 1 gpu
 step bench_xbgpu 150 ./gpucbf bench xbgpu
 step bench_fgpu 150 ./gpucbf bench fgpu
-step bench_nufft 90 ./gpucbf nufft bench --gpu-only --m 100000000 --n 4096 --eps 1e-5
+step bench_fgpu_nb 90 ./gpucbf bench fgpu-narrowband
+step bench_nufft 90 ./gpucbf bench nufft
 # Engines: the same input through --backend cpu and --backend gpu.
 ./gpucbf dsim --adc-sample-rate 1712e6 --heaps 3072 --pcap d.pcap --dither-seed 1 \
   --signals "cw(0.3, 200e6) + wgn(0.05, 1); wgn(0.05, 2);" 127.0.0.1:7148 127.0.0.1:7149 2>/dev/null
@@ -45,6 +47,18 @@ for be in cpu gpu; do
   echo "xbgpu $be rc=$?" >> $S
 done
 echo "xbgpu:" >> $S; python3 gpu_check.py x_cpu.pcap x_gpu.pcap int32 >> $S 2>&1
+# 4-bit: fgpu --send-sample-bits 4 into xbgpu --sample-bits 4, both backends.
+timeout 90 ./gpucbf fgpu --adc-sample-rate 1712e6 --sync-time 0 --array-size 1 \
+  --wideband name=wb,channels=4096,dst=127.0.0.1:7150 --recv-chunk-samples 4194304 --gain 0.01 \
+  --dither-seed 3 --send-sample-bits 4 --send-pcap f4.pcap --backend cpu d.pcap > /dev/null 2>> $OUT/engines.log
+for be in cpu gpu; do
+  timeout 90 ./gpucbf xbgpu --adc-sample-rate 1712e6 --sync-time 0 --array-size 1 --channels 4096 \
+    --channels-per-substream 4096 --samples-between-spectra 8192 --heaps-per-fengine-per-chunk 2 \
+    --sample-bits 4 --send-enabled --corrprod name=bc,dst=127.0.0.1:7160,heap_accumulation_threshold=2 \
+    --send-pcap x4_$be.pcap --backend $be f4.pcap > /dev/null 2>> $OUT/engines.log
+  echo "xbgpu 4-bit $be rc=$?" >> $S
+done
+echo "xbgpu 4-bit:" >> $S; python3 gpu_check.py x4_cpu.pcap x4_gpu.pcap int32 >> $S 2>&1
 timeout 120 ./gpucbf array --duration 4 --backend gpu --output arr > /dev/null 2>> $OUT/engines.log
 echo "array gpu rc=$?" >> $S
 cp arr/summary.json $OUT/array_summary.json 2>/dev/null
