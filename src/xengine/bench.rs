@@ -20,7 +20,14 @@ use std::ffi::c_void;
 use cudarc::cublaslt::{result as lt, sys as ltsys};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
-use super::{Beam, BeamSet, CorrVariant, GpuX, XError, XShape};
+use super::{Beam, BeamSet, CorrVariant, GpuX, WgmmaVariant, XError, XShape};
+
+/// A correlator kernel to time: mma.sync with its variant, or wgmma (Hopper).
+#[derive(Clone, Copy, Debug)]
+enum Kern {
+    Mma(CorrVariant),
+    Wgmma(WgmmaVariant),
+}
 
 fn gerr<E: std::fmt::Debug>(e: E) -> XError {
     XError::Gpu(format!("{e:?}"))
@@ -50,13 +57,33 @@ fn time_gpu(
 }
 
 /// One correlator measurement: returns TOPS.
-fn bench_correlator(n_ants: usize, samples: usize, variant: CorrVariant) -> Result<f64, XError> {
+fn bench_correlator(n_ants: usize, samples: usize, kern: Kern) -> Result<f64, XError> {
     let spectra = 256;
     let n_channels = (16384 / n_ants).max(1);
     let shape = XShape::new(n_ants, n_channels, spectra)?;
     let n_batches = samples / spectra;
     let mut g = GpuX::new(shape)?;
-    g.set_correlator_variant(variant)?;
+    let label = match kern {
+        Kern::Mma(v) => {
+            g.set_correlator_variant(v)?;
+            format!(
+                "mma.sync {}{}",
+                if v.direct { "direct" } else { "ready" },
+                v.stages
+            )
+        }
+        Kern::Wgmma(v) => {
+            g.set_wgmma_variant(v)?;
+            format!(
+                "wgmma ST={} bufs={} raw={}{}{}",
+                v.stage_times,
+                v.ready_bufs,
+                v.raw_bufs,
+                if v.swizzle { " swz" } else { "" },
+                if v.probe > 0 { " PROBE" } else { "" }
+            )
+        }
+    };
     let host = random_input(n_batches * shape.batch_bytes());
     let input = g.stream().clone_htod(&host).map_err(gerr)?;
     let stream = g.stream().clone();
@@ -69,9 +96,7 @@ fn bench_correlator(n_ants: usize, samples: usize, variant: CorrVariant) -> Resu
     super::XBackend::dump(&mut g, &present, &mut out)?;
     let dump_s = t0.elapsed().as_secs_f64();
     println!(
-        "correlator n_ants={n_ants:5} channels={n_channels:4} samples/launch={samples} {}{} : {:8.3} ms/launch, {tops:7.1} TOPS (dump incl. D2H {:.1} ms)",
-        if variant.direct { "direct" } else { "ready" },
-        variant.stages,
+        "correlator n_ants={n_ants:5} channels={n_channels:4} samples/launch={samples} {label:22}: {:8.3} ms/launch, {tops:7.1} TOPS (dump incl. D2H {:.1} ms)",
         t * 1e3,
         dump_s * 1e3
     );
@@ -251,16 +276,58 @@ pub fn bench_gpu(ants: &[usize], samples_per_launch: usize) -> Result<(), XError
         return Err(XError::Gpu("no usable CUDA device".into()));
     }
     let samples = samples_per_launch.div_ceil(256).max(1) * 256;
-    let mut best = 0f64;
-    let ready = CorrVariant {
-        direct: false,
-        stages: 3,
-        probe: 0,
-    };
+    let wgmma = GpuX::new(XShape::new(1, 1, 16)?)?.wgmma_supported();
+    // per antenna count: (mma.sync, wgmma) TOPS; the engine runs wgmma on Hopper
+    let mut tops = Vec::new();
     for &n in ants {
-        // the default variant is what the engine runs; `ready` is the earlier kernel
-        best = best.max(bench_correlator(n, samples, CorrVariant::default())?);
-        bench_correlator(n, samples, ready)?;
+        let m = bench_correlator(n, samples, Kern::Mma(CorrVariant::default()))?;
+        let w = if wgmma {
+            bench_correlator(n, samples, Kern::Wgmma(WgmmaVariant::default()))?
+        } else {
+            0.0
+        };
+        tops.push((n, m, w));
+    }
+    if wgmma {
+        let wv = |stage_times, ready_bufs, raw_bufs, swizzle, probe| WgmmaVariant {
+            stage_times,
+            ready_bufs,
+            raw_bufs,
+            swizzle,
+            probe,
+        };
+        // limit probes (wrong results, timing only): no wgmma, no global loads
+        for (v, what) in [
+            (wv(64, 3, 0, false, 1), "no wgmma"),
+            (wv(64, 3, 0, false, 2), "no loads"),
+            (wv(32, 3, 8, false, 1), "no wgmma"),
+            (wv(64, 3, 0, true, 2), "no loads"),
+        ] {
+            print!("probe {what:13}: ");
+            bench_correlator(576, samples, Kern::Wgmma(v))?;
+        }
+        // long launches amortise the block prologue and the atomics of the epilogue
+        for v in [WgmmaVariant::default(), wv(32, 3, 8, false, 0)] {
+            print!("long launch: ");
+            bench_correlator(576, 65536, Kern::Wgmma(v))?;
+        }
+        // tuning alternatives of the wgmma kernel (ST, operand buffers, cp.async raw stages,
+        // swizzle)
+        for v in [
+            wv(64, 2, 4, false, 0),
+            wv(32, 3, 8, false, 0),
+            wv(64, 3, 2, false, 0),
+            wv(32, 3, 4, false, 0),
+            wv(64, 3, 0, true, 0),
+            wv(64, 2, 4, true, 0),
+            wv(64, 3, 2, true, 0),
+        ] {
+            for n in [256, 1024] {
+                bench_correlator(n, samples, Kern::Wgmma(v))?;
+            }
+        }
+    } else {
+        println!("wgmma correlator: not compute capability 9.x, not measured");
     }
     // Limit probes (wrong results, timing only): what the direct kernel costs without its
     // conj_perm ALU work, without MMAs, and with MMAs alone.
@@ -270,19 +337,36 @@ pub fn bench_gpu(ants: &[usize], samples_per_launch: usize) -> Result<(), XError
         bench_correlator(
             n,
             samples,
-            CorrVariant {
+            Kern::Mma(CorrVariant {
                 probe,
                 ..CorrVariant::default()
-            },
+            }),
         )?;
     }
     let probe = GpuX::new(XShape::new(1, 1, 16)?)?;
     let stream = probe.stream().clone();
     match bench_gemm(&stream, 8192) {
-        Ok(gemm) => println!(
-            "best correlator / cuBLASLt int8 GEMM = {best:.1} / {gemm:.1} = {:.2}",
-            best / gemm
-        ),
+        Ok(gemm) => {
+            for (n, m, w) in &tops {
+                print!(
+                    "n_ants={n:5}: mma.sync {m:7.1} TOPS = {:.2} of cuBLASLt",
+                    m / gemm
+                );
+                if wgmma {
+                    print!(
+                        ", wgmma {w:7.1} TOPS = {:.2} of cuBLASLt ({:.2}x mma.sync)",
+                        w / gemm,
+                        w / m
+                    );
+                }
+                println!();
+            }
+            let best = tops.iter().map(|t| t.1.max(t.2)).fold(0f64, f64::max);
+            println!(
+                "best correlator / cuBLASLt int8 GEMM = {best:.1} / {gemm:.1} = {:.2}",
+                best / gemm
+            );
+        }
         Err(e) => println!("cuBLASLt int8 GEMM unavailable: {e}"),
     }
     let copy = bench_copy(&stream)?;

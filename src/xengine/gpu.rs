@@ -1,4 +1,5 @@
-//! GPU back end: `kernels/correlate.cu` (tensor cores, int64 accumulation, saturating reduce)
+//! GPU back end: `kernels/correlate.cu` (tensor cores, int64 accumulation, saturating reduce;
+//! on Hopper the correlation itself runs `kernels/correlate_wgmma.cu`, see [`wgmma`])
 //! and `kernels/beamform.cu`, compiled with NVRTC per shape (constants as `-D` defines).
 
 use std::collections::HashMap;
@@ -12,6 +13,12 @@ use cudarc::driver::{
 use super::beam::BeamTables;
 use super::cpu::check_beam_io;
 use super::{present_baselines, BeamSet, BeamStats, XBackend, XError, XShape};
+
+mod wgmma;
+pub use wgmma::{
+    correlate_wgmma_defines, CorrKernel, WgmmaVariant, CORRELATE_WGMMA_SRC, CORRELATOR_ENV,
+    WGMMA_ARCH,
+};
 
 /// Correlator kernel source (embedded so binaries need no kernel files at run time).
 pub const CORRELATE_SRC: &str = include_str!("../../kernels/correlate.cu");
@@ -215,6 +222,9 @@ pub struct GpuX {
     correlate: CudaFunction,
     reduce: CudaFunction,
     variant: CorrVariant,
+    cc_major: i32,
+    /// The wgmma correlator when it is the one in use (Hopper).
+    wgmma: Option<wgmma::Wgmma>,
     beam_fns: HashMap<(usize, BeamPlan), CudaFunction>,
     smem_optin: usize,
     batch_beams: usize,
@@ -247,6 +257,19 @@ impl GpuX {
         let arch = arch_for(major, minor)?;
         let variant = CorrVariant::default();
         let (correlate, reduce) = build_correlator(&ctx, &shape, arch, variant)?;
+        let wgmma = match wgmma::default_kernel(major)? {
+            CorrKernel::Wgmma => {
+                match wgmma::build(&ctx, &shape, WgmmaVariant::default(), smem_optin) {
+                    Ok(w) => Some(w),
+                    Err(e) if std::env::var(CORRELATOR_ENV).as_deref() != Ok("wgmma") => {
+                        tracing::warn!("wgmma correlator unavailable ({e}); using mma.sync");
+                        None
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            CorrKernel::MmaSync => None,
+        };
         let stream = ctx.default_stream();
         let acc = stream
             .alloc_zeros::<i64>(shape.output_len())
@@ -267,6 +290,8 @@ impl GpuX {
             correlate,
             reduce,
             variant,
+            cc_major: major,
+            wgmma,
             beam_fns: HashMap::new(),
             smem_optin,
             batch_beams: DEFAULT_BATCH_BEAMS,
@@ -278,8 +303,8 @@ impl GpuX {
         })
     }
 
-    /// Recompiles the correlator as `variant` (a tuning knob for benchmarks; any pending
-    /// accumulation is kept, the accumulator layout does not change).
+    /// Recompiles the `mma.sync` correlator as `variant` and selects it (a tuning knob for
+    /// benchmarks; any pending accumulation is kept, the accumulator layout does not change).
     pub fn set_correlator_variant(&mut self, variant: CorrVariant) -> Result<(), XError> {
         if !(3..=6).contains(&variant.stages)
             || (!variant.direct && (variant.stages != 3 || variant.probe != 0))
@@ -291,6 +316,7 @@ impl GpuX {
         self.correlate = c;
         self.reduce = r;
         self.variant = variant;
+        self.wgmma = None;
         Ok(())
     }
 
@@ -347,6 +373,9 @@ impl GpuX {
             return Err(XError::Shape(format!(
                 "{n_batches} batches: too many time splits"
             )));
+        }
+        if self.wgmma.is_some() {
+            return self.launch_wgmma(input, n_batches, grid, kpb);
         }
         let cfg = LaunchConfig {
             grid_dim: grid,
