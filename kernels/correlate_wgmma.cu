@@ -9,7 +9,7 @@
 // Defines (NVRTC -D): N_ANTS, N_CHANNELS, SPECTRA (a multiple of 16), ST (spectra per pipeline
 // stage: 32 or 64), NREADY (shared-memory operand buffers: 2 or 3), NRAW (0: each thread loads
 // the next stage into registers; 2..8: a ring of NRAW raw stages filled by cp.async, NRAW - 1
-// stages in flight), SWZ (1: 128-byte swizzled operand layout instead of no-swizzle, ST = 64
+// stages in flight), PREF (register path: stages loaded ahead, 1 or 2), SWZ (1: 128-byte swizzled operand layout instead of no-swizzle, ST = 64
 // only), PROBE (diagnostic only, wrong results: 1 = no wgmma, 2 = no global loads).
 //
 // Real GEMM view (the complex trick). A thread block (2 warpgroups, 256 threads) computes a 64 x 64
@@ -59,6 +59,9 @@
 #ifndef SWZ
 #define SWZ 0
 #endif
+#ifndef PREF
+#define PREF 1
+#endif
 // Byte distance between 8-row groups: no swizzle, core matrices of one K column are adjacent;
 // 128B swizzle, a group is one 1024-byte atom of 8 rows x 128 bytes (the whole stage's K), its
 // 16-byte chunk c of row r stored at chunk c ^ r.
@@ -84,6 +87,7 @@ static_assert(SPECTRA % 16 == 0, "SPECTRA must be a multiple of 16");
 static_assert(ST == 32 || ST == 64, "ST must be 32 or 64");
 static_assert(NREADY == 2 || NREADY == 3, "NREADY must be 2 or 3");
 static_assert(NRAW == 0 || (NRAW >= 2 && NRAW <= 8), "NRAW must be 0 or 2..8");
+static_assert(PREF == 1 || PREF == 2, "PREF must be 1 or 2");
 static_assert(!SWZ || ST == 64, "the 128B-swizzled layout needs ST = 64 (128 bytes of K)");
 static_assert(UNITS >= 1 && UNITS * THREADS == TILE * OCT, "bad unit split");
 
@@ -287,6 +291,28 @@ __device__ __forceinline__ void store_stage(const uint4 (&ra)[UNITS][2], const u
     }
 }
 
+// Issues the wgmma of one stage (operand buffer at shared address buf) for warpgroup wg.
+__device__ __forceinline__ void wgmma_stage(int (&d)[128], u32 buf, int wg) {
+#if PROBE != 1
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+#if SWZ
+        // k-step ks starts 32 bytes further into each swizzle atom
+        const u64 da = make_desc_swz(buf + wg * 8 * 1024 + 32 * ks);
+        const u64 db = make_desc_swz(buf + A_BYTES + 32 * ks);
+#else
+        const u64 da = make_desc(buf + 2 * ks * LBO_A + wg * 8 * 128, LBO_A, 128);
+        const u64 db = make_desc(buf + A_BYTES + 2 * ks * LBO_B, LBO_B, 128);
+#endif
+        wgmma_256(d, da, db);
+    }
+    wg_commit();
+#else
+    d[0] += (int)buf;
+#endif
+}
+
 // in: n_batches batches; acc: int64 accumulator; ksteps_per_block: time range of one grid.z slice
 // in units of 16 samples (<= 4096, a multiple of ST / 16). Dynamic shared memory:
 // NREADY * READY_BYTES + NRAW * RAW_STAGE_BYTES.
@@ -354,6 +380,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     read_stage(ra, rb, rbase);
     store_stage(ra, rb, u, sbase, sw);
     int rslot = 1 % NRAW; // ring slot of stage s + 1
+#elif PREF == 2
+    // two register sets: stage k is loaded into set k % 2, two stages ahead of its use
+    uint4 ra1[UNITS][2], rb1[UNITS][2];
+    load_stage(ra, rb, u, toct, t_end);
+    store_stage(ra, rb, u, sbase, sw);
+    if (n_stages > 1) load_stage(ra1, rb1, u, toct + ST, t_end);
+    if (n_stages > 2) load_stage(ra, rb, u, toct + 2 * ST, t_end);
 #else
     load_stage(ra, rb, u, toct, t_end);
     store_stage(ra, rb, u, sbase, sw);
@@ -363,26 +396,29 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     __syncthreads();
 
     int cur = 0; // buffer of stage s
+#if NRAW == 0 && PREF == 2
+    // one pipeline step for stage S; (RA, RB) hold stage S + 1 and then receive stage S + 3
+#define WG_STEP(S, RA, RB)                                                                         \
+    {                                                                                              \
+        wgmma_stage(d, sbase + cur * READY_BYTES, wg);                                             \
+        const int nxt = cur + 1 == NREADY ? 0 : cur + 1;                                           \
+        if ((S) + 1 < n_stages) {                                                                  \
+            store_stage(RA, RB, u, sbase + nxt * READY_BYTES, sw);                                 \
+            if ((S) + 3 < n_stages) load_stage(RA, RB, u, toct + (u32)((S) + 3) * ST, t_end);       \
+            fence_proxy_async();                                                                   \
+        }                                                                                          \
+        wg_wait<NREADY - 2>();                                                                     \
+        __syncthreads();                                                                           \
+        cur = nxt;                                                                                 \
+    }
+    for (int s = 0; s < n_stages; s += 2) {
+        WG_STEP(s, ra1, rb1)
+        if (s + 1 < n_stages) WG_STEP(s + 1, ra, rb)
+    }
+#undef WG_STEP
+#else
     for (int s = 0; s < n_stages; s++) {
-        const u32 buf = sbase + cur * READY_BYTES;
-#if PROBE != 1
-        wg_fence();
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-#if SWZ
-            // k-step ks starts 32 bytes further into each swizzle atom
-            const u64 da = make_desc_swz(buf + wg * 8 * 1024 + 32 * ks);
-            const u64 db = make_desc_swz(buf + A_BYTES + 32 * ks);
-#else
-            const u64 da = make_desc(buf + 2 * ks * LBO_A + wg * 8 * 128, LBO_A, 128);
-            const u64 db = make_desc(buf + A_BYTES + 2 * ks * LBO_B, LBO_B, 128);
-#endif
-            wgmma_256(d, da, db);
-        }
-        wg_commit();
-#else
-        d[0] += (int)buf;
-#endif
+        wgmma_stage(d, sbase + cur * READY_BYTES, wg);
         const int nxt = cur + 1 == NREADY ? 0 : cur + 1;
 #if NRAW
         if (s + 1 < n_stages) {
@@ -410,6 +446,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         __syncthreads();
         cur = nxt;
     }
+#endif
     wg_wait<0>();
 
     const int a1 = a1_base + 32 * wg + 8 * warp + g;

@@ -1,5 +1,5 @@
 //! GPU back end: `kernels/correlate.cu` (tensor cores, int64 accumulation, saturating reduce;
-//! on Hopper the correlation itself runs `kernels/correlate_wgmma.cu`, see [`wgmma`])
+//! on Hopper the correlation can run `kernels/correlate_wgmma.cu` instead, see [`wgmma`])
 //! and `kernels/beamform.cu`, compiled with NVRTC per shape (constants as `-D` defines).
 
 use std::collections::HashMap;
@@ -258,16 +258,12 @@ impl GpuX {
         let variant = CorrVariant::default();
         let (correlate, reduce) = build_correlator(&ctx, &shape, arch, variant)?;
         let wgmma = match wgmma::default_kernel(major)? {
-            CorrKernel::Wgmma => {
-                match wgmma::build(&ctx, &shape, WgmmaVariant::default(), smem_optin) {
-                    Ok(w) => Some(w),
-                    Err(e) if std::env::var(CORRELATOR_ENV).as_deref() != Ok("wgmma") => {
-                        tracing::warn!("wgmma correlator unavailable ({e}); using mma.sync");
-                        None
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
+            CorrKernel::Wgmma => Some(wgmma::build(
+                &ctx,
+                &shape,
+                WgmmaVariant::default(),
+                smem_optin,
+            )?),
             CorrKernel::MmaSync => None,
         };
         let stream = ctx.default_stream();

@@ -1,6 +1,18 @@
 //! Hopper correlator path: `kernels/correlate_wgmma.cu` (warpgroup MMA, sm_90a), compiled with
-//! NVRTC for `compute_90a` and used by [`GpuX`] on compute capability 9.x. The accumulator and
-//! the `reduce` kernel are shared with the `mma.sync` path, so dumps are identical.
+//! NVRTC for `compute_90a`. The accumulator and the `reduce` kernel are shared with the
+//! `mma.sync` path, so dumps are identical (both are bit-exact against the CPU reference).
+//!
+//! Not the default: measured on an H100 SXM (`gpucbf bench xbgpu`, 2026-11-22) it runs at
+//! 229 / 418 / 472 / 500 TOPS for 64 / 256 / 576 / 1024 antennas against mma.sync's
+//! 238 / 433 / 489 / 521 in the same run (cuBLASLt int8 GEMM 1422). Its limit probes at 576
+//! antennas: without the wgmma (loads and operand rearrangement only) 728 TOPS, without the
+//! global loads (wgmma, rearrangement, barriers) 1193 TOPS; the two phases barely overlap, and
+//! neither a deeper register prefetch, a cp.async ring (2–8 stages), 32-spectrum stages nor the
+//! 128-byte swizzled layout moved the total. A 64 × 64 antenna tile per SM reads 32 KB from L2
+//! per 64 spectra, so the load side alone caps this tiling near 730 TOPS on the H100; going
+//! further needs operand sharing between SMs (thread-block clusters with multicast) and/or A
+//! from registers (wgmma RS) to relieve shared memory. `GPUCBF_CORRELATOR=wgmma` or
+//! [`GpuX::set_correlator_kernel`] selects it.
 
 use std::sync::Arc;
 
@@ -38,6 +50,8 @@ pub struct WgmmaVariant {
     pub ready_bufs: usize,
     /// Raw cp.async stages (0: register loads).
     pub raw_bufs: usize,
+    /// Register loads (`raw_bufs` 0): stages loaded ahead of their use, 1 or 2 (`PREF`).
+    pub reg_stages: usize,
     /// 128-byte swizzled operands (`SWZ`; needs `stage_times` 64).
     pub swizzle: bool,
     /// Diagnostic only, wrong results (`PROBE`): 0 = normal, 1 = no wgmma, 2 = no global loads.
@@ -50,6 +64,7 @@ impl Default for WgmmaVariant {
             stage_times: 64,
             ready_bufs: 3,
             raw_bufs: 0,
+            reg_stages: 1,
             swizzle: false,
             probe: 0,
         }
@@ -68,6 +83,7 @@ impl WgmmaVariant {
         if ![32, 64].contains(&self.stage_times)
             || ![2, 3].contains(&self.ready_bufs)
             || !(self.raw_bufs == 0 || (2..=8).contains(&self.raw_bufs))
+            || !(1..=2).contains(&self.reg_stages)
             || self.probe > 2
             || (self.swizzle && self.stage_times != 64)
             || self.smem() > smem_limit
@@ -91,6 +107,7 @@ pub fn correlate_wgmma_defines(
     d.push(("ST", variant.stage_times.to_string()));
     d.push(("NREADY", variant.ready_bufs.to_string()));
     d.push(("NRAW", variant.raw_bufs.to_string()));
+    d.push(("PREF", variant.reg_stages.to_string()));
     d.push(("SWZ", u8::from(variant.swizzle).to_string()));
     d.push(("PROBE", variant.probe.to_string()));
     d
@@ -102,20 +119,15 @@ pub(super) struct Wgmma {
     variant: WgmmaVariant,
 }
 
-/// Kernel choice for a device of compute capability `major`: wgmma on 9.x unless
-/// `GPUCBF_CORRELATOR=mma`; `GPUCBF_CORRELATOR=wgmma` elsewhere is an error.
+/// Kernel choice for a device of compute capability `major`: the faster one as measured
+/// (mma.sync, see the module docs) unless `GPUCBF_CORRELATOR=wgmma` (an error off 9.x).
 pub(super) fn default_kernel(major: i32) -> Result<CorrKernel, XError> {
     match std::env::var(CORRELATOR_ENV).as_deref() {
-        Ok("mma") => Ok(CorrKernel::MmaSync),
         Ok("wgmma") if major == 9 => Ok(CorrKernel::Wgmma),
         Ok("wgmma") => Err(XError::Gpu(format!(
             "{CORRELATOR_ENV}=wgmma needs compute capability 9.x (this device: {major}.x)"
         ))),
-        Ok("") | Err(_) => Ok(if major == 9 {
-            CorrKernel::Wgmma
-        } else {
-            CorrKernel::MmaSync
-        }),
+        Ok("mma") | Ok("") | Err(_) => Ok(CorrKernel::MmaSync),
         Ok(other) => Err(XError::Gpu(format!(
             "{CORRELATOR_ENV}={other}: expected `mma` or `wgmma`"
         ))),
