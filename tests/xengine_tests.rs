@@ -3,8 +3,8 @@
 
 use gpucbf::gpu::{compile_ptx, gpu_test_guard, nvrtc_available};
 use gpucbf::xengine::{
-    baseline_index, dither_pair, output_offset, unpack4, Beam, BeamSet, CorrVariant, CpuX, GpuX,
-    XBackend, XShape, MISSING,
+    baseline_index, dither_pair, output_offset, unpack4, Beam, BeamSet, CorrKernel, CorrVariant,
+    CpuX, GpuX, WgmmaVariant, XBackend, XShape, MISSING,
 };
 
 struct Rng(u64);
@@ -426,6 +426,51 @@ fn nvrtc_compiles_all_kernels() {
                 }
             }
         }
+        // The wgmma correlator is sm_90a only (arch-specific PTX).
+        if arch == "compute_90" {
+            for (v, (na, nc, ns)) in [
+                WgmmaVariant {
+                    reg_stages: 2,
+                    ..WgmmaVariant::default()
+                },
+                WgmmaVariant {
+                    stage_times: 32,
+                    ready_bufs: 3,
+                    raw_bufs: 8,
+                    reg_stages: 1,
+                    swizzle: false,
+                    probe: 0,
+                },
+                WgmmaVariant {
+                    stage_times: 64,
+                    ready_bufs: 2,
+                    raw_bufs: 4,
+                    reg_stages: 1,
+                    swizzle: true,
+                    probe: 0,
+                },
+            ]
+            .into_iter()
+            .zip([(1, 1, 16), (80, 16, 256), (1024, 4, 32)])
+            {
+                let shape = XShape::new(na, nc, ns).unwrap();
+                let d = gpucbf::xengine::correlate_wgmma_defines(&shape, v);
+                let ptx = compile_ptx(
+                    "correlate_wgmma.cu",
+                    gpucbf::xengine::CORRELATE_WGMMA_SRC,
+                    &d,
+                    gpucbf::xengine::WGMMA_ARCH,
+                )
+                .unwrap_or_else(|e| panic!("{e}"));
+                let text = ptx.to_src();
+                assert!(text.contains(".target sm_90a"), "{v:?}");
+                assert!(
+                    text.contains("wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8"),
+                    "{v:?}"
+                );
+                assert!(text.contains("fence.proxy.async.shared::cta"), "{v:?}");
+            }
+        }
         // The NUFFT kernels (src/nufft/tests_gpu.rs compiles more variants).
         for (dim, ns, f64) in [(2, 6, false), (3, 10, true)] {
             use gpucbf::nufft::gpu::{nufft_defines, SpreadConfig, NUFFT_SRC};
@@ -436,19 +481,36 @@ fn nvrtc_compiles_all_kernels() {
     }
 }
 
-fn gpu_vs_cpu_correlator(shape: XShape, batches: &[Vec<i8>], present: &[bool]) {
-    gpu_vs_cpu_correlator_variant(shape, batches, present, CorrVariant::default());
+/// A correlator kernel under test: the mma.sync kernel with its variant, or the wgmma kernel.
+#[derive(Clone, Copy, Debug)]
+enum Kern {
+    Mma(CorrVariant),
+    Wg(WgmmaVariant),
 }
 
-fn gpu_vs_cpu_correlator_variant(
-    shape: XShape,
-    batches: &[Vec<i8>],
-    present: &[bool],
-    variant: CorrVariant,
-) {
+/// Both kernels' defaults where the device runs them (wgmma: Hopper only, with a notice).
+fn kernels_under_test(test: &str) -> Vec<Kern> {
+    let mut k = vec![Kern::Mma(CorrVariant::default())];
+    let g = GpuX::new(XShape::new(1, 1, 16).unwrap()).expect("GpuX::new");
+    if g.wgmma_supported() {
+        if std::env::var(gpucbf::xengine::CORRELATOR_ENV).is_err() {
+            // the measured faster kernel (src/xengine/gpu/wgmma.rs)
+            assert_eq!(g.correlator_kernel(), CorrKernel::MmaSync, "default kernel");
+        }
+        k.push(Kern::Wg(WgmmaVariant::default()));
+    } else {
+        eprintln!("{test}: wgmma kernel not tested (device is not compute capability 9.x)");
+    }
+    k
+}
+
+fn gpu_vs_cpu_correlator(shape: XShape, batches: &[Vec<i8>], present: &[bool], kern: Kern) {
     let mut cpu = CpuX::new(shape);
     let mut gpu = GpuX::new(shape).expect("GpuX::new");
-    gpu.set_correlator_variant(variant).unwrap();
+    match kern {
+        Kern::Mma(v) => gpu.set_correlator_variant(v).unwrap(),
+        Kern::Wg(v) => gpu.set_wgmma_variant(v).unwrap(),
+    }
     for b in batches {
         cpu.accumulate(b).unwrap();
         gpu.accumulate(b).unwrap();
@@ -460,19 +522,19 @@ fn gpu_vs_cpu_correlator_variant(
     if got != want {
         let i = got.iter().zip(&want).position(|(a, b)| a != b).unwrap();
         panic!(
-            "{shape:?}: first mismatch at {i}: gpu {} cpu {} ({} differ)",
+            "{kern:?} {shape:?}: first mismatch at {i}: gpu {} cpu {} ({} differ)",
             got[i],
             want[i],
             got.iter().zip(&want).filter(|(a, b)| a != b).count()
         );
     }
-    assert_eq!(s_gpu, s_cpu, "{shape:?} saturation count");
+    assert_eq!(s_gpu, s_cpu, "{kern:?} {shape:?} saturation count");
     // accumulator reset: a second dump of one more batch must match again
     cpu.accumulate(&batches[0]).unwrap();
     gpu.accumulate(&batches[0]).unwrap();
     cpu.dump(present, &mut want).unwrap();
     gpu.dump(present, &mut got).unwrap();
-    assert!(got == want, "{shape:?}: second dump differs");
+    assert!(got == want, "{kern:?} {shape:?}: second dump differs");
 }
 
 #[test]
@@ -491,18 +553,20 @@ fn gpu_correlator_bit_exact() {
         (130, 2, 48),
         (576, 1, 32),
     ];
-    for (na, nc, ns) in cases {
-        let shape = XShape::new(na, nc, ns).unwrap();
-        let batches = vec![
-            random_batches(&shape, 1, 3 + na as u64),
-            random_batches(&shape, 3, 1000 + na as u64),
-        ];
-        let mut present = vec![true; na];
-        if na > 2 {
-            present[na / 3] = false;
+    for kern in kernels_under_test("gpu_correlator_bit_exact") {
+        for (na, nc, ns) in cases {
+            let shape = XShape::new(na, nc, ns).unwrap();
+            let batches = vec![
+                random_batches(&shape, 1, 3 + na as u64),
+                random_batches(&shape, 3, 1000 + na as u64),
+            ];
+            let mut present = vec![true; na];
+            if na > 2 {
+                present[na / 3] = false;
+            }
+            gpu_vs_cpu_correlator(shape, &batches, &present, kern);
+            eprintln!("gpu == cpu ({kern:?}): n_ants={na} channels={nc} spectra={ns}");
         }
-        gpu_vs_cpu_correlator(shape, &batches, &present);
-        eprintln!("gpu == cpu: n_ants={na} channels={nc} spectra={ns}");
     }
 }
 
@@ -511,29 +575,54 @@ fn gpu_correlator_variants_bit_exact() {
     if !gpu_test_guard("gpu_correlator_variants_bit_exact") {
         return;
     }
-    for variant in [
-        CorrVariant {
+    let mut kerns = vec![
+        Kern::Mma(CorrVariant {
             direct: false,
             stages: 3,
             probe: 0,
-        },
-        CorrVariant {
+        }),
+        Kern::Mma(CorrVariant {
             direct: true,
             stages: 3,
             probe: 0,
-        },
-        CorrVariant {
+        }),
+        Kern::Mma(CorrVariant {
             direct: true,
             stages: 6,
             probe: 0,
-        },
-    ] {
+        }),
+    ];
+    if kernels_under_test("gpu_correlator_variants_bit_exact").len() > 1 {
+        for (stage_times, ready_bufs, raw_bufs, reg_stages, swizzle) in [
+            (32, 3, 0, 1, false),
+            (64, 2, 0, 1, false),
+            (64, 2, 4, 1, false),
+            (32, 3, 8, 1, false),
+            (64, 3, 2, 1, false),
+            (64, 3, 0, 2, false),
+            (32, 3, 0, 2, false),
+            (64, 2, 0, 2, false),
+            (64, 3, 0, 1, true),
+            (64, 2, 4, 1, true),
+            (64, 3, 0, 2, true),
+        ] {
+            kerns.push(Kern::Wg(WgmmaVariant {
+                stage_times,
+                ready_bufs,
+                raw_bufs,
+                reg_stages,
+                swizzle,
+                probe: 0,
+            }));
+        }
+    }
+    for variant in kerns {
         for (na, nc, ns) in [(19, 3, 48), (130, 2, 272)] {
             let shape = XShape::new(na, nc, ns).unwrap();
             let batches = vec![random_batches(&shape, 2, 7 + na as u64)];
             let mut present = vec![true; na];
             present[na / 2] = false;
-            gpu_vs_cpu_correlator_variant(shape, &batches, &present, variant);
+            gpu_vs_cpu_correlator(shape, &batches, &present, variant);
         }
         eprintln!("gpu == cpu: {variant:?}");
     }
@@ -544,12 +633,55 @@ fn gpu_correlator_saturation_and_long_integration() {
     if !gpu_test_guard("gpu_correlator_saturation_and_long_integration") {
         return;
     }
-    let (shape, buf) = saturating_input();
-    gpu_vs_cpu_correlator(shape, &[buf], &[true, true]);
-    // long random integration: > 65536 samples per channel in one call (several time splits)
-    let shape = XShape::new(37, 2, 1024).unwrap();
-    let big = random_batches(&shape, 80, 5);
-    gpu_vs_cpu_correlator(shape, &[big], &[true; 37]);
+    for kern in kernels_under_test("gpu_correlator_saturation_and_long_integration") {
+        let (shape, buf) = saturating_input();
+        gpu_vs_cpu_correlator(shape, &[buf], &[true, true], kern);
+        // long random integration: > 65536 samples per channel in one call (several time splits)
+        let shape = XShape::new(37, 2, 1024).unwrap();
+        let big = random_batches(&shape, 80, 5);
+        gpu_vs_cpu_correlator(shape, &[big], &[true; 37], kern);
+        eprintln!("gpu == cpu ({kern:?}): saturation, long integration");
+    }
+}
+
+/// One wgmma m64n8k32 through the descriptor and accumulator layouts the wgmma correlator
+/// assumes, against a CPU product (Hopper only).
+#[test]
+fn gpu_wgmma_probe_layout() {
+    if !gpu_test_guard("gpu_wgmma_probe_layout") {
+        return;
+    }
+    let g = GpuX::new(XShape::new(1, 1, 16).unwrap()).expect("GpuX::new");
+    if !g.wgmma_supported() {
+        eprintln!("gpu_wgmma_probe_layout: not compute capability 9.x, nothing to test");
+        return;
+    }
+    let mut r = Rng(99);
+    let a: Vec<i8> = (0..64 * 32).map(|_| r.sample()).collect();
+    let b: Vec<i8> = (0..8 * 32).map(|_| r.sample()).collect();
+    let want: Vec<i32> = (0..64 * 8)
+        .map(|e| {
+            let (m, n) = (e / 8, e % 8);
+            (0..32)
+                .map(|k| a[m * 32 + k] as i32 * b[n * 32 + k] as i32)
+                .sum()
+        })
+        .collect();
+    let got = g.wgmma_probe(&a, &b).unwrap();
+    eprintln!(
+        "wgmma probe: {} of 512 match",
+        got.iter().zip(&want).filter(|(x, y)| x == y).count()
+    );
+    if got != want {
+        for m in 0..64 {
+            eprintln!(
+                "row {m:2}: got {:?} want {:?}",
+                &got[m * 8..m * 8 + 8],
+                &want[m * 8..m * 8 + 8]
+            );
+        }
+    }
+    assert_eq!(got, want);
 }
 
 fn gpu_vs_cpu_beams(
@@ -637,19 +769,21 @@ fn gpu_correlator_4bit_bit_exact() {
         if na > 2 {
             present[na / 3] = false;
         }
-        gpu_vs_cpu_correlator(shape, &batches, &present);
-        for stages in [3, 6] {
+        for stages in [4, 3, 6] {
             let v = CorrVariant {
                 direct: true,
                 stages,
                 probe: 0,
             };
-            gpu_vs_cpu_correlator_variant(shape, &batches, &present, v);
+            gpu_vs_cpu_correlator(shape, &batches, &present, Kern::Mma(v));
         }
         eprintln!("gpu == cpu (4-bit): n_ants={na} channels={nc} spectra={ns}");
     }
-    // the ready-buffer variant has no 4-bit path: a clear error
+    // the ready-buffer variant and the wgmma kernel have no 4-bit path: a clear error
     let mut gpu = GpuX::new(shape4(4, 1, 16)).unwrap();
+    if gpu.wgmma_supported() {
+        assert!(gpu.set_wgmma_variant(WgmmaVariant::default()).is_err());
+    }
     assert!(gpu
         .set_correlator_variant(CorrVariant {
             direct: false,

@@ -2,6 +2,14 @@
 //! a1 ≤ a2 triangle, 4 pol products) for several array sizes, an int8 GEMM through cuBLASLt on
 //! the same GPU for comparison, and beamformer throughput against measured device copy bandwidth.
 //!
+//! Measured 2026-11-22 on an NVIDIA H100 SXM (driver 580.159), `gpucbf bench xbgpu`, same run:
+//! mma.sync 238 / 433 / 489 / 521 TOPS and wgmma (`kernels/correlate_wgmma.cu`, 64 spectra per
+//! stage, 3 operand buffers) 229 / 418 / 472 / 500 TOPS for 64 / 256 / 576 / 1024 antennas;
+//! cuBLASLt int8 GEMM 1422 TOPS (ratios 0.37 and 0.35 at 1024). wgmma limit probes at 576
+//! antennas: no wgmma 728, no global loads 1193 TOPS; variants (2-stage register prefetch,
+//! 32-spectrum stages, cp.async rings of 2–8 stages, 128B swizzle) 387–502 TOPS; 65536 samples
+//! per launch 529 TOPS. See `src/xengine/gpu/wgmma.rs` for what limits it.
+//!
 //! Measured 2026-11-22 on an NVIDIA H200 (driver 580.159, CUDA 13, PTX JIT from NVRTC
 //! compute_90), `gpucbf bench xbgpu`, 8192 samples per launch, 256 spectra per batch:
 //! correlator (direct, 4 stages) 244 / 437 / 491 / 518 TOPS for 64 / 256 / 576 / 1024 antennas
@@ -33,7 +41,14 @@ use std::ffi::c_void;
 use cudarc::cublaslt::{result as lt, sys as ltsys};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
-use super::{Beam, BeamSet, BeamTuning, CorrVariant, GpuX, XError, XShape};
+use super::{Beam, BeamSet, BeamTuning, CorrVariant, GpuX, WgmmaVariant, XError, XShape};
+
+/// A correlator kernel to time: mma.sync with its variant, or wgmma (Hopper).
+#[derive(Clone, Copy, Debug)]
+enum Kern {
+    Mma(CorrVariant),
+    Wgmma(WgmmaVariant),
+}
 
 fn gerr<E: std::fmt::Debug>(e: E) -> XError {
     XError::Gpu(format!("{e:?}"))
@@ -63,18 +78,34 @@ fn time_gpu(
 }
 
 /// One correlator measurement: returns TOPS.
-fn bench_correlator(
-    n_ants: usize,
-    samples: usize,
-    variant: CorrVariant,
-    bits: u32,
-) -> Result<f64, XError> {
+fn bench_correlator(n_ants: usize, samples: usize, kern: Kern, bits: u32) -> Result<f64, XError> {
     let spectra = 256;
     let n_channels = (16384 / n_ants).max(1);
     let shape = XShape::new(n_ants, n_channels, spectra)?.with_sample_bits(bits)?;
     let n_batches = samples / spectra;
     let mut g = GpuX::new(shape)?;
-    g.set_correlator_variant(variant)?;
+    let label = match kern {
+        Kern::Mma(v) => {
+            g.set_correlator_variant(v)?;
+            format!(
+                "mma.sync {}{}",
+                if v.direct { "direct" } else { "ready" },
+                v.stages
+            )
+        }
+        Kern::Wgmma(v) => {
+            g.set_wgmma_variant(v)?;
+            format!(
+                "wgmma ST={} bufs={} raw={} pref={}{}{}",
+                v.stage_times,
+                v.ready_bufs,
+                v.raw_bufs,
+                v.reg_stages,
+                if v.swizzle { " swz" } else { "" },
+                if v.probe > 0 { " PROBE" } else { "" }
+            )
+        }
+    };
     let host = random_input(n_batches * shape.batch_bytes());
     let input = g.stream().clone_htod(&host).map_err(gerr)?;
     let stream = g.stream().clone();
@@ -87,9 +118,7 @@ fn bench_correlator(
     super::XBackend::dump(&mut g, &present, &mut out)?;
     let dump_s = t0.elapsed().as_secs_f64();
     println!(
-        "correlator n_ants={n_ants:5} channels={n_channels:4} samples/launch={samples} {}{} : {:8.3} ms/launch, {tops:7.1} TOPS (dump incl. D2H {:.1} ms)",
-        if variant.direct { "direct" } else { "ready" },
-        variant.stages,
+        "correlator n_ants={n_ants:5} channels={n_channels:4} samples/launch={samples} {label:22}: {:8.3} ms/launch, {tops:7.1} TOPS (dump incl. D2H {:.1} ms)",
         t * 1e3,
         dump_s * 1e3
     );
@@ -323,16 +352,46 @@ pub fn bench_gpu(ants: &[usize], samples_per_launch: usize) -> Result<(), XError
         return Err(XError::Gpu("no usable CUDA device".into()));
     }
     let samples = samples_per_launch.div_ceil(256).max(1) * 256;
-    let mut best = 0f64;
-    let ready = CorrVariant {
-        direct: false,
-        stages: 3,
-        probe: 0,
-    };
+    let wgmma = GpuX::new(XShape::new(1, 1, 16)?)?.wgmma_supported();
+    // per antenna count: (mma.sync, wgmma) TOPS; the engine runs mma.sync, measured faster
+    let mut tops = Vec::new();
     for &n in ants {
-        // the default variant is what the engine runs; `ready` is the earlier kernel
-        best = best.max(bench_correlator(n, samples, CorrVariant::default(), 8)?);
-        bench_correlator(n, samples, ready, 8)?;
+        let m = bench_correlator(n, samples, Kern::Mma(CorrVariant::default()), 8)?;
+        let w = if wgmma {
+            bench_correlator(n, samples, Kern::Wgmma(WgmmaVariant::default()), 8)?
+        } else {
+            0.0
+        };
+        tops.push((n, m, w));
+    }
+    if wgmma {
+        let wv = |stage_times, ready_bufs, raw_bufs, reg_stages, probe| WgmmaVariant {
+            stage_times,
+            ready_bufs,
+            raw_bufs,
+            reg_stages,
+            swizzle: false,
+            probe,
+        };
+        // Limit probes (wrong results, timing only): without the wgmma the loads and the
+        // operand rearrangement alone; without the global loads the wgmma, the rearrangement
+        // and the barriers alone. Measured on the H100: 728 and 1193 TOPS at 576 antennas.
+        for (v, what) in [
+            (wv(64, 3, 0, 1, 1), "no wgmma"),
+            (wv(64, 3, 0, 1, 2), "no loads"),
+        ] {
+            print!("probe {what:13}: ");
+            bench_correlator(576, samples, Kern::Wgmma(v), 8)?;
+        }
+        // tuning alternatives of the wgmma kernel (ST, operand buffers, cp.async raw stages,
+        // register prefetch depth)
+        for v in [wv(64, 3, 0, 2, 0), wv(32, 3, 0, 1, 0), wv(64, 2, 4, 1, 0)] {
+            bench_correlator(576, samples, Kern::Wgmma(v), 8)?;
+        }
+        print!("long launch: ");
+        bench_correlator(576, 65536, Kern::Wgmma(WgmmaVariant::default()), 8)?;
+    } else {
+        println!("wgmma correlator: not compute capability 9.x, not measured");
     }
     // Limit probes (wrong results, timing only): what the direct kernel costs without its
     // conj_perm ALU work, without MMAs, and with MMAs alone.
@@ -342,26 +401,43 @@ pub fn bench_gpu(ants: &[usize], samples_per_launch: usize) -> Result<(), XError
         bench_correlator(
             n,
             samples,
-            CorrVariant {
+            Kern::Mma(CorrVariant {
                 probe,
                 ..CorrVariant::default()
-            },
+            }),
             8,
         )?;
     }
     let probe = GpuX::new(XShape::new(1, 1, 16)?)?;
     let stream = probe.stream().clone();
     match bench_gemm(&stream, 8192) {
-        Ok(gemm) => println!(
-            "best correlator / cuBLASLt int8 GEMM = {best:.1} / {gemm:.1} = {:.2}",
-            best / gemm
-        ),
+        Ok(gemm) => {
+            for (n, m, w) in &tops {
+                print!(
+                    "n_ants={n:5}: mma.sync {m:7.1} TOPS = {:.2} of cuBLASLt",
+                    m / gemm
+                );
+                if wgmma {
+                    print!(
+                        ", wgmma {w:7.1} TOPS = {:.2} of cuBLASLt ({:.2}x mma.sync)",
+                        w / gemm,
+                        w / m
+                    );
+                }
+                println!();
+            }
+            let best = tops.iter().map(|t| t.1.max(t.2)).fold(0f64, f64::max);
+            println!(
+                "best correlator / cuBLASLt int8 GEMM = {best:.1} / {gemm:.1} = {:.2}",
+                best / gemm
+            );
+        }
         Err(e) => println!("cuBLASLt int8 GEMM unavailable: {e}"),
     }
     bench_beams(&stream)?;
     for n in [256, 576] {
         print!("4-bit input: ");
-        bench_correlator(n, samples, CorrVariant::default(), 4)?;
+        bench_correlator(n, samples, Kern::Mma(CorrVariant::default()), 4)?;
     }
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! GPU back end: `kernels/correlate.cu` (tensor cores, int64 accumulation, saturating reduce)
+//! GPU back end: `kernels/correlate.cu` (tensor cores, int64 accumulation, saturating reduce;
+//! on Hopper the correlation can run `kernels/correlate_wgmma.cu` instead, see [`wgmma`])
 //! and `kernels/beamform.cu`, compiled with NVRTC per shape (constants as `-D` defines).
 
 use std::collections::HashMap;
@@ -12,6 +13,12 @@ use cudarc::driver::{
 use super::beam::BeamTables;
 use super::cpu::check_beam_io;
 use super::{present_baselines, BeamSet, BeamStats, XBackend, XError, XShape};
+
+mod wgmma;
+pub use wgmma::{
+    correlate_wgmma_defines, CorrKernel, WgmmaVariant, CORRELATE_WGMMA_SRC, CORRELATOR_ENV,
+    WGMMA_ARCH,
+};
 
 /// Correlator kernel source (embedded so binaries need no kernel files at run time).
 pub const CORRELATE_SRC: &str = include_str!("../../kernels/correlate.cu");
@@ -269,6 +276,9 @@ pub struct GpuX {
     correlate: CudaFunction,
     reduce: CudaFunction,
     variant: CorrVariant,
+    cc_major: i32,
+    /// The wgmma correlator when it is the one in use (Hopper).
+    wgmma: Option<wgmma::Wgmma>,
     beam_fns: HashMap<(usize, BeamPlan), CudaFunction>,
     smem_optin: usize,
     smem_per_sm: usize,
@@ -306,6 +316,15 @@ impl GpuX {
         let arch = arch_for(major, minor)?;
         let variant = CorrVariant::default();
         let (correlate, reduce) = build_correlator(&ctx, &shape, arch, variant)?;
+        let wgmma = match wgmma::default_kernel(major)? {
+            CorrKernel::Wgmma => Some(wgmma::build(
+                &ctx,
+                &shape,
+                WgmmaVariant::default(),
+                smem_optin,
+            )?),
+            CorrKernel::MmaSync => None,
+        };
         let stream = ctx.default_stream();
         let acc = stream
             .alloc_zeros::<i64>(shape.output_len())
@@ -326,6 +345,8 @@ impl GpuX {
             correlate,
             reduce,
             variant,
+            cc_major: major,
+            wgmma,
             beam_fns: HashMap::new(),
             smem_optin,
             smem_per_sm,
@@ -339,8 +360,8 @@ impl GpuX {
         })
     }
 
-    /// Recompiles the correlator as `variant` (a tuning knob for benchmarks; any pending
-    /// accumulation is kept, the accumulator layout does not change).
+    /// Recompiles the `mma.sync` correlator as `variant` and selects it (a tuning knob for
+    /// benchmarks; any pending accumulation is kept, the accumulator layout does not change).
     pub fn set_correlator_variant(&mut self, variant: CorrVariant) -> Result<(), XError> {
         if !(3..=6).contains(&variant.stages)
             || (!variant.direct
@@ -353,6 +374,7 @@ impl GpuX {
         self.correlate = c;
         self.reduce = r;
         self.variant = variant;
+        self.wgmma = None;
         Ok(())
     }
 
@@ -409,6 +431,9 @@ impl GpuX {
             return Err(XError::Shape(format!(
                 "{n_batches} batches: too many time splits"
             )));
+        }
+        if self.wgmma.is_some() {
+            return self.launch_wgmma(input, n_batches, grid, kpb);
         }
         let cfg = LaunchConfig {
             grid_dim: grid,

@@ -26,6 +26,10 @@ pub use gpu::{
     beamform_defines, correlate_defines, BeamPlan, BeamTuning, CorrVariant, GpuX, BEAMFORM_SRC,
     CORRELATE_SRC,
 };
+pub use gpu::{
+    correlate_wgmma_defines, CorrKernel, WgmmaVariant, CORRELATE_WGMMA_SRC, CORRELATOR_ENV,
+    WGMMA_ARCH,
+};
 
 /// MISSING marker written for every product of a baseline touching an absent antenna.
 pub const MISSING: [i32; 2] = [i32::MIN, 1];

@@ -1,0 +1,507 @@
+// gpucbf X-engine correlator for Hopper: warpgroup tensor cores (wgmma.mma_async m64n256k32
+// s8 x s8 -> s32, sm_90a). Same input, accumulator and output conventions as correlate.cu (whose
+// `reduce` kernel finishes the dump):
+//
+// Input (per batch): int8 [antenna][channel][spectrum][pol][re/im], batches contiguous.
+// Accumulator: int64 [channel][baseline][product][re/im], baseline bl = a2(a2+1)/2 + a1 (a1 <= a2),
+// product p1 + 2*p2, value sum_t x[a1,p1](t) * conj(x[a2,p2](t)). Inputs in [-127, 127].
+//
+// Defines (NVRTC -D): N_ANTS, N_CHANNELS, SPECTRA (a multiple of 16), ST (spectra per pipeline
+// stage: 32 or 64), NREADY (shared-memory operand buffers: 2 or 3), NRAW (0: each thread loads
+// the next stage into registers; 2..8: a ring of NRAW raw stages filled by cp.async, NRAW - 1
+// stages in flight), PREF (register path: stages loaded ahead, 1 or 2), SWZ (1: 128-byte swizzled operand layout instead of no-swizzle, ST = 64
+// only), PROBE (diagnostic only, wrong results: 1 = no wgmma, 2 = no global loads).
+//
+// Real GEMM view (the complex trick). A thread block (2 warpgroups, 256 threads) computes a 64 x 64
+// antenna tile (a1 rows, a2 columns) of the upper triangle for one channel and one time range.
+//   A rows (M = 128): m = 16*(a1/8) + 8*p1 + a1%8 (a1 local to the tile), K = time x (re, im);
+//     warpgroup wg owns rows 64wg.. (a1 in [32wg, 32wg + 32)).
+//   B rows (N = 256): n = 128*p2 + 2*a2 + c, c = 0: x[a2,p2], c = 1: conj_perm(x) = (-im, re),
+//     so one dot product gives Re (c = 0) and Im (c = 1) of x[a1,p1] * conj(x[a2,p2]) in adjacent
+//     accumulator columns.
+// Both operands are K-major in shared memory in the no-swizzle canonical layout: core matrices of
+// 8 rows x 16 bytes (8 rows of 8 complex samples), 128 contiguous bytes each; row groups of 8 are
+// adjacent (stride byte offset 128), core-matrix columns along K are LBO_A / LBO_B apart (leading
+// byte offset). Each thread loads its share of a stage from global memory (into registers one
+// stage ahead, or through its own slots of a cp.async ring), splits the pols, forms conj_perm, and stores the core-matrix rows
+// (ordinary stores, then fence.proxy.async before the barrier that precedes the wgmma). NREADY
+// operand buffers rotate: while the tensor cores work on stage s, the threads write stage s + 1;
+// with 3 buffers the wgmma of stage s - 1 may still be running (wait_group 1), so the tensor pipe
+// never drains.
+//
+// Accumulators: thread (warp w of its warpgroup, g = lane/4, t = lane%4) holds, for each 8-column
+// group j (0..31), d[4j + {0,1}] = (Re, Im) of p1 = 0 and d[4j + {2,3}] = (Re, Im) of p1 = 1 for
+// a1 = 32wg + 8w + g, a2 = 4(j%16) + t, p2 = j/16 — four consecutive int64 of the accumulator.
+// grid.z splits time (at most 65536 samples per block keep the int32 sums exact); blocks add
+// their partial sums with 64-bit atomics.
+
+#ifndef N_ANTS
+#error "N_ANTS must be defined"
+#endif
+#ifndef N_CHANNELS
+#error "N_CHANNELS must be defined"
+#endif
+#ifndef SPECTRA
+#error "SPECTRA must be defined"
+#endif
+#ifndef ST
+#define ST 64
+#endif
+#ifndef NREADY
+#define NREADY 3
+#endif
+#ifndef NRAW
+#define NRAW 0
+#endif
+#ifndef PROBE
+#define PROBE 0
+#endif
+#ifndef SWZ
+#define SWZ 0
+#endif
+#ifndef PREF
+#define PREF 1
+#endif
+// Byte distance between 8-row groups: no swizzle, core matrices of one K column are adjacent;
+// 128B swizzle, a group is one 1024-byte atom of 8 rows x 128 bytes (the whole stage's K), its
+// 16-byte chunk c of row r stored at chunk c ^ r.
+#define RG (SWZ ? 1024 : 128)
+
+#define TILE 64
+#define N_BASELINES ((N_ANTS) * ((N_ANTS) + 1) / 2)
+#define THREADS 256
+#define OCT (ST / 8)                 // 8-sample octets (core-matrix columns) per stage
+#define KS (ST / 16)                 // k32 steps per stage
+#define UNITS (TILE * OCT / THREADS) // (antenna, octet) units per thread per operand
+#define LBO_A (16 * 128)             // 16 row groups of A
+#define LBO_B (32 * 128)             // 32 row groups of B
+#define A_BYTES (OCT * LBO_A)
+#define B_BYTES (OCT * LBO_B)
+#define READY_BYTES (A_BYTES + B_BYTES)
+#define NCHUNK (4 * UNITS) // raw 16-byte chunks per thread per stage
+#define RAW_OFF (NREADY * READY_BYTES)
+#define RAW_STAGE_BYTES (NCHUNK * THREADS * 16)
+#define BATCH_STEP ((size_t)N_ANTS * N_CHANNELS * SPECTRA * 4)
+
+static_assert(SPECTRA % 16 == 0, "SPECTRA must be a multiple of 16");
+static_assert(ST == 32 || ST == 64, "ST must be 32 or 64");
+static_assert(NREADY == 2 || NREADY == 3, "NREADY must be 2 or 3");
+static_assert(NRAW == 0 || (NRAW >= 2 && NRAW <= 8), "NRAW must be 0 or 2..8");
+static_assert(PREF == 1 || PREF == 2, "PREF must be 1 or 2");
+static_assert(!SWZ || ST == 64, "the 128B-swizzled layout needs ST = 64 (128 bytes of K)");
+static_assert(UNITS >= 1 && UNITS * THREADS == TILE * OCT, "bad unit split");
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+__device__ __forceinline__ u32 conj_perm(u32 v) {
+    // (re0, im0, re1, im1) -> (-im0, re0, -im1, re1)
+    return __byte_perm(v, 0x00FF00FFu - (v & 0xFF00FF00u), 0x2705);
+}
+
+__device__ __forceinline__ void tile_coords(int idx, int &ti, int &tj) {
+    // idx = tj(tj+1)/2 + ti, ti <= tj
+    int j = (int)((sqrtf(8.0f * idx + 1.0f) - 1.0f) * 0.5f);
+    while (j * (j + 1) / 2 > idx) j--;
+    while ((j + 1) * (j + 2) / 2 <= idx) j++;
+    tj = j;
+    ti = idx - j * (j + 1) / 2;
+}
+
+// Shared-memory matrix descriptor: no swizzle, K-major; lbo = byte distance between core
+// matrices adjacent in K, sbo = between 8-row groups.
+__device__ __forceinline__ u64 make_desc(u32 saddr, u32 lbo, u32 sbo) {
+    return (u64)((saddr & 0x3FFFFu) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32);
+}
+
+// The same for the 128-byte swizzled K-major layout (leading byte offset unused, encoded 1).
+__device__ __forceinline__ u64 make_desc_swz(u32 saddr) {
+    return (u64)((saddr & 0x3FFFFu) >> 4) | (1ull << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void cp_async16(u32 saddr, const void *gmem, bool valid) {
+    const int n = valid ? 16 : 0; // 0 source bytes => zero fill
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(gmem), "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared16(u32 addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_shared16(u32 addr, uint4 v) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
+#define ACC4(i) "+r"(d[i]), "+r"(d[(i) + 1]), "+r"(d[(i) + 2]), "+r"(d[(i) + 3])
+#define ACC16(i) ACC4(i), ACC4((i) + 4), ACC4((i) + 8), ACC4((i) + 12)
+#define ACC64(i) ACC16(i), ACC16((i) + 16), ACC16((i) + 32), ACC16((i) + 48)
+
+// D[64 x 256] += A[64 x 32] * B[256 x 32]^T, both from shared memory.
+__device__ __forceinline__ void wgmma_256(int (&d)[128], u64 da, u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 "
+        "{"
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+        "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
+        "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+        "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
+        "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+        "}, %128, %129, p;\n}\n"
+        : ACC64(0), ACC64(64)
+        : "l"(da), "l"(db), "n"(1));
+}
+
+// Per-thread loader state: UNITS (antenna, octet) units of A (a1 rows) and of B (a2 rows).
+struct Units {
+    const signed char *pa[UNITS], *pb[UNITS]; // antenna row at channel ch, time 0, batch 0
+    bool va[UNITS], vb[UNITS];                // antenna < N_ANTS
+    u32 sa[UNITS];                            // A store offset (pol 0; pol 1 is +128)
+    u32 sb0[UNITS], sb1[UNITS];               // B store offsets of stores k = 0, 1 (p2 = 0)
+};
+
+__device__ __forceinline__ void load_stage(uint4 (&ra)[UNITS][2], uint4 (&rb)[UNITS][2],
+                                           const Units &u, u32 t, u32 t_end) {
+    const bool tv = t < t_end;
+    const size_t toff = (size_t)(t / SPECTRA) * BATCH_STEP + (size_t)(t % SPECTRA) * 4;
+    const uint4 z = make_uint4(0, 0, 0, 0);
+#if PROBE == 2
+    (void)tv;
+    (void)toff;
+    (void)z;
+#pragma unroll
+    for (int j = 0; j < UNITS; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            ra[j][h] = make_uint4(t + h, t ^ j, t * 3, t + 7);
+            rb[j][h] = make_uint4(t ^ h, t + j, t * 5, t + 9);
+        }
+#else
+#pragma unroll
+    for (int j = 0; j < UNITS; j++) {
+        if (tv && u.va[j]) {
+            const uint4 *p = (const uint4 *)(u.pa[j] + toff);
+            ra[j][0] = __ldg(p);
+            ra[j][1] = __ldg(p + 1);
+        } else {
+            ra[j][0] = z;
+            ra[j][1] = z;
+        }
+        if (tv && u.vb[j]) {
+            const uint4 *p = (const uint4 *)(u.pb[j] + toff);
+            rb[j][0] = __ldg(p);
+            rb[j][1] = __ldg(p + 1);
+        } else {
+            rb[j][0] = z;
+            rb[j][1] = z;
+        }
+    }
+#endif
+}
+
+// cp.async of one stage into this thread's slots of raw ring slot `raw` (chunk k of the thread
+// at raw + (k * THREADS + tid) * 16; k = 4j + {A low, A high, B low, B high}).
+__device__ __forceinline__ void issue_stage(u32 raw, const Units &u, u32 t, u32 t_end,
+                                            const signed char *any) {
+#if PROBE != 2
+    const bool tv = t < t_end;
+    const size_t toff = (size_t)(t / SPECTRA) * BATCH_STEP + (size_t)(t % SPECTRA) * 4;
+    const u32 base = raw + threadIdx.x * 16;
+#pragma unroll
+    for (int j = 0; j < UNITS; j++) {
+        const bool va = tv && u.va[j], vb = tv && u.vb[j];
+        const signed char *pa = va ? u.pa[j] + toff : any;
+        const signed char *pb = vb ? u.pb[j] + toff : any;
+        cp_async16(base + (4 * j + 0) * THREADS * 16, pa, va);
+        cp_async16(base + (4 * j + 1) * THREADS * 16, va ? pa + 16 : any, va);
+        cp_async16(base + (4 * j + 2) * THREADS * 16, pb, vb);
+        cp_async16(base + (4 * j + 3) * THREADS * 16, vb ? pb + 16 : any, vb);
+    }
+#endif
+}
+
+__device__ __forceinline__ void read_stage(uint4 (&ra)[UNITS][2], uint4 (&rb)[UNITS][2], u32 raw) {
+    const u32 base = raw + threadIdx.x * 16;
+#pragma unroll
+    for (int j = 0; j < UNITS; j++) {
+        ra[j][0] = ld_shared16(base + (4 * j + 0) * THREADS * 16);
+        ra[j][1] = ld_shared16(base + (4 * j + 1) * THREADS * 16);
+        rb[j][0] = ld_shared16(base + (4 * j + 2) * THREADS * 16);
+        rb[j][1] = ld_shared16(base + (4 * j + 3) * THREADS * 16);
+    }
+}
+
+// Raw chunk (4 samples x [p0 re, p0 im, p1 re, p1 im]) pair -> core-matrix rows of 8 samples.
+__device__ __forceinline__ uint4 pol_row(const uint4 &c0, const uint4 &c1, u32 sel) {
+    return make_uint4(__byte_perm(c0.x, c0.y, sel), __byte_perm(c0.z, c0.w, sel),
+                      __byte_perm(c1.x, c1.y, sel), __byte_perm(c1.z, c1.w, sel));
+}
+
+__device__ __forceinline__ uint4 conj_row(const uint4 &v) {
+    return make_uint4(conj_perm(v.x), conj_perm(v.y), conj_perm(v.z), conj_perm(v.w));
+}
+
+__device__ __forceinline__ uint4 sel4(bool s, const uint4 &a, const uint4 &b) {
+    return make_uint4(s ? a.x : b.x, s ? a.y : b.y, s ? a.z : b.z, s ? a.w : b.w);
+}
+
+// Writes one stage (held in registers) into the operand buffer at shared address `buf`.
+__device__ __forceinline__ void store_stage(const uint4 (&ra)[UNITS][2], const uint4 (&rb)[UNITS][2],
+                                            const Units &u, u32 buf, bool sw) {
+#pragma unroll
+    for (int j = 0; j < UNITS; j++) {
+        st_shared16(buf + u.sa[j], pol_row(ra[j][0], ra[j][1], 0x5410));
+        st_shared16(buf + u.sa[j] + RG, pol_row(ra[j][0], ra[j][1], 0x7632));
+#pragma unroll
+        for (int p2 = 0; p2 < 2; p2++) {
+            const uint4 x = pol_row(rb[j][0], rb[j][1], p2 ? 0x7632 : 0x5410);
+            const uint4 y = conj_row(x);
+            // rows c = 0 (x) and c = 1 (conj) of this antenna; the upper half of each 8-lane
+            // phase writes them in the other order so the phase covers all 32 banks.
+            st_shared16(buf + A_BYTES + u.sb0[j] + p2 * 16 * RG, sel4(sw, y, x));
+            st_shared16(buf + A_BYTES + u.sb1[j] + p2 * 16 * RG, sel4(sw, x, y));
+        }
+    }
+}
+
+// Issues the wgmma of one stage (operand buffer at shared address buf) for warpgroup wg.
+__device__ __forceinline__ void wgmma_stage(int (&d)[128], u32 buf, int wg) {
+#if PROBE != 1
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+#if SWZ
+        // k-step ks starts 32 bytes further into each swizzle atom
+        const u64 da = make_desc_swz(buf + wg * 8 * 1024 + 32 * ks);
+        const u64 db = make_desc_swz(buf + A_BYTES + 32 * ks);
+#else
+        const u64 da = make_desc(buf + 2 * ks * LBO_A + wg * 8 * 128, LBO_A, 128);
+        const u64 db = make_desc(buf + A_BYTES + 2 * ks * LBO_B, LBO_B, 128);
+#endif
+        wgmma_256(d, da, db);
+    }
+    wg_commit();
+#else
+    d[0] += (int)buf;
+#endif
+}
+
+// in: n_batches batches; acc: int64 accumulator; ksteps_per_block: time range of one grid.z slice
+// in units of 16 samples (<= 4096, a multiple of ST / 16). Dynamic shared memory:
+// NREADY * READY_BYTES + NRAW * RAW_STAGE_BYTES.
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    correlate_wgmma(const signed char *__restrict__ in, long long *__restrict__ acc, int n_batches,
+                    int ksteps_per_block) {
+    extern __shared__ __align__(128) unsigned char smem[];
+
+    int ti, tj;
+    tile_coords(blockIdx.x, ti, tj);
+    const int ch = blockIdx.y;
+    const int a1_base = ti * TILE, a2_base = tj * TILE;
+    const long long ktotal = (long long)n_batches * (SPECTRA / 16);
+    const long long kbeg = (long long)blockIdx.z * ksteps_per_block;
+    if (kbeg >= ktotal) return;
+    const long long kend = min(ktotal, kbeg + ksteps_per_block);
+    const int n_stages = (int)(((kend - kbeg) * 16 + ST - 1) / ST);
+    const u32 t_begin = (u32)(kbeg * 16), t_end = (u32)(kend * 16);
+
+    const int tid = threadIdx.x;
+    const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+
+    // unit u = tid + THREADS * j: antenna 8q + i of the tile, octet o
+    const int i = tid & 7, o = (tid >> 3) % OCT;
+    const bool sw = (i >> 2) & 1;
+    Units u;
+#pragma unroll
+    for (int j = 0; j < UNITS; j++) {
+        const int q = (tid + THREADS * j) / (8 * OCT);
+        const int a1 = a1_base + 8 * q + i, a2 = a2_base + 8 * q + i;
+        u.va[j] = a1 < N_ANTS;
+        u.vb[j] = a2 < N_ANTS;
+        u.pa[j] = in + ((size_t)(u.va[j] ? a1 : 0) * N_CHANNELS + ch) * SPECTRA * 4;
+        u.pb[j] = in + ((size_t)(u.vb[j] ? a2 : 0) * N_CHANNELS + ch) * SPECTRA * 4;
+#if SWZ
+        u.sa[j] = (2 * q) * 1024 + i * 128 + (o ^ i) * 16;
+        const int ng = 2 * q + (i >> 2), r0 = 2 * (i & 3) + sw, r1 = 2 * (i & 3) + 1 - sw;
+        u.sb0[j] = ng * 1024 + r0 * 128 + (o ^ r0) * 16;
+        u.sb1[j] = ng * 1024 + r1 * 128 + (o ^ r1) * 16;
+#else
+        u.sa[j] = o * LBO_A + (2 * q) * 128 + i * 16;
+        const u32 sb = o * LBO_B + (2 * q + (i >> 2)) * 128 + 2 * (i & 3) * 16;
+        u.sb0[j] = sb + (sw ? 16 : 0);
+        u.sb1[j] = sb + (sw ? 0 : 16);
+#endif
+    }
+    // (the host adds 1024 bytes so that the swizzle atoms can start 1024-aligned)
+    const u32 sbase = ((u32)__cvta_generic_to_shared(smem) + 1023u) & ~1023u;
+    const u32 toct = t_begin + 8 * o;
+
+    int d[128];
+#pragma unroll
+    for (int k = 0; k < 128; k++) d[k] = 0;
+
+    uint4 ra[UNITS][2], rb[UNITS][2];
+#if NRAW
+    const u32 rbase = sbase + RAW_OFF;
+#pragma unroll
+    for (int r = 0; r < NRAW; r++) {
+        if (r < n_stages) issue_stage(rbase + r * RAW_STAGE_BYTES, u, toct + r * ST, t_end, in);
+        cp_async_commit();
+    }
+    cp_async_wait<NRAW - 1>();
+    read_stage(ra, rb, rbase);
+    store_stage(ra, rb, u, sbase, sw);
+    int rslot = 1 % NRAW; // ring slot of stage s + 1
+#elif PREF == 2
+    // two register sets: stage k is loaded into set k % 2, two stages ahead of its use
+    uint4 ra1[UNITS][2], rb1[UNITS][2];
+    load_stage(ra, rb, u, toct, t_end);
+    store_stage(ra, rb, u, sbase, sw);
+    if (n_stages > 1) load_stage(ra1, rb1, u, toct + ST, t_end);
+    if (n_stages > 2) load_stage(ra, rb, u, toct + 2 * ST, t_end);
+#else
+    load_stage(ra, rb, u, toct, t_end);
+    store_stage(ra, rb, u, sbase, sw);
+    if (n_stages > 1) load_stage(ra, rb, u, toct + ST, t_end);
+#endif
+    fence_proxy_async();
+    __syncthreads();
+
+    int cur = 0; // buffer of stage s
+#if NRAW == 0 && PREF == 2
+    // one pipeline step for stage S; (RA, RB) hold stage S + 1 and then receive stage S + 3
+#define WG_STEP(S, RA, RB)                                                                         \
+    {                                                                                              \
+        wgmma_stage(d, sbase + cur * READY_BYTES, wg);                                             \
+        const int nxt = cur + 1 == NREADY ? 0 : cur + 1;                                           \
+        if ((S) + 1 < n_stages) {                                                                  \
+            store_stage(RA, RB, u, sbase + nxt * READY_BYTES, sw);                                 \
+            if ((S) + 3 < n_stages) load_stage(RA, RB, u, toct + (u32)((S) + 3) * ST, t_end);       \
+            fence_proxy_async();                                                                   \
+        }                                                                                          \
+        wg_wait<NREADY - 2>();                                                                     \
+        __syncthreads();                                                                           \
+        cur = nxt;                                                                                 \
+    }
+    for (int s = 0; s < n_stages; s += 2) {
+        WG_STEP(s, ra1, rb1)
+        if (s + 1 < n_stages) WG_STEP(s + 1, ra, rb)
+    }
+#undef WG_STEP
+#else
+    for (int s = 0; s < n_stages; s++) {
+        wgmma_stage(d, sbase + cur * READY_BYTES, wg);
+        const int nxt = cur + 1 == NREADY ? 0 : cur + 1;
+#if NRAW
+        if (s + 1 < n_stages) {
+            cp_async_wait<NRAW - 2>(); // stage s + 1 has landed (this thread's own chunks)
+            read_stage(ra, rb, rbase + rslot * RAW_STAGE_BYTES);
+            store_stage(ra, rb, u, sbase + nxt * READY_BYTES, sw);
+            fence_proxy_async();
+        }
+        // stage s + NRAW goes into the slot stage s left (read in the previous iteration)
+        if (s + NRAW < n_stages) {
+            const int slot = rslot == 0 ? NRAW - 1 : rslot - 1;
+            issue_stage(rbase + slot * RAW_STAGE_BYTES, u, toct + (u32)(s + NRAW) * ST, t_end, in);
+        }
+        cp_async_commit();
+        rslot = rslot + 1 == NRAW ? 0 : rslot + 1;
+#else
+        if (s + 1 < n_stages) {
+            store_stage(ra, rb, u, sbase + nxt * READY_BYTES, sw);
+            if (s + 2 < n_stages) load_stage(ra, rb, u, toct + (u32)(s + 2) * ST, t_end);
+            fence_proxy_async();
+        }
+#endif
+        wg_wait<NREADY - 2>();
+        // buffer nxt is complete; every warpgroup is done with the buffer stage s + 2 will use
+        __syncthreads();
+        cur = nxt;
+    }
+#endif
+    wg_wait<0>();
+
+    const int a1 = a1_base + 32 * wg + 8 * warp + g;
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        const int p2 = j >> 4;
+        const int a2 = a2_base + 4 * (j & 15) + t4;
+        if (a1 <= a2 && a2 < N_ANTS) {
+            const size_t bl = (size_t)a2 * (a2 + 1) / 2 + a1;
+            u64 *dst = (u64 *)(acc + ((size_t)ch * N_BASELINES + bl) * 8 + 4 * p2);
+            // order: re(p1=0), im(p1=0), re(p1=1), im(p1=1)
+            if (d[4 * j + 0]) atomicAdd(dst + 0, (u64)(long long)d[4 * j + 0]);
+            if (d[4 * j + 1]) atomicAdd(dst + 1, (u64)(long long)d[4 * j + 1]);
+            if (d[4 * j + 2]) atomicAdd(dst + 2, (u64)(long long)d[4 * j + 2]);
+            if (d[4 * j + 3]) atomicAdd(dst + 3, (u64)(long long)d[4 * j + 3]);
+        }
+    }
+}
+
+// Layout probe: one wgmma.mma_async m64n8k32 s8 (128 threads). a: int8 [64][32] (row-major,
+// K contiguous), b: int8 [8][32], d: int32 [64][8] = a * b^T, stored through the accumulator
+// layout assumed above (row 16w + g (+8), column 2t (+1)).
+extern "C" __global__ void __launch_bounds__(128, 1)
+    wgmma_probe(const signed char *__restrict__ a, const signed char *__restrict__ b,
+                int *__restrict__ dout) {
+    __shared__ __align__(128) unsigned char sa[64 * 32];
+    __shared__ __align__(128) unsigned char sb[8 * 32];
+    const int tid = threadIdx.x;
+    // A: core matrix (row group rg = r/8, column kc = k/16) at kc * 1024 + rg * 128
+    for (int e = tid; e < 64 * 32; e += 128) {
+        const int r = e / 32, k = e % 32;
+        sa[(k / 16) * 1024 + (r / 8) * 128 + (r % 8) * 16 + k % 16] = (unsigned char)a[e];
+    }
+    // B: one row group, columns 128 bytes apart
+    for (int e = tid; e < 8 * 32; e += 128) {
+        const int r = e / 32, k = e % 32;
+        sb[(k / 16) * 128 + r * 16 + k % 16] = (unsigned char)b[e];
+    }
+    fence_proxy_async();
+    __syncthreads();
+    const u32 a_s = (u32)__cvta_generic_to_shared(sa), b_s = (u32)__cvta_generic_to_shared(sb);
+    const u64 da = make_desc(a_s, 1024, 128);
+    const u64 db = make_desc(b_s, 128, 256);
+    int d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+    wg_fence();
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n8k32.s32.s8.s8 {%0, %1, %2, %3}, %4, %5, p;\n}\n"
+                 : "+r"(d0), "+r"(d1), "+r"(d2), "+r"(d3)
+                 : "l"(da), "l"(db), "n"(1));
+    wg_commit();
+    wg_wait<0>();
+    const int w = tid >> 5, g = (tid & 31) >> 2, t = tid & 3;
+    const int r0 = 16 * w + g;
+    dout[r0 * 8 + 2 * t] = d0;
+    dout[r0 * 8 + 2 * t + 1] = d1;
+    dout[(r0 + 8) * 8 + 2 * t] = d2;
+    dout[(r0 + 8) * 8 + 2 * t + 1] = d3;
+}
