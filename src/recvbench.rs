@@ -334,6 +334,7 @@ fn bench_udp(pcap: &Path, core: Option<usize>) -> anyhow::Result<RecvResult> {
     ))
 }
 
+#[cfg(feature = "dpdk")]
 /// The EAL arguments of a DPDK trial: the user's, the receive core, then `vdev`.
 fn eal_for(base: &str, core: Option<usize>, vdev: &str) -> String {
     format!("{base} -l {} --vdev {vdev}", core.unwrap_or(0))

@@ -101,6 +101,32 @@ fn wait_json(c: Child, name: &str, timeout: Duration) -> serde_json::Value {
     }
 }
 
+/// Waits until each log file contains `marker` (an engine's start-up line), at most `timeout`;
+/// an engine that exits with an error (`Error:` in its log) ends the wait at once.
+fn wait_ready(logs: &[std::path::PathBuf], marker: &str, timeout: Duration) -> anyhow::Result<()> {
+    let t0 = Instant::now();
+    for log in logs {
+        loop {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            if text.contains(marker) {
+                break;
+            }
+            if text.contains("Error:") {
+                anyhow::bail!("{} failed to start: see the log", log.display());
+            }
+            if t0.elapsed() > timeout || crate::shutdown::requested() {
+                anyhow::bail!(
+                    "{} did not report `{marker}` within {:?}: see the log",
+                    log.display(),
+                    timeout
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Ok(())
+}
+
 /// Receives X-engine heaps on `addr` until `stop` is set and the socket has been idle.
 fn receive_dumps(
     addr: SocketAddrV4,
@@ -234,7 +260,13 @@ pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
             &dir.join(format!("logs/fgpu{a}.log")),
         )?);
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // Start the digitisers only once every engine has built its outputs (the GPU engines
+    // compile their kernels first, which can take seconds when several start together): data
+    // sent before that is lost and can leave every accumulation of a short run incomplete.
+    let mut logs = vec![dir.join("logs/xbgpu.log")];
+    logs.extend((0..n).map(|a| dir.join(format!("logs/fgpu{a}.log"))));
+    wait_ready(&logs, "output ready", Duration::from_secs(120))?;
+    std::thread::sleep(Duration::from_millis(200));
     let mut dsim_args = vec![
         s("dsim"),
         s("--adc-sample-rate"),
