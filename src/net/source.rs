@@ -230,12 +230,37 @@ impl UdpRecvSource {
                 revents: 0,
             })
             .collect();
-        Ok(UdpRecvSource {
+        let src = UdpRecvSource {
             sockets,
             bufs: vec![0; BATCH * MAX_DATAGRAM],
             fds,
             poll_ms: 100,
-        })
+        };
+        // SO_RCVBUF is capped at net.core.rmem_max (often 208 KiB), far below what a burst of
+        // heaps from several engines needs: past the cap with SO_RCVBUFFORCE where allowed
+        // (CAP_NET_ADMIN), otherwise say so once.
+        let granted = src.recv_buffer_size();
+        if granted < recv_buffer {
+            let forced = src.force_recv_buffer(recv_buffer).unwrap_or(granted);
+            if forced < recv_buffer {
+                tracing::warn!(
+                    requested = recv_buffer,
+                    granted = forced,
+                    "UDP receive buffer capped by net.core.rmem_max (raise it, or run with \
+                     CAP_NET_ADMIN): bursts may be dropped"
+                );
+            }
+        }
+        Ok(src)
+    }
+
+    /// The smallest receive buffer of the sockets, as the kernel reports it.
+    fn recv_buffer_size(&self) -> usize {
+        self.sockets
+            .iter()
+            .map(|s| socket2::SockRef::from(s).recv_buffer_size().unwrap_or(0))
+            .min()
+            .unwrap_or(0)
     }
 }
 
