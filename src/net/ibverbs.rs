@@ -391,6 +391,45 @@ pub unsafe fn destroy_flow(ctx: *const u8, flow: *mut c_void) -> c_int {
     }
 }
 
+/// Opens the RDMA device named `want` (`names`: those present, for the error message).
+///
+/// # Safety
+/// `v` holds libibverbs' entry points.
+unsafe fn open_device(v: &Verbs, want: &str, names: &[String]) -> io::Result<*mut c_void> {
+    let mut n: c_int = 0;
+    let list = (v.get_device_list)(&mut n);
+    if list.is_null() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "no RDMA device found",
+        ));
+    }
+    let mut dev = std::ptr::null_mut();
+    for k in 0..n.max(0) as usize {
+        let d = *list.add(k);
+        let p = (v.get_device_name)(d);
+        if !p.is_null() && CStr::from_ptr(p).to_bytes() == want.as_bytes() {
+            dev = d;
+        }
+    }
+    if dev.is_null() {
+        (v.free_device_list)(list);
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("RDMA device {want:?} not found (have {names:?})"),
+        ));
+    }
+    let ctx = (v.open_device)(dev);
+    (v.free_device_list)(list);
+    if ctx.is_null() {
+        return Err(io::Error::other(format!(
+            "ibv_open_device failed: {}",
+            io::Error::last_os_error()
+        )));
+    }
+    Ok(ctx)
+}
+
 /// Receive settings.
 #[derive(Debug, Clone)]
 pub struct IbvConfig {
@@ -500,34 +539,7 @@ impl IbvSource {
         // and released in Drop in reverse order.
         unsafe {
             let v = &self.verbs;
-            let mut n: c_int = 0;
-            let list = (v.get_device_list)(&mut n);
-            if list.is_null() {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "no RDMA device found",
-                ));
-            }
-            let mut dev = std::ptr::null_mut();
-            for k in 0..n.max(0) as usize {
-                let d = *list.add(k);
-                let p = (v.get_device_name)(d);
-                if !p.is_null() && CStr::from_ptr(p).to_bytes() == want.as_bytes() {
-                    dev = d;
-                }
-            }
-            if dev.is_null() {
-                (v.free_device_list)(list);
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("RDMA device {want:?} not found (have {names:?})"),
-                ));
-            }
-            self.ctx = (v.open_device)(dev);
-            (v.free_device_list)(list);
-            if self.ctx.is_null() {
-                return Err(fail("ibv_open_device"));
-            }
+            self.ctx = open_device(v, want, names)?;
             self.pd = (v.alloc_pd)(self.ctx);
             if self.pd.is_null() {
                 return Err(fail("ibv_alloc_pd"));
@@ -740,34 +752,7 @@ impl RawSendQp {
         // by Drop (also on the error returns below).
         unsafe {
             let v = &q.verbs;
-            let mut n: c_int = 0;
-            let list = (v.get_device_list)(&mut n);
-            if list.is_null() {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "no RDMA device found",
-                ));
-            }
-            let mut dev = std::ptr::null_mut();
-            for k in 0..n.max(0) as usize {
-                let d = *list.add(k);
-                let p = (v.get_device_name)(d);
-                if !p.is_null() && CStr::from_ptr(p).to_bytes() == want.as_bytes() {
-                    dev = d;
-                }
-            }
-            if dev.is_null() {
-                (v.free_device_list)(list);
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("RDMA device {want:?} not found (have {names:?})"),
-                ));
-            }
-            q.ctx = (v.open_device)(dev);
-            (v.free_device_list)(list);
-            if q.ctx.is_null() {
-                return Err(fail("ibv_open_device"));
-            }
+            q.ctx = open_device(v, &want, &names)?;
             q.pd = (v.alloc_pd)(q.ctx);
             if q.pd.is_null() {
                 return Err(fail("ibv_alloc_pd"));
