@@ -270,38 +270,25 @@ impl UdpRecvSource {
     /// reports afterwards (it doubles the request for its bookkeeping).
     pub fn force_recv_buffer(&self, bytes: usize) -> io::Result<usize> {
         let want = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-        let mut got = usize::MAX;
         for s in &self.sockets {
-            // SAFETY: setsockopt/getsockopt on an open socket with c_int arguments.
-            unsafe {
-                let fd = s.as_raw_fd();
-                let size = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-                if libc::setsockopt(
-                    fd,
+            // SAFETY: setsockopt on an open socket with a c_int argument.
+            let r = unsafe {
+                libc::setsockopt(
+                    s.as_raw_fd(),
                     libc::SOL_SOCKET,
                     libc::SO_RCVBUFFORCE,
                     &want as *const libc::c_int as *const libc::c_void,
-                    size,
-                ) != 0
-                {
-                    return Err(io::Error::other(format!(
-                        "SO_RCVBUFFORCE of {bytes} bytes: {}",
-                        io::Error::last_os_error()
-                    )));
-                }
-                let mut v: libc::c_int = 0;
-                let mut len = size;
-                libc::getsockopt(
-                    fd,
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVBUF,
-                    &mut v as *mut libc::c_int as *mut libc::c_void,
-                    &mut len,
-                );
-                got = got.min(v.max(0) as usize);
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if r != 0 {
+                return Err(io::Error::other(format!(
+                    "SO_RCVBUFFORCE of {bytes} bytes: {}",
+                    io::Error::last_os_error()
+                )));
             }
         }
-        Ok(if got == usize::MAX { 0 } else { got })
+        Ok(self.recv_buffer_size())
     }
 }
 
