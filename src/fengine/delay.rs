@@ -54,12 +54,35 @@ impl DelaySegment {
         self.fine_delay.is_empty()
     }
 
-    /// Input sample index (relative to a buffer whose first sample has timestamp
-    /// `buffer_timestamp`) of the first window: T − coarse − buffer_timestamp.
-    pub fn input_offset(&self, buffer_timestamp: u64) -> Option<usize> {
-        let t_in = self.timestamp as i128 - self.coarse as i128;
-        usize::try_from(t_in - buffer_timestamp as i128).ok()
+    /// ADC timestamp of the first input sample of the first spectrum's window,
+    /// T − coarse; `None` when that lies before timestamp 0 (a positive delay at the start
+    /// of the timeline): no input exists there, so these spectra cannot be made.
+    pub fn input_start(&self) -> Option<u64> {
+        u64::try_from(self.timestamp as i128 - self.coarse as i128).ok()
     }
+
+    /// Input sample index (relative to a buffer whose first sample has timestamp
+    /// `buffer_timestamp`) of the first window: T − coarse − buffer_timestamp; `None` when
+    /// the window starts before the buffer (or before timestamp 0).
+    pub fn input_offset(&self, buffer_timestamp: u64) -> Option<usize> {
+        let off = self.input_start()?.checked_sub(buffer_timestamp)?;
+        usize::try_from(off).ok()
+    }
+}
+
+/// The input span [start, end) that the spectra of `segs` read, `window(n)` samples from
+/// each segment's [`DelaySegment::input_start`] for its n spectra. `None` when there is no
+/// segment or some window would start before timestamp 0: such spectra cannot be made,
+/// and the caller leaves them out (the F-engine skips their batch and counts it) rather
+/// than clamp the start, which would read the wrong samples.
+pub fn input_span(segs: &[DelaySegment], window: impl Fn(usize) -> usize) -> Option<(u64, u64)> {
+    let mut span: Option<(u64, u64)> = None;
+    for s in segs {
+        let start = s.input_start()?;
+        let end = start.checked_add(window(s.len()) as u64)?;
+        span = Some(span.map_or((start, end), |(lo, hi)| (lo.min(start), hi.max(end))));
+    }
+    span
 }
 
 impl LinearDelayModel {
@@ -171,6 +194,35 @@ mod tests {
         assert!((segs[1].phase[0] - wrap_angle(0.5 + 1.5 * PI)).abs() < 1e-12);
         assert_eq!(segs[0].input_offset(900), Some(90));
         assert_eq!(segs[0].input_offset(995), None);
+        assert_eq!(segs[1].input_start(), Some(1000 + 256 - 11));
+        // Each segment's window from its own start: 990 + 4·64 + 8 and 1245 + 6·64 + 8.
+        let window = |n: usize| n * 64 + 8;
+        assert_eq!(input_span(&segs, window), Some((990, 1245 + 6 * 64 + 8)));
+        assert_eq!(input_span(&[], window), None);
+    }
+
+    /// A positive delay reaching before timestamp 0: the spectra whose window would start
+    /// there have no input start (their span is `None`, never a clamped one); the first
+    /// spectrum whose window starts at or after 0 has one.
+    #[test]
+    fn windows_before_timestamp_zero_have_no_input() {
+        let m = LinearDelayModel {
+            start: 0,
+            delay: 100.0,
+            delay_rate: 0.0,
+            phase: 0.0,
+            phase_rate: 0.0,
+        };
+        let early = m.segments(0, 2, 64, 1, true).unwrap();
+        assert_eq!(early[0].input_start(), None);
+        assert_eq!(early[0].input_offset(0), None);
+        assert_eq!(input_span(&early, |n| n * 64), None);
+        let later = m.segments(128, 2, 64, 1, true).unwrap();
+        assert_eq!(later[0].input_start(), Some(28));
+        assert_eq!(input_span(&later, |n| n * 64), Some((28, 28 + 128)));
+        // Exactly at 0 is fine.
+        let edge = m.segments(100, 1, 64, 1, true).unwrap();
+        assert_eq!(edge[0].input_start(), Some(0));
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub use bench::bench_cpu;
 pub use ddc::{ddc_weights, ddc_weights_discard, ddc_weights_no_discard, MixerFrequency};
 pub use ddc_tune::{DdcTuning, DDC_SRC};
 pub use decode::{decode, decode_f32};
-pub use delay::{DelaySegment, LinearDelayModel};
+pub use delay::{input_span, DelaySegment, LinearDelayModel};
 pub use gpu::{BlockParams, GpuBackend, Tuning, PFB_FIR_SRC, POSTPROC_SRC};
 pub use gpu_batches::Pipelined;
 pub use gpu_bench::bench_gpu;

@@ -4,8 +4,9 @@ use super::config::{FgpuArgs, WidebandSpec, WindowFunction};
 use super::control::{OutputControl, SharedControl};
 use super::engine::{Channelizer, Completed};
 use crate::fengine::{
-    Block, CpuBackend, DelaySegment, Dither, FBackend, FConfig, GpuBackend, GpuNarrowband,
-    InputStats, Narrowband, NarrowbandMode, PipelineBackend, Pipelined, PolBlock, Samples, Window,
+    input_span, Block, CpuBackend, DelaySegment, Dither, FBackend, FConfig, GpuBackend,
+    GpuNarrowband, InputStats, Narrowband, NarrowbandMode, PipelineBackend, Pipelined, PolBlock,
+    Samples, Window,
 };
 use std::collections::VecDeque;
 
@@ -50,7 +51,8 @@ struct Prepared {
     batch_ts: u64,
     gains: [Vec<num_complex::Complex32>; 2],
     segs: [Vec<DelaySegment>; 2],
-    ranges: [(u64, u64); 2],
+    /// Input per pol; `None` when a spectrum's window would start before timestamp 0.
+    ranges: Option<[(u64, u64); 2]>,
 }
 
 /// A batch computed at submission: output, clipped values, digitiser statistics.
@@ -131,7 +133,10 @@ impl<B: FBackend + Send> BackendChannelizer<B> {
         samples: [Samples<'a>; 2],
         skip: [usize; 2],
     ) -> Result<Vec<Block<'a>>, String> {
-        let (segs, ranges) = (&prep.segs, prep.ranges);
+        let segs = &prep.segs;
+        let ranges = prep.ranges.ok_or_else(|| {
+            format!("the batch at {batch_ts} needs input from before timestamp 0 (delay): it cannot be made")
+        })?;
         // Cut points: where either pol's coarse delay or delay model changes.
         let mut cuts: Vec<usize> = segs.iter().flatten().map(|s| s.first).collect();
         cuts.push(self.spectra);
@@ -148,9 +153,11 @@ impl<B: FBackend + Send> BackendChannelizer<B> {
                     .find(|s| s.first <= a)
                     .ok_or("no delay segment")?;
                 let k = a - seg.first;
-                let t_a = batch_ts + a as u64 * self.sbs;
-                let in_start = t_a as i128 - seg.coarse as i128 - ranges[p].0 as i128;
-                let offset = usize::try_from(in_start).map_err(|_| "negative input offset")?;
+                // The window of spectrum a, from the segment's input start.
+                let offset = seg
+                    .input_offset(ranges[p].0)
+                    .map(|o| o + k * self.sbs as usize)
+                    .ok_or("input offset before the batch's input range")?;
                 pols.push(PolBlock {
                     samples: samples[p],
                     timestamp: ranges[p].0.wrapping_sub(skip[p] as u64),
@@ -173,7 +180,7 @@ impl<B: FBackend + Send> BackendChannelizer<B> {
     /// Delay segments of input `pol` over the batch at `batch_ts`: each spectrum evaluates
     /// the model in force at its own timestamp, so a model starting inside the batch takes
     /// over at the first spectrum whose timestamp is at or after its start.
-    fn segments(
+    pub(super) fn segments(
         &self,
         ctl: &OutputControl,
         pol: usize,
@@ -212,19 +219,13 @@ impl<B: FBackend + Send> BackendChannelizer<B> {
             self.segments(&ctl, 0, batch_ts)?,
             self.segments(&ctl, 1, batch_ts)?,
         ];
-        let mut ranges = [(batch_ts, u64::MAX); 2];
-        for (r, pol_segs) in ranges.iter_mut().zip(&segs) {
-            let mut lo = u64::MAX;
-            let mut hi = 0u64;
-            for s in pol_segs {
-                let start = (s.timestamp as i128 - s.coarse as i128).max(0) as u64;
-                lo = lo.min(start);
-                hi = hi.max(start + self.cfg.input_samples_needed(s.len()) as u64);
-            }
-            if !pol_segs.is_empty() {
-                *r = (lo, hi);
-            }
-        }
+        // The decision shared by every backend: a batch any of whose windows would start
+        // before timestamp 0 has no input range (it is skipped and counted, never clamped).
+        let window = |n: usize| self.cfg.input_samples_needed(n);
+        let ranges = match [input_span(&segs[0], window), input_span(&segs[1], window)] {
+            [Some(a), Some(b)] => Some([a, b]),
+            _ => None,
+        };
         Ok(Prepared {
             batch_ts,
             gains: ctl.gains,
@@ -235,7 +236,7 @@ impl<B: FBackend + Send> BackendChannelizer<B> {
 }
 
 impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
-    fn input_range(&self, batch_ts: u64) -> [(u64, u64); 2] {
+    fn input_range(&self, batch_ts: u64) -> Option<[(u64, u64); 2]> {
         match self.prepare(batch_ts) {
             Ok(p) => {
                 let r = p.ranges;
@@ -244,7 +245,8 @@ impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
                 }
                 r
             }
-            Err(_) => [(batch_ts, u64::MAX); 2],
+            // A model that does not evaluate: input that never arrives (the batch waits).
+            Err(_) => Some([(batch_ts, u64::MAX); 2]),
         }
     }
 
@@ -476,8 +478,8 @@ mod tests {
             let mut cpu = make_channelizer(&spec, &args("cpu"), 7, ctl()).unwrap();
             let mut gpu = make_channelizer(&spec, &args("gpu"), 7, ctl()).unwrap();
             let batch_ts = 1u64 << 36;
-            let ranges = cpu.input_range(batch_ts);
-            assert_eq!(ranges, gpu.input_range(batch_ts));
+            let ranges = cpu.input_range(batch_ts).unwrap();
+            assert_eq!(Some(ranges), gpu.input_range(batch_ts));
             let mut x = 0x1234_5678_9abc_def1u64;
             let input: Vec<Vec<i16>> = ranges
                 .iter()
@@ -603,8 +605,8 @@ mod tests {
         let step = spec.batch_step();
         for (i, skip) in [[3usize, 0], [7, 5], [0, 1]].into_iter().enumerate() {
             let ts = (1u64 << 30) + i as u64 * step;
-            let ranges = dec.input_range(ts);
-            assert_eq!(ranges, pk.input_range(ts));
+            let ranges = dec.input_range(ts).unwrap();
+            assert_eq!(Some(ranges), pk.input_range(ts));
             let (d, p) = batch_input(ranges, skip, 10 * i as u64);
             let mut want = vec![0u8; len];
             let sat = dec.process(ts, [&d[0], &d[1]], &mut want).unwrap();
@@ -679,8 +681,8 @@ mod tests {
             let mut inputs = Vec::new();
             for i in 0..n {
                 let ts = (1u64 << 36) + i as u64 * step;
-                let ranges = cpu.input_range(ts);
-                assert_eq!(ranges, gpu.input_range(ts), "{what}");
+                let ranges = cpu.input_range(ts).unwrap();
+                assert_eq!(Some(ranges), gpu.input_range(ts), "{what}");
                 let skip = if what == "wb" { [3, 6] } else { [0, 0] };
                 let (d, p) = batch_input(ranges, skip, 100 + 10 * i as u64);
                 let mut w = vec![0u8; len];

@@ -22,8 +22,10 @@ use crate::spead::{ids, Descriptor};
 /// A channeliser backend for one output: the compute behind the engine.
 pub trait Channelizer: Send {
     /// Input samples [start, end) each polarisation needs for the batch at `batch_ts`
-    /// (PFB footprint and coarse delay included).
-    fn input_range(&self, batch_ts: u64) -> [(u64, u64); 2];
+    /// (PFB footprint and coarse delay included); `None` when some spectrum's window would
+    /// start before timestamp 0 (a positive delay near the start of the timeline): the
+    /// batch cannot be made, and the engine skips it ([`OutputStats::before_input_heaps`]).
+    fn input_range(&self, batch_ts: u64) -> Option<[(u64, u64); 2]>;
     /// Channelises one batch. `input[p]` holds pol `p`'s samples over `input_range`.
     /// Writes the batch as (channel, spectrum, pol, re/im) bytes into `out` and returns the
     /// clipped output values per pol.
@@ -91,7 +93,12 @@ pub struct OutputStats {
     pub batches: u64,
     pub heaps: u64,
     pub bytes: u64,
+    /// Heaps not sent because their input was incomplete (lost digitiser heaps).
     pub skipped_heaps: u64,
+    /// Heaps not sent because a spectrum's input window would start before the first
+    /// available sample (the stream's first, or timestamp 0): a positive delay at the
+    /// start of the stream. katgpucbf skips those spectra the same way.
+    pub before_input_heaps: u64,
     pub clipped_samples: [u64; 2],
     pub first_timestamp: Option<u64>,
     pub last_timestamp: Option<u64>,
@@ -104,6 +111,11 @@ pub struct Pipeline {
     sender: HeapSender,
     feng_id: u64,
     next_ts: Option<u64>,
+    /// The first input sample of the stream (set with the first batch): batches whose
+    /// input would start before it are skipped.
+    first_sample: u64,
+    /// Whether a batch skipped for input before `first_sample` has been logged.
+    logged_before_input: bool,
     out: Vec<u8>,
     pub stats: OutputStats,
     /// Digitiser statistics reported by completed batches, not yet taken.
@@ -129,6 +141,8 @@ impl Pipeline {
             sender,
             feng_id,
             next_ts: None,
+            first_sample: 0,
+            logged_before_input: false,
             out,
             stats,
             dig: None,
@@ -209,8 +223,26 @@ impl Pipeline {
 
     /// Earliest sample this pipeline still needs.
     pub fn needed_from(&self) -> Option<u64> {
-        let r = self.chan.input_range(self.next_ts?);
+        let r = self.chan.input_range(self.next_ts?)?;
         Some(r[0].0.min(r[1].0))
+    }
+
+    /// Counts (and logs, the first time) the batch at `ts`, not made because its input
+    /// would start before the first available sample.
+    fn skip_before_input(&mut self, ts: u64, ranges: Option<[(u64, u64); 2]>) {
+        self.stats.before_input_heaps += self.spec.dst.len() as u64;
+        if !self.logged_before_input {
+            self.logged_before_input = true;
+            let needed = ranges.map(|r| r[0].0.min(r[1].0));
+            warn!(
+                output = %self.spec.name,
+                batch_timestamp = ts,
+                needed_from = ?needed,
+                first_sample = self.first_sample,
+                "the delay makes this batch need input from before the first available sample: \
+                 such batches are not sent (counted in before_input_heaps; logged once)"
+            );
+        }
     }
 
     /// Processes every batch whose input is in the store.
@@ -223,21 +255,31 @@ impl Pipeline {
             return Ok(());
         };
         if self.next_ts.is_none() {
-            // First batch: the first aligned one whose input starts inside the span.
+            // The output grid starts at the first aligned batch at or after the first
+            // sample; those of its batches whose input would start before that sample
+            // (a positive delay) are skipped below, one by one, and counted.
             let from = store.base_ts.max(first);
-            let mut t = from.div_ceil(step) * step;
-            while self.chan.input_range(t).iter().any(|r| r.0 < from) {
-                t += step;
-            }
-            self.next_ts = Some(t);
+            self.first_sample = from;
+            self.next_ts = Some(from.div_ceil(step) * step);
         }
+        let end = received_end.min(store.end_ts());
         loop {
             let ts = self.next_ts.unwrap_or(0);
-            let ranges = self.chan.input_range(ts);
-            if ranges
-                .iter()
-                .any(|r| r.1 > received_end.min(store.end_ts()))
-            {
+            let ranges = match self.chan.input_range(ts) {
+                Some(r) if r.iter().all(|r| r.0 >= self.first_sample) => r,
+                other => {
+                    if ts >= end {
+                        // Not past the input received (a delay model growing without
+                        // bound would otherwise keep this loop going).
+                        while self.complete_one(false)? {}
+                        return Ok(());
+                    }
+                    self.next_ts = Some(ts + step);
+                    self.skip_before_input(ts, other);
+                    continue;
+                }
+            };
+            if ranges.iter().any(|r| r.1 > end) {
                 // Send whatever has finished meanwhile.
                 while self.complete_one(false)? {}
                 return Ok(());
@@ -687,6 +729,10 @@ pub fn run(args: &super::FgpuArgs) -> anyhow::Result<FgpuSummary> {
         "output_skipped_heaps",
         "Heaps not sent because their input was incomplete",
     );
+    let m_early = metrics.counter_family(
+        "output_before_input_heaps",
+        "Heaps not sent because the delay made their input start before the first sample",
+    );
     let m_oclip = metrics.counter_family("output_clipped_samples", "Output values that saturated");
     if let Some(p) = args.prometheus_port {
         let bound = metrics.serve((args.katcp_host, p).into())?;
@@ -746,6 +792,9 @@ pub fn run(args: &super::FgpuArgs) -> anyhow::Result<FgpuSummary> {
             m_skip
                 .get_or_create(&l)
                 .inc_by(o.skipped_heaps - seen_out[k].skipped_heaps);
+            m_early
+                .get_or_create(&l)
+                .inc_by(o.before_input_heaps - seen_out[k].before_input_heaps);
             for p in 0..2 {
                 let pol = p.to_string();
                 m_oclip
