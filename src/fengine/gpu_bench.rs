@@ -41,7 +41,7 @@ pub(super) fn time_gpu(
 }
 
 /// Deterministic pseudo-noise samples within `bits` (xorshift, roughly ±200).
-pub(super) fn noise(n: usize, seed: u64) -> Vec<i16> {
+pub(crate) fn noise(n: usize, seed: u64) -> Vec<i16> {
     let mut x = seed | 1;
     (0..n)
         .map(|_| {

@@ -63,6 +63,8 @@ pub use delay::{input_span, DelaySegment, LinearDelayModel};
 pub use gpu::{BlockParams, GpuBackend, Tuning, PFB_FIR_SRC, POSTPROC_SRC};
 pub use gpu_batches::Pipelined;
 pub use gpu_bench::bench_gpu;
+#[cfg(test)]
+pub(crate) use gpu_bench::noise as bench_noise;
 pub use gpu_ddc::{DdcTuningChoice, GpuNarrowband, PFB_FIR_COMPLEX_SRC, POSTPROC_NB_SRC};
 pub use gpu_ddc_bench::bench_gpu_narrowband;
 pub use gpu_pipeline::{GpuPipeline, PipelineBackend, PipelineShape};

@@ -12,6 +12,29 @@ pub(crate) fn rng(seed: u64) -> Xoshiro256PlusPlus {
     Xoshiro256PlusPlus::seed_from_u64(seed)
 }
 
+/// `n` values uniform in (−a/2, a/2) (per-spectrum fine delays and phases).
+pub(crate) fn uniform_values(r: &mut Xoshiro256PlusPlus, n: usize, a: f64) -> Vec<f64> {
+    (0..n).map(|_| (r.random::<f64>() - 0.5) * a).collect()
+}
+
+/// Per-channel gains for both pols: magnitude `gain`·(0.8..1.2) and a random phase.
+pub(crate) fn random_gains(
+    r: &mut Xoshiro256PlusPlus,
+    channels: usize,
+    gain: f32,
+) -> [Vec<Complex32>; 2] {
+    [0, 1].map(|_| {
+        (0..channels)
+            .map(|_| {
+                Complex32::from_polar(
+                    gain * (0.8 + 0.4 * r.random::<f32>()),
+                    r.random::<f32>() * 6.3,
+                )
+            })
+            .collect()
+    })
+}
+
 /// Approximately Gaussian integer noise (sum of 12 uniforms), clipped to `bits`.
 pub(crate) fn noise(n: usize, sigma: f64, bits: u32, seed: u64) -> Vec<i16> {
     let mut r = rng(seed);

@@ -8,7 +8,6 @@ use super::test_util::*;
 use super::*;
 use crate::gpu;
 use num_complex::Complex32;
-use rand::RngExt;
 use std::f64::consts::PI;
 
 const BITS: u32 = 10;
@@ -123,23 +122,9 @@ impl Case {
         let g = if out_bits == 8 { 0.9 } else { 0.05 };
         let xs = [noise(n, 100.0, BITS, seed), noise(n, 110.0, BITS, seed + 1)];
         let bufs = [pack(&xs[0], BITS), pack(&xs[1], BITS)];
-        let v = |r: &mut rand_xoshiro::Xoshiro256PlusPlus, a: f64| -> Vec<f64> {
-            (0..spectra)
-                .map(|_| (r.random::<f64>() - 0.5) * a)
-                .collect()
-        };
-        let fine = [v(&mut r, 1.0), v(&mut r, 1.0)];
-        let phase = [v(&mut r, 4.0 * PI), v(&mut r, 4.0 * PI)];
-        let gains = [0, 1].map(|_| {
-            (0..channels)
-                .map(|_| {
-                    Complex32::from_polar(
-                        g * (0.8 + 0.4 * r.random::<f32>()),
-                        r.random::<f32>() * 6.3,
-                    )
-                })
-                .collect()
-        });
+        let fine = [0, 1].map(|_| uniform_values(&mut r, spectra, 1.0));
+        let phase = [0, 1].map(|_| uniform_values(&mut r, spectra, 4.0 * PI));
+        let gains = random_gains(&mut r, channels, g);
         Case {
             cfg,
             spectra,

@@ -14,7 +14,6 @@ use super::test_util::*;
 use super::*;
 use crate::gpu;
 use num_complex::Complex32;
-use rand::RngExt;
 use std::f64::consts::PI;
 
 /// Integral rates: the mixer frequency is exact.
@@ -169,24 +168,9 @@ impl Case {
         let sigma = ((1u32 << (bits - 1)) as f64 / 3.0).max(0.7);
         let xs = [noise(n, sigma, bits, seed), noise(n, sigma, bits, seed + 1)];
         let bufs = [pack(&xs[0], bits), pack(&xs[1], bits)];
-        let v = |r: &mut rand_xoshiro::Xoshiro256PlusPlus, a: f64| -> Vec<f64> {
-            (0..spectra)
-                .map(|_| (r.random::<f64>() - 0.5) * a)
-                .collect()
-        };
-        let fine = [v(&mut r, s as f64), v(&mut r, s as f64)];
-        let phase = [v(&mut r, 4.0 * PI), v(&mut r, 4.0 * PI)];
-        let channels = cfg.channels;
-        let gains = [0, 1].map(|_| {
-            (0..channels)
-                .map(|_| {
-                    Complex32::from_polar(
-                        gain * (0.8 + 0.4 * r.random::<f32>()),
-                        r.random::<f32>() * 6.3,
-                    )
-                })
-                .collect()
-        });
+        let fine = [0, 1].map(|_| uniform_values(&mut r, spectra, s as f64));
+        let phase = [0, 1].map(|_| uniform_values(&mut r, spectra, 4.0 * PI));
+        let gains = random_gains(&mut r, cfg.channels, gain);
         Case {
             cfg,
             spectra,

@@ -7,7 +7,6 @@ use super::gpu_pipeline::{GpuPipeline, PipelineShape};
 use super::test_util::*;
 use super::*;
 use crate::gpu;
-use rand::RngExt;
 
 const BITS: u32 = 10;
 
@@ -17,6 +16,81 @@ fn cfg() -> FConfig {
     c.feng_id = 1;
     c.n_ants = 4;
     c
+}
+
+/// Per-spectrum fine delays (±½ sample) and phases (±6 rad) for both pols, and per-channel
+/// gains of magnitude `gain`·(0.8..1.2) with random phases, drawn from `rng(seed)`.
+struct Params {
+    fine: [Vec<f64>; 2],
+    phase: [Vec<f64>; 2],
+    gains: [Vec<Complex32>; 2],
+}
+
+impl Params {
+    fn random(seed: u64, spectra: usize, channels: usize, gain: f32) -> Self {
+        let mut r = rng(seed);
+        let fine = [0, 1].map(|_| uniform_values(&mut r, spectra, 1.0));
+        let phase = [0, 1].map(|_| uniform_values(&mut r, spectra, 12.0));
+        let gains = random_gains(&mut r, channels, gain);
+        Params { fine, phase, gains }
+    }
+
+    /// Pol `p` of a block reading `samples` from its start, for spectra 0..m.
+    fn pol<'a>(&'a self, p: usize, samples: Samples<'a>, m: usize) -> PolBlock<'a> {
+        pol(
+            samples,
+            0,
+            &self.fine[p][..m],
+            &self.phase[p][..m],
+            &self.gains[p],
+        )
+    }
+
+    /// The parameters of spectra `rg`, the first of them absolute spectrum `first_spectrum`.
+    fn chunk(&self, first_spectrum: u64, rg: std::ops::Range<usize>) -> BlockParams<'_> {
+        BlockParams {
+            first_spectrum,
+            spectra: rg.len(),
+            fine_delay: [&self.fine[0][rg.clone()], &self.fine[1][rg.clone()]],
+            phase: [&self.phase[0][rg.clone()], &self.phase[1][rg]],
+            gains: [&self.gains[0], &self.gains[1]],
+        }
+    }
+}
+
+/// Pinned host copies of chunk `k` (`cb` bytes) of each pol's packed input.
+fn pinned_chunk(
+    ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
+    bufs: &[Vec<u8>; 2],
+    k: usize,
+    cb: usize,
+) -> [cudarc::driver::PinnedHostSlice<u8>; 2] {
+    [0, 1].map(|p| {
+        let mut h = unsafe { ctx.alloc_pinned::<u8>(cb) }.unwrap();
+        h.as_mut_slice()
+            .unwrap()
+            .copy_from_slice(&bufs[p][k * cb..(k + 1) * cb]);
+        h
+    })
+}
+
+/// Output values off by exactly 1 LSB and by more, over all comparisons.
+#[derive(Default)]
+struct LsbDiffs {
+    one: usize,
+    worse: usize,
+}
+
+impl LsbDiffs {
+    fn add(&mut self, got: &[u8], want: &[u8]) {
+        for (a, b) in got.iter().zip(want) {
+            match (*a as i8 as i32 - *b as i8 as i32).abs() {
+                0 => {}
+                1 => self.one += 1,
+                _ => self.worse += 1,
+            }
+        }
+    }
 }
 
 #[test]
@@ -75,35 +149,12 @@ fn gpu_pipeline_matches_one_block() {
     let total = c * k_chunks; // spectra worth of input; k_chunks − 1 chunks are computed
     let xs = [0, 1].map(|p| noise(total * step, 120.0, BITS, 50 + p));
     let bufs = [pack(&xs[0], BITS), pack(&xs[1], BITS)];
-    let mut r = rng(9);
-    let v = |r: &mut rand_xoshiro::Xoshiro256PlusPlus, a: f64| -> Vec<f64> {
-        (0..total).map(|_| (r.random::<f64>() - 0.5) * a).collect()
-    };
-    let fine = [v(&mut r, 1.0), v(&mut r, 1.0)];
-    let phase = [v(&mut r, 12.0), v(&mut r, 12.0)];
-    let gains: [Vec<Complex32>; 2] = [0, 1].map(|_| {
-        (0..cfg.channels)
-            .map(|_| {
-                Complex32::from_polar(
-                    0.9 * (0.8 + 0.4 * r.random::<f32>()),
-                    r.random::<f32>() * 6.3,
-                )
-            })
-            .collect()
-    });
+    let prm = Params::random(9, total, cfg.channels, 0.9);
 
     // Reference: one block of (k_chunks − 1)·C spectra on the single-stream backend.
     let m = (k_chunks - 1) * c;
     let mut be = GpuBackend::with_unzip(cfg.clone(), 2).unwrap();
-    let pol = |p: usize| {
-        pol(
-            packed(&bufs[p], BITS, xs[p].len()),
-            0,
-            &fine[p][..m],
-            &phase[p][..m],
-            &gains[p],
-        )
-    };
+    let pol = |p: usize| prm.pol(p, packed(&bufs[p], BITS, xs[p].len()), m);
     let block = Block {
         spectra: m,
         first_spectrum: 500,
@@ -123,19 +174,13 @@ fn gpu_pipeline_matches_one_block() {
     assert_eq!(cb, c * step * BITS as usize / 8);
     let ctx = pipe.backend().context().clone();
     let chunk_len = cfg.output_len(c);
-    let (mut diff1, mut worse) = (0usize, 0usize);
+    let mut diffs = LsbDiffs::default();
     let mut sat = [0u64; 2];
     let (mut sum_sq, mut clipped) = ([0u64; 2], [0u64; 2]);
     // Bad chunk lengths are errors, and leave the pipeline where it was.
     let short = unsafe { ctx.alloc_pinned::<u8>(cb - 1) }.unwrap();
     let ok = unsafe { ctx.alloc_pinned::<u8>(cb) }.unwrap();
-    let p0 = BlockParams {
-        first_spectrum: 500,
-        spectra: c,
-        fine_delay: [&fine[0][..c], &fine[1][..c]],
-        phase: [&phase[0][..c], &phase[1][..c]],
-        gains: [&gains[0], &gains[1]],
-    };
+    let p0 = prm.chunk(500, 0..c);
     assert!(matches!(
         pipe.push([&short, &ok], &p0),
         Err(FError::BadLength { .. })
@@ -153,33 +198,16 @@ fn gpu_pipeline_matches_one_block() {
     assert_eq!(pipe.pushed(), 0);
     let mut done = Vec::new();
     for k in 0..k_chunks {
-        let host = [0, 1].map(|p| {
-            let mut h = unsafe { ctx.alloc_pinned::<u8>(cb) }.unwrap();
-            h.as_mut_slice()
-                .unwrap()
-                .copy_from_slice(&bufs[p][k * cb..(k + 1) * cb]);
-            h
-        });
-        let rg = k * c..(k + 1) * c;
-        let params = BlockParams {
-            first_spectrum: 500 + (k * c) as u64,
-            spectra: c,
-            fine_delay: [&fine[0][rg.clone()], &fine[1][rg.clone()]],
-            phase: [&phase[0][rg.clone()], &phase[1][rg]],
-            gains: [&gains[0], &gains[1]],
-        };
+        let host = pinned_chunk(&ctx, &bufs, k, cb);
+        let params = prm.chunk(500 + (k * c) as u64, k * c..(k + 1) * c);
         let got = pipe.push([&host[0], &host[1]], &params).unwrap();
         assert_eq!(got, k.checked_sub(1).map(|j| j as u64));
         if let Some(j) = got {
             let (out, st) = pipe.output(j).unwrap();
-            let exp = &want[j as usize * chunk_len..(j as usize + 1) * chunk_len];
-            for (a, b) in out.iter().zip(exp) {
-                match (*a as i8 as i32 - *b as i8 as i32).abs() {
-                    0 => {}
-                    1 => diff1 += 1,
-                    _ => worse += 1,
-                }
-            }
+            diffs.add(
+                out,
+                &want[j as usize * chunk_len..(j as usize + 1) * chunk_len],
+            );
             for p in 0..2 {
                 sat[p] += st.saturated[p];
                 let i = st.input.unwrap()[p];
@@ -195,10 +223,11 @@ fn gpu_pipeline_matches_one_block() {
     // Older chunks are no longer held.
     assert!(pipe.output(0).is_err());
     pipe.synchronize().unwrap();
-    assert_eq!(worse, 0, "values off by more than 1 LSB");
+    assert_eq!(diffs.worse, 0, "values off by more than 1 LSB");
     assert!(
-        diff1 * 1000 <= want.len(),
-        "{diff1} values off by 1 LSB of {}",
+        diffs.one * 1000 <= want.len(),
+        "{} values off by 1 LSB of {}",
+        diffs.one,
         want.len()
     );
     let wi = ws.input.unwrap();
@@ -328,22 +357,7 @@ fn gpu_pipeline_narrowband_matches_one_block() {
         let total = c * k_chunks;
         let xs = [0, 1].map(|p| noise(total * sbs, 150.0, BITS, 70 + p));
         let bufs = [pack(&xs[0], BITS), pack(&xs[1], BITS)];
-        let mut r = rng(11);
-        let v = |r: &mut rand_xoshiro::Xoshiro256PlusPlus, a: f64| -> Vec<f64> {
-            (0..total).map(|_| (r.random::<f64>() - 0.5) * a).collect()
-        };
-        let fine = [v(&mut r, 1.0), v(&mut r, 1.0)];
-        let phase = [v(&mut r, 12.0), v(&mut r, 12.0)];
-        let gains: [Vec<Complex32>; 2] = [0, 1].map(|_| {
-            (0..cfg.channels)
-                .map(|_| {
-                    Complex32::from_polar(
-                        0.7 * (0.8 + 0.4 * r.random::<f32>()),
-                        r.random::<f32>() * 6.3,
-                    )
-                })
-                .collect()
-        });
+        let prm = Params::random(11, total, cfg.channels, 0.7);
         let open = || {
             let (s, w) = (cfg.subsampling(), ddc_taps_per_phase(&cfg));
             let t = candidates(s, w)[0];
@@ -354,13 +368,7 @@ fn gpu_pipeline_narrowband_matches_one_block() {
         let mut be = open();
         let pol = |p: usize| PolBlock {
             timestamp: t0,
-            ..super::test_util::pol(
-                packed(&bufs[p], BITS, xs[p].len()),
-                0,
-                &fine[p][..m],
-                &phase[p][..m],
-                &gains[p],
-            )
+            ..prm.pol(p, packed(&bufs[p], BITS, xs[p].len()), m)
         };
         let block = Block {
             spectra: m,
@@ -383,38 +391,21 @@ fn gpu_pipeline_narrowband_matches_one_block() {
         assert_eq!(cb, c * sbs * BITS as usize / 8);
         let ctx = pipe.backend().context().clone();
         let chunk_len = cfg.output_len(c);
-        let (mut diff1, mut worse) = (0usize, 0usize);
+        let mut diffs = LsbDiffs::default();
         let mut sat = [0u64; 2];
         for k in 0..k_chunks {
-            let host = [0, 1].map(|p| {
-                let mut h = unsafe { ctx.alloc_pinned::<u8>(cb) }.unwrap();
-                h.as_mut_slice()
-                    .unwrap()
-                    .copy_from_slice(&bufs[p][k * cb..(k + 1) * cb]);
-                h
-            });
-            let rg = k * c..(k + 1) * c;
-            let params = BlockParams {
-                first_spectrum: 40 + (k * c) as u64,
-                spectra: c,
-                fine_delay: [&fine[0][rg.clone()], &fine[1][rg.clone()]],
-                phase: [&phase[0][rg.clone()], &phase[1][rg]],
-                gains: [&gains[0], &gains[1]],
-            };
+            let host = pinned_chunk(&ctx, &bufs, k, cb);
+            let params = prm.chunk(40 + (k * c) as u64, k * c..(k + 1) * c);
             let at = t0 + (k * c * sbs) as u64;
             let got = pipe.push_at([&host[0], &host[1]], &params, at).unwrap();
             assert_eq!(got, k.checked_sub(1).map(|j| j as u64));
             if let Some(j) = got {
                 let (out, st) = pipe.output(j).unwrap();
                 assert!(st.input.is_none(), "narrowband has no input statistics");
-                let exp = &want[j as usize * chunk_len..(j as usize + 1) * chunk_len];
-                for (a, b) in out.iter().zip(exp) {
-                    match (*a as i8 as i32 - *b as i8 as i32).abs() {
-                        0 => {}
-                        1 => diff1 += 1,
-                        _ => worse += 1,
-                    }
-                }
+                diffs.add(
+                    out,
+                    &want[j as usize * chunk_len..(j as usize + 1) * chunk_len],
+                );
                 for (acc, v) in sat.iter_mut().zip(st.saturated) {
                     *acc += v;
                 }
@@ -422,12 +413,13 @@ fn gpu_pipeline_narrowband_matches_one_block() {
         }
         pipe.synchronize().unwrap();
         assert_eq!(
-            worse, 0,
+            diffs.worse, 0,
             "no_discard {no_discard}: values off by more than 1 LSB"
         );
         assert!(
-            diff1 * 1000 <= want.len(),
-            "no_discard {no_discard}: {diff1} values off by 1 LSB of {}",
+            diffs.one * 1000 <= want.len(),
+            "no_discard {no_discard}: {} values off by 1 LSB of {}",
+            diffs.one,
             want.len()
         );
         assert!(want.iter().any(|&x| x != 0), "all-zero reference");

@@ -8,6 +8,8 @@ pub mod device;
 pub mod engine;
 pub mod store;
 #[cfg(test)]
+mod tests_backend;
+#[cfg(test)]
 mod tests_control;
 
 pub use config::{parse_wideband, FgpuArgs, WidebandSpec};

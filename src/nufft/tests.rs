@@ -102,7 +102,7 @@ pub(super) fn to_c64<T: Real>(v: &[Complex<T>]) -> Vec<C64> {
 }
 
 /// Runs the CPU NUFFT in precision T on f64 data (rounded to T).
-fn run_t<T: Real>(
+pub(super) fn run_t<T: Real>(
     ty: NufftType,
     coords: &[Vec<f64>],
     input: &[C64],
@@ -119,12 +119,28 @@ fn run_t<T: Real>(
     to_c64(&out.expect("valid input must not fail"))
 }
 
-/// Sweeps eps × upsampfac × isign for one precision, dimension and type; asserts
-/// relative ℓ2 error ≤ 10·eps everywhere (all failures listed).
-fn sweep<T: Real>(ty: NufftType, modes: &[usize], m: usize, eps_list: &[f64], seed: u64) {
+/// One case of a sweep: the points, the input and the direct sum for its isign.
+pub(super) struct Case<'a> {
+    pub coords: &'a [Vec<f64>],
+    pub input: &'a [C64],
+    pub exact: &'a [C64],
+    pub opts: Options,
+}
+
+/// Sweeps eps × upsampfac × isign for one precision, dimension and type over random data
+/// (`m` points, rounded to T so the f64 direct sum sees exactly the same input); `check`
+/// returns what failed in a case (`None` when it passes); asserts that nothing failed (all
+/// failures listed).
+pub(super) fn sweep_cases<T: Real>(
+    ty: NufftType,
+    modes: &[usize],
+    m: usize,
+    eps_list: &[f64],
+    seed: u64,
+    mut check: impl FnMut(&Case) -> Option<String>,
+) {
     let dim = modes.len();
     let mut rng = SplitMix64(seed);
-    // Data rounded to T, so the f64 reference sees exactly the same input.
     let coords: Vec<Vec<f64>> = random_points(&mut rng, m, dim)
         .iter()
         .map(|x| to_c64_real::<T>(x))
@@ -147,13 +163,14 @@ fn sweep<T: Real>(ty: NufftType, modes: &[usize], m: usize, eps_list: &[f64], se
                     isign,
                     upsampfac,
                 };
-                let got = run_t::<T>(ty, &coords, &input, modes, &opts);
-                let err = rel_l2(&got, &exact);
-                eprintln!("{} {ty:?} {modes:?} isign={isign} sigma={upsampfac} eps={eps:e}: err={err:.2e}", T::NAME);
-                if err.is_nan() || err > 10.0 * eps {
-                    failures.push(format!(
-                        "isign={isign} sigma={upsampfac} eps={eps:e}: err={err:.3e}"
-                    ));
+                let case = Case {
+                    coords: &coords,
+                    input: &input,
+                    exact: &exact,
+                    opts,
+                };
+                if let Some(f) = check(&case) {
+                    failures.push(format!("isign={isign} sigma={upsampfac} eps={eps:e}: {f}"));
                 }
             }
         }
@@ -163,6 +180,23 @@ fn sweep<T: Real>(ty: NufftType, modes: &[usize], m: usize, eps_list: &[f64], se
         "{} {ty:?} {modes:?}: {failures:#?}",
         T::NAME
     );
+}
+
+/// [`sweep_cases`] of the CPU NUFFT: relative ℓ2 error ≤ 10·eps everywhere.
+fn sweep<T: Real>(ty: NufftType, modes: &[usize], m: usize, eps_list: &[f64], seed: u64) {
+    sweep_cases::<T>(ty, modes, m, eps_list, seed, |c| {
+        let got = run_t::<T>(ty, c.coords, c.input, modes, &c.opts);
+        let err = rel_l2(&got, c.exact);
+        let o = &c.opts;
+        eprintln!(
+            "{} {ty:?} {modes:?} isign={} sigma={} eps={:e}: err={err:.2e}",
+            T::NAME,
+            o.isign,
+            o.upsampfac,
+            o.eps
+        );
+        (err.is_nan() || err > 10.0 * o.eps).then(|| format!("err={err:.3e}"))
+    });
 }
 
 pub(super) fn to_c64_real<T: Real>(x: &[f64]) -> Vec<f64> {

@@ -90,23 +90,6 @@ fn run_gpu<T: Real>(
     to_c64(&out)
 }
 
-fn run_cpu<T: Real>(
-    ty: NufftType,
-    coords: &[Vec<f64>],
-    input: &[C64],
-    modes: &[usize],
-    opts: &Options,
-) -> Vec<C64> {
-    let ct: Vec<Vec<T>> = coords.iter().map(|x| to_t::<T>(x)).collect();
-    let refs: Vec<&[T]> = ct.iter().map(|v| v.as_slice()).collect();
-    let inp = to_tc::<T>(input);
-    let out = match ty {
-        NufftType::Type1 => nufft_type1(&refs, &inp, modes, opts),
-        NufftType::Type2 => nufft_type2(&refs, &inp, modes, opts),
-    };
-    to_c64(&out.unwrap())
-}
-
 /// GPU vs direct sum ≤ 10·eps and GPU vs CPU ≤ `agree` (relative ℓ2) over eps × σ × isign.
 fn gpu_sweep<T: Real>(
     name: &str,
@@ -120,51 +103,22 @@ fn gpu_sweep<T: Real>(
         return;
     }
     let agree = if T::NAME == "f64" { 1e-9 } else { 2e-4 };
-    let dim = modes.len();
-    let mut rng = SplitMix64(seed);
-    let coords: Vec<Vec<f64>> = random_points(&mut rng, m, dim)
-        .iter()
-        .map(|x| to_c64_real::<T>(x))
-        .collect();
-    let n_in = match ty {
-        NufftType::Type1 => m,
-        NufftType::Type2 => modes.iter().product(),
-    };
-    let input = to_c64(&to_tc::<T>(&random_complex(&mut rng, n_in)));
-    let mut failures = Vec::new();
-    for isign in [1, -1] {
-        let exact = match ty {
-            NufftType::Type1 => direct_type1(&coords, &input, modes, isign),
-            NufftType::Type2 => direct_type2(&coords, &input, modes, isign),
-        };
-        for upsampfac in [2.0, 1.25] {
-            for &eps in eps_list {
-                let opts = Options {
-                    eps,
-                    isign,
-                    upsampfac,
-                };
-                let got = run_gpu::<T>(ty, &coords, &input, modes, &opts);
-                let cpu = run_cpu::<T>(ty, &coords, &input, modes, &opts);
-                let err = rel_l2(&got, &exact);
-                let diff = rel_l2(&got, &cpu);
-                eprintln!(
-                    "gpu {} {ty:?} {modes:?} isign={isign} sigma={upsampfac} eps={eps:e}: err={err:.2e} vs cpu {diff:.2e}",
-                    T::NAME
-                );
-                if err.is_nan() || err > 10.0 * eps || diff.is_nan() || diff > agree {
-                    failures.push(format!(
-                        "isign={isign} sigma={upsampfac} eps={eps:e}: err={err:.3e} cpu diff={diff:.3e}"
-                    ));
-                }
-            }
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} {ty:?} {modes:?}: {failures:#?}",
-        T::NAME
-    );
+    sweep_cases::<T>(ty, modes, m, eps_list, seed, |c| {
+        let got = run_gpu::<T>(ty, c.coords, c.input, modes, &c.opts);
+        let cpu = run_t::<T>(ty, c.coords, c.input, modes, &c.opts);
+        let err = rel_l2(&got, c.exact);
+        let diff = rel_l2(&got, &cpu);
+        let o = &c.opts;
+        eprintln!(
+            "gpu {} {ty:?} {modes:?} isign={} sigma={} eps={:e}: err={err:.2e} vs cpu {diff:.2e}",
+            T::NAME,
+            o.isign,
+            o.upsampfac,
+            o.eps
+        );
+        (err.is_nan() || err > 10.0 * o.eps || diff.is_nan() || diff > agree)
+            .then(|| format!("err={err:.3e} cpu diff={diff:.3e}"))
+    });
 }
 
 #[test]
