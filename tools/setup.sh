@@ -27,12 +27,24 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
 fi
 
-if ! command -v cargo >/dev/null; then
-  if [ -x "$HOME/.cargo/bin/cargo" ]; then
-    export PATH="$HOME/.cargo/bin:$PATH"
+# Rust: at least the crate's rust-version (Debian 12's own cargo, 1.63, is too old; rustup's
+# toolchain in ~/.cargo/bin comes first on PATH, as in tools/env.sh).
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+need_rust=$(sed -n 's/^rust-version *= *"\(.*\)"/\1/p' Cargo.toml)
+rust_ok() {
+  local have
+  have=$(rustc --version 2>/dev/null | cut -d' ' -f2) || return 1
+  [ -n "$have" ] && [ "$(printf '%s\n' "$need_rust" "$have" | sort -V | head -n1)" = "$need_rust" ]
+}
+if ! command -v cargo >/dev/null || ! rust_ok; then
+  if command -v rustup >/dev/null; then
+    echo "setup: updating the Rust toolchain (rustup, rustc $need_rust or newer needed)"
+    rustup toolchain install stable --profile minimal
+    rustup default stable
   else
     echo "setup: installing the Rust toolchain (rustup)"
-    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs \
+      | RUSTUP_INIT_SKIP_PATH_CHECK=yes sh -s -- -y --profile minimal
     export PATH="$HOME/.cargo/bin:$PATH"
   fi
 fi
