@@ -75,16 +75,12 @@ fn write_feed(path: &Path, heaps: Range<u64>, skip: Option<(u64, u64)>) {
     });
 }
 
-/// Noise samples of digitiser heap `h`, pol `pol` (deterministic, ±255).
+/// Noise samples of digitiser heap `h`, pol `pol` (deterministic, uniform in ±255).
 fn noise_heap(h: u64, pol: u64) -> Vec<i16> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (h << 1 | pol).wrapping_mul(0x2545_f491_4f6c_dd1d);
+    use rand::{RngExt, SeedableRng};
+    let mut r = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(2 * h + pol);
     (0..HEAP_SAMPLES)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x >> 40) % 511) as i16 - 255
-        })
+        .map(|_| r.random_range(-255i16..=255))
         .collect()
 }
 
