@@ -765,7 +765,7 @@ impl GpuBackend {
         let n = self.cfg.pfb_channels();
         let cfg = LaunchConfig {
             grid_dim: (
-                (n / 2 + 1).div_ceil(POST_TILE) as u32,
+                (n / 2).div_ceil(POST_TILE) as u32,
                 m.div_ceil(POST_TILE).div_ceil(self.tuning.post_tiles) as u32,
                 1,
             ),
