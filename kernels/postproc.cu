@@ -9,8 +9,12 @@
 //   E_k = (Z_k + conj Z_{N−k})/2,  O_k = −i(Z_k − conj Z_{N−k})/2,  t_k = e^{−iπk/N}
 //   X_k = E_k + t_k·O_k,  X_{N−k} = conj(E_k − t_k·O_k)
 //
+// The thread of k = 0 also produces channel N/2 (both are real-FFT bins that pair with no
+// other: X_0 = Re Z_0 + Im Z_0, X_{N/2} = conj Z_{N/2}), so the k range is 0 ≤ k < N/2, a
+// whole number of tiles (no tile holding only k = N/2).
+//
 // Block: 32 × ROWS threads (ROWS = 8 unless defined); tiles of 32 values of k
-// (0 ≤ k ≤ N/2) × 32 spectra, one block walking several spectrum tiles. Results go through
+// (0 ≤ k < N/2) × 32 spectra, one block walking several spectrum tiles. Results go through
 // shared memory so that each output row (one channel, consecutive spectra, both pols) is
 // written contiguously.
 //
@@ -115,8 +119,9 @@ extern "C" __global__ void POST_BOUNDS postproc(const float2* __restrict__ fft, 
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int kt = blockIdx.x * TILE;
     const int k = kt + tx;
-    const bool active = k <= N / 2;
-    const int kk = active ? k : N / 2;  // keeps the per-channel constants defined
+    const bool active = k < N / 2;
+    const int kk = active ? k : 0;  // keeps the per-channel constants defined
+    const bool k0 = kk == 0;
     const float4* delay4 = reinterpret_cast<const float4*>(delay);
     const ulonglong2* keys2 = reinterpret_cast<const ulonglong2*>(keys);
     unsigned int sat_p[2] = {0, 0};
@@ -125,6 +130,8 @@ extern "C" __global__ void POST_BOUNDS postproc(const float2* __restrict__ fft, 
     float ts, tc;
     sincospif(-(float)kk / (float)N, &ts, &tc);
     const float2 t = make_float2(tc, ts);
+    // tw: the twiddles of Z_k. Those of the second value are conj tw for Z_{N−k} and, for
+    // k = 0 (tw = 1), (−1)^r for Z_{N/2}: (odd_sign·tw.x, −tw.y) for odd r.
     float2 tw[UNZIP];
     tw[0] = make_float2(1.0f, 0.0f);
 #pragma unroll
@@ -134,16 +141,16 @@ extern "C" __global__ void POST_BOUNDS postproc(const float2* __restrict__ fft, 
         sincospif(-2.0f * (float)((r * kk) % N) / (float)N, &sn, &cs);
         tw[r] = make_float2(cs, sn);
     }
-    const int ka = kk % L, kb = (N - kk) % L;
-    const int cb = N - kk;  // mirrored channel (only for 0 < k < N/2)
-    const bool mirror = kk > 0 && kk < N / 2;
+    const float odd_sign = k0 ? -1.0f : 1.0f;
+    const int cb = k0 ? N / 2 : N - kk;  // second channel
+    const int ka = kk % L, kb = cb % L;
     const unsigned long long salt_a = dither_salt(kk), salt_b = dither_salt(cb);
-    const float cfa = (float)(kk - N / 2);
+    const float cfa = (float)(kk - N / 2), cfb = (float)(cb - N / 2);
     float2 ga[2], gb[2];
 #pragma unroll
     for (int p = 0; p < 2; p++) {
         ga[p] = gains[p * N + kk];
-        gb[p] = mirror ? gains[p * N + cb] : make_float2(0.0f, 0.0f);
+        gb[p] = gains[p * N + cb];
     }
 
     for (int st = blockIdx.y * TILE; st < spectra; st += gridDim.y * TILE) {
@@ -162,14 +169,16 @@ extern "C" __global__ void POST_BOUNDS postproc(const float2* __restrict__ fft, 
                 if (j > 0 && sl < nj) load_spec(cur, fft, delay4, keys2, st + sl, ka, kb);
 #endif
                 if (sl < nj) {
-                    unsigned int va[2], vb[2] = {0u, 0u};
+                    unsigned int va[2], vb[2];
 #pragma unroll
                     for (int p = 0; p < 2; p++) {
                         float2 za = cur.a[p][0], zb = cur.b[p][0];
 #pragma unroll
                         for (int r = 1; r < UNZIP; r++) {
                             const float2 pa = cmul(cur.a[p][r], tw[r]);
-                            const float2 pb = cmul(cur.b[p][r], conjf2(tw[r]));
+                            const float2 twb = make_float2(
+                                (r & 1) ? odd_sign * tw[r].x : tw[r].x, -tw[r].y);
+                            const float2 pb = cmul(cur.b[p][r], twb);
                             za.x += pa.x; za.y += pa.y;
                             zb.x += pb.x; zb.y += pb.y;
                         }
@@ -179,15 +188,15 @@ extern "C" __global__ void POST_BOUNDS postproc(const float2* __restrict__ fft, 
                         const float2 o =
                             make_float2(0.5f * (za.y + zb.y), -0.5f * (za.x - zb.x));
                         const float2 to = cmul(t, o);
-                        const float2 xa = make_float2(e.x + to.x, e.y + to.y);
+                        // k = 0: za = Z_0, zb = Z_{N/2} (see the top).
+                        const float2 xa = k0 ? make_float2(za.x + za.y, 0.0f)
+                                             : make_float2(e.x + to.x, e.y + to.y);
+                        const float2 xb = k0 ? conjf2(zb) : make_float2(e.x - to.x, -(e.y - to.y));
                         const float2 hd = p ? make_float2(0.5f * cur.d.z, 0.5f * cur.d.w)
                                             : make_float2(0.5f * cur.d.x, 0.5f * cur.d.y);
                         const unsigned long long key = p ? cur.key.y : cur.key.x;
                         va[p] = finish(xa, cfa, salt_a, hd, ga[p], key, dither, sat_p[p]);
-                        if (mirror) {
-                            const float2 xb = make_float2(e.x - to.x, -(e.y - to.y));
-                            vb[p] = finish(xb, -cfa, salt_b, hd, gb[p], key, dither, sat_p[p]);
-                        }
+                        vb[p] = finish(xb, cfb, salt_b, hd, gb[p], key, dither, sat_p[p]);
                     }
                     lo_t[tx][sl] = pack_pols(va[0], va[1]);
                     hi_t[tx][sl] = pack_pols(vb[0], vb[1]);
@@ -215,9 +224,9 @@ extern "C" __global__ void POST_BOUNDS postproc(const float2* __restrict__ fft, 
             for (int j = 0; j < TILE / ROWS; j++) {
                 const int i = ty + j * ROWS;
                 const int c = kt + i;
-                if (c <= N / 2) {
+                if (c < N / 2) {
                     o[(long long)c * sph] = lo_t[i][tx];
-                    if (c > 0 && c < N / 2) o[(long long)(N - c) * sph] = hi_t[i][tx];
+                    o[(long long)(c == 0 ? N / 2 : N - c) * sph] = hi_t[i][tx];
                 }
             }
         }

@@ -72,11 +72,14 @@ pub fn postproc_defines(cfg: &FConfig, unzip: usize) -> Vec<(&'static str, Strin
     ]
 }
 
-/// Unzip factor used by [`GpuBackend::new`]: cuFFT lengths of at most 4096 (one pass).
+/// Unzip factor used by [`GpuBackend::new`]: 1 up to 4096 channels (one cuFFT pass); 2 up
+/// to 32768 (H100, 32k channels, `gpucbf bench fgpu`: FIR, FFT and post-processing take
+/// 289, 406 and 312 us at unzip 2 against 289, 365 and 418 us at unzip 4, whose
+/// post-processing needs ~124 registers); 4 above.
 pub fn default_unzip(channels: usize) -> usize {
     match channels {
         0..=4096 => 1,
-        4097..=8192 => 2,
+        4097..=32768 => 2,
         _ => 4,
     }
 }
@@ -132,6 +135,68 @@ pub(super) fn upload_params(
     Ok(())
 }
 
+/// Host staging of one block's post-processing parameters (both GPU backends): delay and
+/// dither keys per (spectrum, pol), gains per (pol, channel), in the kernels' layout.
+pub(super) struct HostParams {
+    delay: Vec<f32>,
+    keys: Vec<u64>,
+    gains: Vec<f32>,
+}
+
+impl HostParams {
+    pub(super) fn new(channels: usize) -> Self {
+        HostParams {
+            delay: vec![],
+            keys: vec![],
+            gains: vec![0.0; 4 * channels],
+        }
+    }
+
+    /// Fills the staging from `block` (validated) and queues its upload into the device
+    /// buffers `dev` = (delay, keys, gains).
+    pub(super) fn upload(
+        &mut self,
+        cfg: &FConfig,
+        block: &Block,
+        stream: &Arc<CudaStream>,
+        dev: (
+            &mut CudaSlice<f32>,
+            &mut CudaSlice<u64>,
+            &mut CudaSlice<f32>,
+        ),
+    ) -> Result<(), FError> {
+        let m = block.spectra;
+        self.delay.resize(4 * m, 0.0);
+        self.keys.resize(2 * m, 0);
+        BlockParams::of(block).fill(cfg, &mut self.delay, &mut self.keys, &mut self.gains);
+        upload_params(stream, (&self.delay, &self.keys, &self.gains), dev)
+    }
+}
+
+/// Bench: queues the copies of both pols' input from pinned host buffers into `input` (pol
+/// p at p·`stride` bytes, at most `room[p]` bytes each).
+pub(super) fn upload_pinned_pols(
+    stream: &Arc<CudaStream>,
+    input: &mut CudaSlice<u8>,
+    stride: usize,
+    room: [usize; 2],
+    src: [&PinnedHostSlice<u8>; 2],
+) -> Result<(), FError> {
+    for (p, h) in src.iter().enumerate() {
+        let len = HostSlice::len(*h);
+        if len > room[p] {
+            return Err(FError::BadLength {
+                what: "pinned input",
+                expected: room[p],
+                got: len,
+            });
+        }
+        let mut dst = input.slice_mut(p * stride..p * stride + len);
+        stream.memcpy_htod(*h, &mut dst).map_err(gerr)?;
+    }
+    Ok(())
+}
+
 /// Launch parameters of the kernels ([`Tuning::for_unzip`] is what [`GpuBackend`] uses;
 /// `gpucbf bench fgpu` sweeps them).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -161,6 +226,13 @@ pub struct Tuning {
     /// FIR blocks per SM that the register allocation must allow (`__launch_bounds__`;
     /// 0: no bound).
     pub fir_min_blocks: u32,
+    /// 0: runs of `fir_run` spectra. w > 0: the spectra are split evenly over as many FIR
+    /// blocks as fit on the GPU w times at once (from the kernel's occupancy), so that the
+    /// last wave is not a partial one; `fir_run` is then unused. H100 (`GPUCBF_BENCH_VARIANTS=1
+    /// gpucbf bench fgpu`), FIR at 4k channels, unzip 1: 274 us with 2 waves against 278 us
+    /// in runs of 128 spectra; 1k: 280 against 287 us; no worse than runs of 128 at any
+    /// bench configuration but 32k unzip 4 (+2 us).
+    pub fir_waves: u32,
 }
 
 impl Default for Tuning {
@@ -174,6 +246,7 @@ impl Default for Tuning {
             post_fast_sincos: true,
             fir_stcs: false,
             fir_min_blocks: 0,
+            fir_waves: 2,
             post_tiles: 4,
             post_prefetch: false,
             post_min_blocks: 0,
@@ -183,16 +256,20 @@ impl Default for Tuning {
 
 impl Tuning {
     /// What [`GpuBackend`] uses at unzip factor `unzip`: the defaults with post-processing
-    /// launch bounds as tight as its registers allow without spilling (sm_90: 60 registers
-    /// at unzip 1, 80 at 2; unzip 4 needs ~126). H100, 4k channels, unzip 1: 253 us with 8
-    /// blocks/SM against 284 us without bounds (`gpucbf bench fgpu` sweep).
+    /// launch bounds as tight as its registers allow without spilling (sm_90: 64 registers
+    /// at unzip 1, 80 at 2; unzip 4 needs ~124). H100, 4k channels, unzip 1: 253 us with 8
+    /// blocks/SM against 284 us without bounds; 32k channels, unzip 2: 311 us with 2-row
+    /// tiles and 12 blocks/SM against 346 us with 4 rows and 6 blocks/SM, the same threads
+    /// per SM (`GPUCBF_BENCH_VARIANTS=1 gpucbf bench fgpu`).
     pub fn for_unzip(unzip: usize) -> Tuning {
+        let (post_rows, post_min_blocks) = match unzip {
+            1 => (4, 8),
+            2 => (2, 12),
+            _ => (4, 0),
+        };
         Tuning {
-            post_min_blocks: match unzip {
-                1 => 8,
-                2 => 6,
-                _ => 0,
-            },
+            post_rows,
+            post_min_blocks,
             ..Tuning::default()
         }
     }
@@ -367,6 +444,8 @@ pub struct GpuBackend {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     arch: &'static str,
+    /// Streaming multiprocessors of the device (FIR run balancing).
+    sm_count: usize,
     tuning: Tuning,
     fir_fns: HashMap<FirKey, CudaFunction>,
     post_fns: HashMap<(u32, bool, bool, u32), CudaFunction>,
@@ -375,9 +454,7 @@ pub struct GpuBackend {
     fir_out: CudaSlice<float2>,
     fft_out: CudaSlice<float2>,
     blk: DeviceBlock,
-    h_gains: Vec<f32>,
-    h_delay: Vec<f32>,
-    h_keys: Vec<u64>,
+    params: HostParams,
 }
 
 impl GpuBackend {
@@ -424,11 +501,14 @@ impl GpuBackend {
         // mode, so every buffer below tracks its last reader and writer with events and
         // uses on other streams wait for them.
         let stream = ctx.new_stream().map_err(gerr)?;
+        let sm_count =
+            attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize;
         let w = pfb_weights(cfg.pfb_step(), cfg.taps, cfg.w_cutoff, cfg.window)?;
         let weights = stream.clone_htod(&w).map_err(gerr)?;
         let mut be = GpuBackend {
             unzip,
             arch,
+            sm_count,
             tuning: Tuning::for_unzip(unzip),
             fir_fns: HashMap::new(),
             post_fns: HashMap::new(),
@@ -437,9 +517,7 @@ impl GpuBackend {
             fir_out: stream.alloc_zeros(1).map_err(gerr)?,
             fft_out: stream.alloc_zeros(1).map_err(gerr)?,
             blk: DeviceBlock::new(&stream, cfg.channels)?,
-            h_gains: vec![0.0; 4 * cfg.channels],
-            h_delay: vec![],
-            h_keys: vec![],
+            params: HostParams::new(cfg.channels),
             cfg,
             ctx,
             stream,
@@ -478,6 +556,12 @@ impl GpuBackend {
                     t.post_min_blocks,
                     32 * t.post_rows
                 ),
+            });
+        }
+        if t.fir_waves > 64 {
+            return Err(FError::BadParameter {
+                what: "fir_waves",
+                why: format!("{} must be at most 64", t.fir_waves),
             });
         }
         if t.fir_threads * t.fir_min_blocks > 2048 {
@@ -635,21 +719,9 @@ impl GpuBackend {
 
     /// Uploads gains, per-spectrum delay/phase and dither keys.
     fn stage_params(&mut self, block: &Block) -> Result<(), FError> {
-        let m = block.spectra;
-        self.h_delay.resize(4 * m, 0.0);
-        self.h_keys.resize(2 * m, 0);
-        BlockParams::of(block).fill(
-            &self.cfg,
-            &mut self.h_delay,
-            &mut self.h_keys,
-            &mut self.h_gains,
-        );
         let b = &mut self.blk;
-        upload_params(
-            &self.stream,
-            (&self.h_delay, &self.h_keys, &self.h_gains),
-            (&mut b.delay, &mut b.keys, &mut b.gains),
-        )
+        let dev = (&mut b.delay, &mut b.keys, &mut b.gains);
+        self.params.upload(&self.cfg, block, &self.stream, dev)
     }
 
     /// Queues FIR, FFT and post-processing of `m` staged spectra into the device output
@@ -691,7 +763,7 @@ impl GpuBackend {
         let n = self.cfg.pfb_channels();
         // FIR: one launch for both pols when they share a format, else one each.
         let st = self.blk.staged;
-        let (threads, run) = (self.tuning.fir_threads, self.tuning.fir_run);
+        let threads = self.tuning.fir_threads;
         let groups: &[(usize, u32)] =
             if st[0].in_bits == st[1].in_bits && st[0].stat_bits == st[1].stat_bits {
                 &[(0, 2)]
@@ -700,12 +772,10 @@ impl GpuBackend {
             };
         for &(pol0, npol) in groups {
             let f = self.fir_fn(st[pol0].in_bits)?;
+            let cols = n.div_ceil(threads as usize);
+            let run = self.fir_run_for(&f, m, cols * npol as usize)?;
             let cfg = LaunchConfig {
-                grid_dim: (
-                    n.div_ceil(threads as usize) as u32,
-                    m.div_ceil(run) as u32,
-                    npol,
-                ),
+                grid_dim: (cols as u32, m.div_ceil(run) as u32, npol),
                 block_dim: (threads, 1, 1),
                 shared_mem_bytes: 0,
             };
@@ -730,6 +800,21 @@ impl GpuBackend {
             unsafe { b.launch(cfg) }.map_err(gerr)?;
         }
         Ok(())
+    }
+
+    /// Spectra per FIR block for `m` spectra over `cols` blocks per run (see
+    /// [`Tuning::fir_waves`]).
+    fn fir_run_for(&self, f: &CudaFunction, m: usize, cols: usize) -> Result<usize, FError> {
+        let waves = self.tuning.fir_waves as usize;
+        if waves == 0 {
+            return Ok(self.tuning.fir_run.max(1));
+        }
+        let per_sm = f
+            .occupancy_max_active_blocks_per_multiprocessor(self.tuning.fir_threads, 0, None)
+            .map_err(gerr)? as usize;
+        let resident = per_sm.max(1) * self.sm_count;
+        let runs = (waves * resident / cols.max(1)).clamp(1, m.max(1));
+        Ok(m.div_ceil(runs).max(1))
     }
 
     /// Queues the batched FFT of `m` spectra.
@@ -765,7 +850,7 @@ impl GpuBackend {
         let n = self.cfg.pfb_channels();
         let cfg = LaunchConfig {
             grid_dim: (
-                (n / 2 + 1).div_ceil(POST_TILE) as u32,
+                (n / 2).div_ceil(POST_TILE) as u32,
                 m.div_ceil(POST_TILE).div_ceil(self.tuning.post_tiles) as u32,
                 1,
             ),
@@ -838,20 +923,9 @@ impl GpuBackend {
 
     /// Bench: copies both pols' input from pinned host buffers to the staged positions.
     pub(crate) fn upload_pinned(&mut self, src: [&PinnedHostSlice<u8>; 2]) -> Result<(), FError> {
-        for (p, h) in src.iter().enumerate() {
-            let len = HostSlice::len(*h);
-            if len > self.blk.staged[p].bytes {
-                return Err(FError::BadLength {
-                    what: "pinned input",
-                    expected: self.blk.staged[p].bytes,
-                    got: len,
-                });
-            }
-            let o = p * self.blk.in_stride;
-            let mut dst = self.blk.input.slice_mut(o..o + len);
-            self.stream.memcpy_htod(*h, &mut dst).map_err(gerr)?;
-        }
-        Ok(())
+        let b = &mut self.blk;
+        let room = b.staged.map(|s| s.bytes);
+        upload_pinned_pols(&self.stream, &mut b.input, b.in_stride, room, src)
     }
 
     /// Bench: copies the device output to a pinned host buffer (queued, not synchronised).

@@ -22,7 +22,9 @@ const SAMPLES_PER_POL: usize = 1 << 26;
 /// Real input samples per pol per pipeline chunk (about 2^23).
 const CHUNK_SAMPLES: usize = 1 << 23;
 const PIPE_SLOTS: usize = 4;
-const PIPE_CHUNKS: usize = 32;
+const PIPE_CHUNKS: usize = 64;
+/// Windows of PIPE_CHUNKS chunks the pipeline is timed over (their median is reported).
+const PIPE_WINDOWS: usize = 3;
 const REPS: usize = 20;
 /// Bytes each stage moves per real input sample: FIR reads the packed input and writes one
 /// complex f32 per 2 samples; the FFT reads and writes that; the post-processing reads it and
@@ -192,32 +194,61 @@ fn stage_times(be: &mut GpuBackend, m: usize) -> Result<[f64; 3], FError> {
     ])
 }
 
-/// End to end through the pipeline: samples per second (both pols) over PIPE_CHUNKS chunks
-/// after a warm-up, from the first upload's start to the last download's end.
-fn pipeline_rate(b: &Bench, unzip: usize) -> Result<f64, FError> {
+/// End to end through the pipeline (see [`pipelined`]).
+fn pipeline_rate(b: &Bench, unzip: usize) -> Result<PipeRates, FError> {
     let c = (CHUNK_SAMPLES / b.cfg.pfb_step())
         .max(TAPS)
         .next_multiple_of(b.cfg.spectra_per_heap);
-    Ok(pipelined(&b.cfg, unzip, c, &b.packed, &b.gains)?.0)
+    pipelined(&b.cfg, unzip, c, &b.packed, &b.gains)
+}
+
+/// Input samples per second (both pols) through a [`GpuPipeline`].
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PipeRates {
+    /// All PIPE_WINDOWS × PIPE_CHUNKS chunks from the first upload's start to the last
+    /// download's end (the pipeline's drain, one chunk's compute and download, included).
+    pub(super) window: f64,
+    /// Steady state, the median over the windows: chunks per second between the ends of
+    /// the downloads of a window's first and last chunks (the first window's fill left
+    /// out).
+    pub(super) steady: f64,
+    /// The lowest and highest window of `steady`.
+    pub(super) steady_range: (f64, f64),
+    /// The uploads inside the pipeline over the same chunks (median over the windows),
+    /// i.e. the host→device rate the pipeline got while everything else ran.
+    pub(super) uploads: f64,
+    /// The same uploads with nothing else running, right after (median of PIPE_WINDOWS
+    /// repeats): the bound.
+    pub(super) alone: f64,
 }
 
 /// End to end through a [`GpuPipeline`] of `cfg` (wideband or narrowband) with chunks of
-/// `c` spectra taken from the start of `packed` (at least two chunks per pol): input samples
-/// per second (both pols) over PIPE_CHUNKS chunks after a warm-up, from the first upload's
-/// start to the last download's end; and the same uploads alone on the upload stream
-/// (samples per second), right after.
+/// `c` spectra taken from the start of `packed` (at least two chunks per pol), over
+/// PIPE_CHUNKS chunks after a warm-up (see [`PipeRates`]).
 pub(super) fn pipelined(
     cfg: &FConfig,
     unzip: usize,
     c: usize,
     packed: &[Vec<u8>],
     gains: &[Complex32],
-) -> Result<(f64, f64), FError> {
+) -> Result<PipeRates, FError> {
+    pipelined_with(cfg, unzip, c, PIPE_SLOTS, packed, gains)
+}
+
+/// [`pipelined`] with `slots` device blocks in flight.
+fn pipelined_with(
+    cfg: &FConfig,
+    unzip: usize,
+    c: usize,
+    slots: usize,
+    packed: &[Vec<u8>],
+    gains: &[Complex32],
+) -> Result<PipeRates, FError> {
     let sbs = cfg.samples_between_spectra();
     let shape = PipelineShape {
         chunk_spectra: c,
         bits: IN_BITS,
-        slots: PIPE_SLOTS,
+        slots,
     };
     let mut pipe = GpuPipeline::new(cfg.clone(), unzip, shape)?;
     let cb = pipe.chunk_bytes();
@@ -252,35 +283,69 @@ pub(super) fn pipelined(
         };
         pipe.push([&h[0], &h[1]], &params).map(|_| ())
     };
-    for k in 0..PIPE_SLOTS + 1 {
+    for k in 0..slots + 1 {
         push(&mut pipe, k)?;
     }
     pipe.synchronize()?;
     let [h2d, _, d2h] = pipe.streams();
     let (h2d, d2h) = (h2d.clone(), d2h.clone());
     let start = h2d.record_event(Some(CU_EVENT_DEFAULT)).map_err(gerr)?;
-    for k in PIPE_SLOTS + 1..PIPE_SLOTS + 1 + PIPE_CHUNKS {
+    // After push k: the upload of chunk k (and its head copied behind chunk k − 1) on the
+    // upload stream, the download of chunk k − 1 on the download stream. PIPE_WINDOWS
+    // windows of PIPE_CHUNKS chunks back to back (the rates vary from window to window).
+    let (mut up, mut down) = (Vec::new(), Vec::new());
+    let total = PIPE_WINDOWS * PIPE_CHUNKS;
+    for k in slots + 1..slots + 1 + total {
         push(&mut pipe, k)?;
+        up.push(h2d.record_event(Some(CU_EVENT_DEFAULT)).map_err(gerr)?);
+        down.push(d2h.record_event(Some(CU_EVENT_DEFAULT)).map_err(gerr)?);
     }
     let end = d2h.record_event(Some(CU_EVENT_DEFAULT)).map_err(gerr)?;
     end.synchronize().map_err(gerr)?;
     let secs = start.elapsed_ms(&end).map_err(gerr)? as f64 * 1e-3;
+    let chunk = (2 * c * sbs) as f64;
+    // Chunks per second over window w, from the end of its first event (after the fill in
+    // the first window) to the end of its last.
+    let rate = |ev: &[cudarc::driver::CudaEvent], w: usize| -> Result<f64, FError> {
+        let a = w * PIPE_CHUNKS + if w == 0 { slots } else { 0 };
+        let b = (w + 1) * PIPE_CHUNKS - 1;
+        let ms = ev[a].elapsed_ms(&ev[b]).map_err(gerr)?;
+        Ok((b - a) as f64 * chunk / (ms as f64 * 1e-3))
+    };
+    let mut steady = (0..PIPE_WINDOWS)
+        .map(|w| rate(&down, w))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut uploads = (0..PIPE_WINDOWS)
+        .map(|w| rate(&up, w))
+        .collect::<Result<Vec<_>, _>>()?;
     pipe.synchronize()?;
-    // The same host→device copies with nothing else running.
+    // The same host→device copies with nothing else running, PIPE_WINDOWS times.
     let mut dev: CudaSlice<u8> = h2d.alloc_zeros(cb).map_err(gerr)?;
     h2d.synchronize().map_err(gerr)?;
-    let t0 = h2d.record_event(Some(CU_EVENT_DEFAULT)).map_err(gerr)?;
-    for k in 0..PIPE_CHUNKS {
-        for h in &hosts[k % 2] {
-            h2d.memcpy_htod(h, &mut dev).map_err(gerr)?;
+    let mut alone = Vec::new();
+    for _ in 0..PIPE_WINDOWS {
+        let t0 = h2d.record_event(Some(CU_EVENT_DEFAULT)).map_err(gerr)?;
+        for k in 0..PIPE_CHUNKS {
+            for h in &hosts[k % 2] {
+                h2d.memcpy_htod(h, &mut dev).map_err(gerr)?;
+            }
         }
+        let t1 = h2d.record_event(Some(CU_EVENT_DEFAULT)).map_err(gerr)?;
+        t1.synchronize().map_err(gerr)?;
+        let secs = t0.elapsed_ms(&t1).map_err(gerr)? as f64 * 1e-3;
+        alone.push(PIPE_CHUNKS as f64 * chunk / secs);
     }
-    let t1 = h2d.record_event(Some(CU_EVENT_DEFAULT)).map_err(gerr)?;
-    t1.synchronize().map_err(gerr)?;
-    let alone = t0.elapsed_ms(&t1).map_err(gerr)? as f64 * 1e-3;
-    // PIPE_CHUNKS chunks were computed and downloaded within the window.
-    let samples = (PIPE_CHUNKS * 2 * c * sbs) as f64;
-    Ok((samples / secs, samples / alone))
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok(PipeRates {
+        window: total as f64 * chunk / secs,
+        steady: median(&mut steady),
+        steady_range: (steady[0], steady[steady.len() - 1]),
+        uploads: median(&mut uploads),
+        alone: median(&mut alone),
+    })
 }
 
 fn pct(x: f64, bound: f64) -> f64 {
@@ -311,6 +376,7 @@ fn sweep(b: &Bench, bw: &Bandwidths) -> Result<(), FError> {
             be.set_tuning(Tuning {
                 fir_threads: threads,
                 fir_run: run,
+                fir_waves: 0,
                 ..base
             })?;
             let t = time_gpu(&stream, REPS, || be.launch_fir(m))?;
@@ -441,14 +507,139 @@ fn sweep(b: &Bench, bw: &Bandwidths) -> Result<(), FError> {
     Ok(())
 }
 
+/// FIR and post-processing launch variants at one configuration, each against the copy
+/// bandwidth (compiled and timed here; the backend's tuning is restored after).
+fn variants(be: &mut GpuBackend, b: &Bench, bw: &Bandwidths) -> Result<(), FError> {
+    let m = b.m;
+    let samples = b.samples();
+    let base = be.tuning();
+    let stream = be.stream().clone();
+    let gbs = |bytes: f64, t: f64| bytes * samples / t;
+    let fir: [(&str, Tuning); 6] = [
+        ("base", base),
+        (
+            "runs of 128",
+            Tuning {
+                fir_waves: 0,
+                fir_run: 128,
+                ..base
+            },
+        ),
+        (
+            "waves 1",
+            Tuning {
+                fir_waves: 1,
+                ..base
+            },
+        ),
+        (
+            "waves 2",
+            Tuning {
+                fir_waves: 2,
+                ..base
+            },
+        ),
+        (
+            "waves 4",
+            Tuning {
+                fir_waves: 4,
+                ..base
+            },
+        ),
+        (
+            "waves 8",
+            Tuning {
+                fir_waves: 8,
+                ..base
+            },
+        ),
+    ];
+    let mut line = String::from("    FIR variants:");
+    for (name, t) in fir {
+        be.set_tuning(t)?;
+        let t = time_gpu(&stream, REPS, || be.launch_fir(m))?;
+        line += &format!(
+            " {name} {:.0} us ({:.1}%);",
+            t * 1e6,
+            pct(gbs(FIR_B, t), bw.copy)
+        );
+    }
+    println!("{line}");
+    // Post-processing variants where it was weakest (1k, 32k at unzip 2 and 4) and at 4k.
+    let post_here = matches!(
+        (b.cfg.channels, be.unzip()),
+        (1024, 1) | (4096, 1) | (32768, 2) | (32768, 4)
+    );
+    if !post_here {
+        be.set_tuning(base)?;
+        return Ok(());
+    }
+    let mut line = String::from("    post rows/min blocks:");
+    for (rows, mb) in [(4u32, 0u32), (4, 5), (4, 6), (4, 8), (2, 12), (8, 4)] {
+        be.set_tuning(Tuning {
+            post_rows: rows,
+            post_min_blocks: mb,
+            ..base
+        })?;
+        let t = time_gpu(&stream, REPS, || be.launch_post(m, 0))?;
+        line += &format!(
+            " {rows}/{mb} {:.0} us ({:.1}%);",
+            t * 1e6,
+            pct(gbs(POST_B, t), bw.copy)
+        );
+    }
+    println!("{line}");
+    be.set_tuning(base)?;
+    Ok(())
+}
+
+/// Whether the older tuning sweep runs at `channels`: GPUCBF_BENCH_SWEEP=1 at 4096 channels,
+/// =all at every channel count (unset: none).
+fn sweep_at(channels: usize) -> bool {
+    match std::env::var("GPUCBF_BENCH_SWEEP").as_deref() {
+        Ok("all") => true,
+        Ok(_) => channels == 4096,
+        Err(_) => false,
+    }
+}
+
+/// End to end at one configuration for other chunk sizes and slot counts.
+fn pipeline_variants(b: &Bench) -> Result<(), FError> {
+    let unzip = super::gpu::default_unzip(b.cfg.channels);
+    let mut line =
+        String::from("    pipeline chunk samples/slots (steady % of alone, uploads % of alone):");
+    for (chunk, slots) in [
+        (1usize << 22, 4usize),
+        (1 << 23, 3),
+        (1 << 23, 6),
+        (1 << 24, 4),
+    ] {
+        let c = (chunk / b.cfg.pfb_step())
+            .max(TAPS)
+            .next_multiple_of(b.cfg.spectra_per_heap);
+        let r = pipelined_with(&b.cfg, unzip, c, slots, &b.packed, &b.gains)?;
+        line += &format!(
+            " 2^{}/{slots} {:.1} GS/s {:.1}% {:.1}%;",
+            chunk.trailing_zeros(),
+            r.steady / 1e9,
+            pct(r.steady, r.alone),
+            pct(r.uploads, r.alone)
+        );
+    }
+    println!("{line}");
+    Ok(())
+}
+
 /// Runs the benchmark and prints one line per (channels, unzip), with each figure as a
-/// fraction of its bound.
+/// fraction of its bound. GPUCBF_BENCH_VARIANTS (set) adds FIR, post-processing and
+/// pipeline variants; GPUCBF_BENCH_SWEEP the older tuning sweep (see [`sweep_at`]).
 pub fn bench_gpu() -> Result<(), FError> {
     if !crate::gpu::gpu_available() {
         return Err(FError::Gpu("bench fgpu needs a CUDA device".into()));
     }
     let mut bw: Option<Bandwidths> = None;
     let total_b = FIR_B + FFT_B + POST_B;
+    let variants_wanted = std::env::var_os("GPUCBF_BENCH_VARIANTS").is_some();
     let in_b = IN_BITS as f64 / 8.0;
     for channels in [1024usize, 4096, 32768] {
         let b = Bench::new(channels);
@@ -494,23 +685,39 @@ pub fn bench_gpu() -> Result<(), FError> {
                 be.compute(m, 0)?;
                 be.download_pinned(&mut pout)
             })?;
+            if variants_wanted {
+                variants(&mut be, &b, &bw)?;
+            }
             drop(be);
             let e2e = pipeline_rate(&b, unzip)?;
             let res = samples / t_res;
             let res_bound = bw.copy / total_b;
-            let e2e_bound = bw.h2d / in_b;
+            let duplex = bw.h2d_duplex / in_b;
             println!(
-                "channels {channels:>6} unzip {unzip} spectra {m:>6}: resident {:6.1} GS/s ({:4.1}% of {:.0}), \
-                 end-to-end pipelined {:5.1} GS/s ({:4.1}% of {:.1}; {:4.1}% of the duplex {:.1}), single-stream {:5.1} GS/s",
+                "channels {channels:>6} unzip {unzip} spectra {m:>6}: resident {:6.1} GS/s ({:4.1}% of {:.0}), single-stream {:5.1} GS/s",
                 res / 1e9,
                 pct(res, res_bound),
                 res_bound / 1e9,
-                e2e / 1e9,
-                pct(e2e, e2e_bound),
-                e2e_bound / 1e9,
-                pct(e2e, bw.h2d_duplex / in_b),
-                bw.h2d_duplex / in_b / 1e9,
                 samples / t_serial / 1e9
+            );
+            println!(
+                "    end-to-end pipelined: steady {:5.1} GS/s (windows {:.1}-{:.1}) = {:4.1}% of the same uploads alone ({:.1} GS/s), {:4.1}% of the 1 GiB H2D ({:.1}), \
+                 {:4.1}% of the duplex H2D ({:.1}); all {} chunks incl. drain {:5.1} GS/s ({:4.1}% of alone); \
+                 uploads inside the pipeline {:5.1} GS/s ({:4.1}% of alone)",
+                e2e.steady / 1e9,
+                e2e.steady_range.0 / 1e9,
+                e2e.steady_range.1 / 1e9,
+                pct(e2e.steady, e2e.alone),
+                e2e.alone / 1e9,
+                pct(e2e.steady, bw.h2d / in_b),
+                bw.h2d / in_b / 1e9,
+                pct(e2e.steady, duplex),
+                duplex / 1e9,
+                PIPE_WINDOWS * PIPE_CHUNKS,
+                e2e.window / 1e9,
+                pct(e2e.window, e2e.alone),
+                e2e.uploads / 1e9,
+                pct(e2e.uploads, e2e.alone),
             );
             let gbs = |bytes: f64, t: f64| bytes * samples / t;
             println!(
@@ -526,8 +733,11 @@ pub fn bench_gpu() -> Result<(), FError> {
                 t_res * 1e6
             );
         }
-        if channels == 4096 || std::env::var("GPUCBF_BENCH_SWEEP").as_deref() == Ok("all") {
+        if sweep_at(channels) {
             sweep(&b, &bw.unwrap_or_default())?;
+        }
+        if channels == 4096 && variants_wanted {
+            pipeline_variants(&b)?;
         }
     }
     Ok(())

@@ -27,7 +27,7 @@ use super::ddc::{ddc_weights, Ddc, MixerFrequency};
 use super::ddc_tune::{
     autotune, candidates, launch_ddc, load_ddc, valid_tuning, DdcLaunch, DdcTuning,
 };
-use super::gpu::{arch_for, ensure, gerr, upload_params, BlockParams, DeviceBlock};
+use super::gpu::{arch_for, ensure, gerr, upload_pinned_pols, DeviceBlock, HostParams};
 use super::weights::pfb_weights;
 use super::{Block, BlockStats, Dither, FConfig, FError, Samples};
 
@@ -128,9 +128,7 @@ pub struct GpuNarrowband {
     keys: CudaSlice<u64>,
     sat: CudaSlice<u64>,
     staged: [Staged; 2],
-    h_gains: Vec<f32>,
-    h_delay: Vec<f32>,
-    h_keys: Vec<u64>,
+    params: HostParams,
 }
 
 impl GpuNarrowband {
@@ -256,9 +254,7 @@ impl GpuNarrowband {
             keys: stream.alloc_zeros(2).map_err(gerr)?,
             sat: stream.alloc_zeros(2).map_err(gerr)?,
             staged: [zero; 2],
-            h_gains: vec![0.0; 4 * cfg.channels],
-            h_delay: vec![],
-            h_keys: vec![],
+            params: HostParams::new(cfg.channels),
             cfg,
             ctx,
             stream,
@@ -408,20 +404,8 @@ impl GpuNarrowband {
 
     /// Uploads gains, per-spectrum delay/phase and dither keys (the wideband layout).
     fn stage_params(&mut self, block: &Block) -> Result<(), FError> {
-        let m = block.spectra;
-        self.h_delay.resize(4 * m, 0.0);
-        self.h_keys.resize(2 * m, 0);
-        BlockParams::of(block).fill(
-            &self.cfg,
-            &mut self.h_delay,
-            &mut self.h_keys,
-            &mut self.h_gains,
-        );
-        upload_params(
-            &self.stream,
-            (&self.h_delay, &self.h_keys, &self.h_gains),
-            (&mut self.delay, &mut self.keys, &mut self.gains),
-        )
+        let dev = (&mut self.delay, &mut self.keys, &mut self.gains);
+        self.params.upload(&self.cfg, block, &self.stream, dev)
     }
 
     /// Queues DDC, FIR, FFT and post-processing of `m` staged spectra into the device output
@@ -596,20 +580,8 @@ impl GpuNarrowband {
 
     /// Bench: copies both pols' input from pinned host buffers to the staged positions.
     pub(crate) fn upload_pinned(&mut self, src: [&PinnedHostSlice<u8>; 2]) -> Result<(), FError> {
-        for (p, h) in src.iter().enumerate() {
-            let len = HostSlice::len(*h);
-            if len > self.staged[p].bytes {
-                return Err(FError::BadLength {
-                    what: "pinned input",
-                    expected: self.staged[p].bytes,
-                    got: len,
-                });
-            }
-            let o = p * self.in_stride;
-            let mut dst = self.input.slice_mut(o..o + len);
-            self.stream.memcpy_htod(*h, &mut dst).map_err(gerr)?;
-        }
-        Ok(())
+        let room = self.staged.map(|s| s.bytes);
+        upload_pinned_pols(&self.stream, &mut self.input, self.in_stride, room, src)
     }
 
     /// Bench: copies the device output to a pinned host buffer (queued, not synchronised).

@@ -179,7 +179,9 @@ pub fn bench_gpu_narrowband() -> Result<(), FError> {
         let c = (CHUNK_SAMPLES / sbs).max(4 * cfg.taps);
         pcfg.spectra_per_heap = pcfg.spectra_per_heap.min(c);
         let c = c.next_multiple_of(pcfg.spectra_per_heap);
-        let (e2e_pipe, copies_alone) = pipelined(&pcfg, 1, c, &packed, &gains)?;
+        // Steady state (the fill and drain of the pipeline left out; see PipeRates).
+        let rates = pipelined(&pcfg, 1, c, &packed, &gains)?;
+        let (e2e_pipe, copies_alone) = (rates.steady, rates.alone);
         let s = cfg.subsampling() as f64;
         let w = ddc_taps_per_phase(&cfg) as f64;
         let extra = (m + cfg.taps - 1) as f64 / m as f64; // DDC outputs per PFB input used

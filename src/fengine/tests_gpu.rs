@@ -241,17 +241,38 @@ fn run_case(channels: usize, spectra: usize, sph: usize, seed: u64) {
 
 /// The GPU FIR output (un-unzipped) against the CPU FIR: relative tolerance 1e-5.
 fn check_fir(case: &Case, gpu: &GpuBackend, w: &[f32], unzip: usize) {
-    let n = case.cfg.channels;
+    let what = format!("FIR C={} unzip={unzip}", case.cfg.channels);
+    assert_fir_matches(
+        gpu,
+        unzip,
+        case.spectra,
+        [&case.xs[0], &case.xs[1]],
+        case.offsets,
+        w,
+        &what,
+    );
+}
+
+/// The GPU backend's FIR output of its last block (`spectra` spectra, unzip factor `unzip`)
+/// against the CPU FIR of each pol's samples `xs[p]` from `offsets[p]` on: relative
+/// tolerance 1e-5 (of the value plus the spectrum's RMS).
+fn assert_fir_matches(
+    gpu: &GpuBackend,
+    unzip: usize,
+    spectra: usize,
+    xs: [&[i16]; 2],
+    offsets: [usize; 2],
+    w: &[f32],
+    what: &str,
+) {
+    let n = gpu.config().pfb_channels();
     let step = 2 * n;
-    let got = gpu.fir_output(case.spectra).unwrap();
+    let got = gpu.fir_output(spectra).unwrap();
     let l = n / unzip;
     let mut y = vec![0f32; step];
     for p in 0..2 {
-        let x: Vec<f32> = case.xs[p][case.offsets[p]..]
-            .iter()
-            .map(|&v| v as f32)
-            .collect();
-        for s in 0..case.spectra {
+        let x: Vec<f32> = xs[p][offsets[p]..].iter().map(|&v| v as f32).collect();
+        for s in 0..spectra {
             fir_real(&x, w, step, s, &mut y);
             let scale = (y.iter().map(|v| v * v).sum::<f32>() / step as f32).sqrt();
             for m in 0..n {
@@ -259,7 +280,7 @@ fn check_fir(case: &Case, gpu: &GpuBackend, w: &[f32], unzip: usize) {
                 for (a, b) in [(g.re, y[2 * m]), (g.im, y[2 * m + 1])] {
                     assert!(
                         (a - b).abs() <= 1e-5 * (b.abs() + scale),
-                        "FIR C={n} unzip={unzip} pol {p} spectrum {s} m {m}: {a} vs {b}"
+                        "{what}: pol {p} spectrum {s} m {m}: {a} vs {b}"
                     );
                 }
             }
@@ -290,7 +311,8 @@ fn gpu_matches_cpu_32k_channels() {
 
 /// Every launch variant that `gpucbf bench fgpu` sweeps gives the CPU's answer: post-processing
 /// thread rows, spectrum tiles per block (several, the last one partial), prefetch on and
-/// off, launch bounds; FIR block size, run length, streaming stores, launch bounds.
+/// off, launch bounds; FIR block size, run length, streaming stores, launch bounds, runs
+/// balanced over the GPU.
 #[test]
 fn gpu_tunings_match_cpu() {
     if !gpu::gpu_test_guard("gpu_tunings_match_cpu") {
@@ -330,6 +352,7 @@ fn gpu_tunings_match_cpu() {
             post_min_blocks: 6,
             fir_threads: 64,
             fir_run: 7,
+            fir_waves: 0,
             ..d
         },
         Tuning {
@@ -340,7 +363,18 @@ fn gpu_tunings_match_cpu() {
             fir_stcs: true,
             fir_min_blocks: 5,
             fir_run: 256,
+            fir_waves: 0,
             ..d
+        },
+        Tuning {
+            fir_waves: 1,
+            fir_stcs: true,
+            ..d
+        },
+        Tuning {
+            fir_threads: 64,
+            fir_waves: 2,
+            ..Tuning::for_unzip(2)
         },
     ];
     for unzip in [1usize, 4] {
@@ -362,6 +396,7 @@ fn gpu_tunings_match_cpu() {
             post_min_blocks: 3,
             ..d
         },
+        Tuning { fir_waves: 65, ..d },
     ] {
         assert!(matches!(
             gpu.set_tuning(bad),
@@ -425,4 +460,65 @@ fn gpu_bad_input_is_an_error() {
         gpu.process(&b, &mut out),
         Err(FError::InputTooShort { .. })
     ));
+}
+
+/// The FIR with short runs (not a multiple of the taps) and with runs balanced over the
+/// GPU against the CPU FIR (rtol 1e-5) with exact input statistics, for every packed input
+/// width and unzip factors 1, 2 and 4, with coarse-delay offsets that put the first sample
+/// mid-word.
+#[test]
+fn gpu_fir_runs_match_cpu_for_all_bit_widths() {
+    if !gpu::gpu_test_guard("gpu_fir_runs_match_cpu_for_all_bit_widths") {
+        return;
+    }
+    let spectra = 21;
+    let channels = 64;
+    let mut cfg = FConfig::wideband(channels, 1);
+    cfg.dither = Dither::None;
+    let n = cfg.input_samples_needed(spectra) + 40;
+    let mut cpu = CpuBackend::new(cfg.clone()).unwrap();
+    let fine = vec![0.0; spectra];
+    let phase = vec![0.0; spectra];
+    let gains = vec![Complex32::new(1.0, 0.0); channels];
+    let d = Tuning::default();
+    let short = Tuning {
+        fir_threads: 32,
+        fir_run: 5,
+        fir_waves: 0,
+        ..d
+    };
+    let balanced = Tuning {
+        fir_threads: 32,
+        fir_waves: 1,
+        ..d
+    };
+    let mut cases: Vec<(u32, usize, Tuning)> = (2..=10u32)
+        .chain([12, 16])
+        .map(|bits| (bits, [1, 2, 4][bits as usize % 3], short))
+        .collect();
+    cases.extend([1usize, 2, 4].map(|u| (10u32, u, balanced)));
+    for (bits, unzip, tuning) in cases {
+        let what = format!("{bits} bits, unzip {unzip}, {tuning:?}");
+        let mut gpu = GpuBackend::with_unzip(cfg.clone(), unzip).unwrap();
+        gpu.set_tuning(tuning).unwrap();
+        let sigma = (1u32 << (bits - 1)) as f64 * 0.45;
+        let xs = [0, 1].map(|p| noise(n, sigma, bits, 700 + 2 * bits as u64 + p));
+        let bufs = [pack(&xs[0], bits), pack(&xs[1], bits)];
+        let offsets = [3usize + bits as usize, 17];
+        let pols =
+            [0, 1].map(|p| pol(packed(&bufs[p], bits, n), offsets[p], &fine, &phase, &gains));
+        let block = Block {
+            spectra,
+            first_spectrum: 0,
+            out_first: 0,
+            pols,
+        };
+        let mut out = vec![0u8; cfg.output_len(spectra)];
+        let mut cout = out.clone();
+        let g = gpu.process(&block, &mut out).unwrap();
+        let c = cpu.process(&block, &mut cout).unwrap();
+        assert_eq!(g.input, c.input, "{what}: input statistics");
+        let x = [&xs[0][..], &xs[1][..]];
+        assert_fir_matches(&gpu, unzip, spectra, x, offsets, cpu.weights(), &what);
+    }
 }
