@@ -75,6 +75,11 @@ impl UdpSink {
         }
     }
 
+    /// The socket (for options this type does not wrap).
+    pub fn socket(&self) -> &UdpSocket {
+        &self.socket
+    }
+
     /// Turns UDP GSO on (the default) or off (one sendmmsg message per packet).
     pub fn set_gso(&mut self, on: bool) {
         self.gso = on;
@@ -341,5 +346,62 @@ impl UdpSource {
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_of(packets: &[(u16, usize)], gso: bool) -> Vec<(usize, usize, usize)> {
+        let bufs: Vec<Vec<u8>> = packets.iter().map(|&(_, n)| vec![0; n]).collect();
+        let parts: Vec<[&[u8]; 1]> = bufs.iter().map(|b| [&b[..]]).collect();
+        let batch: Vec<(SocketAddrV4, &[&[u8]])> = packets
+            .iter()
+            .zip(&parts)
+            .map(|(&(port, _), p)| (SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), &p[..]))
+            .collect();
+        let lens: Vec<usize> = packets.iter().map(|p| p.1).collect();
+        let order: Vec<usize> = (0..packets.len()).collect();
+        let mut msgs = [Message::default(); MAX_BATCH];
+        let n = plan(&batch, &lens, &order, gso, &mut msgs);
+        msgs[..n]
+            .iter()
+            .map(|m| (m.start, m.count, m.segment))
+            .collect()
+    }
+
+    #[test]
+    fn gso_runs_follow_destination_size_and_kernel_limits() {
+        // Equal sizes to one destination: one run; a shorter packet ends it.
+        assert_eq!(
+            plan_of(&[(1, 100), (1, 100), (1, 40), (1, 100)], true),
+            vec![(0, 3, 100), (3, 1, 100)]
+        );
+        // A larger packet or another destination starts a new run.
+        assert_eq!(
+            plan_of(&[(1, 100), (1, 200), (2, 200), (2, 200)], true),
+            vec![(0, 1, 100), (1, 1, 200), (2, 2, 200)]
+        );
+        // At most 64 KiB of UDP payload per super-datagram: 5192-byte packets go 12 at a time.
+        let big = vec![(1, 5192); 30];
+        assert_eq!(
+            plan_of(&big, true),
+            vec![(0, 12, 5192), (12, 12, 5192), (24, 6, 5192)]
+        );
+        // At most GSO_MAX_SEGMENTS segments.
+        let small = vec![(1, 10); MAX_BATCH];
+        assert_eq!(plan_of(&small, true), vec![(0, MAX_BATCH, 10)]);
+        assert!(MAX_BATCH <= GSO_MAX_SEGMENTS);
+        // Without GSO: one message per packet.
+        assert_eq!(
+            plan_of(&[(1, 100), (1, 100)], false),
+            vec![(0, 1, 100), (1, 1, 100)]
+        );
+        // Empty packets are never part of a run.
+        assert_eq!(
+            plan_of(&[(1, 0), (1, 0), (1, 5), (1, 0)], true),
+            vec![(0, 1, 0), (1, 1, 0), (2, 1, 5), (3, 1, 0)]
+        );
     }
 }
