@@ -32,6 +32,12 @@ pub const GSO_MAX_BYTES: usize = 65535 - 20 - 8;
 /// kernel refuses GSO (EIO: no checksum offload on the route; EINVAL: a segment larger than
 /// the path MTU, or an old kernel), the sink counts it in `gso_refused`, logs it once, and
 /// sends plainly from then on.
+///
+/// Virtual devices (loopback, veth, bridges) pass super-datagrams on whole: sockets on the
+/// far side get them split (or, with UDP_GRO, coalesced), but a packet socket there (an
+/// AF_PACKET capture, DPDK's net_af_packet on a veth) sees one large frame per run. Turn GSO
+/// off with [`UdpSink::set_gso`] for such a consumer; on a physical NIC the segments go out
+/// as ordinary frames.
 pub struct UdpSink {
     socket: UdpSocket,
     /// Datagrams (segments) sent.
