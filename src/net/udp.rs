@@ -398,7 +398,7 @@ mod tests {
         // At most GSO_MAX_SEGMENTS segments.
         let small = vec![(1, 10); MAX_BATCH];
         assert_eq!(plan_of(&small, true), vec![(0, MAX_BATCH, 10)]);
-        assert!(MAX_BATCH <= GSO_MAX_SEGMENTS);
+        const { assert!(MAX_BATCH <= GSO_MAX_SEGMENTS) };
         // Without GSO: one message per packet.
         assert_eq!(
             plan_of(&[(1, 100), (1, 100)], false),
