@@ -8,7 +8,13 @@
 //! * `file`: the pcap file source (vs spead2's `add_udp_pcap_file_reader`).
 //! * `udp-loopback`: the feed is sent over loopback into a socket with a receive buffer
 //!   large enough to hold all of it (SO_RCVBUFFORCE), then drained: the rate is that of the
-//!   receive side alone (vs spead2 reading the same way from a socket it was handed).
+//!   receive side alone (vs spead2 reading the same way from a socket it was handed). The
+//!   sender uses UDP GSO (one UDP_SEGMENT super-datagram per run of equal-size packets); the
+//!   datagrams are the same as without it, and both receivers get that same feed: ours with
+//!   UDP_GRO takes the runs coalesced and splits them, spead2's socket gets them split by
+//!   the kernel.
+//! * `udp-nogso`: the same with a plain sendmmsg feed (nothing for GRO to coalesce), vs
+//!   spead2 on that feed.
 //! * `dpdk-net_pcap`: DPDK's pcap PMD reading the file (libpcap on the receive core).
 //! * `dpdk-net_ring`: kernel bypass with a source that costs the receive core almost
 //!   nothing ([`crate::net::dpdk::RingReplay`]), for a fixed packet count: rx_burst → parse
@@ -292,15 +298,45 @@ fn payloads(pcap: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
     Ok(v)
 }
 
-/// Sends every payload to `dst` with sendmmsg (from the calling thread).
-fn send_all(payloads: &[Vec<u8>], dst: SocketAddrV4) -> std::io::Result<()> {
+/// Sends every payload to `dst` with sendmmsg (from the calling thread), with UDP GSO
+/// (runs of equal-size packets as super-datagrams, cut by the kernel into the same
+/// datagrams) or without. Returns the number of GSO super-datagrams.
+fn send_all(payloads: &[Vec<u8>], dst: SocketAddrV4, gso: bool) -> anyhow::Result<u64> {
     let mut sink = UdpSink::new(Ipv4Addr::UNSPECIFIED, 1, 8 << 20)?;
+    sink.set_gso(gso);
     for group in payloads.chunks(64) {
         let parts: Vec<[&[u8]; 1]> = group.iter().map(|p| [p.as_slice()]).collect();
         let batch: Vec<(SocketAddrV4, &[&[u8]])> = parts.iter().map(|p| (dst, &p[..])).collect();
         sink.send_batch(&batch)?;
     }
-    sink.flush()
+    sink.flush()?;
+    if gso && (sink.gso_refused > 0 || sink.gso_sends == 0) {
+        anyhow::bail!(
+            "the kernel refused UDP GSO on loopback ({} refusals)",
+            sink.gso_refused
+        );
+    }
+    Ok(sink.gso_sends)
+}
+
+/// The two loopback feeds: the same datagrams on the wire, sent with or without GSO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feed {
+    Gso,
+    Plain,
+}
+
+impl Feed {
+    fn gso(self) -> bool {
+        self == Feed::Gso
+    }
+
+    fn describe(self, gso_sends: u64) -> String {
+        match self {
+            Feed::Gso => format!("GSO feed ({gso_sends} super-datagrams)"),
+            Feed::Plain => "plain sendmmsg feed".into(),
+        }
+    }
 }
 
 /// Socket receive buffer that holds the whole feed (kernel accounting is about 2× the
@@ -309,7 +345,7 @@ fn udp_buffer(payloads: &[Vec<u8>]) -> usize {
     payloads.iter().map(|p| 2 * p.len() + 1024).sum::<usize>() + (16 << 20)
 }
 
-fn bench_udp(pcap: &Path, core: Option<usize>) -> anyhow::Result<RecvResult> {
+fn bench_udp(pcap: &Path, core: Option<usize>, feed: Feed) -> anyhow::Result<RecvResult> {
     let payloads = payloads(pcap)?;
     let sent = payloads.len() as u64 - 1;
     let probe = std::net::UdpSocket::bind("127.0.0.1:0")?;
@@ -317,18 +353,27 @@ fn bench_udp(pcap: &Path, core: Option<usize>) -> anyhow::Result<RecvResult> {
     drop(probe);
     let mut rx = UdpRecvSource::new(&[dst], Ipv4Addr::UNSPECIFIED, 4 << 20)?;
     let buffer = rx.force_recv_buffer(udp_buffer(&payloads))?;
-    send_all(&payloads, dst)?;
+    let gso_sends = send_all(&payloads, dst, feed.gso())?;
     let _pin = Pin::new(core)?;
     let (packets, secs, placed, cpu) =
         drain(&mut rx, Duration::from_millis(300), Duration::from_secs(5))?;
+    let st = &rx.stats;
     Ok(RecvResult::new(
-        "udp-loopback",
+        match feed {
+            Feed::Gso => "udp-loopback",
+            Feed::Plain => "udp-nogso",
+        },
         packets,
         secs,
         cpu,
         format!(
-            "{sent} sent into a {} MB socket buffer first, then drained; {} lost; {placed} heaps placed",
+            "{sent} sent ({}) into a {} MB socket buffer first, then drained; GRO {}: {} buffers ({} coalesced) for {} datagrams; {} lost; {placed} heaps placed",
+            feed.describe(gso_sends),
             buffer >> 20,
+            if rx.gro() { "on" } else { "off" },
+            st.buffers,
+            st.coalesced,
+            st.packets,
             sent.saturating_sub(packets)
         ),
     ))
@@ -485,14 +530,20 @@ fn run_only(args: &RecvBenchArgs, backend: &str) -> anyhow::Result<()> {
             args.bypass_packets,
         )?,
         "file" => bench_file(feed, args.min_seconds, args.recv_affinity)?,
-        "udp-loopback" => bench_udp(feed, args.recv_affinity)?,
+        "udp-loopback" => bench_udp(feed, args.recv_affinity, Feed::Gso)?,
+        "udp-nogso" => bench_udp(feed, args.recv_affinity, Feed::Plain)?,
         other => anyhow::bail!("unknown or unbuilt backend {other}"),
     };
     println!("{}", serde_json::to_string(&r)?);
     Ok(())
 }
 
-fn bench_spead2(pcap: &Path, args: &RecvBenchArgs, transport: &str) -> anyhow::Result<RecvResult> {
+fn bench_spead2(
+    pcap: &Path,
+    args: &RecvBenchArgs,
+    transport: &str,
+    feed: Feed,
+) -> anyhow::Result<RecvResult> {
     use std::io::{BufRead, Write};
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/spead2_recv_bench.py");
     let mut cmd = std::process::Command::new(&args.python);
@@ -526,6 +577,7 @@ fn bench_spead2(pcap: &Path, args: &RecvBenchArgs, transport: &str) -> anyhow::R
         .map_err(|e| anyhow::anyhow!("running {} {}: {e}", args.python, script.display()))?;
     let mut stdout = std::io::BufReader::new(proc.stdout.take().expect("piped"));
     let mut stdin = proc.stdin.take().expect("piped");
+    let mut fed = String::new();
     if let Some(p) = &payloads {
         // The script binds its socket and prints the port; we fill it, then say "go".
         let mut line = String::new();
@@ -535,7 +587,8 @@ fn bench_spead2(pcap: &Path, args: &RecvBenchArgs, transport: &str) -> anyhow::R
             .strip_prefix("port ")
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| anyhow::anyhow!("spead2 script said {line:?}, not its port"))?;
-        send_all(p, SocketAddrV4::new(Ipv4Addr::LOCALHOST, port))?;
+        let gso_sends = send_all(p, SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), feed.gso())?;
+        fed = format!(", {}", feed.describe(gso_sends));
         writeln!(stdin, "go")?;
     }
     drop(stdin);
@@ -557,13 +610,17 @@ fn bench_spead2(pcap: &Path, args: &RecvBenchArgs, transport: &str) -> anyhow::R
     let v: serde_json::Value = serde_json::from_str(line)?;
     let packets = v["packets"].as_u64().unwrap_or(0);
     let secs = v["seconds"].as_f64().unwrap_or(0.0);
+    let name = match (transport, feed) {
+        ("udp", Feed::Plain) => "spead2-udp-nogso".to_string(),
+        _ => format!("spead2-{transport}"),
+    };
     Ok(RecvResult::new(
-        &format!("spead2-{transport}"),
+        &name,
         packets,
         secs,
         v["cpu_seconds"].as_f64().unwrap_or(0.0),
         format!(
-            "spead2 {} {}, {} passes, {} heaps placed",
+            "spead2 {} {}, {} passes, {} heaps placed{fed}",
             v["spead2_version"].as_str().unwrap_or("?"),
             v["mode"].as_str().unwrap_or("?"),
             v["passes"],
@@ -605,12 +662,12 @@ pub fn run(args: &RecvBenchArgs) -> anyhow::Result<Vec<RecvResult>> {
     type Bench<'a> = Box<dyn Fn() -> anyhow::Result<RecvResult> + 'a>;
     let core = args.recv_affinity;
     let pcap = pcap.as_path();
-    let spead2 = |t: &'static str| -> Bench {
+    let spead2 = |t: &'static str, feed: Feed| -> Bench {
         Box::new(move || {
             if args.python.is_empty() {
                 anyhow::bail!("skipped (--python \"\")")
             }
-            bench_spead2(pcap, args, t)
+            bench_spead2(pcap, args, t, feed)
         })
     };
     let runs: Vec<(&str, Bench)> = vec![
@@ -618,9 +675,14 @@ pub fn run(args: &RecvBenchArgs) -> anyhow::Result<Vec<RecvResult>> {
             "file",
             Box::new(|| bench_file(pcap, args.min_seconds, core)),
         ),
-        ("spead2-pcap", spead2("pcap")),
-        ("udp-loopback", Box::new(|| bench_udp(pcap, core))),
-        ("spead2-udp", spead2("udp")),
+        ("spead2-pcap", spead2("pcap", Feed::Plain)),
+        (
+            "udp-loopback",
+            Box::new(|| bench_udp(pcap, core, Feed::Gso)),
+        ),
+        ("spead2-udp", spead2("udp", Feed::Gso)),
+        ("udp-nogso", Box::new(|| bench_udp(pcap, core, Feed::Plain))),
+        ("spead2-udp-nogso", spead2("udp", Feed::Plain)),
         (
             "dpdk-net_pcap",
             Box::new(|| child(args, "dpdk-net_pcap", pcap)),
@@ -674,6 +736,7 @@ pub fn run(args: &RecvBenchArgs) -> anyhow::Result<Vec<RecvResult>> {
         args.trials.max(1),
         loadavg()
     );
+    println!("UDP loopback: ours and spead2 drain the identical wire stream from the same sender: udp-loopback/spead2-udp a GSO feed (UDP_SEGMENT super-datagrams the kernel cuts into the same 1 datagram per heap; our socket takes them coalesced with UDP_GRO, spead2's gets them split), udp-nogso/spead2-udp-nogso one sendmmsg message per datagram (nothing to coalesce)");
     println!("packets/s: wall clock; packets/CPU-s: per CPU-second of the receiving thread(s), the rate per core whatever else the machine runs; median [min-max] over the trials");
     println!(
         "{:<14} {:>26} {:>26}  {:<26}  note (last trial)",
@@ -691,6 +754,7 @@ pub fn run(args: &RecvBenchArgs) -> anyhow::Result<Vec<RecvResult>> {
         let peer = match *name {
             "file" | "dpdk-net_pcap" => Some("spead2-pcap"),
             "udp-loopback" => Some("spead2-udp"),
+            "udp-nogso" => Some("spead2-udp-nogso"),
             _ => None,
         };
         let vs = match (*name, peer) {

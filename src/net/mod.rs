@@ -2,7 +2,8 @@
 //!
 //! * [`endpoint`]: `ADDR[+N]:PORT` lists.
 //! * [`pcap`]: classic libpcap files (Ethernet/IPv4/UDP) as a source and a sink.
-//! * [`udp`]: kernel UDP sockets with sendmmsg, multicast and pacing.
+//! * [`udp`]: kernel UDP sockets with sendmmsg (UDP GSO for runs of equal-size packets),
+//!   multicast and pacing; [`source`]: receive with recvmmsg and UDP GRO.
 //! * `dpdk` (feature `dpdk`): DPDK poll-mode receive.
 //! * `ibverbs` (feature `ibverbs`): raw-packet verbs receive, libibverbs loaded at run time;
 //!   `ibv_recv`: the engines' `--recv-ibv` (interface → RDMA port, IGMP memberships).

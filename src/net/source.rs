@@ -176,22 +176,84 @@ pub fn deliver_frame(
 
 const BATCH: usize = 64;
 const MAX_DATAGRAM: usize = 9216;
+/// A receive slot with UDP GRO: the largest coalesced datagram (64 KiB of UDP payload).
+pub const GRO_SLOT: usize = 65536;
+/// Receive slots per recvmmsg call with GRO (each may hold tens of packets): 8 slots of
+/// 64 KiB stay in L2. On the bench feed (2 cores, loaded), packets per CPU-second with a GSO
+/// feed were 482k/484k/446k/398k at 4/8/16/32 slots (median of 5), and without coalescing
+/// 285k/302k/309k/307k.
+const GRO_BATCH: usize = 8;
+/// Control-message space per received datagram (one `UDP_GRO` int needs 24 bytes).
+const CTRL_WORDS: usize = 8;
+
+/// How a [`UdpRecvSource`] receives.
+#[derive(Debug, Clone, Copy)]
+pub struct UdpRecvConfig {
+    /// Ask the kernel for UDP GRO (`UDP_GRO` socket option): consecutive datagrams of one
+    /// flow arrive coalesced, with their segment size in a control message, and are split
+    /// here. Falls back to plain datagrams, with a warning, where the kernel lacks it.
+    pub gro: bool,
+    /// Bytes per receive slot (one datagram, or one coalesced run with GRO); a datagram
+    /// larger than its slot is dropped and counted (`truncated`). Default: 64 KiB with GRO,
+    /// 9216 bytes without.
+    pub slot_bytes: Option<usize>,
+}
+
+impl Default for UdpRecvConfig {
+    fn default() -> Self {
+        UdpRecvConfig {
+            gro: true,
+            slot_bytes: None,
+        }
+    }
+}
+
+/// Counters of a [`UdpRecvSource`].
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct UdpRecvStats {
+    /// Buffers recvmmsg returned (datagrams, or coalesced runs of datagrams with GRO).
+    pub buffers: u64,
+    /// Of those, buffers holding two or more GRO segments.
+    pub coalesced: u64,
+    /// Packets (datagrams, after splitting coalesced buffers) handed on.
+    pub packets: u64,
+    /// Buffers dropped because they were larger than the receive slot (MSG_TRUNC).
+    pub truncated: u64,
+    /// Buffers dropped because their control message was cut short (MSG_CTRUNC), so a
+    /// coalesced buffer could not be split.
+    pub ctrl_truncated: u64,
+}
 
 /// Receives UDP datagrams for a list of endpoints: one socket per port, bound to the
 /// unicast address or joined to every multicast group of that port on `interface`.
 pub struct UdpRecvSource {
     sockets: Vec<UdpSocket>,
     bufs: Vec<u8>,
+    ctrl: Vec<[u64; CTRL_WORDS]>,
+    slot: usize,
+    batch: usize,
+    gro: bool,
     /// poll() set, reused across calls (no allocation per batch).
     fds: Vec<libc::pollfd>,
     poll_ms: i32,
+    pub stats: UdpRecvStats,
 }
 
 impl UdpRecvSource {
+    /// Sockets for `endpoints` with UDP GRO where the kernel has it.
     pub fn new(
         endpoints: &[SocketAddrV4],
         interface: Ipv4Addr,
         recv_buffer: usize,
+    ) -> io::Result<Self> {
+        Self::with_config(endpoints, interface, recv_buffer, UdpRecvConfig::default())
+    }
+
+    pub fn with_config(
+        endpoints: &[SocketAddrV4],
+        interface: Ipv4Addr,
+        recv_buffer: usize,
+        config: UdpRecvConfig,
     ) -> io::Result<Self> {
         let mut ports: Vec<u16> = endpoints.iter().map(|e| e.port()).collect();
         ports.sort_unstable();
@@ -222,6 +284,22 @@ impl UdpRecvSource {
             s.set_nonblocking(true)?;
             sockets.push(s.into());
         }
+        let gro = config.gro
+            && match sockets.iter().try_for_each(|s| set_udp_gro(s, true)) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "UDP GRO not available: one datagram per receive slot");
+                    sockets.iter().for_each(|s| {
+                        let _ = set_udp_gro(s, false);
+                    });
+                    false
+                }
+            };
+        let slot = config
+            .slot_bytes
+            .unwrap_or(if gro { GRO_SLOT } else { MAX_DATAGRAM })
+            .clamp(64, GRO_SLOT);
+        let batch = if gro { GRO_BATCH } else { BATCH };
         let fds = sockets
             .iter()
             .map(|s: &UdpSocket| libc::pollfd {
@@ -232,9 +310,14 @@ impl UdpRecvSource {
             .collect();
         let src = UdpRecvSource {
             sockets,
-            bufs: vec![0; BATCH * MAX_DATAGRAM],
+            bufs: vec![0; batch * slot],
+            ctrl: vec![[0; CTRL_WORDS]; batch],
+            slot,
+            batch,
+            gro,
             fds,
             poll_ms: 100,
+            stats: UdpRecvStats::default(),
         };
         // SO_RCVBUF is capped at net.core.rmem_max (often 208 KiB), far below what a burst of
         // heaps from several engines needs: past the cap with SO_RCVBUFFORCE where allowed
@@ -254,6 +337,11 @@ impl UdpRecvSource {
         Ok(src)
     }
 
+    /// Whether the sockets receive with UDP GRO.
+    pub fn gro(&self) -> bool {
+        self.gro
+    }
+
     /// The smallest receive buffer of the sockets, as the kernel reports it.
     fn recv_buffer_size(&self) -> usize {
         self.sockets
@@ -262,6 +350,45 @@ impl UdpRecvSource {
             .min()
             .unwrap_or(0)
     }
+}
+
+/// Sets or clears `UDP_GRO` on a socket.
+fn set_udp_gro(s: &UdpSocket, on: bool) -> io::Result<()> {
+    let v: libc::c_int = on.into();
+    // SAFETY: setsockopt on an open socket with a c_int argument.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            &v as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The GRO segment size of a received message (its `UDP_GRO` control message), if any.
+///
+/// # Safety
+/// `h` must be a msghdr filled by recvmsg/recvmmsg whose control buffer is still alive.
+unsafe fn gro_segment(h: &libc::msghdr) -> Option<usize> {
+    let mut c = libc::CMSG_FIRSTHDR(h);
+    while !c.is_null() {
+        if (*c).cmsg_level == libc::SOL_UDP
+            && (*c).cmsg_type == libc::UDP_GRO
+            && (*c).cmsg_len as usize
+                >= libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as usize
+        {
+            let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
+            return usize::try_from(v).ok().filter(|&v| v > 0);
+        }
+        c = libc::CMSG_NXTHDR(h, c);
+    }
+    None
 }
 
 impl UdpRecvSource {
@@ -309,6 +436,8 @@ impl PacketSource for UdpRecvSource {
         if r == 0 {
             return Ok(Poll::Idle);
         }
+        let (slot, batch) = (self.slot, self.batch);
+        let mut any = false;
         let mut total = 0;
         for i in 0..self.fds.len() {
             if self.fds[i].revents & libc::POLLIN == 0 {
@@ -317,22 +446,32 @@ impl PacketSource for UdpRecvSource {
             // On the stack: no allocation per batch.
             let base = self.bufs.as_mut_ptr();
             let mut iovs: [libc::iovec; BATCH] = std::array::from_fn(|k| libc::iovec {
-                // SAFETY: k * MAX_DATAGRAM < bufs.len() (BATCH buffers of MAX_DATAGRAM).
-                iov_base: unsafe { base.add(k * MAX_DATAGRAM) } as *mut _,
-                iov_len: MAX_DATAGRAM,
+                // SAFETY: for k < batch, k * slot < bufs.len() (batch slots of `slot`
+                // bytes); later entries are never handed to the kernel.
+                iov_base: if k < batch {
+                    unsafe { base.add(k * slot) as *mut _ }
+                } else {
+                    std::ptr::null_mut()
+                },
+                iov_len: if k < batch { slot } else { 0 },
             });
-            // SAFETY: mmsghdr is plain old data; each header points at one iovec above.
+            // SAFETY: mmsghdr is plain old data; each header points at one iovec above and
+            // (with GRO) at its control buffer.
             let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-            for (h, iov) in hdrs.iter_mut().zip(iovs.iter_mut()) {
+            for (k, (h, iov)) in hdrs.iter_mut().zip(iovs.iter_mut()).enumerate().take(batch) {
                 h.msg_hdr.msg_iov = iov;
                 h.msg_hdr.msg_iovlen = 1;
+                if self.gro {
+                    h.msg_hdr.msg_control = self.ctrl[k].as_mut_ptr() as *mut libc::c_void;
+                    h.msg_hdr.msg_controllen = CTRL_WORDS * 8;
+                }
             }
             // SAFETY: buffers outlive the call; the socket is non-blocking.
             let n = unsafe {
                 libc::recvmmsg(
                     self.sockets[i].as_raw_fd(),
                     hdrs.as_mut_ptr(),
-                    BATCH as u32,
+                    batch as u32,
                     libc::MSG_DONTWAIT,
                     std::ptr::null_mut(),
                 )
@@ -347,16 +486,47 @@ impl PacketSource for UdpRecvSource {
                 }
                 return Err(e);
             }
+            any |= n > 0;
+            self.stats.buffers += n as u64;
             for (k, h) in hdrs.iter().take(n as usize).enumerate() {
-                let len = (h.msg_len as usize).min(MAX_DATAGRAM);
-                f(&self.bufs[k * MAX_DATAGRAM..k * MAX_DATAGRAM + len]);
+                let flags = h.msg_hdr.msg_flags;
+                if flags & libc::MSG_TRUNC != 0 {
+                    self.stats.truncated += 1;
+                    continue;
+                }
+                let len = (h.msg_len as usize).min(slot);
+                let buf = &self.bufs[k * slot..k * slot + len];
+                // SAFETY: the header was filled by recvmmsg and its control buffer
+                // (self.ctrl[k]) is alive.
+                let seg = if self.gro {
+                    if flags & libc::MSG_CTRUNC != 0 {
+                        self.stats.ctrl_truncated += 1;
+                        continue;
+                    }
+                    unsafe { gro_segment(&h.msg_hdr) }
+                } else {
+                    None
+                };
+                match seg {
+                    Some(seg) if seg < len => {
+                        self.stats.coalesced += 1;
+                        for p in buf.chunks(seg) {
+                            f(p);
+                            total += 1;
+                        }
+                    }
+                    _ => {
+                        f(buf);
+                        total += 1;
+                    }
+                }
             }
-            total += n as usize;
         }
-        Ok(if total == 0 {
-            Poll::Idle
-        } else {
+        self.stats.packets += total as u64;
+        Ok(if any {
             Poll::Packets(total)
+        } else {
+            Poll::Idle
         })
     }
 }

@@ -14,11 +14,41 @@ pub const MAX_BATCH: usize = 64;
 /// Most parts (iovecs) in one packet.
 pub const MAX_PARTS: usize = 8;
 
+/// Most segments in one UDP GSO super-datagram (the kernel's UDP_MAX_SEGMENTS was 64 before
+/// Linux 6.9).
+pub const GSO_MAX_SEGMENTS: usize = 64;
+/// Largest UDP payload of one IPv4 datagram, and so of one GSO super-datagram.
+pub const GSO_MAX_BYTES: usize = 65535 - 20 - 8;
+
 /// Sends UDP datagrams from one socket to any number of destinations.
+///
+/// With UDP GSO (on unless [`UdpSink::set_gso`] turns it off), every run of equal-size
+/// packets to one destination inside a batch goes to the kernel as one super-datagram with a
+/// `UDP_SEGMENT` control message (the last packet of a run may be shorter): the kernel, or the
+/// NIC, cuts it into ordinary datagrams, so the wire carries exactly the packets a plain
+/// sendmmsg would send, for one pass through the socket layer per run. To make runs, a batch's
+/// packets are grouped by destination (stable: the order of the packets to each destination
+/// is kept; only the interleaving between destinations within one batch changes). Where the
+/// kernel refuses GSO (EIO: no checksum offload on the route; EINVAL: a segment larger than
+/// the path MTU, or an old kernel), the sink counts it in `gso_refused`, logs it once, and
+/// sends plainly from then on.
+///
+/// Virtual devices (loopback, veth, bridges) pass super-datagrams on whole: sockets on the
+/// far side get them split (or, with UDP_GRO, coalesced), but a packet socket there (an
+/// AF_PACKET capture, DPDK's net_af_packet on a veth) sees one large frame per run. Turn GSO
+/// off with [`UdpSink::set_gso`] for such a consumer; on a physical NIC the segments go out
+/// as ordinary frames.
 pub struct UdpSink {
     socket: UdpSocket,
+    /// Datagrams (segments) sent.
     pub packets: u64,
+    /// UDP payload bytes sent.
     pub bytes: u64,
+    /// Super-datagrams handed to the kernel with UDP_SEGMENT (2 or more segments each).
+    pub gso_sends: u64,
+    /// Times the kernel refused a GSO send (the packets then went out plainly).
+    pub gso_refused: u64,
+    gso: bool,
 }
 
 impl UdpSink {
@@ -38,6 +68,9 @@ impl UdpSink {
             socket: s.into(),
             packets: 0,
             bytes: 0,
+            gso_sends: 0,
+            gso_refused: 0,
+            gso: true,
         })
     }
 
@@ -46,6 +79,21 @@ impl UdpSink {
             std::net::SocketAddr::V4(a) => Ok(a),
             _ => Err(io::Error::other("not an IPv4 socket")),
         }
+    }
+
+    /// The socket (for options this type does not wrap).
+    pub fn socket(&self) -> &UdpSocket {
+        &self.socket
+    }
+
+    /// Turns UDP GSO on (the default) or off (one sendmmsg message per packet).
+    pub fn set_gso(&mut self, on: bool) {
+        self.gso = on;
+    }
+
+    /// Whether runs of packets go out as GSO super-datagrams (false once the kernel refused).
+    pub fn gso(&self) -> bool {
+        self.gso
     }
 }
 
@@ -60,6 +108,161 @@ fn sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
     s
 }
 
+/// One sendmmsg message: `count` packets from `order[start..]`, cut every `segment` bytes.
+#[derive(Clone, Copy, Default)]
+struct Message {
+    start: usize,
+    count: usize,
+    segment: usize,
+}
+
+/// Groups `order` (packet indices) into messages: with `gso`, runs of packets to the same
+/// destination whose sizes are all `segment` except a shorter last one, within the kernel's
+/// limits; without, one packet per message. Returns the number of messages.
+fn plan(
+    batch: &[(SocketAddrV4, &[&[u8]])],
+    lens: &[usize],
+    order: &[usize],
+    gso: bool,
+    msgs: &mut [Message; MAX_BATCH],
+) -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < order.len() {
+        let first = order[i];
+        let segment = lens[first];
+        let mut count = 1;
+        let mut total = segment;
+        if gso && segment > 0 {
+            while i + count < order.len() && count < GSO_MAX_SEGMENTS {
+                let p = order[i + count];
+                let prev = order[i + count - 1];
+                if batch[p].0 != batch[first].0
+                    || lens[prev] != segment
+                    || lens[p] == 0
+                    || lens[p] > segment
+                    || total + lens[p] > GSO_MAX_BYTES
+                {
+                    break;
+                }
+                total += lens[p];
+                count += 1;
+            }
+        }
+        msgs[n] = Message {
+            start: i,
+            count,
+            segment,
+        };
+        n += 1;
+        i += count;
+    }
+    n
+}
+
+/// Space for one `UDP_SEGMENT` control message (a u16), 8-byte aligned.
+const CMSG_WORDS: usize = 4;
+
+impl UdpSink {
+    /// Sends the packets `order` names (indices into `batch`, at most MAX_BATCH). Returns
+    /// `Ok(None)` when all went out, or `Ok(Some(k))` when the kernel refused GSO for the
+    /// message starting at `order[k]` (nothing from there on was sent).
+    fn transmit(
+        &mut self,
+        batch: &[(SocketAddrV4, &[&[u8]])],
+        lens: &[usize],
+        order: &[usize],
+        gso: bool,
+    ) -> io::Result<Option<usize>> {
+        let mut msgs = [Message::default(); MAX_BATCH];
+        let n = plan(batch, lens, order, gso, &mut msgs);
+        let mut addrs = [sockaddr(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)); MAX_BATCH];
+        let mut iovs = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; MAX_BATCH * MAX_PARTS];
+        let mut cmsgs = [[0u64; CMSG_WORDS]; MAX_BATCH];
+        // SAFETY: mmsghdr is plain old data.
+        let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { MaybeUninit::zeroed().assume_init() };
+        let mut iov_at = 0;
+        for (m, msg) in msgs[..n].iter().enumerate() {
+            let iov_start = iov_at;
+            for &p in &order[msg.start..msg.start + msg.count] {
+                for part in batch[p].1 {
+                    iovs[iov_at] = libc::iovec {
+                        iov_base: part.as_ptr() as *mut _,
+                        iov_len: part.len(),
+                    };
+                    iov_at += 1;
+                }
+            }
+            addrs[m] = sockaddr(batch[order[msg.start]].0);
+            let h = &mut hdrs[m].msg_hdr;
+            h.msg_name = &mut addrs[m] as *mut _ as *mut libc::c_void;
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
+            h.msg_iov = &mut iovs[iov_start] as *mut libc::iovec;
+            h.msg_iovlen = (iov_at - iov_start) as _;
+            if msg.count > 1 {
+                // SAFETY: the buffer holds CMSG_SPACE(2) bytes (checked below), is 8-byte
+                // aligned and zeroed; CMSG_FIRSTHDR of a msghdr with that control buffer
+                // points at its start.
+                unsafe {
+                    let space = libc::CMSG_SPACE(2) as usize;
+                    debug_assert!(space <= CMSG_WORDS * 8);
+                    h.msg_control = cmsgs[m].as_mut_ptr() as *mut libc::c_void;
+                    h.msg_controllen = space as _;
+                    let c = libc::CMSG_FIRSTHDR(h);
+                    (*c).cmsg_level = libc::SOL_UDP;
+                    (*c).cmsg_type = libc::UDP_SEGMENT;
+                    (*c).cmsg_len = libc::CMSG_LEN(2) as _;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, msg.segment as u16);
+                }
+            }
+        }
+        let mut done = 0usize;
+        while done < n {
+            // SAFETY: hdrs[done..n] point at live iovecs, addresses and control buffers on
+            // this stack frame.
+            let r = unsafe {
+                libc::sendmmsg(
+                    self.socket.as_raw_fd(),
+                    hdrs.as_mut_ptr().add(done),
+                    (n - done) as u32,
+                    0,
+                )
+            };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    // Kernel queue full: yield and retry (the socket is blocking; ENOBUFS on
+                    // loopback).
+                    Some(libc::ENOBUFS) => {
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP | libc::ENOPROTOOPT)
+                        if msgs[done].count > 1 =>
+                    {
+                        self.count_sent(lens, &order[..msgs[done].start], &msgs[..done]);
+                        return Ok(Some(msgs[done].start));
+                    }
+                    _ => return Err(e),
+                }
+            }
+            done += r as usize;
+        }
+        self.count_sent(lens, order, &msgs[..n]);
+        Ok(None)
+    }
+
+    fn count_sent(&mut self, lens: &[usize], sent: &[usize], msgs: &[Message]) {
+        self.packets += sent.len() as u64;
+        self.bytes += sent.iter().map(|&p| lens[p] as u64).sum::<u64>();
+        self.gso_sends += msgs.iter().filter(|m| m.count > 1).count() as u64;
+    }
+}
+
 impl PacketSink for UdpSink {
     fn send(&mut self, dst: SocketAddrV4, parts: &[&[u8]]) -> io::Result<()> {
         self.send_batch(&[(dst, parts)])
@@ -68,61 +271,38 @@ impl PacketSink for UdpSink {
     fn send_batch(&mut self, packets: &[(SocketAddrV4, &[&[u8]])]) -> io::Result<()> {
         for batch in packets.chunks(MAX_BATCH) {
             let n = batch.len();
-            let mut addrs = [sockaddr(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)); MAX_BATCH];
-            let mut iovs = [libc::iovec {
-                iov_base: std::ptr::null_mut(),
-                iov_len: 0,
-            }; MAX_BATCH * MAX_PARTS];
-            // SAFETY: mmsghdr is plain old data.
-            let mut hdrs: [libc::mmsghdr; MAX_BATCH] =
-                unsafe { MaybeUninit::zeroed().assume_init() };
-            for (i, (dst, parts)) in batch.iter().enumerate() {
+            let mut lens = [0usize; MAX_BATCH];
+            for (i, (_, parts)) in batch.iter().enumerate() {
                 if parts.len() > MAX_PARTS {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidInput,
                         "too many packet parts",
                     ));
                 }
-                addrs[i] = sockaddr(*dst);
-                for (j, p) in parts.iter().enumerate() {
-                    iovs[i * MAX_PARTS + j] = libc::iovec {
-                        iov_base: p.as_ptr() as *mut _,
-                        iov_len: p.len(),
-                    };
-                    self.bytes += p.len() as u64;
-                }
-                let h = &mut hdrs[i].msg_hdr;
-                h.msg_name = &mut addrs[i] as *mut _ as *mut libc::c_void;
-                h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
-                h.msg_iov = &mut iovs[i * MAX_PARTS] as *mut libc::iovec;
-                h.msg_iovlen = parts.len() as _;
+                lens[i] = parts.iter().map(|p| p.len()).sum();
             }
-            let mut done = 0usize;
-            while done < n {
-                // SAFETY: hdrs[done..n] point at live iovecs and addresses on this stack frame.
-                let r = unsafe {
-                    libc::sendmmsg(
-                        self.socket.as_raw_fd(),
-                        hdrs.as_mut_ptr().add(done),
-                        (n - done) as u32,
-                        0,
-                    )
-                };
-                if r < 0 {
-                    let e = io::Error::last_os_error();
-                    match e.kind() {
-                        io::ErrorKind::Interrupted => continue,
-                        // Kernel queue full: yield and retry (the socket is blocking; ENOBUFS on loopback).
-                        _ if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                            std::thread::yield_now();
-                            continue;
-                        }
-                        _ => return Err(e),
-                    }
+            let mut order = [0usize; MAX_BATCH];
+            order.iter_mut().enumerate().for_each(|(i, o)| *o = i);
+            let order = &mut order[..n];
+            if self.gso {
+                // Group by destination, in order of first appearance (stable).
+                let mut key = [0usize; MAX_BATCH];
+                for i in 0..n {
+                    key[i] = (0..i).find(|&j| batch[j].0 == batch[i].0).unwrap_or(i);
                 }
-                done += r as usize;
+                order.sort_by_key(|&i| key[i]);
+                if let Some(k) = self.transmit(batch, &lens[..n], order, true)? {
+                    self.gso = false;
+                    self.gso_refused += 1;
+                    tracing::warn!(
+                        "UDP GSO refused by the kernel for this route: sending one datagram \
+                         per packet from now on"
+                    );
+                    self.transmit(batch, &lens[..n], &order[k..], false)?;
+                }
+            } else {
+                self.transmit(batch, &lens[..n], order, false)?;
             }
-            self.packets += n as u64;
         }
         Ok(())
     }
@@ -172,5 +352,62 @@ impl UdpSource {
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_of(packets: &[(u16, usize)], gso: bool) -> Vec<(usize, usize, usize)> {
+        let bufs: Vec<Vec<u8>> = packets.iter().map(|&(_, n)| vec![0; n]).collect();
+        let parts: Vec<[&[u8]; 1]> = bufs.iter().map(|b| [&b[..]]).collect();
+        let batch: Vec<(SocketAddrV4, &[&[u8]])> = packets
+            .iter()
+            .zip(&parts)
+            .map(|(&(port, _), p)| (SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), &p[..]))
+            .collect();
+        let lens: Vec<usize> = packets.iter().map(|p| p.1).collect();
+        let order: Vec<usize> = (0..packets.len()).collect();
+        let mut msgs = [Message::default(); MAX_BATCH];
+        let n = plan(&batch, &lens, &order, gso, &mut msgs);
+        msgs[..n]
+            .iter()
+            .map(|m| (m.start, m.count, m.segment))
+            .collect()
+    }
+
+    #[test]
+    fn gso_runs_follow_destination_size_and_kernel_limits() {
+        // Equal sizes to one destination: one run; a shorter packet ends it.
+        assert_eq!(
+            plan_of(&[(1, 100), (1, 100), (1, 40), (1, 100)], true),
+            vec![(0, 3, 100), (3, 1, 100)]
+        );
+        // A larger packet or another destination starts a new run.
+        assert_eq!(
+            plan_of(&[(1, 100), (1, 200), (2, 200), (2, 200)], true),
+            vec![(0, 1, 100), (1, 1, 200), (2, 2, 200)]
+        );
+        // At most 64 KiB of UDP payload per super-datagram: 5192-byte packets go 12 at a time.
+        let big = vec![(1, 5192); 30];
+        assert_eq!(
+            plan_of(&big, true),
+            vec![(0, 12, 5192), (12, 12, 5192), (24, 6, 5192)]
+        );
+        // At most GSO_MAX_SEGMENTS segments.
+        let small = vec![(1, 10); MAX_BATCH];
+        assert_eq!(plan_of(&small, true), vec![(0, MAX_BATCH, 10)]);
+        const { assert!(MAX_BATCH <= GSO_MAX_SEGMENTS) };
+        // Without GSO: one message per packet.
+        assert_eq!(
+            plan_of(&[(1, 100), (1, 100)], false),
+            vec![(0, 1, 100), (1, 1, 100)]
+        );
+        // Empty packets are never part of a run.
+        assert_eq!(
+            plan_of(&[(1, 0), (1, 0), (1, 5), (1, 0)], true),
+            vec![(0, 1, 0), (1, 1, 0), (2, 1, 5), (3, 1, 0)]
+        );
     }
 }
