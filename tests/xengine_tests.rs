@@ -420,6 +420,9 @@ fn nvrtc_compiles_all_kernels() {
                 for (ts, nr, probe) in [
                     (32, 3, 0),
                     (32, 6, 0),
+                    (128, 2, 0),
+                    (128, 3, 0),
+                    (64, 3, 3),
                     (64, 2, 0),
                     (64, 3, 0),
                     (64, 6, 0),
@@ -881,7 +884,13 @@ fn gpu_beamformer_chunk_within_one_lsb() {
             let mut want = vec![0i8; per];
             let p = &present[k * na..(k + 1) * na];
             let sc = cpu
-                .beamform(&chunk[k * bb..(k + 1) * bb], p, &bs, first + k as u64, &mut want)
+                .beamform(
+                    &chunk[k * bb..(k + 1) * bb],
+                    p,
+                    &bs,
+                    first + k as u64,
+                    &mut want,
+                )
                 .unwrap();
             for (i, (&g, &c)) in got[k * per..(k + 1) * per].iter().zip(&want).enumerate() {
                 assert!(
@@ -913,6 +922,8 @@ fn gpu_beamformer_chunk_within_one_lsb() {
         assert!(gpu
             .beamform_chunk(&chunk[1..], &present, &bs, first, &mut got)
             .is_err());
-        eprintln!("gpu chunk beams within 1 LSB of cpu: {bits}-bit {na} antennas {nb} beams {n} batches");
+        eprintln!(
+            "gpu chunk beams within 1 LSB of cpu: {bits}-bit {na} antennas {nb} beams {n} batches"
+        );
     }
 }

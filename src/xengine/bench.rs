@@ -35,6 +35,21 @@
 //! the next step is overlapping weights/epilogue with the stream (warp specialisation or
 //! double-buffered weights) rather than the memory path. 4-bit input: 22.7 % / 18.4 % (half
 //! the bytes, the same compute); 4-bit correlator 361 / 398 TOPS at 256 / 576 antennas.
+//!
+//! Beamformer over a chunk (H100, 2026-11-22, `gpucbf bench xbgpu-beam`, copy 2986 GB/s): one
+//! launch over all batches of a chunk (per-batch presence, dither seed and saturation; weights
+//! built once per channel for the chunk) and half-tiles of 8 beams of one pol (16 beams of
+//! alternating pol fill one tile instead of two half-empty ones). Chunk of 16 batches: 16 beams
+//! 0.0402 ms/batch = 38.4 %, 64 beams 0.0635 ms/batch = 31.0 % (one batch per launch: 31.6 % /
+//! 23.8 %; 32 batches: 39.8 % / 31.8 %). The load stream alone (BPROBE 1) now reaches 84 % at 16
+//! beams (the 64-beam probe writes no output, so its 102 % counts bytes it does not move); the
+//! weights cost nothing any more (BPROBE 2 = full kernel). What remains is the MMA + epilogue
+//! part: ~1.7 µs per 8 KB stage per block at 16 beams with only 2 of 8 warps multiplying, and at
+//! 64 beams (8 warps) ~15 µs per batch above the loads: 1.3 M m16n8k32 MMAs per batch (hi and lo
+//! planes) are ~2500 per SM sub-partition, ~21 µs at the best mma.sync rate seen in this repo
+//! (the correlator's ~15 cycles each), against a 24.6 µs budget for 80 %: with mma.sync and two
+//! weight planes 64 beams cannot reach 80 %; it needs wgmma (sm_90a) or one MMA per product.
+//! f16 weights (m16n8k16) cost the same instructions as the two int8 planes.
 
 use std::ffi::c_void;
 
@@ -308,6 +323,7 @@ impl BeamBench {
         let t = beams.tables(&shape, &vec![true; n_ants])?;
         let dt = self.g.upload_tables(&t)?;
         let plan = self.g.beam_plan(dt.n_tiles)?;
+        let (regs, local) = self.g.beam_fn_resources(n_beams, plan)?;
         let stream = self.g.stream().clone();
         let nb = self.n_batches;
         let mut out: CudaSlice<i8> = stream
@@ -337,10 +353,11 @@ impl BeamBench {
         let what = match plan.probe {
             1 => " [probe: no MMA, no epilogue]",
             2 => " [probe: no weights]",
+            3 => " [probe: MMAs, no epilogue]",
             _ => "",
         };
         println!(
-            "beamformer {bits}-bit n_ants={n_ants} beams={n_beams:2} dither={} ts={} nr={} btb={} {} chunk={nb:2}: {:.2} MB in+out per batch, {:.4} ms/chunk, {:.4} ms/batch, {:.1} GB/s = {:.1} % of copy bandwidth{what}",
+            "beamformer {bits}-bit n_ants={n_ants} beams={n_beams:2} dither={} ts={} nr={} btb={} {} chunk={nb:2}: {:.2} MB in+out per batch, {:.4} ms/chunk, {:.4} ms/batch, {:.1} GB/s = {:.1} % of copy bandwidth{what} ({regs} regs, {local} B local)",
             u8::from(dither),
             plan.ts,
             plan.nr,
@@ -379,12 +396,11 @@ fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
     for nb in [16, 64] {
         b8.run(nb, false, def)?;
         for (ts, nr, persistent) in [
+            (128, 2, true),
+            (128, 3, true),
             (64, 2, true),
             (64, 3, true),
-            (64, 4, true),
             (64, 6, true),
-            (32, 3, true),
-            (32, 6, true),
             (0, 0, false),
         ] {
             let tu = BeamTuning {
@@ -393,9 +409,11 @@ fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
                 persistent,
                 probe: 0,
             };
-            b8.run(nb, true, tu)?;
+            if let Err(e) = b8.run(nb, true, tu) {
+                println!("beamformer beams={nb} ts={ts} nr={nr}: not run ({e})");
+            }
         }
-        for probe in [1, 2] {
+        for probe in [1, 2, 3] {
             b8.run(nb, true, BeamTuning { probe, ..def })?;
         }
     }

@@ -112,20 +112,21 @@ pub fn correlate_defines(shape: &XShape) -> Vec<(&'static str, String)> {
 pub struct BeamPlan {
     /// Beam tiles (16 beams of one pol) per thread block.
     pub btb: usize,
-    /// Spectra per tile (32 or 64; `btb · ts / 32 ≤ 8` warps).
+    /// Spectra per tile (32, 64 or 128; `btb · ts / 32 ≤ 8` warps multiply).
     pub ts: usize,
     /// Raw input stages (2..=6).
     pub nr: usize,
     /// Dynamic shared memory, bytes.
     pub smem: usize,
-    /// Diagnostic only (`BPROBE`, wrong results): 1 = no MMAs or epilogue, 2 = no weights.
+    /// Diagnostic only (`BPROBE`, wrong results): 1 = no MMAs or epilogue, 2 = no weights,
+    /// 3 = no epilogue.
     pub probe: u32,
 }
 
 impl BeamPlan {
     /// The plan (btb, ts, nr) for `shape`, or `None` if the combination is invalid.
     pub fn with(shape: &XShape, btb: usize, ts: usize, nr: usize) -> Option<Self> {
-        if !(1..=8).contains(&btb) || !(ts == 32 || ts == 64) || btb * ts / 32 > 8 {
+        if !(1..=8).contains(&btb) || ![32, 64, 128].contains(&ts) || btb * ts / 32 > 8 {
             return None;
         }
         if !(2..=6).contains(&nr) {
@@ -146,16 +147,18 @@ impl BeamPlan {
     }
 
     /// Plan for `shape` with at most `max_tiles` tiles per block and `smem_limit` bytes of
-    /// shared memory per block: most tiles first, then the most input bytes in flight
-    /// ((nr − 1) stages of ts spectra), then the larger ts; `None` if even one tile does not fit.
+    /// shared memory per block: most tiles first, then the most warps multiplying (`btb · ts /
+    /// 32`: with few beams a longer spectra tile spreads the MMAs over more warps), then 3 raw
+    /// stages (2 in flight; more did not help on the H100), else the most that fit; `None` if
+    /// even one tile does not fit.
     pub fn new(shape: &XShape, max_tiles: usize, smem_limit: usize) -> Option<Self> {
         (1..=max_tiles.clamp(1, 8)).rev().find_map(|btb| {
-            [64, 32]
+            [128, 64, 32]
                 .into_iter()
                 .flat_map(|ts| (2..=6).map(move |nr| (ts, nr)))
                 .filter_map(|(ts, nr)| Self::with(shape, btb, ts, nr))
                 .filter(|p| p.smem <= smem_limit)
-                .max_by_key(|p| ((p.nr - 1) * p.ts, p.ts))
+                .max_by_key(|p| (p.ts, p.nr == 3, p.nr))
         })
     }
 }
@@ -511,9 +514,9 @@ impl GpuX {
 
     /// Beamformer tuning knobs (benchmarks; see [`BeamTuning`]).
     pub fn set_beam_tuning(&mut self, tuning: BeamTuning) -> Result<(), XError> {
-        if (tuning.ts != 0 && tuning.ts != 32 && tuning.ts != 64)
+        if (tuning.ts != 0 && ![32, 64, 128].contains(&tuning.ts))
             || (tuning.nr != 0 && !(2..=6).contains(&tuning.nr))
-            || tuning.probe > 2
+            || tuning.probe > 3
         {
             return Err(XError::Shape(format!("beam tuning {tuning:?}")));
         }
@@ -578,6 +581,20 @@ impl GpuX {
         Ok(f)
     }
 
+    /// Registers per thread and local (spill) bytes per thread of the beamformer kernel for
+    /// `n_beams` beams and `plan` (benchmark diagnostics).
+    pub(crate) fn beam_fn_resources(
+        &mut self,
+        n_beams: usize,
+        plan: BeamPlan,
+    ) -> Result<(i32, i32), XError> {
+        let f = self.beam_fn(n_beams, plan)?;
+        Ok((
+            f.num_regs().map_err(gerr)?,
+            f.local_size_bytes().map_err(gerr)?,
+        ))
+    }
+
     /// Uploads prepared beam tables.
     pub(crate) fn upload_tables(&self, t: &BeamTables) -> Result<DevTables, XError> {
         let (order, groups) = beam_groups(&t.pol, BEAM_HALF);
@@ -632,7 +649,8 @@ impl GpuX {
         } else {
             items
         };
-        if items > i32::MAX as usize || nb * self.shape.beam_output_len(n_beams) > isize::MAX as usize
+        if items > i32::MAX as usize
+            || nb * self.shape.beam_output_len(n_beams) > isize::MAX as usize
         {
             return Err(XError::Shape(format!("beamformer launch: {items} items")));
         }
