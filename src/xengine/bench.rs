@@ -36,20 +36,22 @@
 //! double-buffered weights) rather than the memory path. 4-bit input: 22.7 % / 18.4 % (half
 //! the bytes, the same compute); 4-bit correlator 361 / 398 TOPS at 256 / 576 antennas.
 //!
-//! Beamformer over a chunk (H100, 2026-11-22, `gpucbf bench xbgpu-beam`, copy 2986 GB/s): one
+//! Beamformer over a chunk (H100, 2026-11-22, `gpucbf bench xbgpu-beam`, copy 2987 GB/s): one
 //! launch over all batches of a chunk (per-batch presence, dither seed and saturation; weights
-//! built once per channel for the chunk) and half-tiles of 8 beams of one pol (16 beams of
-//! alternating pol fill one tile instead of two half-empty ones). Chunk of 16 batches: 16 beams
-//! 0.0402 ms/batch = 38.4 %, 64 beams 0.0635 ms/batch = 31.0 % (one batch per launch: 31.6 % /
-//! 23.8 %; 32 batches: 39.8 % / 31.8 %). The load stream alone (BPROBE 1) now reaches 84 % at 16
-//! beams (the 64-beam probe writes no output, so its 102 % counts bytes it does not move); the
-//! weights cost nothing any more (BPROBE 2 = full kernel). What remains is the MMA + epilogue
-//! part: ~1.7 µs per 8 KB stage per block at 16 beams with only 2 of 8 warps multiplying, and at
-//! 64 beams (8 warps) ~15 µs per batch above the loads: 1.3 M m16n8k32 MMAs per batch (hi and lo
-//! planes) are ~2500 per SM sub-partition, ~21 µs at the best mma.sync rate seen in this repo
-//! (the correlator's ~15 cycles each), against a 24.6 µs budget for 80 %: with mma.sync and two
-//! weight planes 64 beams cannot reach 80 %; it needs wgmma (sm_90a) or one MMA per product.
-//! f16 weights (m16n8k16) cost the same instructions as the two int8 planes.
+//! built once per channel for the chunk), half-tiles of 8 beams of one pol (16 beams of
+//! alternating pol fill one tile instead of two half-empty ones) and 128-spectra tiles when
+//! that lets more warps multiply. Chunk of 16 batches: 16 beams (ts 128) 0.0299 ms/batch =
+//! 51.6 % (ts 128 with 2 raw stages 53.7 %, ts 64 39.9 %), 64 beams (ts 64) 0.0638 ms/batch =
+//! 30.8 % (2 raw stages 33.7 %, 6 stages 25.4 %); one batch per launch 36.9 % / 23.8 %, 32 batches
+//! 52.0 % / 31.5 %; without dither 52.3 % / 33.1 %; 4-bit 34.0 % / 22.6 %. Probes (same run):
+//! loads + transposes + weights alone (BPROBE 1) 94.9 % / 99.6 % (the latter writes no output
+//! but counts its bytes); no weight build (BPROBE 2) = the full kernel (the weights are now
+//! free); MMAs without the epilogue (BPROBE 3) 85.7 % / 70.0 % with 78 / 75 registers and no
+//! spills, against 128 registers and 40 bytes of local memory (spills) for the full kernel. So
+//! the stream and the hi/lo MMAs fit the budget at 16 beams and nearly at 64; the epilogue
+//! (combine, dither hash, quantise, store), or the registers it costs at the 128 cap of two
+//! blocks per SM, takes the rest. Next: hand the accumulators to the warps that do not multiply
+//! (shared memory) for the epilogue, or combine hi and lo early to halve the live registers.
 
 use std::ffi::c_void;
 
