@@ -45,7 +45,8 @@
 // BTB (beam tiles per block, 1..8), TS (spectra per tile: 32, 64 or 128, BTB * TS / 32 <= 8,
 // the warps that multiply), NR (raw
 // input stages, 2..6), SAMPLE_BITS (8 or 4), BPROBE (diagnostic, wrong results: 1 = no MMAs and
-// no epilogue, 2 = no weight build, 3 = no epilogue).
+// no epilogue, 2 = no weight build, 3 = no epilogue), MINB (launch bounds: blocks per SM, 1 or
+// 2; 1 lifts the 128-register cap).
 
 #ifndef N_ANTS
 #error "N_ANTS must be defined"
@@ -70,6 +71,9 @@
 #endif
 #ifndef BPROBE
 #define BPROBE 0
+#endif
+#ifndef MINB
+#define MINB 2 // blocks per SM the registers are capped for (launch bounds)
 #endif
 
 #define THREADS 256
@@ -341,7 +345,7 @@ __device__ __forceinline__ WarpItem warp_item(int bg, int n_groups, const int *_
 // N_BEAMS + beam + dseed[batch]. Dynamic shared memory SMEM_BYTES. Items are (channel, group of
 // beam tiles, batch), batch fastest; block k takes the contiguous items [k n / grid, (k + 1) n /
 // grid), so its weights are rebuilt only when the channel or the group changes.
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
+extern "C" __global__ void __launch_bounds__(THREADS, MINB)
     beamform(const signed char *__restrict__ in, signed char *__restrict__ out,
              const float2 *__restrict__ coef, const float *__restrict__ delay,
              const float *__restrict__ wscale, const int *__restrict__ order,

@@ -431,6 +431,7 @@ fn nvrtc_compiles_all_kernels() {
                 ] {
                     let mut plan = gpucbf::xengine::BeamPlan::with(&shape, 2, ts, nr).unwrap();
                     plan.probe = probe;
+                    plan.min_blocks = if ts == 128 { 1 } else { 2 };
                     let d = gpucbf::xengine::beamform_defines(&shape, 16, &plan);
                     compile_ptx("beamform.cu", gpucbf::xengine::BEAMFORM_SRC, &d, arch)
                         .unwrap_or_else(|e| panic!("{e}"));
@@ -871,6 +872,12 @@ fn gpu_beamformer_chunk_within_one_lsb() {
         present[2 * na..3 * na].iter_mut().for_each(|p| *p = false); // batch 2: none
         let mut cpu = CpuX::new(shape);
         let mut gpu = GpuX::new(shape).unwrap();
+        // the 4-bit case without the register cap of two blocks per SM
+        gpu.set_beam_tuning(gpucbf::xengine::BeamTuning {
+            min_blocks: if bits == 4 { 1 } else { 0 },
+            ..Default::default()
+        })
+        .unwrap();
         let per = shape.beam_output_len(nb);
         let mut got = vec![0x55i8; n * per];
         let first = 1000;

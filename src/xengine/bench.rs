@@ -359,12 +359,13 @@ impl BeamBench {
             _ => "",
         };
         println!(
-            "beamformer {bits}-bit n_ants={n_ants} beams={n_beams:2} dither={} ts={} nr={} btb={} {} chunk={nb:2}: {:.2} MB in+out per batch, {:.4} ms/chunk, {:.4} ms/batch, {:.1} GB/s = {:.1} % of copy bandwidth{what} ({regs} regs, {local} B local)",
+            "beamformer {bits}-bit n_ants={n_ants} beams={n_beams:2} dither={} ts={} nr={} btb={} {} chunk={nb:2} minb={}: {:.2} MB in+out per batch, {:.4} ms/chunk, {:.4} ms/batch, {:.1} GB/s = {:.1} % of copy bandwidth{what} ({regs} regs, {local} B local)",
             u8::from(dither),
             plan.ts,
             plan.nr,
             plan.btb,
             if tuning.persistent { "persistent" } else { "grid=items" },
+            plan.min_blocks,
             bytes / 1e6,
             secs * 1e3,
             per_batch * 1e3,
@@ -410,6 +411,7 @@ fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
                 nr,
                 persistent,
                 probe: 0,
+                min_blocks: 0,
             };
             if let Err(e) = b8.run(nb, true, tu) {
                 println!("beamformer beams={nb} ts={ts} nr={nr}: not run ({e})");
@@ -417,6 +419,14 @@ fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
         }
         for probe in [1, 2, 3] {
             b8.run(nb, true, BeamTuning { probe, ..def })?;
+        }
+        // no register cap (one block per SM when the kernel needs more than 128)
+        let tu = BeamTuning {
+            min_blocks: 1,
+            ..def
+        };
+        if let Err(e) = b8.run(nb, true, tu) {
+            println!("beamformer beams={nb} min_blocks=1: not run ({e})");
         }
     }
     drop(b8);

@@ -121,6 +121,9 @@ pub struct BeamPlan {
     /// Diagnostic only (`BPROBE`, wrong results): 1 = no MMAs or epilogue, 2 = no weights,
     /// 3 = no epilogue.
     pub probe: u32,
+    /// Launch bounds: blocks per SM the registers are capped for (2: 128 registers; 1: up to
+    /// 255, one block per SM when more than 128 are used).
+    pub min_blocks: u32,
 }
 
 impl BeamPlan {
@@ -143,6 +146,7 @@ impl BeamPlan {
             nr,
             smem,
             probe: 0,
+            min_blocks: 2,
         })
     }
 
@@ -176,6 +180,8 @@ pub struct BeamTuning {
     pub persistent: bool,
     /// `BeamPlan::probe`.
     pub probe: u32,
+    /// `BeamPlan::min_blocks` (0: planned, 2).
+    pub min_blocks: u32,
 }
 
 impl Default for BeamTuning {
@@ -185,6 +191,7 @@ impl Default for BeamTuning {
             nr: 0,
             persistent: true,
             probe: 0,
+            min_blocks: 0,
         }
     }
 }
@@ -201,6 +208,7 @@ pub fn beamform_defines(
     d.push(("TS", plan.ts.to_string()));
     d.push(("NR", plan.nr.to_string()));
     d.push(("BPROBE", plan.probe.to_string()));
+    d.push(("MINB", plan.min_blocks.to_string()));
     d
 }
 
@@ -517,6 +525,7 @@ impl GpuX {
         if (tuning.ts != 0 && ![32, 64, 128].contains(&tuning.ts))
             || (tuning.nr != 0 && !(2..=6).contains(&tuning.nr))
             || tuning.probe > 3
+            || tuning.min_blocks > 2
         {
             return Err(XError::Shape(format!("beam tuning {tuning:?}")));
         }
@@ -548,6 +557,7 @@ impl GpuX {
         })
         .map(|p| BeamPlan {
             probe: tu.probe,
+            min_blocks: if tu.min_blocks == 0 { 2 } else { tu.min_blocks },
             ..p
         })
         .ok_or_else(|| {
@@ -644,6 +654,9 @@ impl GpuX {
         // persistent grid: as many blocks as fit at once (at most two per SM, the kernel's
         // launch bounds), each walking a contiguous range of items
         let per_sm = (self.smem_per_sm / (plan.smem + 1024)).clamp(1, 2);
+        // and as the registers allow (65536 per SM, allocated per warp in units of 256)
+        let regs = f.num_regs().map_err(gerr)?.max(1) as usize;
+        let per_sm = per_sm.min((65536 / (regs.div_ceil(8) * 8 * 256)).max(1));
         let blocks = if self.beam_tuning.persistent {
             items.min(per_sm * self.n_sms.max(1))
         } else {
