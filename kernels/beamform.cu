@@ -18,28 +18,35 @@
 // every input fragment and out = s_b / 32512 * (256 acc_hi + acc_lo): exact integer sums, a
 // weight error below s_b * 1.6e-5.
 //
-// Work. An item is one channel and up to BTB beam tiles (16 beams of one pol each). The grid is
-// persistent (about two blocks per SM); a block walks its items (blockIdx.x, + gridDim.x, ...)
-// and, within each, the spectra in tiles of TS and the antennas in chunks of KC = 32, as one
-// continuous stream of stages: cp.async brings each stage in as it lies in memory ([antenna]
-// [spectrum], 16-byte coalesced copies, NR - 1 stages in flight, across item boundaries), one
-// pass transposes it (and unpacks 4-bit input) to [spectrum][antenna] rows of 4-byte words (both
-// pols, re/im), so that one 16-byte shared load gives a B fragment of either pol (PRMT selects
-// the pol), and the warps multiply the previous stage meanwhile. At an item boundary the block
-// rebuilds its weight planes (one extra barrier) while the next stages are already in flight.
+// Work. The launch covers n_batches batches (a chunk), each with its own antenna presence
+// (absent antennas are zero-filled by the copy, no memory read), dither seed and saturation
+// counts. A beam tile is 16 beams as two half-tiles (m16 fragments) of 8 beams of one pol each,
+// so beams of both pols share a tile (the pol is selected per fragment). An item is one batch,
+// one channel and up to BTB beam tiles. The grid is persistent (about two blocks per SM); block
+// k walks the contiguous items [k n / grid, (k + 1) n / grid) (batch fastest, so the weights of
+// a channel are built once for all batches of the chunk) and, within each, the spectra in tiles
+// of TS and the antennas in chunks of KC = 32, as one continuous stream of stages: cp.async
+// brings each stage in as it lies in memory ([antenna][spectrum], 16-byte coalesced copies,
+// NR - 1 stages in flight, across item boundaries), one pass transposes it (and unpacks 4-bit
+// input) to [spectrum][antenna] rows of 4-byte words (both pols, re/im), so that one 16-byte
+// shared load gives a B fragment of either pol (PRMT selects the pol), and the warps multiply
+// the previous stage meanwhile. At a change of channel the block rebuilds its weight planes
+// (one extra barrier) while the next stages are already in flight.
 //
 // Output tile of warp w: beam tile w / NT, 32 spectra (w % NT), 2 x 4 fragments x (hi, lo). The
-// weight rows are ordered so that an m16 fragment holds Re of 8 beams in rows 0-7 and Im of the
-// same beams in rows 8-15, and the spectra of the N dimension are permuted (column n of fragment
+// weight rows are ordered so that an m16 fragment (half-tile) holds Re of 8 beams in rows 0-7 and
+// Im of the same beams in rows 8-15, and the spectra of the N dimension are permuted (column n of fragment
 // ni is spectrum 8 (n / 2) + 2 ni + n % 2): a lane then owns 8 consecutive complex outputs of one
 // beam and writes them as one 16-byte store (no shuffles; a warp writes 64-byte runs).
 // Dither: one 32-bit hash per complex output, two 16-bit uniforms (same as the host's
 // `dither_pair`).
 //
 // Defines: N_ANTS, N_CHANNELS, SPECTRA (spectra per batch, a multiple of 16), N_BEAMS,
-// BTB (beam tiles per block, 1..8), TS (spectra per tile: 32 or 64, BTB * TS / 32 <= 8), NR (raw
+// BTB (beam tiles per block, 1..8), TS (spectra per tile: 32, 64 or 128, BTB * TS / 32 <= 8,
+// the warps that multiply), NR (raw
 // input stages, 2..6), SAMPLE_BITS (8 or 4), BPROBE (diagnostic, wrong results: 1 = no MMAs and
-// no epilogue, 2 = no weight build).
+// no epilogue, 2 = no weight build, 3 = no epilogue), MINB (launch bounds: blocks per SM, 1 or
+// 2; 1 lifts the 128-register cap).
 
 #ifndef N_ANTS
 #error "N_ANTS must be defined"
@@ -65,6 +72,9 @@
 #ifndef BPROBE
 #define BPROBE 0
 #endif
+#ifndef MINB
+#define MINB 2 // blocks per SM the registers are capped for (launch bounds)
+#endif
 
 #define THREADS 256
 #define WARPS 8
@@ -89,9 +99,11 @@
 #define W_BYTES (BTB * 32 * WS)
 #define SMEM_BYTES (2 * W_BYTES + NR * RAW_BYTES + 2 * TS * RS + BTB * 128)
 #define QMAX 32512.0f
+#define BATCH_BYTES ((size_t)N_ANTS * N_CHANNELS * SPECTRA * SBYTES)
+#define OUT_BATCH ((size_t)N_BEAMS * N_CHANNELS * SPECTRA * 2)
 
 static_assert(SPECTRA % 16 == 0, "SPECTRA must be a multiple of 16");
-static_assert(TS == 32 || TS == 64, "TS must be 32 or 64");
+static_assert(TS == 32 || TS == 64 || TS == 128, "TS must be 32, 64 or 128");
 static_assert(BTB >= 1 && BTB * NT <= WARPS, "BTB * TS / 32 must be <= 8");
 static_assert(NR >= 2 && NR <= 6, "NR must be 2..6");
 static_assert(SAMPLE_BITS == 8 || SAMPLE_BITS == 4, "SAMPLE_BITS must be 8 or 4");
@@ -146,20 +158,24 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Stage (channel c, spectra tile st, antenna chunk kc) into a raw buffer [antenna][TS spectra]:
-// consecutive threads copy consecutive 16-byte pieces of one antenna's spectra (coalesced);
-// out-of-range antennas and spectra are zero-filled.
-__device__ __forceinline__ void issue_stage(unsigned char *raw, const signed char *in, int c,
-                                            int st, int kc) {
+// Stage (batch bt, channel c, spectra tile st, antenna chunk kc) into a raw buffer [antenna][TS
+// spectra]: consecutive threads copy consecutive 16-byte pieces of one antenna's spectra
+// (coalesced); out-of-range antennas and spectra, and antennas absent in the batch (present[bt]
+// [a] == 0), are zero-filled without reading memory.
+__device__ __forceinline__ void issue_stage(unsigned char *raw, const signed char *in,
+                                            const unsigned char *__restrict__ present, int bt,
+                                            int c, int st, int kc) {
 #pragma unroll
     for (int i = 0; i < CPT; i++) {
         const int u = i * THREADS + threadIdx.x;
         if ((KC * CPR) % THREADS != 0 && u >= KC * CPR) break;
         const int al = u / CPR, sq = u % CPR;
         const int a = kc * KC + al, s = st * TS + SPC * sq;
-        const bool valid = a < N_ANTS && s < SPECTRA;
+        const bool valid = a < N_ANTS && s < SPECTRA && present[(size_t)bt * N_ANTS + a] != 0;
         const signed char *src =
-            valid ? in + (((size_t)a * N_CHANNELS + c) * SPECTRA + s) * SBYTES : in;
+            valid ? in + (size_t)bt * BATCH_BYTES +
+                        (((size_t)a * N_CHANNELS + c) * SPECTRA + s) * SBYTES
+                  : in;
         cp_async16(raw + al * RAW_RS + 16 * sq, src, valid);
     }
 }
@@ -195,17 +211,19 @@ __device__ __forceinline__ void transpose_stage(unsigned char *xb, const unsigne
     }
 }
 
-// Beam table of item group bg: s_beam / s_q [BTB * 16] (beam index or -1, 32512 / s_b).
+// Beam table of beam-tile group bg: s_beam / s_q [BTB * 16] (beam index or -1, 32512 / s_b).
+// Entry 16 t + 8 h + j is beam j of half-group 2 (bg * BTB + t) + h (8 beams of one pol).
 __device__ __forceinline__ void load_beam_table(int *s_beam, float *s_q, int bg, int n_groups,
                                                 const int *__restrict__ order,
                                                 const int3 *__restrict__ groups,
                                                 const float *__restrict__ wscale) {
     if (threadIdx.x < BTB * 16) {
-        const int t = threadIdx.x >> 4, j = threadIdx.x & 15;
+        const int t = threadIdx.x >> 4, h = (threadIdx.x >> 3) & 1, j = threadIdx.x & 7;
+        const int gi = 2 * (bg * BTB + t) + h;
         int beam = -1;
         float q = 0.0f;
-        if (bg * BTB + t < n_groups) {
-            const int3 grp = groups[bg * BTB + t];
+        if (gi < n_groups) {
+            const int3 grp = groups[gi];
             if (j < grp.y) {
                 beam = order[grp.x + j];
                 const float sb = wscale[beam];
@@ -286,11 +304,12 @@ __device__ __forceinline__ float combine(int hi, int lo, float os) {
 #endif
 }
 
-// Per-item, per-warp state: the warp's beam tile, its pol selector and its two beams.
+// Per-item, per-warp state: the warp's beam tile, the pol selector of each m16 fragment (one
+// half-group of 8 beams of one pol each) and the lane's two beams.
 struct WarpItem {
     bool active;
     int bt, nt;
-    u32 sel;
+    u32 sel[2];
     int beam[2];
     float oscale[2];
 };
@@ -300,58 +319,69 @@ __device__ __forceinline__ WarpItem warp_item(int bg, int n_groups, const int *_
                                               const float *__restrict__ wscale) {
     WarpItem w;
     const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
-    const int ntiles = min(BTB, n_groups - bg * BTB);
+    const int n_tiles = (n_groups + 1) / 2;
+    const int ntiles = min(BTB, n_tiles - bg * BTB);
     w.active = warp < ntiles * NT;
     w.bt = w.active ? warp / NT : 0;
     w.nt = warp % NT;
-    int3 grp = make_int3(0, 0, 0);
-    if (w.active) grp = groups[bg * BTB + w.bt];
-    w.sel = grp.z ? 0x7632u : 0x5410u;
 #pragma unroll
     for (int mi = 0; mi < 2; mi++) {
-        const int jb = 8 * mi + g;
-        w.beam[mi] = jb < grp.y ? order[grp.x + jb] : -1;
+        const int gi = 2 * (bg * BTB + w.bt) + mi;
+        int3 grp = make_int3(0, 0, 0);
+        if (w.active && gi < n_groups) grp = groups[gi];
+        w.sel[mi] = grp.z ? 0x7632u : 0x5410u;
+        w.beam[mi] = g < grp.y ? order[grp.x + g] : -1;
         w.oscale[mi] = w.beam[mi] >= 0 ? wscale[w.beam[mi]] / QMAX : 0.0f;
     }
     return w;
 }
 
 // coef: float2 [N_BEAMS][N_ANTS]; delay: float [N_BEAMS][N_ANTS]; wscale: float [N_BEAMS]
-// (max_a |coef|); order: beam indices sorted by pol; groups: int3 (start in order, count <= 16,
-// pol), one per beam tile. saturated: u64 [N_BEAMS] (added to). dither != 0 enables dither with
-// hash key (c * SPECTRA + s) * N_BEAMS + beam + dseed (dseed: per batch, from the host).
-// Dynamic shared memory SMEM_BYTES; grid.x blocks walk the N_CHANNELS * ceil(n_groups / BTB)
-// items.
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
+// (max_a |coef|); order: beam indices sorted by pol; groups: int3 (start in order, count <= 8,
+// pol), one per half-tile (an m16 fragment: 8 beams of one pol), tile t = half-groups 2t, 2t + 1.
+// in: n_batches batches of BATCH_BYTES; present: u8 [n_batches][N_ANTS] (0: the antenna is read
+// as zeros); out: int8 [batch][beam][channel][spectrum][re/im]; saturated: u64
+// [n_batches][N_BEAMS] (added to). dither != 0 enables dither with hash key (c * SPECTRA + s) *
+// N_BEAMS + beam + dseed[batch]. Dynamic shared memory SMEM_BYTES. Items are (channel, group of
+// beam tiles, batch), batch fastest; block k takes the contiguous items [k n / grid, (k + 1) n /
+// grid), so its weights are rebuilt only when the channel or the group changes.
+extern "C" __global__ void __launch_bounds__(THREADS, MINB)
     beamform(const signed char *__restrict__ in, signed char *__restrict__ out,
              const float2 *__restrict__ coef, const float *__restrict__ delay,
              const float *__restrict__ wscale, const int *__restrict__ order,
              const int3 *__restrict__ groups, int n_groups,
-             unsigned long long *__restrict__ saturated, int dither, unsigned int dseed) {
+             const unsigned char *__restrict__ present, int n_batches,
+             unsigned long long *__restrict__ saturated, int dither,
+             const unsigned int *__restrict__ dseeds) {
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned char *whi = smem, *wlo = smem + W_BYTES, *xin = smem + 2 * W_BYTES;
     unsigned char *raw = xin + 2 * TS * RS;
     int *s_beam = (int *)(raw + NR * RAW_BYTES); // [BTB * 16] beam index or -1
     float *s_q = (float *)(s_beam + BTB * 16);   // [BTB * 16] 32512 / s_b
-    const int n_bg = (n_groups + BTB - 1) / BTB;
-    const int n_items = N_CHANNELS * n_bg;
-    if ((int)blockIdx.x >= n_items) return;
-    const int my_items = (n_items - 1 - (int)blockIdx.x) / (int)gridDim.x + 1;
-    const int n_stages = my_items * SPI;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int n_tiles = (n_groups + 1) / 2;
+    const int n_bg = (n_tiles + BTB - 1) / BTB;
+    const long long n_items = (long long)N_CHANNELS * n_bg * n_batches;
+    const int it0 = (int)((long long)blockIdx.x * n_items / gridDim.x);
+    const int it1 = (int)((long long)(blockIdx.x + 1) * n_items / gridDim.x);
+    if (it1 <= it0) return;
+    const int n_stages = (it1 - it0) * SPI;
+    const int lane = threadIdx.x & 31;
     const int g = lane >> 2, tq = lane & 3;
 
 #pragma unroll
     for (int p = 0; p < NR - 1; p++) {
         if (p < n_stages) {
-            const int item = blockIdx.x + (p / SPI) * gridDim.x, r = p % SPI;
-            issue_stage(raw + p * RAW_BYTES, in, item / n_bg, r / N_KC, r % N_KC);
+            const int it = it0 + p / SPI, r = p % SPI;
+            issue_stage(raw + p * RAW_BYTES, in, present, it % n_batches,
+                        (it / n_batches) / n_bg, r / N_KC, r % N_KC);
         }
         cp_async_commit();
     }
 
-    int item = blockIdx.x;
-    int c = item / n_bg, bg = item % n_bg;
+    int item = it0;
+    int bt = item % n_batches, cbg = item / n_batches;
+    int c = cbg / n_bg, bg = cbg % n_bg;
+    unsigned int dseed = dseeds[bt];
     load_beam_table(s_beam, s_q, bg, n_groups, order, groups, wscale);
     __syncthreads();
 #if BPROBE != 2
@@ -373,14 +403,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
 
     // Iteration i: stage i has landed (raw), stage i + NR - 1 is issued, stage i is transposed
     // into B buffer i % 2 while the warps multiply stage i - 1 out of the other; one barrier
-    // (two at an item boundary, around the weight rebuild).
+    // (two at a change of channel or beam group, around the weight rebuild).
     for (int i = 0; i <= n_stages; i++) {
         if (i < n_stages) cp_async_wait<NR - 2>();
         __syncthreads();
         if (i + NR - 1 < n_stages) {
             const int j = i + NR - 1, r = j % SPI;
-            const int jt = blockIdx.x + (j / SPI) * gridDim.x;
-            issue_stage(raw + (j % NR) * RAW_BYTES, in, jt / n_bg, r / N_KC, r % N_KC);
+            const int jt = it0 + j / SPI;
+            issue_stage(raw + (j % NR) * RAW_BYTES, in, present, jt % n_batches,
+                        (jt / n_batches) / n_bg, r / N_KC, r % N_KC);
         }
         cp_async_commit();
         if (i < n_stages) transpose_stage(xin + (i & 1) * TS * RS, raw + (i % NR) * RAW_BYTES);
@@ -407,10 +438,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
                         // column g of fragment ni is spectrum 8 (g / 2) + 2 ni + g % 2
                         const int srow = 32 * wi.nt + 8 * (g >> 1) + 2 * ni + (g & 1);
                         const uint4 v = *(const uint4 *)(xb + srow * RS + 64 * kk + 16 * tq);
-                        const u32 b[2] = {__byte_perm(v.x, v.y, wi.sel),
-                                          __byte_perm(v.z, v.w, wi.sel)};
 #pragma unroll
                         for (int mi = 0; mi < 2; mi++) {
+                            const u32 b[2] = {__byte_perm(v.x, v.y, wi.sel[mi]),
+                                              __byte_perm(v.z, v.w, wi.sel[mi])};
                             mma_s8(acc_hi[mi][ni], ah[mi], b);
                             mma_s8(acc_lo[mi][ni], al[mi], b);
                         }
@@ -418,6 +449,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
                 }
             }
             if (kc == N_KC - 1) {
+#if BPROBE != 3
                 // Epilogue of spectra tile st: this lane owns beam row g of each m16 fragment,
                 // spectra s0 .. s0 + 7 (re in acc[..][0..1], im in acc[..][2..3]).
                 const int s0 = st * TS + 32 * wi.nt + 8 * tq;
@@ -449,10 +481,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
                             word[ni] = __byte_perm(__byte_perm(q[0], q[1], 0x0040),
                                                    __byte_perm(q[2], q[3], 0x0040), 0x5410);
                         }
-                        *(uint4 *)(out + (((size_t)b * N_CHANNELS + c) * SPECTRA + s0) * 2) =
+                        *(uint4 *)(out + (size_t)bt * OUT_BATCH +
+                                   (((size_t)b * N_CHANNELS + c) * SPECTRA + s0) * 2) =
                             make_uint4(word[0], word[1], word[2], word[3]);
                     }
                 }
+#else
+                // keep the MMAs live: one store of an otherwise unused sum per lane and tile
+                if (acc_hi[0][0][0] == 0x7fffffff && acc_lo[1][3][3] == 0x7fffffff)
+                    out[0] = (signed char)(acc_hi[1][3][3] + acc_lo[0][0][0]);
+#endif
 #pragma unroll
                 for (int mi = 0; mi < 2; mi++)
 #pragma unroll
@@ -463,33 +501,39 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2)
         }
 #endif
         if (r == SPI - 1) {
-            // End of the item: flush the saturation counts (the 4 lanes of a g share a beam),
-            // then rebuild the tables and weights for the next item.
+            // End of the item: flush the saturation counts of its batch (the 4 lanes of a g
+            // share a beam); at a change of channel or group rebuild the tables and weights.
 #pragma unroll
             for (int mi = 0; mi < 2; mi++) {
                 unsigned int n = nsat[mi];
                 n += __shfl_xor_sync(0xffffffffu, n, 1);
                 n += __shfl_xor_sync(0xffffffffu, n, 2);
                 if (tq == 0 && n && wi.active && wi.beam[mi] >= 0)
-                    atomicAdd(&saturated[wi.beam[mi]], (unsigned long long)n);
+                    atomicAdd(&saturated[(size_t)bt * N_BEAMS + wi.beam[mi]],
+                              (unsigned long long)n);
                 nsat[mi] = 0;
             }
             if (i < n_stages) {
-                item += gridDim.x;
-                const int nbg = item % n_bg;
-                c = item / n_bg;
-                __syncthreads(); // everyone is done with the old weights and tables
-                if (nbg != bg) {
-                    bg = nbg;
-                    load_beam_table(s_beam, s_q, bg, n_groups, order, groups, wscale);
-                    __syncthreads();
-                    wi = warp_item(bg, n_groups, order, groups, wscale);
-                }
+                item++;
+                bt = item % n_batches;
+                dseed = dseeds[bt];
+                const int ncbg = item / n_batches;
+                if (ncbg != cbg) {
+                    cbg = ncbg;
+                    c = cbg / n_bg;
+                    const int nbg = cbg % n_bg;
+                    __syncthreads(); // everyone is done with the old weights and tables
+                    if (nbg != bg) {
+                        bg = nbg;
+                        load_beam_table(s_beam, s_q, bg, n_groups, order, groups, wscale);
+                        __syncthreads();
+                        wi = warp_item(bg, n_groups, order, groups, wscale);
+                    }
 #if BPROBE != 2
-                build_weights(whi, wlo, s_beam, s_q, c, coef, delay);
+                    build_weights(whi, wlo, s_beam, s_q, c, coef, delay);
 #endif
+                }
             }
         }
     }
-    (void)warp;
 }

@@ -417,9 +417,21 @@ fn nvrtc_compiles_all_kernels() {
             }
             // the tuning space of the benchmark: every (ts, nr) and the probes
             if na == 80 && arch == "compute_90" {
-                for (ts, nr, probe) in [(32, 6, 0), (64, 2, 0), (64, 4, 1), (64, 4, 2)] {
+                for (ts, nr, probe) in [
+                    (32, 3, 0),
+                    (32, 6, 0),
+                    (128, 2, 0),
+                    (128, 3, 0),
+                    (64, 3, 3),
+                    (64, 2, 0),
+                    (64, 3, 0),
+                    (64, 6, 0),
+                    (64, 4, 1),
+                    (64, 4, 2),
+                ] {
                     let mut plan = gpucbf::xengine::BeamPlan::with(&shape, 2, ts, nr).unwrap();
                     plan.probe = probe;
+                    plan.min_blocks = if ts == 128 { 1 } else { 2 };
                     let d = gpucbf::xengine::beamform_defines(&shape, 16, &plan);
                     compile_ptx("beamform.cu", gpucbf::xengine::BEAMFORM_SRC, &d, arch)
                         .unwrap_or_else(|e| panic!("{e}"));
@@ -825,5 +837,100 @@ fn gpu_beamformer_4bit_within_one_lsb() {
         assert!(want.iter().filter(|&&v| v != 0).count() * 2 > want.len());
         assert_eq!(sg.beam_ants, sc.beam_ants);
         eprintln!("gpu beams within 1 LSB of cpu (4-bit): {na} antennas, {nb} beams");
+    }
+}
+
+/// One launch over a chunk of batches equals the CPU per batch (within 1 LSB): antenna
+/// presence differing per batch (including a batch with none), dither keyed per batch, beams of
+/// uneven pol counts sharing tiles, per-batch `beam_ants` and saturation; 8- and 4-bit input.
+#[test]
+fn gpu_beamformer_chunk_within_one_lsb() {
+    if !gpu_test_guard("gpu_beamformer_chunk_within_one_lsb") {
+        return;
+    }
+    for (bits, na, nc, ns, nb, n) in [
+        (8, 80, 3, 64, 19, 5),
+        (8, 33, 2, 48, 64, 3),
+        (4, 40, 2, 96, 24, 4),
+    ] {
+        let shape = XShape::new(na, nc, ns)
+            .unwrap()
+            .with_sample_bits(bits)
+            .unwrap();
+        let chunk = random_batches(&shape, n, 77 + na as u64);
+        let mut bs = beam_set(&shape, nb, 5 + nb as u64);
+        for (b, beam) in bs.beams.iter_mut().enumerate() {
+            // 1/3 of the beams on pol 0: pol groups that do not fill whole tiles
+            beam.pol = usize::from(b % 3 != 0);
+            if bits == 4 {
+                beam.quant_gain *= 8.0;
+            }
+        }
+        let mut present = vec![true; n * na];
+        present[0] = false; // batch 0: antenna 0 missing
+        present[na + na / 2] = false; // batch 1: another one
+        present[2 * na..3 * na].iter_mut().for_each(|p| *p = false); // batch 2: none
+        let mut cpu = CpuX::new(shape);
+        let mut gpu = GpuX::new(shape).unwrap();
+        // the 4-bit case without the register cap of two blocks per SM
+        gpu.set_beam_tuning(gpucbf::xengine::BeamTuning {
+            min_blocks: if bits == 4 { 1 } else { 0 },
+            ..Default::default()
+        })
+        .unwrap();
+        let per = shape.beam_output_len(nb);
+        let mut got = vec![0x55i8; n * per];
+        let first = 1000;
+        let sg = gpu
+            .beamform_chunk(&chunk, &present, &bs, first, &mut got)
+            .unwrap();
+        assert_eq!(sg.len(), n);
+        let bb = shape.batch_bytes();
+        let mut off = 0;
+        for k in 0..n {
+            let mut want = vec![0i8; per];
+            let p = &present[k * na..(k + 1) * na];
+            let sc = cpu
+                .beamform(
+                    &chunk[k * bb..(k + 1) * bb],
+                    p,
+                    &bs,
+                    first + k as u64,
+                    &mut want,
+                )
+                .unwrap();
+            for (i, (&g, &c)) in got[k * per..(k + 1) * per].iter().zip(&want).enumerate() {
+                assert!(
+                    (g as i32 - c as i32).abs() <= 1,
+                    "{bits}-bit chunk {na}x{nb}, batch {k}: i={i}: gpu {g} cpu {c}"
+                );
+                off += usize::from(g != c);
+            }
+            if k == 2 {
+                // no antenna: only dither, which rounds to 0
+                assert!(want.iter().all(|&v| v == 0));
+            } else {
+                assert!(want.iter().filter(|&&v| v != 0).count() * 2 > want.len());
+            }
+            assert_eq!(sg[k].beam_ants, sc.beam_ants, "batch {k}");
+            for b in 0..nb {
+                let d = sg[k].saturated[b].abs_diff(sc.saturated[b]);
+                assert!(d * 100 <= (nc * ns) as u64, "batch {k} beam {b}");
+            }
+        }
+        assert!(off * 100 < got.len(), "too many 1-LSB differences: {off}");
+        // wrong sizes are errors
+        assert!(gpu
+            .beamform_chunk(&chunk, &present[1..], &bs, first, &mut got)
+            .is_err());
+        assert!(gpu
+            .beamform_chunk(&chunk, &present, &bs, first, &mut got[1..])
+            .is_err());
+        assert!(gpu
+            .beamform_chunk(&chunk[1..], &present, &bs, first, &mut got)
+            .is_err());
+        eprintln!(
+            "gpu chunk beams within 1 LSB of cpu: {bits}-bit {na} antennas {nb} beams {n} batches"
+        );
     }
 }

@@ -35,6 +35,23 @@
 //! the next step is overlapping weights/epilogue with the stream (warp specialisation or
 //! double-buffered weights) rather than the memory path. 4-bit input: 22.7 % / 18.4 % (half
 //! the bytes, the same compute); 4-bit correlator 361 / 398 TOPS at 256 / 576 antennas.
+//!
+//! Beamformer over a chunk (H100, 2026-11-22, `gpucbf bench xbgpu-beam`, copy 2987 GB/s): one
+//! launch over all batches of a chunk (per-batch presence, dither seed and saturation; weights
+//! built once per channel for the chunk), half-tiles of 8 beams of one pol (16 beams of
+//! alternating pol fill one tile instead of two half-empty ones) and 128-spectra tiles when
+//! that lets more warps multiply. Chunk of 16 batches: 16 beams (ts 128) 0.0299 ms/batch =
+//! 51.6 % (ts 128 with 2 raw stages 53.7 %, ts 64 39.9 %), 64 beams (ts 64) 0.0638 ms/batch =
+//! 30.8 % (2 raw stages 33.7 %, 6 stages 25.4 %); one batch per launch 36.9 % / 23.8 %, 32 batches
+//! 52.0 % / 31.5 %; without dither 52.3 % / 33.1 %; 4-bit 34.0 % / 22.6 %. Probes (same run):
+//! loads + transposes + weights alone (BPROBE 1) 94.9 % / 99.6 % (the latter writes no output
+//! but counts its bytes); no weight build (BPROBE 2) = the full kernel (the weights are now
+//! free); MMAs without the epilogue (BPROBE 3) 85.7 % / 70.0 % with 78 / 75 registers and no
+//! spills, against 128 registers and 40 bytes of local memory (spills) for the full kernel. So
+//! the stream and the hi/lo MMAs fit the budget at 16 beams and nearly at 64; the epilogue
+//! (combine, dither hash, quantise, store), or the registers it costs at the 128 cap of two
+//! blocks per SM, takes the rest. Next: hand the accumulators to the warps that do not multiply
+//! (shared memory) for the epilogue, or combine hi and lo early to halve the live registers.
 
 use std::ffi::c_void;
 
@@ -239,100 +256,183 @@ fn bench_copy(stream: &std::sync::Arc<CudaStream>) -> Result<f64, XError> {
     Ok(bw)
 }
 
-/// One beamformer measurement (80 antennas, 512 channels, 256 spectra, `n_beams` beams of
-/// alternating pol, `bits`-bit input); prints bytes moved, time and the fraction of `copy_bw`,
-/// and returns that fraction.
-fn bench_beamformer(
-    n_beams: usize,
-    bits: u32,
-    dither: bool,
-    tuning: BeamTuning,
+/// A beamformer measurement setup: 80 antennas, 512 channels, 256 spectra per batch,
+/// `bits`-bit input, one chunk of `n_batches` batches resident on the device.
+struct BeamBench {
+    g: GpuX,
+    shape: XShape,
+    input: CudaSlice<i8>,
+    present: CudaSlice<u8>,
+    dseeds: CudaSlice<u32>,
+    n_batches: usize,
     copy_bw: f64,
-) -> Result<f64, XError> {
-    let n_ants = 80;
-    let shape = XShape::new(n_ants, 512, 256)?.with_sample_bits(bits)?;
-    let mut g = GpuX::new(shape)?;
-    g.set_beam_tuning(tuning)?;
-    let beams = BeamSet {
-        beams: (0..n_beams)
-            .map(|b| Beam {
-                pol: b % 2,
-                quant_gain: if bits == 8 { 0.1 } else { 1.6 },
-                weights: vec![1.0; n_ants],
-                delays: (0..n_ants).map(|a| a as f64 * 1e-9).collect(),
-                phases: vec![0.3; n_ants],
-            })
-            .collect(),
-        channel_offset: 0,
-        n_channels_total: 4096,
-        bandwidth: 856e6,
-        dither: true,
-        seed: 7,
-    };
-    let t = beams.tables(&shape, &vec![true; n_ants])?;
-    let dt = g.upload_tables(&t)?;
-    let plan = g.beam_plan(dt.n_groups as usize)?;
-    let stream = g.stream().clone();
-    let mut host = random_input(shape.batch_bytes());
-    if bits == 4 {
-        // keep the nibbles in [-7, 7]
-        host.iter_mut().for_each(|v| *v &= 0x77);
-    }
-    let input = stream.clone_htod(&host).map_err(gerr)?;
-    let mut out: CudaSlice<i8> = stream
-        .alloc_zeros(shape.beam_output_len(n_beams))
-        .map_err(gerr)?;
-    let mut sat: CudaSlice<u64> = stream.alloc_zeros(n_beams).map_err(gerr)?;
-    let secs = time_gpu(&stream, 20, || {
-        g.beamform_device(&input, &dt, n_beams, dither, 7, 0, &mut out, &mut sat)
-    })?;
-    let bytes = (shape.batch_bytes() + shape.beam_output_len(n_beams)) as f64;
-    let bw = bytes / secs;
-    let frac = bw / copy_bw;
-    let what = match plan.probe {
-        1 => " [probe: no MMA, no epilogue]",
-        2 => " [probe: no weights]",
-        _ => "",
-    };
-    println!(
-        "beamformer {bits}-bit n_ants={n_ants} beams={n_beams:2} dither={} ts={} nr={} btb={} {}: {:.2} MB in+out, {:.4} ms/batch, {:.1} GB/s = {:.1} % of copy bandwidth{what}",
-        u8::from(dither),
-        plan.ts,
-        plan.nr,
-        plan.btb,
-        if tuning.persistent { "persistent" } else { "grid=items" },
-        bytes / 1e6,
-        secs * 1e3,
-        bw / 1e9,
-        100.0 * frac,
-    );
-    Ok(frac)
 }
 
-/// Device copy bandwidth, then the beamformer (16 and 64 beams, then variants and probes) as a
-/// fraction of it.
+impl BeamBench {
+    fn new(bits: u32, n_batches: usize, copy_bw: f64) -> Result<Self, XError> {
+        let n_ants = 80;
+        let shape = XShape::new(n_ants, 512, 256)?.with_sample_bits(bits)?;
+        let g = GpuX::new(shape)?;
+        let stream = g.stream().clone();
+        let mut host = random_input(shape.batch_bytes() * n_batches);
+        if bits == 4 {
+            // keep the nibbles in [-7, 7]
+            host.iter_mut().for_each(|v| *v &= 0x77);
+        }
+        let input = stream.clone_htod(&host).map_err(gerr)?;
+        let present = stream
+            .clone_htod(&vec![1u8; n_ants * n_batches])
+            .map_err(gerr)?;
+        let seeds: Vec<u32> = (0..n_batches as u64)
+            .map(|k| super::batch_dither_seed(7, k))
+            .collect();
+        let dseeds = stream.clone_htod(&seeds).map_err(gerr)?;
+        Ok(Self {
+            g,
+            shape,
+            input,
+            present,
+            dseeds,
+            n_batches,
+            copy_bw,
+        })
+    }
+
+    /// One measurement with `n_beams` beams of alternating pol: one launch over the whole
+    /// chunk; prints bytes moved per batch, time per batch and the fraction of the copy
+    /// bandwidth, and returns that fraction.
+    fn run(&mut self, n_beams: usize, dither: bool, tuning: BeamTuning) -> Result<f64, XError> {
+        let shape = self.shape;
+        let n_ants = shape.n_ants;
+        let bits = shape.sample_bits;
+        self.g.set_beam_tuning(tuning)?;
+        let beams = BeamSet {
+            beams: (0..n_beams)
+                .map(|b| Beam {
+                    pol: b % 2,
+                    quant_gain: if bits == 8 { 0.1 } else { 1.6 },
+                    weights: vec![1.0; n_ants],
+                    delays: (0..n_ants).map(|a| a as f64 * 1e-9).collect(),
+                    phases: vec![0.3; n_ants],
+                })
+                .collect(),
+            channel_offset: 0,
+            n_channels_total: 4096,
+            bandwidth: 856e6,
+            dither: true,
+            seed: 7,
+        };
+        let t = beams.tables(&shape, &vec![true; n_ants])?;
+        let dt = self.g.upload_tables(&t)?;
+        let plan = self.g.beam_plan(dt.n_tiles)?;
+        let (regs, local) = self.g.beam_fn_resources(n_beams, plan)?;
+        let stream = self.g.stream().clone();
+        let nb = self.n_batches;
+        let mut out: CudaSlice<i8> = stream
+            .alloc_zeros(shape.beam_output_len(n_beams) * nb)
+            .map_err(gerr)?;
+        let mut sat: CudaSlice<u64> = stream.alloc_zeros(n_beams * nb).map_err(gerr)?;
+        let (g, input, present, dseeds) = (&mut self.g, &self.input, &self.present, &self.dseeds);
+        let secs = time_gpu(&stream, 20, || {
+            g.beamform_device(
+                &dt,
+                n_beams,
+                super::gpu::BeamLaunch {
+                    input,
+                    n_batches: nb,
+                    present,
+                    dseeds,
+                    dither,
+                    out: &mut out,
+                    saturated: &mut sat,
+                },
+            )
+        })?;
+        let bytes = (shape.batch_bytes() + shape.beam_output_len(n_beams)) as f64;
+        let per_batch = secs / nb as f64;
+        let bw = bytes / per_batch;
+        let frac = bw / self.copy_bw;
+        let what = match plan.probe {
+            1 => " [probe: no MMA, no epilogue]",
+            2 => " [probe: no weights]",
+            3 => " [probe: MMAs, no epilogue]",
+            _ => "",
+        };
+        println!(
+            "beamformer {bits}-bit n_ants={n_ants} beams={n_beams:2} dither={} ts={} nr={} btb={} {} chunk={nb:2} minb={}: {:.2} MB in+out per batch, {:.4} ms/chunk, {:.4} ms/batch, {:.1} GB/s = {:.1} % of copy bandwidth{what} ({regs} regs, {local} B local)",
+            u8::from(dither),
+            plan.ts,
+            plan.nr,
+            plan.btb,
+            if tuning.persistent { "persistent" } else { "grid=items" },
+            plan.min_blocks,
+            bytes / 1e6,
+            secs * 1e3,
+            per_batch * 1e3,
+            bw / 1e9,
+            100.0 * frac,
+        );
+        Ok(frac)
+    }
+}
+
+/// Chunk size of the beamformer benchmark's headline lines (batches per launch, as the engine's
+/// `--heaps-per-fengine-per-chunk`).
+const BENCH_CHUNK: usize = 16;
+
+/// Device copy bandwidth, then the beamformer (16 and 64 beams over a chunk of 16 batches, then
+/// one batch per launch, other chunks, variants and probes) as a fraction of it.
 fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
     let copy = bench_copy(stream)?;
     let def = BeamTuning::default();
+    let mut b8 = BeamBench::new(8, BENCH_CHUNK, copy)?;
     for nb in [16, 64] {
-        bench_beamformer(nb, 8, true, def, copy)?;
+        b8.run(nb, true, def)?;
     }
     println!("beamformer variants (same run):");
+    for chunk in [1, 32] {
+        let mut b = BeamBench::new(8, chunk, copy)?;
+        for nb in [16, 64] {
+            b.run(nb, true, def)?;
+        }
+    }
     for nb in [16, 64] {
-        bench_beamformer(nb, 8, false, def, copy)?;
-        for (ts, nr, persistent) in [(64, 3, true), (32, 6, true), (0, 0, false)] {
+        b8.run(nb, false, def)?;
+        for (ts, nr, persistent) in [
+            (128, 2, true),
+            (128, 3, true),
+            (64, 2, true),
+            (64, 3, true),
+            (64, 6, true),
+            (0, 0, false),
+        ] {
             let tu = BeamTuning {
                 ts,
                 nr,
                 persistent,
                 probe: 0,
+                min_blocks: 0,
             };
-            bench_beamformer(nb, 8, true, tu, copy)?;
+            if let Err(e) = b8.run(nb, true, tu) {
+                println!("beamformer beams={nb} ts={ts} nr={nr}: not run ({e})");
+            }
         }
-        for probe in [1, 2] {
-            bench_beamformer(nb, 8, true, BeamTuning { probe, ..def }, copy)?;
+        for probe in [1, 2, 3] {
+            b8.run(nb, true, BeamTuning { probe, ..def })?;
         }
-        bench_beamformer(nb, 4, true, def, copy)?;
+        // no register cap (one block per SM when the kernel needs more than 128)
+        let tu = BeamTuning {
+            min_blocks: 1,
+            ..def
+        };
+        if let Err(e) = b8.run(nb, true, tu) {
+            println!("beamformer beams={nb} min_blocks=1: not run ({e})");
+        }
+    }
+    drop(b8);
+    let mut b4 = BeamBench::new(4, BENCH_CHUNK, copy)?;
+    for nb in [16, 64] {
+        b4.run(nb, true, def)?;
     }
     Ok(())
 }

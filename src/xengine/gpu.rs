@@ -83,8 +83,10 @@ impl CorrVariant {
 const THREADS: u32 = 256;
 /// Default cap on beams per beamformer block (8 tiles of 16 beams of one pol).
 const DEFAULT_BATCH_BEAMS: usize = 128;
-/// Beams per beamformer tile (one pol each).
+/// Beams per beamformer tile (two half-tiles of one pol each).
 const BEAM_TILE: usize = 16;
+/// Beams per beamformer half-tile (one m16 fragment: 8 beams of one pol).
+const BEAM_HALF: usize = 8;
 /// At most 65536 samples (4096 k-steps of 16) per block keep the int32 tensor-core sums exact.
 const MAX_KSTEPS_PER_BLOCK: usize = 4096;
 
@@ -110,20 +112,24 @@ pub fn correlate_defines(shape: &XShape) -> Vec<(&'static str, String)> {
 pub struct BeamPlan {
     /// Beam tiles (16 beams of one pol) per thread block.
     pub btb: usize,
-    /// Spectra per tile (32 or 64; `btb · ts / 32 ≤ 8` warps).
+    /// Spectra per tile (32, 64 or 128; `btb · ts / 32 ≤ 8` warps multiply).
     pub ts: usize,
     /// Raw input stages (2..=6).
     pub nr: usize,
     /// Dynamic shared memory, bytes.
     pub smem: usize,
-    /// Diagnostic only (`BPROBE`, wrong results): 1 = no MMAs or epilogue, 2 = no weights.
+    /// Diagnostic only (`BPROBE`, wrong results): 1 = no MMAs or epilogue, 2 = no weights,
+    /// 3 = no epilogue.
     pub probe: u32,
+    /// Launch bounds: blocks per SM the registers are capped for (2: 128 registers; 1: up to
+    /// 255, one block per SM when more than 128 are used).
+    pub min_blocks: u32,
 }
 
 impl BeamPlan {
     /// The plan (btb, ts, nr) for `shape`, or `None` if the combination is invalid.
     pub fn with(shape: &XShape, btb: usize, ts: usize, nr: usize) -> Option<Self> {
-        if !(1..=8).contains(&btb) || !(ts == 32 || ts == 64) || btb * ts / 32 > 8 {
+        if !(1..=8).contains(&btb) || ![32, 64, 128].contains(&ts) || btb * ts / 32 > 8 {
             return None;
         }
         if !(2..=6).contains(&nr) {
@@ -140,20 +146,23 @@ impl BeamPlan {
             nr,
             smem,
             probe: 0,
+            min_blocks: 2,
         })
     }
 
     /// Plan for `shape` with at most `max_tiles` tiles per block and `smem_limit` bytes of
-    /// shared memory per block: most tiles first, then the most input bytes in flight
-    /// ((nr − 1) stages of ts spectra), then the larger ts; `None` if even one tile does not fit.
+    /// shared memory per block: most tiles first, then the most warps multiplying (`btb · ts /
+    /// 32`: with few beams a longer spectra tile spreads the MMAs over more warps), then 3 raw
+    /// stages (2 in flight; more did not help on the H100), else the most that fit; `None` if
+    /// even one tile does not fit.
     pub fn new(shape: &XShape, max_tiles: usize, smem_limit: usize) -> Option<Self> {
         (1..=max_tiles.clamp(1, 8)).rev().find_map(|btb| {
-            [64, 32]
+            [128, 64, 32]
                 .into_iter()
                 .flat_map(|ts| (2..=6).map(move |nr| (ts, nr)))
                 .filter_map(|(ts, nr)| Self::with(shape, btb, ts, nr))
                 .filter(|p| p.smem <= smem_limit)
-                .max_by_key(|p| ((p.nr - 1) * p.ts, p.ts))
+                .max_by_key(|p| (p.ts, p.nr == 3, p.nr))
         })
     }
 }
@@ -171,6 +180,8 @@ pub struct BeamTuning {
     pub persistent: bool,
     /// `BeamPlan::probe`.
     pub probe: u32,
+    /// `BeamPlan::min_blocks` (0: planned, 2).
+    pub min_blocks: u32,
 }
 
 impl Default for BeamTuning {
@@ -180,6 +191,7 @@ impl Default for BeamTuning {
             nr: 0,
             persistent: true,
             probe: 0,
+            min_blocks: 0,
         }
     }
 }
@@ -196,6 +208,7 @@ pub fn beamform_defines(
     d.push(("TS", plan.ts.to_string()));
     d.push(("NR", plan.nr.to_string()));
     d.push(("BPROBE", plan.probe.to_string()));
+    d.push(("MINB", plan.min_blocks.to_string()));
     d
 }
 
@@ -245,7 +258,26 @@ pub(crate) struct DevTables {
     wscale: CudaSlice<f32>,
     order: CudaSlice<i32>,
     groups: CudaSlice<i32>,
-    pub(crate) n_groups: i32,
+    /// Half-tiles (8 beams of one pol each).
+    n_groups: i32,
+    /// Beam tiles (two half-tiles each).
+    pub(crate) n_tiles: usize,
+}
+
+/// One beamformer launch over `n_batches` consecutive batches of `input`: `present` is u8
+/// `[batch][antenna]` (0: read as zeros), `dseeds` one dither seed per batch ([`batch_dither_seed`]
+/// of its batch index), `out` int8 `[batch][beam][channel][spectrum][re/im]`, `saturated` u64
+/// `[batch][beam]` (added to).
+///
+/// [`batch_dither_seed`]: super::batch_dither_seed
+pub(crate) struct BeamLaunch<'a> {
+    pub(crate) input: &'a CudaSlice<i8>,
+    pub(crate) n_batches: usize,
+    pub(crate) present: &'a CudaSlice<u8>,
+    pub(crate) dseeds: &'a CudaSlice<u32>,
+    pub(crate) dither: bool,
+    pub(crate) out: &'a mut CudaSlice<i8>,
+    pub(crate) saturated: &'a mut CudaSlice<u64>,
 }
 
 /// Beam order sorted by pol and groups (start, count ≤ batch, pol) of one pol each.
@@ -490,9 +522,10 @@ impl GpuX {
 
     /// Beamformer tuning knobs (benchmarks; see [`BeamTuning`]).
     pub fn set_beam_tuning(&mut self, tuning: BeamTuning) -> Result<(), XError> {
-        if (tuning.ts != 0 && tuning.ts != 32 && tuning.ts != 64)
+        if (tuning.ts != 0 && ![32, 64, 128].contains(&tuning.ts))
             || (tuning.nr != 0 && !(2..=6).contains(&tuning.nr))
-            || tuning.probe > 2
+            || tuning.probe > 3
+            || tuning.min_blocks > 2
         {
             return Err(XError::Shape(format!("beam tuning {tuning:?}")));
         }
@@ -524,6 +557,7 @@ impl GpuX {
         })
         .map(|p| BeamPlan {
             probe: tu.probe,
+            min_blocks: if tu.min_blocks == 0 { 2 } else { tu.min_blocks },
             ..p
         })
         .ok_or_else(|| {
@@ -557,9 +591,24 @@ impl GpuX {
         Ok(f)
     }
 
+    /// Registers per thread and local (spill) bytes per thread of the beamformer kernel for
+    /// `n_beams` beams and `plan` (benchmark diagnostics).
+    pub(crate) fn beam_fn_resources(
+        &mut self,
+        n_beams: usize,
+        plan: BeamPlan,
+    ) -> Result<(i32, i32), XError> {
+        let f = self.beam_fn(n_beams, plan)?;
+        Ok((
+            f.num_regs().map_err(gerr)?,
+            f.local_size_bytes().map_err(gerr)?,
+        ))
+    }
+
     /// Uploads prepared beam tables.
     pub(crate) fn upload_tables(&self, t: &BeamTables) -> Result<DevTables, XError> {
-        let (order, groups) = beam_groups(&t.pol, BEAM_TILE);
+        let (order, groups) = beam_groups(&t.pol, BEAM_HALF);
+        let n_groups = groups.len() / 3;
         let na = t.delay.len() / t.pol.len().max(1);
         // per-beam weight scale: the largest coefficient magnitude (the channel phase keeps it)
         let wscale: Vec<f32> = t
@@ -573,59 +622,147 @@ impl GpuX {
             wscale: self.stream.clone_htod(&wscale).map_err(gerr)?,
             order: self.stream.clone_htod(&order).map_err(gerr)?,
             groups: self.stream.clone_htod(&groups).map_err(gerr)?,
-            n_groups: (groups.len() / 3) as i32,
+            n_groups: n_groups as i32,
+            n_tiles: n_groups.div_ceil(2),
         })
     }
 
-    /// Queues the beamformer on device buffers; `saturated` (one u64 per beam) is added to.
-    #[allow(clippy::too_many_arguments)]
+    /// Queues the beamformer over the batches of `l` (one launch).
     pub(crate) fn beamform_device(
         &mut self,
-        batch: &CudaSlice<i8>,
         t: &DevTables,
         n_beams: usize,
-        dither: bool,
-        seed: u64,
-        batch_index: u64,
-        out: &mut CudaSlice<i8>,
-        saturated: &mut CudaSlice<u64>,
+        l: BeamLaunch<'_>,
     ) -> Result<(), XError> {
-        let n_tiles = t.n_groups as usize;
-        let plan = self.beam_plan(n_tiles)?;
+        let nb = l.n_batches;
+        let (na, bb) = (self.shape.n_ants, self.shape.batch_bytes());
+        if nb == 0
+            || l.input.len() < nb * bb
+            || l.present.len() < nb * na
+            || l.dseeds.len() < nb
+            || l.out.len() < nb * self.shape.beam_output_len(n_beams)
+            || l.saturated.len() < nb * n_beams
+            || t.n_tiles == 0
+        {
+            return Err(XError::Shape(format!(
+                "beamformer launch: {nb} batches, {n_beams} beams, buffers too small"
+            )));
+        }
+        let plan = self.beam_plan(t.n_tiles)?;
         let f = self.beam_fn(n_beams, plan)?;
-        let items = n_tiles.div_ceil(plan.btb) * self.shape.n_channels;
+        let items = t.n_tiles.div_ceil(plan.btb) * self.shape.n_channels * nb;
         // persistent grid: as many blocks as fit at once (at most two per SM, the kernel's
-        // launch bounds), each walking items blockIdx.x, + gridDim.x, ...
+        // launch bounds), each walking a contiguous range of items
         let per_sm = (self.smem_per_sm / (plan.smem + 1024)).clamp(1, 2);
+        // and as the registers allow (65536 per SM, allocated per warp in units of 256)
+        let regs = f.num_regs().map_err(gerr)?.max(1) as usize;
+        let per_sm = per_sm.min((65536 / (regs.div_ceil(8) * 8 * 256)).max(1));
         let blocks = if self.beam_tuning.persistent {
             items.min(per_sm * self.n_sms.max(1))
         } else {
             items
         };
+        if items > i32::MAX as usize
+            || nb * self.shape.beam_output_len(n_beams) > isize::MAX as usize
+        {
+            return Err(XError::Shape(format!("beamformer launch: {items} items")));
+        }
         let cfg = LaunchConfig {
             grid_dim: (blocks as u32, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: plan.smem as u32,
         };
-        let d = i32::from(dither);
-        let dseed = super::beam::batch_dither_seed(seed, batch_index);
+        let d = i32::from(l.dither);
+        let nbi = nb as i32;
         let mut b = self.stream.launch_builder(&f);
-        b.arg(batch)
-            .arg(out)
+        b.arg(l.input)
+            .arg(l.out)
             .arg(&t.coef)
             .arg(&t.delay)
             .arg(&t.wscale)
             .arg(&t.order)
             .arg(&t.groups)
             .arg(&t.n_groups)
-            .arg(saturated)
+            .arg(l.present)
+            .arg(&nbi)
+            .arg(l.saturated)
             .arg(&d)
-            .arg(&dseed);
+            .arg(l.dseeds);
         // SAFETY: matches `beamform` in kernels/beamform.cu (int8 out, float2 coef = 2 f32,
-        // int3 groups = 3 i32, u32 dseed); sizes follow from the shape and n_beams, checked by the
-        // callers; the plan's shared memory was allowed on the function above.
+        // int3 groups = 3 i32, u8 present, u32 dseeds); buffer sizes checked above for
+        // `nb` batches; the plan's shared memory was allowed on the function above.
         unsafe { b.launch(cfg) }.map_err(gerr)?;
         Ok(())
+    }
+
+    /// Forms all beams of `beams` from `n` consecutive batches in one launch: `chunk` holds the
+    /// batches back to back, `present_ants` is `[batch][antenna]` (absent antennas are read as
+    /// zeros), batch k is keyed for dither as `first_batch_index + k`, and `out` receives
+    /// `[batch][beam][channel][spectrum][re/im]`. Returns the statistics of each batch.
+    pub fn beamform_chunk(
+        &mut self,
+        chunk: &[i8],
+        present_ants: &[bool],
+        beams: &BeamSet,
+        first_batch_index: u64,
+        out: &mut [i8],
+    ) -> Result<Vec<BeamStats>, XError> {
+        let n = self.shape.check_input(chunk)?;
+        let na = self.shape.n_ants;
+        if present_ants.len() != n * na {
+            return Err(XError::Size {
+                what: "beamformer present_ants (batches x antennas)",
+                expected: n * na,
+                got: present_ants.len(),
+            });
+        }
+        let nb = beams.beams.len();
+        let per = self.shape.beam_output_len(nb);
+        if out.len() != n * per {
+            return Err(XError::Size {
+                what: "beamformer output",
+                expected: n * per,
+                got: out.len(),
+            });
+        }
+        // coefficients of every antenna; absence is applied per batch by the loads
+        let t = beams.tables(&self.shape, &vec![true; na])?;
+        let dt = self.upload_tables(&t)?;
+        let mask: Vec<u8> = present_ants.iter().map(|&p| u8::from(p)).collect();
+        let seeds: Vec<u32> = (0..n as u64)
+            .map(|k| super::beam::batch_dither_seed(beams.seed, first_batch_index.wrapping_add(k)))
+            .collect();
+        let dmask = self.stream.clone_htod(&mask).map_err(gerr)?;
+        let dseeds = self.stream.clone_htod(&seeds).map_err(gerr)?;
+        let inp = self.upload_input(chunk)?;
+        let mut dout = self.stream.alloc_zeros::<i8>(out.len()).map_err(gerr)?;
+        let mut sat = self.stream.alloc_zeros::<u64>(n * nb).map_err(gerr)?;
+        let r = self.beamform_device(
+            &dt,
+            nb,
+            BeamLaunch {
+                input: &inp,
+                n_batches: n,
+                present: &dmask,
+                dseeds: &dseeds,
+                dither: beams.dither,
+                out: &mut dout,
+                saturated: &mut sat,
+            },
+        );
+        self.input = Some(inp);
+        r?;
+        self.stream.memcpy_dtoh(&dout, out).map_err(gerr)?;
+        let saturated = self.stream.clone_dtoh(&sat).map_err(gerr)?;
+        self.stream.synchronize().map_err(gerr)?;
+        Ok(present_ants
+            .chunks(na)
+            .zip(saturated.chunks(nb))
+            .map(|(p, s)| BeamStats {
+                beam_ants: p.iter().filter(|&&x| x).count(),
+                saturated: s.to_vec(),
+            })
+            .collect())
     }
 
     fn upload_input(&mut self, input: &[i8]) -> Result<CudaSlice<i8>, XError> {
@@ -682,32 +819,13 @@ impl XBackend for GpuX {
         batch_index: u64,
         out: &mut [i8],
     ) -> Result<BeamStats, XError> {
-        let t = beams.tables(&self.shape, present_ants)?;
+        self.shape.check_present(present_ants)?;
+        beams.validate(&self.shape)?;
         check_beam_io(&self.shape, batch, beams, out)?;
-        let nb = beams.beams.len();
-        let dt = self.upload_tables(&t)?;
-        let inp = self.upload_input(batch)?;
-        let mut dout = self.stream.alloc_zeros::<i8>(out.len()).map_err(gerr)?;
-        let mut sat = self.stream.alloc_zeros::<u64>(nb).map_err(gerr)?;
-        let r = self.beamform_device(
-            &inp,
-            &dt,
-            nb,
-            beams.dither,
-            beams.seed,
-            batch_index,
-            &mut dout,
-            &mut sat,
-        );
-        self.input = Some(inp);
-        r?;
-        self.stream.memcpy_dtoh(&dout, out).map_err(gerr)?;
-        let saturated = self.stream.clone_dtoh(&sat).map_err(gerr)?;
-        self.stream.synchronize().map_err(gerr)?;
-        Ok(BeamStats {
-            beam_ants: t.beam_ants,
-            saturated,
-        })
+        // the same path as a chunk of one batch
+        let mut st = self.beamform_chunk(batch, present_ants, beams, batch_index, out)?;
+        st.pop()
+            .ok_or_else(|| XError::Gpu("beamformer returned no statistics".into()))
     }
 }
 
