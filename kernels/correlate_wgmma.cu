@@ -505,3 +505,374 @@ extern "C" __global__ void __launch_bounds__(128, 1)
     dout[(r0 + 8) * 8 + 2 * t] = d2;
     dout[(r0 + 8) * 8 + 2 * t + 1] = d3;
 }
+
+// ------------------------------------------------------------------------------------------
+// Warp-specialised variant `correlate_ws` (384 threads, ST = 64, 128-byte swizzled operands).
+// Warpgroup 0 ("transform") moves the data, warpgroups 1 and 2 ("consumers") only issue wgmma:
+//  * raw ring of WS_NR stages: per stage the 64 A antenna rows and the 64 B antenna rows, each
+//    ST spectra x 4 bytes (256 bytes, [spectrum][pol][re/im] as in global memory), filled by 1-D
+//    bulk copies (cp.async.bulk ... mbarrier::complete_tx, one per antenna row and batch
+//    segment; transform thread r copies row r) completing on raw_full[slot]; diagonal tiles
+//    copy the A rows only and read B from them;
+//  * the transform warpgroup reads a raw stage (16-byte ld.shared, conflict-free), splits the
+//    pols, forms conj_perm and writes the 128B-swizzled operand buffer (WS_NC of them), then
+//    fence.proxy.async + canon_full[buf]; after a named barrier of its 128 threads the raw slot
+//    is refilled with stage s + WS_NR;
+//  * consumers wait on canon_full, issue 4 x m64n256k32, keep one wgmma group in flight and
+//    release the previous buffer through canon_empty (256 arrivals).
+// Each transform thread first loads all its raw chunks of a stage (one shared-memory latency
+// per stage); invalid antennas and times read a zero block instead of the ring.
+// WS_CL = 2: clusters of 2 CTAs computing tiles (ti, tj) and (ti + 1, tj) (the second one
+// below the diagonal, computing nothing, where column tj has an odd tile count) share the B
+// rows: CTA rank k copies B rows 32k..32k+31 with .multicast::cluster into both CTAs; a raw
+// slot is refilled only when both CTAs released it (raw_empty[slot], one local and one remote
+// arrival per stage), and the CTAs synchronise as a cluster at start and exit.
+// setmaxnreg moves registers from the transform warpgroup(s) (WS_REG_T) to the consumers
+// (WS_REG_C). WS_PROBE (diagnostic only, wrong results): 1 = no wgmma, 2 = no bulk copies,
+// 3 = bulk copies only (no transform, no wgmma).
+// Accumulator mapping and epilogue as correlate_wgmma (consumer warpgroup c in place of wg).
+// ------------------------------------------------------------------------------------------
+#ifndef WS_NC
+#define WS_NC 2
+#endif
+#ifndef WS_NR
+#define WS_NR 4
+#endif
+#ifndef WS_PROBE
+#define WS_PROBE 0
+#endif
+#ifndef WS_CL
+#define WS_CL 1
+#endif
+static_assert(WS_CL == 1 || WS_CL == 2, "WS_CL must be 1 or 2");
+#ifndef WS_NT
+#define WS_NT 1 // transform warpgroups
+#endif
+#define WS_TT (128 * WS_NT)            // transform threads
+#define WS_THREADS (WS_TT + 256)
+#define WS_ENTRY_REGS ((65536 / WS_THREADS) & ~7)
+#ifndef WS_REG_T
+#define WS_REG_T 120
+#endif
+#ifndef WS_REG_C
+#define WS_REG_C 192
+#endif
+#define WS_UNITS (4 / WS_NT) // (antenna, octet) units of A and of B per transform thread
+#define WS_ST 64
+#define WS_A_BYTES (16 * 1024)                 // 16 row groups of 8 rows x 128 bytes
+#define WS_CANON_BYTES (WS_A_BYTES + 32 * 1024) // + B: 32 row groups
+#define WS_ROW_BYTES (WS_ST * 4)
+#define WS_RAW_BYTES (2 * TILE * WS_ROW_BYTES)
+static_assert(WS_NC == 2 || WS_NC == 3, "WS_NC must be 2 or 3");
+static_assert(WS_NR >= 2 && WS_NR <= 6, "WS_NR must be 2..6");
+static_assert(WS_REG_T % 8 == 0 && WS_REG_C % 8 == 0, "setmaxnreg counts are multiples of 8");
+// (512 threads would leave 128 registers at entry: ptxas then rejects m64n256 wgmma, C7602)
+static_assert(WS_NT == 1, "WS_NT must be 1");
+static_assert(WS_TT * WS_REG_T + 256 * WS_REG_C <= WS_THREADS * WS_ENTRY_REGS,
+              "setmaxnreg budget");
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_tx(u32 bar, u32 bytes) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(
+                     bar),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    asm volatile("{\n.reg .pred p;\nWS_WAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WS_WAIT_%=;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_g2s(u32 dst, const void *src, u32 bytes, u32 bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+                 "[%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait_cluster(u32 bar, u32 parity) {
+    asm volatile("{\n.reg .pred p;\nWS_WAITC_%=:\n"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WS_WAITC_%=;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+// Arrival on the barrier at the same offset in CTA `cta` of the cluster.
+__device__ __forceinline__ void mbar_arrive_remote(u32 bar, u32 cta) {
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+                 "r"(cta)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_g2s_mc(u32 dst, const void *src, u32 bytes, u32 bar,
+                                            unsigned short mask) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+                 "[%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar), "h"(mask)
+                 : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
+                     : "memory");
+}
+
+// Bulk copies of antenna row `row` (0..63: A, 64..127: B) of stage s into raw slot `dst`
+// (the row's bytes, split at batch boundaries); returns the bytes this row brings (0: none).
+__device__ __forceinline__ u32 ws_row_bytes(int row, bool diag, int a1_base, int a2_base) {
+    if (row >= TILE && diag) return 0;
+    const int a = row < TILE ? a1_base + row : a2_base + row - TILE;
+    return a < N_ANTS ? 1u : 0u;
+}
+__device__ __forceinline__ void ws_issue(u32 slot, u32 bar, int row, const signed char *rowp, u32 t0,
+                                         u32 tE, bool mc) {
+    u32 t = t0;
+    while (t < tE) {
+        const u32 b = t / SPECTRA, w = t % SPECTRA;
+        const u32 n = min(tE - t, (u32)SPECTRA - w);
+        const u32 dst = slot + row * WS_ROW_BYTES + (t - t0) * 4;
+        const signed char *src = rowp + (size_t)b * BATCH_STEP + w * 4;
+        if (mc)
+            bulk_g2s_mc(dst, src, n * 4, bar, (unsigned short)3);
+        else
+            bulk_g2s(dst, src, n * 4, bar);
+        t += n;
+    }
+}
+
+extern "C" __global__ void
+#if WS_CL == 2
+    __cluster_dims__(2, 1, 1)
+#endif
+    __launch_bounds__(WS_THREADS, 1) correlate_ws(const signed char *__restrict__ in, long long *__restrict__ acc, int n_batches,
+                 int ksteps_per_block) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ __align__(8) u64 bars[2 * WS_NC + 2 * WS_NR];
+    __shared__ __align__(16) uint4 zero16[2];
+
+    int ti, tj;
+#if WS_CL == 2
+    // cluster k: the k-th pair of tiles (ti, tj), (ti + 1, tj), column by column
+    const int rank = blockIdx.x & 1;
+    {
+        int k = blockIdx.x >> 1;
+        tj = 0;
+        while (k >= (tj + 2) / 2) {
+            k -= (tj + 2) / 2;
+            tj++;
+        }
+        ti = 2 * k + rank;
+    }
+    const bool dummy = ti > tj, diag = false;
+#else
+    tile_coords(blockIdx.x, ti, tj);
+    const int rank = 0;
+    const bool dummy = false, diag = ti == tj;
+#endif
+    const int ch = blockIdx.y;
+    const int a1_base = ti * TILE, a2_base = tj * TILE;
+    const long long ktotal = (long long)n_batches * (SPECTRA / 16);
+    const long long kbeg = (long long)blockIdx.z * ksteps_per_block;
+    if (kbeg >= ktotal) return;
+    const long long kend = min(ktotal, kbeg + ksteps_per_block);
+    const int n_stages = (int)(((kend - kbeg) * 16 + WS_ST - 1) / WS_ST);
+    const u32 t_begin = (u32)(kbeg * 16), t_end = (u32)(kend * 16);
+
+    const int tid = threadIdx.x;
+    const u32 canon = ((u32)__cvta_generic_to_shared(smem) + 1023u) & ~1023u;
+    const u32 raw = canon + WS_NC * WS_CANON_BYTES;
+    const u32 bar0 = (u32)__cvta_generic_to_shared(bars);
+    // barriers: canon_full[c], canon_empty[c], raw_full[r]
+#define CFULL(c) (bar0 + 8 * (c))
+#define CEMPTY(c) (bar0 + 8 * (WS_NC + (c)))
+#define RFULL(r) (bar0 + 8 * (2 * WS_NC + (r)))
+#define REMPTY(r) (bar0 + 8 * (2 * WS_NC + WS_NR + (r)))
+    if (tid == 0) {
+        for (int c = 0; c < WS_NC; c++) {
+            mbar_init(CFULL(c), WS_TT);
+            mbar_init(CEMPTY(c), 256);
+        }
+        for (int r = 0; r < WS_NR; r++) {
+            mbar_init(RFULL(r), 1);
+            mbar_init(REMPTY(r), 2);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    if (tid < 2) zero16[tid] = make_uint4(0, 0, 0, 0);
+#if WS_CL == 2
+    cluster_sync();
+#else
+    __syncthreads();
+#endif
+    const u32 zaddr = (u32)__cvta_generic_to_shared(zero16);
+
+    if (tid < WS_TT) {
+        // ---------------- transform warpgroup ----------------
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WS_REG_T));
+        // the raw row this thread copies
+        const int row = tid; // transform threads 0..127 copy one row each
+        // rows whose bytes arrive in this CTA (cluster: B rows from either CTA), and whether
+        // this thread copies its row (cluster: B rows 32 rank.. of this CTA, multicast)
+        const u32 row_ok = tid < 2 * TILE && !(dummy && row < TILE)
+                               ? ws_row_bytes(row, diag, a1_base, a2_base)
+                               : 0u;
+        const bool mc = WS_CL == 2 && row >= TILE;
+        const bool mine = row_ok && (!mc || ((row - TILE) >> 5) == (WS_CL == 2 ? rank : 0));
+        const int ra = row < TILE ? a1_base + row : a2_base + row - TILE;
+        const signed char *rowp = in + ((size_t)(row_ok ? ra : 0) * N_CHANNELS + ch) * SPECTRA * 4;
+        int n_rows = 0; // rows copied per stage
+        if (tid == 0) {
+            for (int r = dummy ? TILE : 0; r < 2 * TILE; r++)
+                n_rows += (int)ws_row_bytes(r, diag, a1_base, a2_base);
+        }
+        auto issue = [&](int s) {
+            const u32 slot = raw + (s % WS_NR) * WS_RAW_BYTES;
+            const u32 t0 = t_begin + (u32)s * WS_ST;
+            const u32 tE = min(t0 + WS_ST, t_end);
+#if WS_PROBE == 2
+            (void)slot;
+            if (tid == 0) mbar_arrive(RFULL(s % WS_NR));
+#else
+            if (tid == 0) mbar_arrive_tx(RFULL(s % WS_NR), (u32)n_rows * (tE - t0) * 4);
+#if WS_CL == 2
+            // multicast into both CTAs: both must have released the slot (stage s - WS_NR)
+            if (mine && mc && s >= WS_NR) mbar_wait_cluster(REMPTY(s % WS_NR), (u32)(s / WS_NR - 1) & 1);
+#endif
+            if (mine) ws_issue(slot, RFULL(s % WS_NR), row, rowp, t0, tE, mc);
+#endif
+        };
+        for (int s = 0; s < WS_NR && s < n_stages; s++) issue(s);
+
+        // units: antenna a = tid / 8 + (WS_TT / 8) j of the tile, octet o = tid % 8
+        const int o = tid & 7, sw = (o >> 2) & 1;
+        for (int s = 0; s < n_stages; s++) {
+            const int r = s % WS_NR, c = s % WS_NC;
+            mbar_wait(RFULL(r), (u32)(s / WS_NR) & 1);
+#if WS_PROBE != 3
+            const u32 slot = raw + r * WS_RAW_BYTES;
+            const bool tv = t_begin + (u32)s * WS_ST + 8 * o < t_end;
+            // chunk f at +16 sw, g at +16 (1 - sw): the 8 lanes of a phase hit 8 bank groups
+            uint4 fa[WS_UNITS], ga[WS_UNITS], fb[WS_UNITS], gb[WS_UNITS];
+#pragma unroll
+            for (int j = 0; j < WS_UNITS; j++) {
+                const int a = (tid >> 3) + (WS_TT / 8) * j;
+                const bool va = tv && a1_base + a < N_ANTS, vb = tv && a2_base + a < N_ANTS;
+                const u32 pa = va ? slot + a * WS_ROW_BYTES + o * 32 : zaddr;
+                const u32 pb =
+                    vb ? (diag ? slot : slot + TILE * WS_ROW_BYTES) + a * WS_ROW_BYTES + o * 32 : zaddr;
+                fa[j] = ld_shared16(pa + 16 * sw);
+                ga[j] = ld_shared16(pa + 16 - 16 * sw);
+                fb[j] = ld_shared16(pb + 16 * sw);
+                gb[j] = ld_shared16(pb + 16 - 16 * sw);
+            }
+            if (s >= WS_NC) mbar_wait(CEMPTY(c), (u32)(s / WS_NC + 1) & 1);
+            const u32 buf = canon + c * WS_CANON_BYTES;
+#pragma unroll
+            for (int j = 0; j < WS_UNITS; j++) {
+                const int a = (tid >> 3) + (WS_TT / 8) * j, q = a >> 3, i = a & 7;
+                // A rows (a1 = a1_base + a)
+                {
+                    const uint4 lo = sw ? ga[j] : fa[j], hi = sw ? fa[j] : ga[j];
+                    const u32 sa = buf + (2 * q) * 1024 + i * 128 + (o ^ i) * 16;
+                    st_shared16(sa, pol_row(lo, hi, 0x5410));
+                    st_shared16(sa + 1024, pol_row(lo, hi, 0x7632));
+                }
+                // B rows (a2 = a2_base + a): x and conj_perm(x) per pol
+                {
+                    const uint4 lo = sw ? gb[j] : fb[j], hi = sw ? fb[j] : gb[j];
+                    const int ng = 2 * q + (i >> 2), r0 = 2 * (i & 3), r1 = r0 + 1;
+                    const u32 sb0 = buf + WS_A_BYTES + ng * 1024 + r0 * 128 + (o ^ r0) * 16;
+                    const u32 sb1 = buf + WS_A_BYTES + ng * 1024 + r1 * 128 + (o ^ r1) * 16;
+#pragma unroll
+                    for (int p2 = 0; p2 < 2; p2++) {
+                        const uint4 x = pol_row(lo, hi, p2 ? 0x7632 : 0x5410);
+                        st_shared16(sb0 + p2 * 16 * 1024, x);
+                        st_shared16(sb1 + p2 * 16 * 1024, conj_row(x));
+                    }
+                }
+            }
+            fence_proxy_async();
+#else
+            if (s >= WS_NC) mbar_wait(CEMPTY(c), (u32)(s / WS_NC + 1) & 1);
+#endif
+            mbar_arrive(CFULL(c));
+            // every transform thread is done with raw slot r: refill it (releasing the slot
+            // right after the raw loads instead measured slower: 421 against 504 TOPS at 576
+            // antennas, the copies then compete with the wgmma operand traffic)
+            asm volatile("bar.sync 1, %0;\n" ::"n"(WS_TT) : "memory");
+#if WS_CL == 2
+            if (tid == TILE) {
+                mbar_arrive_remote(REMPTY(r), 0);
+                mbar_arrive_remote(REMPTY(r), 1);
+            }
+#endif
+            if (s + WS_NR < n_stages) issue(s + WS_NR);
+        }
+    } else {
+        // ---------------- consumer warpgroups ----------------
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WS_REG_C));
+        const int wg = (tid >> 7) - WS_NT, warp = (tid >> 5) & 3, lane = tid & 31;
+        const int g = lane >> 2, t4 = lane & 3;
+        if (dummy) {
+            // (cluster partner below the diagonal: takes part in the copies, computes nothing)
+            for (int s = 0; s < n_stages; s++) {
+                mbar_wait(CFULL(s % WS_NC), (u32)(s / WS_NC) & 1);
+                if (s > 0) mbar_arrive(CEMPTY((s - 1) % WS_NC));
+            }
+        } else {
+        int d[128];
+#pragma unroll
+        for (int k = 0; k < 128; k++) d[k] = 0;
+        for (int s = 0; s < n_stages; s++) {
+            const int c = s % WS_NC;
+            mbar_wait(CFULL(c), (u32)(s / WS_NC) & 1);
+            const u32 buf = canon + c * WS_CANON_BYTES;
+#if WS_PROBE == 0 || WS_PROBE == 2
+            wg_fence();
+#pragma unroll
+            for (int ks = 0; ks < WS_ST / 16; ks++) {
+                const u64 da = make_desc_swz(buf + wg * 8 * 1024 + 32 * ks);
+                const u64 db = make_desc_swz(buf + WS_A_BYTES + 32 * ks);
+                wgmma_256(d, da, db);
+            }
+            wg_commit();
+            wg_wait<1>();
+#else
+            d[0] += (int)buf;
+#endif
+            if (s > 0) mbar_arrive(CEMPTY((s - 1) % WS_NC));
+        }
+        wg_wait<0>();
+
+        const int a1 = a1_base + 32 * wg + 8 * warp + g;
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            const int p2 = j >> 4;
+            const int a2 = a2_base + 4 * (j & 15) + t4;
+            if (a1 <= a2 && a2 < N_ANTS) {
+                const size_t bl = (size_t)a2 * (a2 + 1) / 2 + a1;
+                u64 *dst = (u64 *)(acc + ((size_t)ch * N_BASELINES + bl) * 8 + 4 * p2);
+                if (d[4 * j + 0]) atomicAdd(dst + 0, (u64)(long long)d[4 * j + 0]);
+                if (d[4 * j + 1]) atomicAdd(dst + 1, (u64)(long long)d[4 * j + 1]);
+                if (d[4 * j + 2]) atomicAdd(dst + 2, (u64)(long long)d[4 * j + 2]);
+                if (d[4 * j + 3]) atomicAdd(dst + 3, (u64)(long long)d[4 * j + 3]);
+            }
+        }
+        }
+    }
+#if WS_CL == 2
+    // no CTA leaves while its peer may still multicast into it or arrive on its barriers
+    cluster_sync();
+#endif
+#undef CFULL
+#undef CEMPTY
+#undef RFULL
+#undef REMPTY
+}

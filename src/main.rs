@@ -50,12 +50,13 @@ enum Command {
     /// Benchmarks (`gpucbf bench xbgpu | fgpu | recv | nufft`).
     Bench {
         /// What to benchmark: `xbgpu` (X-engine correlator, beamformer, cuBLASLt int8 GEMM;
-        /// `xbgpu-beam`: only the beamformer against copy bandwidth),
+        /// `xbgpu-beam`: only the beamformer against copy bandwidth; `xbgpu-corr`: only the
+        /// correlator kernels, their limit probes and cuBLASLt),
         /// `fgpu` (GPU F-engine: wideband resident and end-to-end throughput, bandwidths,
         /// then the narrowband lines), `fgpu-narrowband` (only the narrowband lines),
         /// `recv` (packets/s of the file, UDP loopback and DPDK sources vs spead2) or `nufft`
         /// (GPU 2-D type 1, 1e8 points, 4096², eps 1e-5, f32; `gpucbf nufft bench` has options).
-        #[arg(value_parser = ["xbgpu", "xbgpu-beam", "fgpu", "fgpu-narrowband", "recv", "nufft"])]
+        #[arg(value_parser = ["xbgpu", "xbgpu-beam", "xbgpu-corr", "fgpu", "fgpu-narrowband", "recv", "nufft"])]
         what: String,
         /// Options of `bench recv`.
         #[command(flatten)]
@@ -132,6 +133,9 @@ fn main() -> anyhow::Result<()> {
             "fgpu-narrowband" => gpucbf::fengine::bench_gpu_narrowband()?,
             "nufft" => bench_nufft()?,
             "xbgpu-beam" => gpucbf::xengine::bench_gpu_beams()?,
+            "xbgpu-corr" => {
+                gpucbf::xengine::bench_gpu_corr(&[64, 256, 576, 1024], 8192)?;
+            }
             _ => gpucbf::xengine::bench_gpu(&[64, 256, 576, 1024], 8192)?,
         },
         Command::Nufft(cmd) => gpucbf::nufft::cli::run(cmd)?,

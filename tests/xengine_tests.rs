@@ -452,6 +452,8 @@ fn nvrtc_compiles_all_kernels() {
                     reg_stages: 1,
                     swizzle: false,
                     probe: 0,
+                    ws: false,
+                    cluster: false,
                 },
                 WgmmaVariant {
                     stage_times: 64,
@@ -460,11 +462,38 @@ fn nvrtc_compiles_all_kernels() {
                     reg_stages: 1,
                     swizzle: true,
                     probe: 0,
+                    ws: false,
+                    cluster: false,
+                },
+                // the warp-specialised kernel: the engine's choice, other ring depths, probes
+                WgmmaVariant::warp_specialized(2, 4),
+                WgmmaVariant::warp_specialized(3, 2),
+                WgmmaVariant {
+                    probe: 1,
+                    ..WgmmaVariant::warp_specialized(2, 3)
+                },
+                WgmmaVariant {
+                    probe: 3,
+                    ..WgmmaVariant::warp_specialized(2, 4)
+                },
+                WgmmaVariant::warp_specialized_cluster(2, 4),
+                WgmmaVariant {
+                    probe: 1,
+                    ..WgmmaVariant::warp_specialized_cluster(3, 2)
                 },
             ]
             .into_iter()
-            .zip([(1, 1, 16), (80, 16, 256), (1024, 4, 32)])
-            {
+            .zip([
+                (1, 1, 16),
+                (80, 16, 256),
+                (1024, 4, 32),
+                (576, 28, 256),
+                (1, 1, 16),
+                (130, 3, 48),
+                (1024, 16, 256),
+                (576, 28, 256),
+                (33, 2, 32),
+            ]) {
                 let shape = XShape::new(na, nc, ns).unwrap();
                 let d = gpucbf::xengine::correlate_wgmma_defines(&shape, v);
                 let ptx = compile_ptx(
@@ -481,6 +510,18 @@ fn nvrtc_compiles_all_kernels() {
                     "{v:?}"
                 );
                 assert!(text.contains("fence.proxy.async.shared::cta"), "{v:?}");
+                if v.cluster {
+                    assert!(text.contains(".multicast::cluster"), "{v:?}");
+                    assert!(text.contains(".reqnctapercluster 2, 1, 1"), "{v:?}");
+                }
+                if v.ws {
+                    assert!(
+                        text.contains("cp.async.bulk.shared::cluster.global"),
+                        "{v:?}"
+                    );
+                    assert!(text.contains("setmaxnreg.inc.sync.aligned"), "{v:?}");
+                    assert!(text.contains(".entry correlate_ws"), "{v:?}");
+                }
             }
         }
         // The NUFFT kernels (src/nufft/tests_gpu.rs compiles more variants).
@@ -500,16 +541,31 @@ enum Kern {
     Wg(WgmmaVariant),
 }
 
-/// Both kernels' defaults where the device runs them (wgmma: Hopper only, with a notice).
+/// The kernels' defaults where the device runs them (wgmma: Hopper only, with a notice):
+/// mma.sync, the single-role wgmma kernel and the warp-specialised one.
 fn kernels_under_test(test: &str) -> Vec<Kern> {
     let mut k = vec![Kern::Mma(CorrVariant::default())];
     let g = GpuX::new(XShape::new(1, 1, 16).unwrap()).expect("GpuX::new");
     if g.wgmma_supported() {
         if std::env::var(gpucbf::xengine::CORRELATOR_ENV).is_err() {
             // the measured faster kernel (src/xengine/gpu/wgmma.rs)
-            assert_eq!(g.correlator_kernel(), CorrKernel::MmaSync, "default kernel");
+            let want = if gpucbf::xengine::AUTO_WS_ON_SM90 {
+                CorrKernel::Wgmma
+            } else {
+                CorrKernel::MmaSync
+            };
+            assert_eq!(g.correlator_kernel(), want, "default kernel");
+            if want == CorrKernel::Wgmma {
+                assert_eq!(
+                    g.wgmma_variant(),
+                    Some(WgmmaVariant::warp_specialized(2, 4)),
+                    "default wgmma variant"
+                );
+            }
         }
         k.push(Kern::Wg(WgmmaVariant::default()));
+        k.push(Kern::Wg(WgmmaVariant::warp_specialized(2, 4)));
+        k.push(Kern::Wg(WgmmaVariant::warp_specialized_cluster(2, 4)));
     } else {
         eprintln!("{test}: wgmma kernel not tested (device is not compute capability 9.x)");
     }
@@ -605,6 +661,10 @@ fn gpu_correlator_variants_bit_exact() {
         }),
     ];
     if kernels_under_test("gpu_correlator_variants_bit_exact").len() > 1 {
+        for (nc, nr) in [(2, 2), (2, 3), (3, 2)] {
+            kerns.push(Kern::Wg(WgmmaVariant::warp_specialized(nc, nr)));
+            kerns.push(Kern::Wg(WgmmaVariant::warp_specialized_cluster(nc, nr)));
+        }
         for (stage_times, ready_bufs, raw_bufs, reg_stages, swizzle) in [
             (32, 3, 0, 1, false),
             (64, 2, 0, 1, false),
@@ -625,6 +685,8 @@ fn gpu_correlator_variants_bit_exact() {
                 reg_stages,
                 swizzle,
                 probe: 0,
+                ws: false,
+                cluster: false,
             }));
         }
     }

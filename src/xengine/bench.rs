@@ -10,6 +10,13 @@
 //! 32-spectrum stages, cp.async rings of 2–8 stages, 128B swizzle) 387–502 TOPS; 65536 samples
 //! per launch 529 TOPS. See `src/xengine/gpu/wgmma.rs` for what limits it.
 //!
+//! Warp-specialised wgmma kernel (2026-11-22, H100, `gpucbf bench xbgpu-corr`: every correlator
+//! kernel, the limit probes and cuBLASLt without the beamformer): mma.sync 238 / 436 / 496 / 524,
+//! wgmma 228 / 421 / 476 / 503, wgmma-ws 243 / 452 / 504 / 534, wgmma-ws in 2-CTA multicast
+//! clusters 77 / 222 / 273 / 296 TOPS at 64 / 256 / 576 / 1024 antennas; cuBLASLt 1386 TOPS.
+//! Probes at 576 antennas: ws bulk copies alone 923, copies + rearrangement 619, rearrangement +
+//! wgmma 878; old kernel's cp.async ring without wgmma 450. Details in `src/xengine/gpu/wgmma.rs`.
+//!
 //! Measured 2026-11-22 on an NVIDIA H200 (driver 580.159, CUDA 13, PTX JIT from NVRTC
 //! compute_90), `gpucbf bench xbgpu`, 8192 samples per launch, 256 spectra per batch:
 //! correlator (direct, 4 stages) 244 / 437 / 491 / 518 TOPS for 64 / 256 / 576 / 1024 antennas
@@ -108,6 +115,16 @@ fn bench_correlator(n_ants: usize, samples: usize, kern: Kern, bits: u32) -> Res
                 "mma.sync {}{}",
                 if v.direct { "direct" } else { "ready" },
                 v.stages
+            )
+        }
+        Kern::Wgmma(v) if v.ws => {
+            g.set_wgmma_variant(v)?;
+            format!(
+                "wgmma-ws{} bufs={} raw={}{}",
+                if v.cluster { "-cl2" } else { "" },
+                v.ready_bufs,
+                v.raw_bufs,
+                if v.probe > 0 { " PROBE" } else { "" }
             )
         }
         Kern::Wgmma(v) => {
@@ -448,21 +465,44 @@ pub fn bench_gpu_beams() -> Result<(), XError> {
 
 /// Runs the X-engine benchmarks on GPU 0 and prints the results (see module docs).
 pub fn bench_gpu(ants: &[usize], samples_per_launch: usize) -> Result<(), XError> {
+    let stream = bench_gpu_corr(ants, samples_per_launch)?;
+    let samples = samples_per_launch.div_ceil(256).max(1) * 256;
+    bench_beams(&stream)?;
+    for n in [256, 576] {
+        print!("4-bit input: ");
+        bench_correlator(n, samples, Kern::Mma(CorrVariant::default()), 4)?;
+    }
+    Ok(())
+}
+
+/// The correlator part of [`bench_gpu`] (`gpucbf bench xbgpu-corr`): every kernel per antenna
+/// count, the limit probes, the cuBLASLt GEMM and the ratios; returns the stream of a probe
+/// engine for further benchmarks.
+pub fn bench_gpu_corr(
+    ants: &[usize],
+    samples_per_launch: usize,
+) -> Result<std::sync::Arc<CudaStream>, XError> {
     if !crate::gpu::gpu_available() {
         return Err(XError::Gpu("no usable CUDA device".into()));
     }
     let samples = samples_per_launch.div_ceil(256).max(1) * 256;
     let wgmma = GpuX::new(XShape::new(1, 1, 16)?)?.wgmma_supported();
-    // per antenna count: (mma.sync, wgmma) TOPS; the engine runs mma.sync, measured faster
+    let ws = WgmmaVariant::warp_specialized(2, 4);
+    let wsc = WgmmaVariant::warp_specialized_cluster(2, 4);
+    // per antenna count: (mma.sync, wgmma, wgmma-ws, wgmma-ws in clusters) TOPS
     let mut tops = Vec::new();
     for &n in ants {
         let m = bench_correlator(n, samples, Kern::Mma(CorrVariant::default()), 8)?;
-        let w = if wgmma {
-            bench_correlator(n, samples, Kern::Wgmma(WgmmaVariant::default()), 8)?
+        let (w, x, c) = if wgmma {
+            (
+                bench_correlator(n, samples, Kern::Wgmma(WgmmaVariant::default()), 8)?,
+                bench_correlator(n, samples, Kern::Wgmma(ws), 8)?,
+                bench_correlator(n, samples, Kern::Wgmma(wsc), 8)?,
+            )
         } else {
-            0.0
+            (0.0, 0.0, 0.0)
         };
-        tops.push((n, m, w));
+        tops.push((n, m, w, x, c));
     }
     if wgmma {
         let wv = |stage_times, ready_bufs, raw_bufs, reg_stages, probe| WgmmaVariant {
@@ -472,24 +512,39 @@ pub fn bench_gpu(ants: &[usize], samples_per_launch: usize) -> Result<(), XError
             reg_stages,
             swizzle: false,
             probe,
+            ws: false,
+            cluster: false,
         };
         // Limit probes (wrong results, timing only): without the wgmma the loads and the
-        // operand rearrangement alone; without the global loads the wgmma, the rearrangement
-        // and the barriers alone. Measured on the H100: 728 and 1193 TOPS at 576 antennas.
+        // operand rearrangement alone (register loads, and a 4-stage cp.async ring); without
+        // the global loads the wgmma, the rearrangement and the barriers alone. Warp-specialised
+        // kernel: without wgmma (bulk copies + transform), without bulk copies (transform +
+        // wgmma), bulk copies alone (the L2 -> SM rate of this access pattern, as TOPS).
         for (v, what) in [
             (wv(64, 3, 0, 1, 1), "no wgmma"),
+            (wv(64, 2, 4, 1, 1), "no wgmma cp.async"),
             (wv(64, 3, 0, 1, 2), "no loads"),
+            (WgmmaVariant { probe: 1, ..ws }, "ws no wgmma"),
+            (WgmmaVariant { probe: 2, ..ws }, "ws no copies"),
+            (WgmmaVariant { probe: 3, ..ws }, "ws copies only"),
+            (WgmmaVariant { probe: 1, ..wsc }, "ws-cl2 no wgmma"),
+            (WgmmaVariant { probe: 2, ..wsc }, "ws-cl2 no copies"),
+            (WgmmaVariant { probe: 3, ..wsc }, "ws-cl2 copies only"),
         ] {
-            print!("probe {what:13}: ");
+            print!("probe {what:17}: ");
             bench_correlator(576, samples, Kern::Wgmma(v), 8)?;
         }
-        // tuning alternatives of the wgmma kernel (ST, operand buffers, cp.async raw stages,
-        // register prefetch depth)
-        for v in [wv(64, 3, 0, 2, 0), wv(32, 3, 0, 1, 0), wv(64, 2, 4, 1, 0)] {
+        // tuning alternatives (operand buffers, raw stages)
+        for (nc, nr) in [(2, 3), (3, 2)] {
+            let v = WgmmaVariant::warp_specialized(nc, nr);
+            bench_correlator(576, samples, Kern::Wgmma(v), 8)?;
+            let v = WgmmaVariant::warp_specialized_cluster(nc, nr);
             bench_correlator(576, samples, Kern::Wgmma(v), 8)?;
         }
-        print!("long launch: ");
-        bench_correlator(576, 65536, Kern::Wgmma(WgmmaVariant::default()), 8)?;
+        for v in [ws, wsc] {
+            print!("long launch: ");
+            bench_correlator(576, 65536, Kern::Wgmma(v), 8)?;
+        }
     } else {
         println!("wgmma correlator: not compute capability 9.x, not measured");
     }
@@ -497,7 +552,7 @@ pub fn bench_gpu(ants: &[usize], samples_per_launch: usize) -> Result<(), XError
     // conj_perm ALU work, without MMAs, and with MMAs alone.
     let n = 576;
     for (probe, what) in [(1, "no conj_perm"), (2, "no MMA"), (3, "MMA only")] {
-        print!("probe {what:13}: ");
+        print!("probe {what:17}: ");
         bench_correlator(
             n,
             samples,
@@ -512,21 +567,26 @@ pub fn bench_gpu(ants: &[usize], samples_per_launch: usize) -> Result<(), XError
     let stream = probe.stream().clone();
     match bench_gemm(&stream, 8192) {
         Ok(gemm) => {
-            for (n, m, w) in &tops {
+            for (n, m, w, x, c) in &tops {
                 print!(
                     "n_ants={n:5}: mma.sync {m:7.1} TOPS = {:.2} of cuBLASLt",
                     m / gemm
                 );
                 if wgmma {
                     print!(
-                        ", wgmma {w:7.1} TOPS = {:.2} of cuBLASLt ({:.2}x mma.sync)",
+                        ", wgmma {w:7.1} = {:.2}, wgmma-ws {x:7.1} = {:.2}, wgmma-ws-cl2 {c:7.1} = {:.2} of cuBLASLt ({:.2}x mma.sync)",
                         w / gemm,
-                        w / m
+                        x / gemm,
+                        c / gemm,
+                        x.max(*c) / m
                     );
                 }
                 println!();
             }
-            let best = tops.iter().map(|t| t.1.max(t.2)).fold(0f64, f64::max);
+            let best = tops
+                .iter()
+                .map(|t| t.1.max(t.2).max(t.3).max(t.4))
+                .fold(0f64, f64::max);
             println!(
                 "best correlator / cuBLASLt int8 GEMM = {best:.1} / {gemm:.1} = {:.2}",
                 best / gemm
@@ -534,10 +594,5 @@ pub fn bench_gpu(ants: &[usize], samples_per_launch: usize) -> Result<(), XError
         }
         Err(e) => println!("cuBLASLt int8 GEMM unavailable: {e}"),
     }
-    bench_beams(&stream)?;
-    for n in [256, 576] {
-        print!("4-bit input: ");
-        bench_correlator(n, samples, Kern::Mma(CorrVariant::default()), 4)?;
-    }
-    Ok(())
+    Ok(stream)
 }

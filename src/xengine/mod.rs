@@ -20,15 +20,15 @@ mod cpu;
 mod gpu;
 
 pub use beam::{batch_dither_seed, dither_pair, Beam, BeamSet, BeamStats, BeamTables};
-pub use bench::{bench_gpu, bench_gpu_beams};
+pub use bench::{bench_gpu, bench_gpu_beams, bench_gpu_corr};
 pub use cpu::CpuX;
 pub use gpu::{
     beamform_defines, correlate_defines, BeamPlan, BeamTuning, CorrVariant, GpuX, BEAMFORM_SRC,
     CORRELATE_SRC,
 };
 pub use gpu::{
-    correlate_wgmma_defines, CorrKernel, WgmmaVariant, CORRELATE_WGMMA_SRC, CORRELATOR_ENV,
-    WGMMA_ARCH,
+    correlate_wgmma_defines, CorrKernel, WgmmaVariant, AUTO_WS_ON_SM90, CORRELATE_WGMMA_SRC,
+    CORRELATOR_ENV, WGMMA_ARCH,
 };
 
 /// MISSING marker written for every product of a baseline touching an absent antenna.

@@ -2,17 +2,32 @@
 //! NVRTC for `compute_90a`. The accumulator and the `reduce` kernel are shared with the
 //! `mma.sync` path, so dumps are identical (both are bit-exact against the CPU reference).
 //!
-//! Not the default: measured on an H100 SXM (`gpucbf bench xbgpu`, 2026-11-22) it runs at
-//! 229 / 418 / 472 / 500 TOPS for 64 / 256 / 576 / 1024 antennas against mma.sync's
-//! 238 / 433 / 489 / 521 in the same run (cuBLASLt int8 GEMM 1422). Its limit probes at 576
-//! antennas: without the wgmma (loads and operand rearrangement only) 728 TOPS, without the
-//! global loads (wgmma, rearrangement, barriers) 1193 TOPS; the two phases barely overlap, and
-//! neither a deeper register prefetch, a cp.async ring (2–8 stages), 32-spectrum stages nor the
-//! 128-byte swizzled layout moved the total. A 64 × 64 antenna tile per SM reads 32 KB from L2
-//! per 64 spectra, so the load side alone caps this tiling near 730 TOPS on the H100; going
-//! further needs operand sharing between SMs (thread-block clusters with multicast) and/or A
-//! from registers (wgmma RS) to relieve shared memory. `GPUCBF_CORRELATOR=wgmma` or
-//! [`GpuX::set_correlator_kernel`] selects it.
+//! Two kernels. `correlate_wgmma` (256 threads, every warp loads, rearranges and issues wgmma)
+//! measured on an H100 SXM (`gpucbf bench xbgpu`, 2026-11-22) 229 / 421 / 472 / 503 TOPS for
+//! 64 / 256 / 576 / 1024 antennas against mma.sync's 238 / 436 / 496 / 524 in the same run;
+//! its limit probes at 576 antennas: no wgmma 728 TOPS, no global loads 1192 TOPS, and the two
+//! phases do not overlap.
+//!
+//! `correlate_ws` (`WgmmaVariant::warp_specialized`, the default on 9.x for 8-bit input, see
+//! [`AUTO_WS_ON_SM90`]) separates the roles: one warpgroup fills a ring of raw stages with 1-D
+//! bulk copies (`cp.async.bulk` + mbarrier complete_tx, one per antenna row) and rearranges
+//! them into 128B-swizzled operands, two warpgroups only issue wgmma. Same run (`gpucbf bench
+//! xbgpu-corr`, H100, cuBLASLt int8 1386 TOPS): 243 / 452 / 504 / 534 TOPS (+2 / +4 / +2 / +2 %
+//! over mma.sync). Probes at 576 antennas (wrong results, timing only): the bulk copies alone
+//! 923–930 TOPS-equivalent (≈ 3.6 TB/s L2 → SM for this pattern, against 451 for the old
+//! per-thread cp.async ring and 728 for register loads), copies + rearrangement 619–661,
+//! rearrangement + wgmma 878–986. So the one rearranging warpgroup (≈ 2.7k cycles per
+//! 64-spectrum stage) and the L2 → SM rate (≈ 2.4k cycles per stage) are the limits, far from
+//! the 1.1k cycles of the tensor cores; a second rearranging warpgroup does not fit (512
+//! threads leave 128 registers at entry, ptxas then rejects m64n256 wgmma, C7602), and
+//! releasing the raw slot before the rearrangement measured slower (421). The 2-CTA cluster
+//! form (`warp_specialized_cluster`: tiles (ti, tj), (ti + 1, tj) share the B rows through
+//! `.multicast::cluster`) is bit-exact but slow: 252–273 TOPS, its copies alone 352 (256-byte
+//! multicast copies and the cross-CTA slot release cost more than the 25 % of L2 traffic they
+//! save). Beyond ≈ 550 TOPS this tiling needs the rearrangement gone from the data path
+//! (A from registers with wgmma RS, fewer operand bytes per stage) or larger tiles per L2 byte.
+//! `GPUCBF_CORRELATOR=mma | wgmma | ws` or [`GpuX::set_correlator_kernel`] /
+//! [`GpuX::set_wgmma_variant`] select a kernel.
 
 use std::sync::Arc;
 
@@ -54,8 +69,17 @@ pub struct WgmmaVariant {
     pub reg_stages: usize,
     /// 128-byte swizzled operands (`SWZ`; needs `stage_times` 64).
     pub swizzle: bool,
-    /// Diagnostic only, wrong results (`PROBE`): 0 = normal, 1 = no wgmma, 2 = no global loads.
+    /// Diagnostic only, wrong results (`PROBE` / `WS_PROBE`): 0 = normal, 1 = no wgmma, 2 = no
+    /// global loads; warp-specialised kernel also 3 = bulk copies only.
     pub probe: u32,
+    /// The warp-specialised kernel `correlate_ws` (384 threads: a transform warpgroup fed by
+    /// bulk copies, two wgmma-only warpgroups): `ready_bufs` operand buffers (`WS_NC`, 2 or
+    /// 3), `raw_bufs` raw bulk-copy stages (`WS_NR`, 2..=6), `stage_times` 64, 128-byte
+    /// swizzle, `reg_stages` 1.
+    pub ws: bool,
+    /// Warp-specialised kernel only: clusters of 2 CTAs (tiles (ti, tj), (ti + 1, tj)) that
+    /// multicast the shared B rows into both (`WS_CL` = 2).
+    pub cluster: bool,
 }
 
 impl Default for WgmmaVariant {
@@ -67,6 +91,8 @@ impl Default for WgmmaVariant {
             reg_stages: 1,
             swizzle: false,
             probe: 0,
+            ws: false,
+            cluster: false,
         }
     }
 }
@@ -79,12 +105,54 @@ impl WgmmaVariant {
         (self.ready_bufs * 768 + self.raw_bufs * 512) * self.stage_times + 1024
     }
 
+    /// The warp-specialised kernel with `ready_bufs` operand buffers and `raw_bufs` raw stages.
+    pub fn warp_specialized(ready_bufs: usize, raw_bufs: usize) -> Self {
+        Self {
+            stage_times: 64,
+            ready_bufs,
+            raw_bufs,
+            reg_stages: 1,
+            swizzle: true,
+            probe: 0,
+            ws: true,
+            cluster: false,
+        }
+    }
+
+    /// [`Self::warp_specialized`] in 2-CTA clusters sharing the B rows by multicast.
+    pub fn warp_specialized_cluster(ready_bufs: usize, raw_bufs: usize) -> Self {
+        Self {
+            cluster: true,
+            ..Self::warp_specialized(ready_bufs, raw_bufs)
+        }
+    }
+
+    /// Threads per block.
+    pub fn threads(&self) -> u32 {
+        if self.ws {
+            384
+        } else {
+            THREADS
+        }
+    }
+
     fn check(&self, smem_limit: usize) -> Result<(), XError> {
+        let ws_bad = self.ws
+            && (self.stage_times != 64
+                || !(2..=6).contains(&self.raw_bufs)
+                || self.reg_stages != 1
+                || !self.swizzle
+                || self.probe > 3);
+        if ws_bad || (self.cluster && !self.ws) {
+            return Err(XError::Shape(format!(
+                "warp-specialised wgmma variant {self:?}: needs stage_times 64, swizzle, reg_stages 1, raw_bufs 2..=6, probe <= 3"
+            )));
+        }
         if ![32, 64].contains(&self.stage_times)
             || ![2, 3].contains(&self.ready_bufs)
             || !(self.raw_bufs == 0 || (2..=8).contains(&self.raw_bufs))
             || !(1..=2).contains(&self.reg_stages)
-            || self.probe > 2
+            || (self.probe > 2 && !self.ws)
             || (self.swizzle && self.stage_times != 64)
             || self.smem() > smem_limit
         {
@@ -109,7 +177,16 @@ pub fn correlate_wgmma_defines(
     d.push(("NRAW", variant.raw_bufs.to_string()));
     d.push(("PREF", variant.reg_stages.to_string()));
     d.push(("SWZ", u8::from(variant.swizzle).to_string()));
-    d.push(("PROBE", variant.probe.to_string()));
+    if variant.ws {
+        // the module also holds correlate_wgmma, compiled with its defaults
+        d.push(("PROBE", "0".to_string()));
+        d.push(("WS_NC", variant.ready_bufs.to_string()));
+        d.push(("WS_NR", variant.raw_bufs.to_string()));
+        d.push(("WS_PROBE", variant.probe.to_string()));
+        d.push(("WS_CL", if variant.cluster { "2" } else { "1" }.to_string()));
+    } else {
+        d.push(("PROBE", variant.probe.to_string()));
+    }
     d
 }
 
@@ -119,19 +196,35 @@ pub(super) struct Wgmma {
     variant: WgmmaVariant,
 }
 
-/// Kernel choice for a device of compute capability `major`: the faster one as measured
-/// (mma.sync, see the module docs) unless `GPUCBF_CORRELATOR=wgmma` (an error off 9.x).
-pub(super) fn default_kernel(major: i32) -> Result<CorrKernel, XError> {
-    match std::env::var(CORRELATOR_ENV).as_deref() {
-        Ok("wgmma") if major == 9 => Ok(CorrKernel::Wgmma),
-        Ok("wgmma") => Err(XError::Gpu(format!(
-            "{CORRELATOR_ENV}=wgmma needs compute capability 9.x (this device: {major}.x)"
-        ))),
-        Ok("mma") | Ok("") | Err(_) => Ok(CorrKernel::MmaSync),
-        Ok(other) => Err(XError::Gpu(format!(
-            "{CORRELATOR_ENV}={other}: expected `mma` or `wgmma`"
-        ))),
+/// Whether a Hopper device runs the warp-specialised wgmma kernel when `GPUCBF_CORRELATOR`
+/// is unset (8-bit input): measured faster than mma.sync at 64, 256, 576 and 1024 antennas in
+/// one run (module docs), by 2–4 %.
+pub const AUTO_WS_ON_SM90: bool = true;
+
+/// The wgmma variant a device of compute capability `major` runs for `sample_bits`-bit input
+/// (`None`: the mma.sync kernel): `GPUCBF_CORRELATOR=mma | wgmma | ws` forces one (wgmma and
+/// ws are errors off 9.x), unset picks the measured fastest.
+pub(super) fn default_kernel(major: i32, sample_bits: u32) -> Result<Option<WgmmaVariant>, XError> {
+    let forced = match std::env::var(CORRELATOR_ENV).as_deref() {
+        Ok("wgmma") => Some(WgmmaVariant::default()),
+        Ok("ws") => Some(WgmmaVariant::warp_specialized(2, 4)),
+        Ok("mma") => return Ok(None),
+        Ok("") | Err(_) => {
+            return Ok((major == 9 && sample_bits == 8 && AUTO_WS_ON_SM90)
+                .then(|| WgmmaVariant::warp_specialized(2, 4)))
+        }
+        Ok(other) => {
+            return Err(XError::Gpu(format!(
+                "{CORRELATOR_ENV}={other}: expected `mma`, `wgmma` or `ws`"
+            )))
+        }
+    };
+    if major != 9 {
+        return Err(XError::Gpu(format!(
+            "{CORRELATOR_ENV}=wgmma/ws needs compute capability 9.x (this device: {major}.x)"
+        )));
     }
+    Ok(forced)
 }
 
 /// Compiles the wgmma correlator for `shape` and allows its shared memory.
@@ -156,7 +249,12 @@ pub(super) fn build(
     )
     .map_err(XError::Gpu)?;
     let module = ctx.load_module(ptx).map_err(gerr)?;
-    let f = module.load_function("correlate_wgmma").map_err(gerr)?;
+    let name = if variant.ws {
+        "correlate_ws"
+    } else {
+        "correlate_wgmma"
+    };
+    let f = module.load_function(name).map_err(gerr)?;
     f.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
         variant.smem() as i32,
@@ -173,6 +271,11 @@ impl GpuX {
         } else {
             CorrKernel::MmaSync
         }
+    }
+
+    /// The wgmma variant in use (`None`: the mma.sync kernel).
+    pub fn wgmma_variant(&self) -> Option<WgmmaVariant> {
+        self.wgmma.as_ref().map(|w| w.variant)
     }
 
     /// Whether this device can run the wgmma kernel (compute capability 9.x).
@@ -217,9 +320,15 @@ impl GpuX {
         let Some(w) = self.wgmma.as_ref() else {
             return Err(XError::Gpu("wgmma correlator not built".into()));
         };
+        let mut grid = grid;
+        if w.variant.cluster {
+            // pairs of tiles down each column of the triangle (the kernel's __cluster_dims__)
+            let nt = self.shape.n_ants.div_ceil(64);
+            grid.0 = 2 * (0..nt).map(|tj| tj / 2 + 1).sum::<usize>() as u32;
+        }
         let cfg = LaunchConfig {
             grid_dim: grid,
-            block_dim: (THREADS, 1, 1),
+            block_dim: (w.variant.threads(), 1, 1),
             shared_mem_bytes: w.variant.smem() as u32,
         };
         let nb = n_batches as i32;
