@@ -316,6 +316,25 @@ __device__ __forceinline__ void wgmma_stage(int (&d)[128], u32 buf, int wg) {
 // in: n_batches batches; acc: int64 accumulator; ksteps_per_block: time range of one grid.z slice
 // in units of 16 samples (<= 4096, a multiple of ST / 16). Dynamic shared memory:
 // NREADY * READY_BYTES + NRAW * RAW_STAGE_BYTES.
+// Adds a thread's accumulators (layout in the header comment) for row antenna a1 into the int64
+// accumulator with 64-bit atomics, in the order re(p1=0), im(p1=0), re(p1=1), im(p1=1); zero sums
+// are skipped, as are the baselines below the diagonal and the padding past N_ANTS.
+__device__ __forceinline__ void add_tile(const int (&d)[128], long long *acc, int ch, int a1,
+                                         int a2_base, int t4) {
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        const int p2 = j >> 4;
+        const int a2 = a2_base + 4 * (j & 15) + t4;
+        if (a1 <= a2 && a2 < N_ANTS) {
+            const size_t bl = (size_t)a2 * (a2 + 1) / 2 + a1;
+            u64 *dst = (u64 *)(acc + ((size_t)ch * N_BASELINES + bl) * 8 + 4 * p2);
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                if (d[4 * j + q]) atomicAdd(dst + q, (u64)(long long)d[4 * j + q]);
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     correlate_wgmma(const signed char *__restrict__ in, long long *__restrict__ acc, int n_batches,
                     int ksteps_per_block) {
@@ -449,21 +468,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
     wg_wait<0>();
 
-    const int a1 = a1_base + 32 * wg + 8 * warp + g;
-#pragma unroll
-    for (int j = 0; j < 32; j++) {
-        const int p2 = j >> 4;
-        const int a2 = a2_base + 4 * (j & 15) + t4;
-        if (a1 <= a2 && a2 < N_ANTS) {
-            const size_t bl = (size_t)a2 * (a2 + 1) / 2 + a1;
-            u64 *dst = (u64 *)(acc + ((size_t)ch * N_BASELINES + bl) * 8 + 4 * p2);
-            // order: re(p1=0), im(p1=0), re(p1=1), im(p1=1)
-            if (d[4 * j + 0]) atomicAdd(dst + 0, (u64)(long long)d[4 * j + 0]);
-            if (d[4 * j + 1]) atomicAdd(dst + 1, (u64)(long long)d[4 * j + 1]);
-            if (d[4 * j + 2]) atomicAdd(dst + 2, (u64)(long long)d[4 * j + 2]);
-            if (d[4 * j + 3]) atomicAdd(dst + 3, (u64)(long long)d[4 * j + 3]);
-        }
-    }
+    add_tile(d, acc, ch, a1_base + 32 * wg + 8 * warp + g, a2_base, t4);
 }
 
 // Layout probe: one wgmma.mma_async m64n8k32 s8 (128 threads). a: int8 [64][32] (row-major,
@@ -851,20 +856,7 @@ extern "C" __global__ void
         }
         wg_wait<0>();
 
-        const int a1 = a1_base + 32 * wg + 8 * warp + g;
-#pragma unroll
-        for (int j = 0; j < 32; j++) {
-            const int p2 = j >> 4;
-            const int a2 = a2_base + 4 * (j & 15) + t4;
-            if (a1 <= a2 && a2 < N_ANTS) {
-                const size_t bl = (size_t)a2 * (a2 + 1) / 2 + a1;
-                u64 *dst = (u64 *)(acc + ((size_t)ch * N_BASELINES + bl) * 8 + 4 * p2);
-                if (d[4 * j + 0]) atomicAdd(dst + 0, (u64)(long long)d[4 * j + 0]);
-                if (d[4 * j + 1]) atomicAdd(dst + 1, (u64)(long long)d[4 * j + 1]);
-                if (d[4 * j + 2]) atomicAdd(dst + 2, (u64)(long long)d[4 * j + 2]);
-                if (d[4 * j + 3]) atomicAdd(dst + 3, (u64)(long long)d[4 * j + 3]);
-            }
-        }
+        add_tile(d, acc, ch, a1_base + 32 * wg + 8 * warp + g, a2_base, t4);
         }
     }
 #if WS_CL == 2

@@ -85,6 +85,44 @@ pub(crate) fn pol<'a>(
     }
 }
 
+/// Both pols of `bits`-bit noise (seeds `seed`, `seed + 1`), packed, run through `gpu` and the
+/// CPU reference as one block of `spectra` starting `offsets` samples into each pol (no delay,
+/// unit gains); asserts that the input statistics agree and returns the unpacked samples.
+pub(crate) fn packed_noise_gpu_vs_cpu(
+    gpu: &mut super::GpuBackend,
+    cpu: &mut super::CpuBackend,
+    cfg: &FConfig,
+    spectra: usize,
+    bits: u32,
+    seed: u64,
+    offsets: [usize; 2],
+) -> [Vec<i16>; 2] {
+    use super::FBackend;
+    let n = cfg.input_samples_needed(spectra) + 40;
+    let fine = vec![0.0; spectra];
+    let phase = vec![0.0; spectra];
+    let gains = vec![Complex32::new(1.0, 0.0); cfg.channels];
+    let sigma = (1u32 << (bits - 1)) as f64 * 0.45;
+    let xs = [0, 1].map(|p| noise(n, sigma, bits, seed + p));
+    let bufs = [pack(&xs[0], bits), pack(&xs[1], bits)];
+    let pols = [0, 1].map(|p| pol(packed(&bufs[p], bits, n), offsets[p], &fine, &phase, &gains));
+    let block = super::Block {
+        spectra,
+        first_spectrum: 0,
+        out_first: 0,
+        pols,
+    };
+    let mut out = vec![0u8; cfg.output_len(spectra)];
+    let mut cout = out.clone();
+    let g = gpu.process(&block, &mut out).unwrap();
+    let c = cpu.process(&block, &mut cout).unwrap();
+    assert_eq!(
+        g.input, c.input,
+        "{bits} bits, seed {seed}: input statistics"
+    );
+    xs
+}
+
 /// Complex value (re, im) of channel `c`, spectrum `s`, pol `p` from 8-bit output laid out
 /// as (heap, channel, spectrum, pol, re/im).
 pub(crate) fn value8(out: &[u8], cfg: &FConfig, c: usize, s: usize, p: usize) -> (i8, i8) {

@@ -475,11 +475,7 @@ fn gpu_fir_runs_match_cpu_for_all_bit_widths() {
     let channels = 64;
     let mut cfg = FConfig::wideband(channels, 1);
     cfg.dither = Dither::None;
-    let n = cfg.input_samples_needed(spectra) + 40;
     let mut cpu = CpuBackend::new(cfg.clone()).unwrap();
-    let fine = vec![0.0; spectra];
-    let phase = vec![0.0; spectra];
-    let gains = vec![Complex32::new(1.0, 0.0); channels];
     let d = Tuning::default();
     let short = Tuning {
         fir_threads: 32,
@@ -501,23 +497,9 @@ fn gpu_fir_runs_match_cpu_for_all_bit_widths() {
         let what = format!("{bits} bits, unzip {unzip}, {tuning:?}");
         let mut gpu = GpuBackend::with_unzip(cfg.clone(), unzip).unwrap();
         gpu.set_tuning(tuning).unwrap();
-        let sigma = (1u32 << (bits - 1)) as f64 * 0.45;
-        let xs = [0, 1].map(|p| noise(n, sigma, bits, 700 + 2 * bits as u64 + p));
-        let bufs = [pack(&xs[0], bits), pack(&xs[1], bits)];
         let offsets = [3usize + bits as usize, 17];
-        let pols =
-            [0, 1].map(|p| pol(packed(&bufs[p], bits, n), offsets[p], &fine, &phase, &gains));
-        let block = Block {
-            spectra,
-            first_spectrum: 0,
-            out_first: 0,
-            pols,
-        };
-        let mut out = vec![0u8; cfg.output_len(spectra)];
-        let mut cout = out.clone();
-        let g = gpu.process(&block, &mut out).unwrap();
-        let c = cpu.process(&block, &mut cout).unwrap();
-        assert_eq!(g.input, c.input, "{what}: input statistics");
+        let seed = 700 + 2 * bits as u64;
+        let xs = packed_noise_gpu_vs_cpu(&mut gpu, &mut cpu, &cfg, spectra, bits, seed, offsets);
         let x = [&xs[0][..], &xs[1][..]];
         assert_fir_matches(&gpu, unzip, spectra, x, offsets, cpu.weights(), &what);
     }

@@ -254,33 +254,13 @@ fn gpu_fir_decoders_match_cpu_for_all_bit_widths() {
         let mut cfg = FConfig::wideband(channels, 8);
         cfg.dither = Dither::None;
         let step = cfg.pfb_step();
-        let n = cfg.input_samples_needed(spectra) + 40;
         let mut cpu = CpuBackend::new(cfg.clone()).unwrap();
         let mut gpu = GpuBackend::with_unzip(cfg.clone(), 1).unwrap();
-        let fine = vec![0.0; spectra];
-        let phase = vec![0.0; spectra];
-        let gains = vec![Complex32::new(1.0, 0.0); channels];
         for bits in 2..=16u32 {
-            let sigma = (1u32 << (bits - 1)) as f64 * 0.45;
-            let xs = [0, 1].map(|p| noise(n, sigma, bits, 300 + 2 * bits as u64 + p));
-            let bufs = [pack(&xs[0], bits), pack(&xs[1], bits)];
             let offsets = [5usize + bits as usize, 19];
-            let pols =
-                [0, 1].map(|p| pol(packed(&bufs[p], bits, n), offsets[p], &fine, &phase, &gains));
-            let block = Block {
-                spectra,
-                first_spectrum: 0,
-                out_first: 0,
-                pols,
-            };
-            let mut out = vec![0u8; cfg.output_len(spectra)];
-            let mut cout = out.clone();
-            let g = gpu.process(&block, &mut out).unwrap();
-            let c = cpu.process(&block, &mut cout).unwrap();
-            assert_eq!(
-                g.input, c.input,
-                "{channels} channels, {bits} bits: input statistics"
-            );
+            let seed = 300 + 2 * bits as u64;
+            let xs =
+                packed_noise_gpu_vs_cpu(&mut gpu, &mut cpu, &cfg, spectra, bits, seed, offsets);
             let got = gpu.fir_output(spectra).unwrap();
             let mut y = vec![0f32; step];
             for p in 0..2 {
