@@ -778,14 +778,7 @@ fn gpu_vs_cpu_beams(
     let mut got = vec![0x55i8; shape.beam_output_len(nb)];
     let sc = cpu.beamform(&batch, &present, &bs, 17, &mut want).unwrap();
     let sg = gpu.beamform(&batch, &present, &bs, 17, &mut got).unwrap();
-    let mut off = 0;
-    for (i, (&g, &c)) in got.iter().zip(&want).enumerate() {
-        assert!(
-            (g as i32 - c as i32).abs() <= 1,
-            "beams {na}x{nb}: i={i}: gpu {g} cpu {c}"
-        );
-        off += usize::from(g != c);
-    }
+    let off = one_lsb_diffs(&got, &want, &format!("beams {na}x{nb}"));
     assert!(off * 100 < got.len(), "too many 1-LSB differences: {off}");
     assert_eq!(sg.beam_ants, sc.beam_ants);
     for b in 0..nb {
@@ -803,6 +796,21 @@ fn gpu_vs_cpu_beams(
             "test should saturate some samples"
         );
     }
+}
+
+/// Asserts that every GPU beam value is within 1 of the CPU's (`what` names the case) and
+/// returns how many differ at all.
+fn one_lsb_diffs(got: &[i8], want: &[i8], what: &str) -> usize {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    let mut off = 0;
+    for (i, (&g, &c)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g as i32 - c as i32).abs() <= 1,
+            "{what}: i={i}: gpu {g} cpu {c}"
+        );
+        off += usize::from(g != c);
+    }
+    off
 }
 
 #[test]
@@ -887,14 +895,7 @@ fn gpu_beamformer_4bit_within_one_lsb() {
         let mut got = vec![0x55i8; shape.beam_output_len(nb)];
         let sc = cpu.beamform(&batch, &present, &bs, 5, &mut want).unwrap();
         let sg = gpu.beamform(&batch, &present, &bs, 5, &mut got).unwrap();
-        let mut off = 0;
-        for (i, (&g, &c)) in got.iter().zip(&want).enumerate() {
-            assert!(
-                (g as i32 - c as i32).abs() <= 1,
-                "4-bit beams {na}x{nb}: i={i}: gpu {g} cpu {c}"
-            );
-            off += usize::from(g != c);
-        }
+        let off = one_lsb_diffs(&got, &want, &format!("4-bit beams {na}x{nb}"));
         assert!(off * 100 < got.len(), "too many 1-LSB differences: {off}");
         assert!(want.iter().filter(|&&v| v != 0).count() * 2 > want.len());
         assert_eq!(sg.beam_ants, sc.beam_ants);
@@ -961,13 +962,8 @@ fn gpu_beamformer_chunk_within_one_lsb() {
                     &mut want,
                 )
                 .unwrap();
-            for (i, (&g, &c)) in got[k * per..(k + 1) * per].iter().zip(&want).enumerate() {
-                assert!(
-                    (g as i32 - c as i32).abs() <= 1,
-                    "{bits}-bit chunk {na}x{nb}, batch {k}: i={i}: gpu {g} cpu {c}"
-                );
-                off += usize::from(g != c);
-            }
+            let what = format!("{bits}-bit chunk {na}x{nb}, batch {k}");
+            off += one_lsb_diffs(&got[k * per..(k + 1) * per], &want, &what);
             if k == 2 {
                 // no antenna: only dither, which rounds to 0
                 assert!(want.iter().all(|&v| v == 0));
