@@ -868,3 +868,339 @@ extern "C" __global__ void
 #undef RFULL
 #undef REMPTY
 }
+
+// ------------------------------------------------------------------------------------------
+// Sparse-operand variant `correlate_sp` (sm_90a): no rearrangement of the input at all.
+// The raw rows are the B operand as they lie in memory: row n = antenna a2, K = the bytes of
+// its spectra, k = 4 t + 2 q + c (t spectrum, q pol, c re/im). A is 2:4 structured sparse
+// (wgmma.mma_async.sp, m64nNk64 s8, A from registers): of each group of four K bytes (one
+// spectrum) only the two of pol q = p2 are non-zero, so the compressed A row holds two bytes
+// per spectrum and the metadata is one constant per warpgroup (0x4 nibbles: positions 0, 1
+// for p2 = 0; 0xE: positions 2, 3 for p2 = 1). Compressed A rows, for a1 and pol p1:
+//   Re row (x_re, x_im)[a1, p1](t)   -> sum = re1 re2 + im1 im2   = Re x1 conj(x2)
+//   Im row (x_im, -x_re)[a1, p1](t)  -> sum = im1 re2 - re1 im2   = Im x1 conj(x2)
+// A block computes SP_A antennas a1 against up to SP_NMAX antennas a2 (all four pol products)
+// with SP_CWG consumer warpgroups: SP_CWG = 4 (512 threads): 32 x 128, warpgroup c holds pol
+// p2 = c % 2 of a2 for a1 in [16 (c / 2), 16 (c / 2) + 16); SP_CWG = 2 (384 threads, a separate
+// producer warpgroup): 16 x 256, warpgroup c = p2. In a warpgroup, warp w,
+// lane (g, t) owns rows g (Re) and g + 8 (Im) of a1 = 4w + g % 4, p1 = g / 4, i.e. compressed
+// fragment registers {Re, Im, Re, Im} of the spectrum pairs (2t, 2t + 1) and (8 + 2t, 9 + 2t)
+// of each 16-spectrum k-step, built with two 8-byte shared loads, a PRMT and a negation.
+// Tiles: row block i (a1 in [SP_A i, SP_A (i + 1))) against a2 from SP_A i in SP_NMAX-wide
+// tiles, the last one as narrow as the array allows (N a multiple of SP_WQ = 32 for SP_CWG 4,
+// 64 for 2: whole wgmma shapes), so the work computed is the triangle in SP_A x SP_WQ pieces.
+// Data path: per 64-spectrum stage two bulk tensor copies (TMA, cp.async.bulk.tensor.4d, 128B
+// swizzle, 32 spectra x SP_A or SP_NMAX antenna rows per box) for A and for B into a ring of
+// SP_NR slots (full/empty mbarriers), issued by one thread; antennas past N_ANTS and
+// batches past the launch are zero-filled by the copy engine. The tensor maps (dims: spectrum
+// bytes, channel, antenna, batch) are built on the host for each launch.
+// Each consumer warpgroup keeps two stages of wgmma in flight (two A register sets).
+// Accumulators: warpgroup of pol p2, for 8-column group j: d[4j + e] = Re, d[4j + 2 + e] = Im of
+// (a1, p1) x (a2 = a2_base + 8 j + 2 t + e, p2), e = 0, 1. Same int64 accumulator as the
+// other kernels (64-bit atomics at the end of a block's time range).
+// SP_PROBE (diagnostic only, wrong results): 1 = no wgmma, 2 = no tensor copies.
+// ------------------------------------------------------------------------------------------
+#ifndef SP_CWG
+#define SP_CWG 4 // consumer warpgroups: 2 (16 x 256 tiles) or 4 (32 x 128 tiles)
+#endif
+#ifndef SP_NR
+#define SP_NR (SP_CWG == 4 ? 5 : 3)
+#endif
+#ifndef SP_PROBE
+#define SP_PROBE 0
+#endif
+#if SP_CWG == 4
+// four consumer warpgroups (p2, a1 half); thread 0 also issues the copies
+#define SP_A 32
+#define SP_NMAX 128
+#define SP_THREADS 512
+#elif SP_CWG == 2
+// two consumer warpgroups and a producer warpgroup (one thread copies; setmaxnreg gives its
+// registers to the consumers)
+#define SP_A 16
+#define SP_NMAX 256
+#define SP_THREADS 384
+#define SP_REG_C 232
+#define SP_REG_P 40
+static_assert(256 * SP_REG_C + 128 * SP_REG_P <= 65536, "setmaxnreg budget");
+#else
+#error "SP_CWG must be 2 or 4"
+#endif
+#define SP_WQ (SP_CWG == 4 ? 32 : 64) // tile widths: multiples of this
+#define SP_ST 64
+#define SP_A_BOX (SP_A * 128)
+#define SP_B_BOX (SP_NMAX * 128)
+#define SP_SLOT (2 * SP_A_BOX + 2 * SP_B_BOX)
+static_assert(SP_NR >= 2 && SP_NR * SP_SLOT + 1024 <= 227 * 1024, "SP_NR: 2 .. what fits");
+static_assert(SP_SLOT % 1024 == 0, "slots must keep the 1024-byte swizzle alignment");
+
+// A CUtensorMap, passed by value (__grid_constant__) and addressed by the copy engine.
+struct __align__(64) TensorMap {
+    u64 v[16];
+};
+
+__device__ __forceinline__ void tma_load4(u32 dst, const TensorMap *m, int c0, int c1, int c2, int c3,
+                                          u32 bar) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+                 "l"((u64)m), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ uint2 ld_shared8(u32 addr) {
+    uint2 v;
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
+    return v;
+}
+// (re0, im0, re1, im1) -> (im0, -re0, im1, -re1); inputs in [-127, 127]
+__device__ __forceinline__ u32 im_row(u32 v) {
+    return __byte_perm(v, 0x00FF00FFu - ((v << 8) & 0xFF00FF00u), 0x7351);
+}
+
+__device__ __forceinline__ void wgmma_sp(int (&d)[16], const u32 (&a)[4], u64 db, u32 meta) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %22, 0;\n"
+                 "wgmma.mma_async.sp.sync.aligned.m64n32k64.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
+                 "{%16, %17, %18, %19}, %20, %21, 0, p;\n}\n"
+                 : ACC4(0), ACC4(4), ACC4(8), ACC4(12)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(meta), "n"(1));
+}
+__device__ __forceinline__ void wgmma_sp(int (&d)[48], const u32 (&a)[4], u64 db, u32 meta) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %54, 0;\n"
+                 "wgmma.mma_async.sp.sync.aligned.m64n96k64.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, "
+                 "{%48, %49, %50, %51}, %52, %53, 0, p;\n}\n"
+                 : ACC4(0), ACC4(4), ACC4(8), ACC4(12), ACC4(16), ACC4(20), ACC4(24), ACC4(28), ACC4(32), ACC4(36), ACC4(40), ACC4(44)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(meta), "n"(1));
+}
+__device__ __forceinline__ void wgmma_sp(int (&d)[32], const u32 (&a)[4], u64 db, u32 meta) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
+                 "wgmma.mma_async.sp.sync.aligned.m64n64k64.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+                 "{%32, %33, %34, %35}, %36, %37, 0, p;\n}\n"
+                 : ACC4(0), ACC4(4), ACC4(8), ACC4(12), ACC4(16), ACC4(20), ACC4(24), ACC4(28)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(meta), "n"(1));
+}
+__device__ __forceinline__ void wgmma_sp(int (&d)[64], const u32 (&a)[4], u64 db, u32 meta) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %70, 0;\n"
+                 "wgmma.mma_async.sp.sync.aligned.m64n128k64.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+                 "{%64, %65, %66, %67}, %68, %69, 0, p;\n}\n"
+                 : ACC4(0), ACC4(4), ACC4(8), ACC4(12), ACC4(16), ACC4(20), ACC4(24), ACC4(28), ACC4(32), ACC4(36), ACC4(40), ACC4(44), ACC4(48), ACC4(52), ACC4(56), ACC4(60)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(meta), "n"(1));
+}
+__device__ __forceinline__ void wgmma_sp(int (&d)[96], const u32 (&a)[4], u64 db, u32 meta) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %102, 0;\n"
+                 "wgmma.mma_async.sp.sync.aligned.m64n192k64.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95}, "
+                 "{%96, %97, %98, %99}, %100, %101, 0, p;\n}\n"
+                 : ACC4(0), ACC4(4), ACC4(8), ACC4(12), ACC4(16), ACC4(20), ACC4(24), ACC4(28), ACC4(32), ACC4(36), ACC4(40), ACC4(44), ACC4(48), ACC4(52), ACC4(56), ACC4(60), ACC4(64), ACC4(68), ACC4(72), ACC4(76), ACC4(80), ACC4(84), ACC4(88), ACC4(92)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(meta), "n"(1));
+}
+__device__ __forceinline__ void wgmma_sp(int (&d)[128], const u32 (&a)[4], u64 db, u32 meta) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %134, 0;\n"
+                 "wgmma.mma_async.sp.sync.aligned.m64n256k64.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, "
+                 "{%128, %129, %130, %131}, %132, %133, 0, p;\n}\n"
+                 : ACC4(0), ACC4(4), ACC4(8), ACC4(12), ACC4(16), ACC4(20), ACC4(24), ACC4(28), ACC4(32), ACC4(36), ACC4(40), ACC4(44), ACC4(48), ACC4(52), ACC4(56), ACC4(60), ACC4(64), ACC4(68), ACC4(72), ACC4(76), ACC4(80), ACC4(84), ACC4(88), ACC4(92), ACC4(96), ACC4(100), ACC4(104), ACC4(108), ACC4(112), ACC4(116), ACC4(120), ACC4(124)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(meta), "n"(1));
+}
+
+// Row block and tile of block index idx: sets a1_base and a2_base and returns the tile width
+// (a multiple of SP_WQ, at most SP_NMAX), or 0 past the last tile.
+__device__ __forceinline__ int sp_tile(int idx, int &a1_base, int &a2_base) {
+    for (int i = 0; SP_A * i < N_ANTS; i++) {
+        const int nt = (N_ANTS - SP_A * i + SP_NMAX - 1) / SP_NMAX;
+        if (idx < nt) {
+            a1_base = SP_A * i;
+            a2_base = SP_A * i + SP_NMAX * idx;
+            const int rem = N_ANTS - a2_base;
+            return rem >= SP_NMAX ? SP_NMAX : (rem + SP_WQ - 1) / SP_WQ * SP_WQ;
+        }
+        idx -= nt;
+    }
+    return 0;
+}
+
+#define SP_FULL(r) (bar0 + 8 * (r))
+#define SP_EMPTY(r) (bar0 + 8 * (SP_NR + (r)))
+
+// The tensor copies of stage s into its ring slot (one thread; the slot is free).
+__device__ __forceinline__ void sp_issue(int s, const TensorMap *tm_a, const TensorMap *tm_b, u32 ring,
+                                         u32 bar0, u32 t_begin, int ch, int a1_base, int a2_base) {
+    const int r = s % SP_NR;
+    const u32 slot = ring + r * SP_SLOT;
+#if SP_PROBE == 2
+    (void)slot;
+    (void)tm_a;
+    (void)tm_b;
+    (void)t_begin;
+    (void)ch;
+    (void)a1_base;
+    (void)a2_base;
+    mbar_arrive(SP_FULL(r));
+#else
+    mbar_arrive_tx(SP_FULL(r), SP_SLOT);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        // (SPECTRA is a multiple of 32: a 32-spectrum box never spans two batches)
+        const u32 tt = t_begin + (u32)s * SP_ST + 32 * h;
+        const int b = (int)(tt / SPECTRA), sp = (int)(tt % SPECTRA);
+        tma_load4(slot + h * SP_A_BOX, tm_a, 4 * sp, ch, a1_base, b, SP_FULL(r));
+        tma_load4(slot + 2 * SP_A_BOX + h * SP_B_BOX, tm_b, 4 * sp, ch, a2_base, b, SP_FULL(r));
+    }
+#endif
+}
+
+// Builds this lane's A fragments of one stage (ring slot at `slot`) in registers: per k-step
+// ks (16 spectra) box ks / 2, bytes 64 (ks % 2) + 8 t and + 32 of row al, 16-byte chunks
+// XOR-swizzled by the row; Re words select pol p1, Im words are (im, -re) of them.
+__device__ __forceinline__ void sp_build_a(u32 (&a)[4][4], u32 slot, int al, int t, u32 sel) {
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) {
+        const u32 c0 = 4 * (ks & 1) + (t >> 1);
+        const u32 base = slot + (ks >> 1) * SP_A_BOX + al * 128 + (t & 1) * 8;
+        const uint2 x = ld_shared8(base + ((c0 ^ (al & 7)) << 4));
+        const uint2 y = ld_shared8(base + (((c0 + 2) ^ (al & 7)) << 4));
+        a[ks][0] = __byte_perm(x.x, x.y, sel);
+        a[ks][1] = im_row(a[ks][0]);
+        a[ks][2] = __byte_perm(y.x, y.y, sel);
+        a[ks][3] = im_row(a[ks][2]);
+    }
+}
+
+// Consumer warpgroups (threads 0 .. 128 SP_CWG - 1) of a tile NW antennas wide.
+template <int NW>
+__device__ __forceinline__ void sp_consume(long long *acc, int ch, int a1_base, int a2_base,
+                                           int n_stages, u32 ring, u32 bar0, const TensorMap *tm_a,
+                                           const TensorMap *tm_b, u32 t_begin) {
+    int d[NW / 2];
+#pragma unroll
+    for (int k = 0; k < NW / 2; k++) d[k] = 0;
+    const int tid = threadIdx.x, wg = tid >> 7, p2 = wg & 1, w = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int al = 16 * (wg >> 1) + 4 * w + (g & 3); // a1 - a1_base: the row of the A box
+    const u32 sel = (g >> 2) ? 0x7632u : 0x5410u;
+    const u32 meta = p2 ? 0xEEEEEEEEu : 0x44444444u;
+    auto mma = [&](const u32(&a)[4][4], u32 slot) {
+#if SP_PROBE != 1
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++)
+            wgmma_sp(d, a[ks], make_desc_swz(slot + 2 * SP_A_BOX + (ks >> 1) * SP_B_BOX + 64 * (ks & 1)),
+                     meta);
+        wg_commit();
+#else
+        (void)slot;
+        d[0] += (int)(a[0][0] ^ a[1][1] ^ a[2][2] ^ a[3][3]);
+#endif
+    };
+    // two register sets: stage s is issued while stage s - 1 may still run
+    u32 ra[4][4], rb[4][4];
+    auto stage = [&](int s, u32(&a)[4][4]) {
+        const int r = s % SP_NR;
+#if SP_CWG == 4
+        // thread 0 refills the slot of stage s - 2 once every consumer warp has released it
+        if (tid == 0 && s >= 2 && s - 2 + SP_NR < n_stages) {
+            mbar_wait(SP_EMPTY((s - 2) % SP_NR), (u32)((s - 2) / SP_NR) & 1);
+            sp_issue(s - 2 + SP_NR, tm_a, tm_b, ring, bar0, t_begin, ch, a1_base, a2_base);
+        }
+        __syncwarp(); // (warp 0 converges before its aligned wgmma instructions)
+#else
+        (void)tm_a;
+        (void)tm_b;
+        (void)t_begin;
+#endif
+        const u32 slot = ring + r * SP_SLOT;
+        mbar_wait(SP_FULL(r), (u32)(s / SP_NR) & 1);
+        sp_build_a(a, slot, al, t, sel);
+        mma(a, slot);
+#if SP_PROBE != 1
+        wg_wait<1>();
+#endif
+        // the wgmma of stage s - 1 are complete: its slot may be refilled
+        if (s > 0 && lane == 0) mbar_arrive(SP_EMPTY((s - 1) % SP_NR));
+    };
+    for (int s = 0; s < n_stages; s += 2) {
+        stage(s, ra);
+        if (s + 1 < n_stages) stage(s + 1, rb);
+    }
+    wg_wait<0>();
+
+    const int a1 = a1_base + al, p1 = g >> 2;
+    if (a1 >= N_ANTS) return;
+#pragma unroll
+    for (int j = 0; j < NW / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int a2 = a2_base + 8 * j + 2 * t + e;
+            if (a1 <= a2 && a2 < N_ANTS) {
+                const size_t bl = (size_t)a2 * (a2 + 1) / 2 + a1;
+                u64 *dst = (u64 *)(acc + ((size_t)ch * N_BASELINES + bl) * 8 + 2 * (p1 + 2 * p2));
+                if (d[4 * j + e]) atomicAdd(dst, (u64)(long long)d[4 * j + e]);
+                if (d[4 * j + 2 + e]) atomicAdd(dst + 1, (u64)(long long)d[4 * j + 2 + e]);
+            }
+        }
+}
+
+// tm_a: boxes of 128 bytes x 1 channel x SP_A antennas x 1 batch; tm_b: the same with SP_NMAX
+// antennas. Dynamic shared memory: SP_NR * SP_SLOT + 1024.
+extern "C" __global__ void __launch_bounds__(SP_THREADS, 1)
+    correlate_sp(const __grid_constant__ TensorMap tm_a, const __grid_constant__ TensorMap tm_b,
+                 long long *__restrict__ acc, int n_batches, int ksteps_per_block) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ __align__(8) u64 bars[2 * SP_NR];
+    int a1_base = 0, a2_base = 0;
+    const int nw = sp_tile(blockIdx.x, a1_base, a2_base);
+    if (nw == 0) return;
+    const int ch = blockIdx.y;
+    const long long ktotal = (long long)n_batches * (SPECTRA / 16);
+    const long long kbeg = (long long)blockIdx.z * ksteps_per_block;
+    if (kbeg >= ktotal) return;
+    const long long kend = min(ktotal, kbeg + ksteps_per_block);
+    const int n_stages = (int)(((kend - kbeg) * 16 + SP_ST - 1) / SP_ST);
+    const u32 t_begin = (u32)(kbeg * 16);
+
+    const int tid = threadIdx.x;
+    const u32 ring = ((u32)__cvta_generic_to_shared(smem) + 1023u) & ~1023u;
+    const u32 bar0 = (u32)__cvta_generic_to_shared(bars);
+    if (tid == 0) {
+        for (int r = 0; r < SP_NR; r++) {
+            mbar_init(SP_FULL(r), 1);
+            mbar_init(SP_EMPTY(r), 4 * SP_CWG); // one arrival per consumer warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"((u64)&tm_a) : "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"((u64)&tm_b) : "memory");
+    }
+    __syncthreads();
+#if SP_CWG == 4
+    if (tid == 0)
+        for (int s = 0; s < SP_NR && s < n_stages; s++)
+            sp_issue(s, &tm_a, &tm_b, ring, bar0, t_begin, ch, a1_base, a2_base);
+    if (nw == 128)
+        sp_consume<128>(acc, ch, a1_base, a2_base, n_stages, ring, bar0, &tm_a, &tm_b, t_begin);
+    else if (nw == 96)
+        sp_consume<96>(acc, ch, a1_base, a2_base, n_stages, ring, bar0, &tm_a, &tm_b, t_begin);
+    else if (nw == 64)
+        sp_consume<64>(acc, ch, a1_base, a2_base, n_stages, ring, bar0, &tm_a, &tm_b, t_begin);
+    else
+        sp_consume<32>(acc, ch, a1_base, a2_base, n_stages, ring, bar0, &tm_a, &tm_b, t_begin);
+#else
+    if (tid >= 256) {
+        // ---------------- producer warpgroup: one thread issues the tensor copies ----------------
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(SP_REG_P));
+        if (tid == 256) {
+            for (int s = 0; s < n_stages; s++) {
+                if (s >= SP_NR) mbar_wait(SP_EMPTY(s % SP_NR), (u32)(s / SP_NR - 1) & 1);
+                sp_issue(s, &tm_a, &tm_b, ring, bar0, t_begin, ch, a1_base, a2_base);
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(SP_REG_C));
+        if (nw == 256)
+            sp_consume<256>(acc, ch, a1_base, a2_base, n_stages, ring, bar0, &tm_a, &tm_b, t_begin);
+        else if (nw == 192)
+            sp_consume<192>(acc, ch, a1_base, a2_base, n_stages, ring, bar0, &tm_a, &tm_b, t_begin);
+        else if (nw == 128)
+            sp_consume<128>(acc, ch, a1_base, a2_base, n_stages, ring, bar0, &tm_a, &tm_b, t_begin);
+        else
+            sp_consume<64>(acc, ch, a1_base, a2_base, n_stages, ring, bar0, &tm_a, &tm_b, t_begin);
+    }
+#endif
+}
+#undef SP_FULL
+#undef SP_EMPTY

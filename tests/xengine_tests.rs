@@ -454,6 +454,7 @@ fn nvrtc_compiles_all_kernels() {
                     probe: 0,
                     ws: false,
                     cluster: false,
+                    sparse: false,
                 },
                 WgmmaVariant {
                     stage_times: 64,
@@ -464,6 +465,7 @@ fn nvrtc_compiles_all_kernels() {
                     probe: 0,
                     ws: false,
                     cluster: false,
+                    sparse: false,
                 },
                 // the warp-specialised kernel: the engine's choice, other ring depths, probes
                 WgmmaVariant::warp_specialized(2, 4),
@@ -481,6 +483,17 @@ fn nvrtc_compiles_all_kernels() {
                     probe: 1,
                     ..WgmmaVariant::warp_specialized_cluster(3, 2)
                 },
+                // the sparse-operand kernel and its probes
+                WgmmaVariant::sparse(4, 5),
+                WgmmaVariant::sparse(2, 3),
+                WgmmaVariant {
+                    probe: 1,
+                    ..WgmmaVariant::sparse(4, 2)
+                },
+                WgmmaVariant {
+                    probe: 2,
+                    ..WgmmaVariant::sparse(2, 2)
+                },
             ]
             .into_iter()
             .zip([
@@ -493,6 +506,10 @@ fn nvrtc_compiles_all_kernels() {
                 (1024, 16, 256),
                 (576, 28, 256),
                 (33, 2, 32),
+                (576, 28, 256),
+                (1, 1, 32),
+                (130, 3, 96),
+                (1024, 16, 256),
             ]) {
                 let shape = XShape::new(na, nc, ns).unwrap();
                 let d = gpucbf::xengine::correlate_wgmma_defines(&shape, v);
@@ -522,6 +539,22 @@ fn nvrtc_compiles_all_kernels() {
                     assert!(text.contains("setmaxnreg.inc.sync.aligned"), "{v:?}");
                     assert!(text.contains(".entry correlate_ws"), "{v:?}");
                 }
+                if v.sparse {
+                    // (probe 1 leaves the wgmma out)
+                    let widths: &[usize] = if v.ready_bufs == 4 {
+                        &[32, 64, 96, 128]
+                    } else {
+                        &[64, 128, 192, 256]
+                    };
+                    for w in widths.iter().filter(|_| v.probe != 1) {
+                        let op = format!("wgmma.mma_async.sp.sync.aligned.m64n{w}k64.s32.s8.s8");
+                        assert!(text.contains(&op), "{v:?}: {op}");
+                    }
+                    if v.probe != 2 {
+                        assert!(text.contains("cp.async.bulk.tensor.4d"), "{v:?}");
+                    }
+                    assert!(text.contains(".entry correlate_sp"), "{v:?}");
+                }
             }
         }
         // The NUFFT kernels (src/nufft/tests_gpu.rs compiles more variants).
@@ -548,28 +581,48 @@ fn kernels_under_test(test: &str) -> Vec<Kern> {
     let g = GpuX::new(XShape::new(1, 1, 16).unwrap()).expect("GpuX::new");
     if g.wgmma_supported() {
         if std::env::var(gpucbf::xengine::CORRELATOR_ENV).is_err() {
-            // the measured faster kernel (src/xengine/gpu/wgmma.rs)
-            let want = if gpucbf::xengine::AUTO_WS_ON_SM90 {
+            // the measured fastest kernel (src/xengine/gpu/wgmma.rs); this probe shape has 16
+            // spectra per batch, which the sparse kernel cannot tile, so it gets ws there
+            let want = if gpucbf::xengine::AUTO_WS_ON_SM90 || gpucbf::xengine::AUTO_SPARSE_ON_SM90 {
                 CorrKernel::Wgmma
             } else {
                 CorrKernel::MmaSync
             };
             assert_eq!(g.correlator_kernel(), want, "default kernel");
-            if want == CorrKernel::Wgmma {
+            if gpucbf::xengine::AUTO_WS_ON_SM90 {
                 assert_eq!(
                     g.wgmma_variant(),
                     Some(WgmmaVariant::warp_specialized(2, 4)),
-                    "default wgmma variant"
+                    "default wgmma variant for 16 spectra per batch"
+                );
+            }
+            if gpucbf::xengine::AUTO_SPARSE_ON_SM90 {
+                let g = GpuX::new(XShape::new(3, 1, 256).unwrap()).expect("GpuX::new");
+                assert_eq!(
+                    g.wgmma_variant(),
+                    Some(WgmmaVariant::sparse(4, 5)),
+                    "default wgmma variant for 256 spectra per batch"
                 );
             }
         }
         k.push(Kern::Wg(WgmmaVariant::default()));
         k.push(Kern::Wg(WgmmaVariant::warp_specialized(2, 4)));
         k.push(Kern::Wg(WgmmaVariant::warp_specialized_cluster(2, 4)));
+        k.push(Kern::Wg(WgmmaVariant::sparse(4, 5)));
+        k.push(Kern::Wg(WgmmaVariant::sparse(2, 3)));
     } else {
         eprintln!("{test}: wgmma kernel not tested (device is not compute capability 9.x)");
     }
     k
+}
+
+/// Spectra per batch for `kern`: the sparse-operand kernel takes multiples of 32 only (the
+/// others any multiple of 16), so its cases round up.
+fn spectra_for(kern: Kern, ns: usize) -> usize {
+    match kern {
+        Kern::Wg(v) if v.sparse => ns.div_ceil(32) * 32,
+        _ => ns,
+    }
 }
 
 fn gpu_vs_cpu_correlator(shape: XShape, batches: &[Vec<i8>], present: &[bool], kern: Kern) {
@@ -577,6 +630,12 @@ fn gpu_vs_cpu_correlator(shape: XShape, batches: &[Vec<i8>], present: &[bool], k
     let mut gpu = GpuX::new(shape).expect("GpuX::new");
     match kern {
         Kern::Mma(v) => gpu.set_correlator_variant(v).unwrap(),
+        Kern::Wg(v) if v.sparse && !shape.spectra_per_batch.is_multiple_of(32) => {
+            // refused with a clear error, never run on a shape it cannot tile
+            let e = gpu.set_wgmma_variant(v).unwrap_err().to_string();
+            assert!(e.contains("multiple of 32"), "{e}");
+            return;
+        }
         Kern::Wg(v) => gpu.set_wgmma_variant(v).unwrap(),
     }
     for b in batches {
@@ -623,7 +682,7 @@ fn gpu_correlator_bit_exact() {
     ];
     for kern in kernels_under_test("gpu_correlator_bit_exact") {
         for (na, nc, ns) in cases {
-            let shape = XShape::new(na, nc, ns).unwrap();
+            let shape = XShape::new(na, nc, spectra_for(kern, ns)).unwrap();
             let batches = vec![
                 random_batches(&shape, 1, 3 + na as u64),
                 random_batches(&shape, 3, 1000 + na as u64),
@@ -661,6 +720,8 @@ fn gpu_correlator_variants_bit_exact() {
         }),
     ];
     if kernels_under_test("gpu_correlator_variants_bit_exact").len() > 1 {
+        kerns.push(Kern::Wg(WgmmaVariant::sparse(4, 2)));
+        kerns.push(Kern::Wg(WgmmaVariant::sparse(2, 2)));
         for (nc, nr) in [(2, 2), (2, 3), (3, 2)] {
             kerns.push(Kern::Wg(WgmmaVariant::warp_specialized(nc, nr)));
             kerns.push(Kern::Wg(WgmmaVariant::warp_specialized_cluster(nc, nr)));
@@ -687,12 +748,13 @@ fn gpu_correlator_variants_bit_exact() {
                 probe: 0,
                 ws: false,
                 cluster: false,
+                sparse: false,
             }));
         }
     }
     for variant in kerns {
-        for (na, nc, ns) in [(19, 3, 48), (130, 2, 272)] {
-            let shape = XShape::new(na, nc, ns).unwrap();
+        for (na, nc, ns) in [(19, 3, 48), (130, 2, 272), (300, 2, 32)] {
+            let shape = XShape::new(na, nc, spectra_for(variant, ns)).unwrap();
             let batches = vec![random_batches(&shape, 2, 7 + na as u64)];
             let mut present = vec![true; na];
             present[na / 2] = false;

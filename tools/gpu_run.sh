@@ -20,7 +20,7 @@ step() { # name, limit, command...
 step lib_gpu 200 ./lib-tests --test-threads 4 --skip gpu_kernels_compile_with_nvrtc \
   fengine:: fgpu:: nufft:: chunk:: imaging::
 step fgpu_engine 90 ./fgpu_engine --test-threads 2
-step xengine 300 ./xengine_tests --test-threads 4 gpu
+step xengine 420 ./xengine_tests --test-threads 4 gpu
 step bench_xbgpu 170 ./gpucbf bench xbgpu
 step bench_fgpu 120 ./gpucbf bench fgpu
 step bench_fgpu_nb 60 ./gpucbf bench fgpu-narrowband

@@ -117,6 +117,15 @@ fn bench_correlator(n_ants: usize, samples: usize, kern: Kern, bits: u32) -> Res
                 v.stages
             )
         }
+        Kern::Wgmma(v) if v.sparse => {
+            g.set_wgmma_variant(v)?;
+            format!(
+                "wgmma-sp cwg={} raw={}{}",
+                v.ready_bufs,
+                v.raw_bufs,
+                if v.probe > 0 { " PROBE" } else { "" }
+            )
+        }
         Kern::Wgmma(v) if v.ws => {
             g.set_wgmma_variant(v)?;
             format!(
@@ -489,7 +498,8 @@ pub fn bench_gpu_corr(
     let wgmma = GpuX::new(XShape::new(1, 1, 16)?)?.wgmma_supported();
     let ws = WgmmaVariant::warp_specialized(2, 4);
     let wsc = WgmmaVariant::warp_specialized_cluster(2, 4);
-    // per antenna count: (mma.sync, wgmma, wgmma-ws, wgmma-ws in clusters) TOPS
+    let sp = WgmmaVariant::sparse(4, 5);
+    // per antenna count: (mma.sync, wgmma, wgmma-ws, wgmma-sp) TOPS
     let mut tops = Vec::new();
     for &n in ants {
         let m = bench_correlator(n, samples, Kern::Mma(CorrVariant::default()), 8)?;
@@ -497,7 +507,7 @@ pub fn bench_gpu_corr(
             (
                 bench_correlator(n, samples, Kern::Wgmma(WgmmaVariant::default()), 8)?,
                 bench_correlator(n, samples, Kern::Wgmma(ws), 8)?,
-                bench_correlator(n, samples, Kern::Wgmma(wsc), 8)?,
+                bench_correlator(n, samples, Kern::Wgmma(sp), 8)?,
             )
         } else {
             (0.0, 0.0, 0.0)
@@ -514,6 +524,7 @@ pub fn bench_gpu_corr(
             probe,
             ws: false,
             cluster: false,
+            sparse: false,
         };
         // Limit probes (wrong results, timing only): without the wgmma the loads and the
         // operand rearrangement alone (register loads, and a 4-stage cp.async ring); without
@@ -522,26 +533,22 @@ pub fn bench_gpu_corr(
         // wgmma), bulk copies alone (the L2 -> SM rate of this access pattern, as TOPS).
         for (v, what) in [
             (wv(64, 3, 0, 1, 1), "no wgmma"),
-            (wv(64, 2, 4, 1, 1), "no wgmma cp.async"),
             (wv(64, 3, 0, 1, 2), "no loads"),
             (WgmmaVariant { probe: 1, ..ws }, "ws no wgmma"),
             (WgmmaVariant { probe: 2, ..ws }, "ws no copies"),
             (WgmmaVariant { probe: 3, ..ws }, "ws copies only"),
-            (WgmmaVariant { probe: 1, ..wsc }, "ws-cl2 no wgmma"),
-            (WgmmaVariant { probe: 2, ..wsc }, "ws-cl2 no copies"),
-            (WgmmaVariant { probe: 3, ..wsc }, "ws-cl2 copies only"),
+            (WgmmaVariant { probe: 1, ..sp }, "sp no wgmma"),
+            (WgmmaVariant { probe: 2, ..sp }, "sp no copies"),
         ] {
             print!("probe {what:17}: ");
             bench_correlator(576, samples, Kern::Wgmma(v), 8)?;
         }
-        // tuning alternatives (operand buffers, raw stages)
-        for (nc, nr) in [(2, 3), (3, 2)] {
-            let v = WgmmaVariant::warp_specialized(nc, nr);
-            bench_correlator(576, samples, Kern::Wgmma(v), 8)?;
-            let v = WgmmaVariant::warp_specialized_cluster(nc, nr);
-            bench_correlator(576, samples, Kern::Wgmma(v), 8)?;
+        // tuning alternatives (ring slots), the 2-CTA cluster form of ws
+        for (cwg, nr) in [(4, 3), (4, 4), (2, 3)] {
+            bench_correlator(576, samples, Kern::Wgmma(WgmmaVariant::sparse(cwg, nr)), 8)?;
         }
-        for v in [ws, wsc] {
+        bench_correlator(576, samples, Kern::Wgmma(wsc), 8)?;
+        for v in [ws, sp] {
             print!("long launch: ");
             bench_correlator(576, 65536, Kern::Wgmma(v), 8)?;
         }
@@ -574,7 +581,7 @@ pub fn bench_gpu_corr(
                 );
                 if wgmma {
                     print!(
-                        ", wgmma {w:7.1} = {:.2}, wgmma-ws {x:7.1} = {:.2}, wgmma-ws-cl2 {c:7.1} = {:.2} of cuBLASLt ({:.2}x mma.sync)",
+                        ", wgmma {w:7.1} = {:.2}, wgmma-ws {x:7.1} = {:.2}, wgmma-sp {c:7.1} = {:.2} of cuBLASLt ({:.2}x mma.sync)",
                         w / gemm,
                         x / gemm,
                         c / gemm,

@@ -16,8 +16,8 @@ use super::{present_baselines, BeamSet, BeamStats, XBackend, XError, XShape};
 
 mod wgmma;
 pub use wgmma::{
-    correlate_wgmma_defines, CorrKernel, WgmmaVariant, AUTO_WS_ON_SM90, CORRELATE_WGMMA_SRC,
-    CORRELATOR_ENV, WGMMA_ARCH,
+    correlate_wgmma_defines, sparse_tile, sparse_tiles, CorrKernel, WgmmaVariant,
+    AUTO_SPARSE_ON_SM90, AUTO_WS_ON_SM90, CORRELATE_WGMMA_SRC, CORRELATOR_ENV, WGMMA_ARCH,
 };
 
 /// Correlator kernel source (embedded so binaries need no kernel files at run time).
@@ -348,7 +348,8 @@ impl GpuX {
         let arch = arch_for(major, minor)?;
         let variant = CorrVariant::default();
         let (correlate, reduce) = build_correlator(&ctx, &shape, arch, variant)?;
-        let wgmma = match wgmma::default_kernel(major, shape.sample_bits)? {
+        let wgmma = match wgmma::default_kernel(major, shape.sample_bits, shape.spectra_per_batch)?
+        {
             Some(v) => Some(wgmma::build(&ctx, &shape, v, smem_optin)?),
             None => None,
         };

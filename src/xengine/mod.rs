@@ -27,8 +27,8 @@ pub use gpu::{
     CORRELATE_SRC,
 };
 pub use gpu::{
-    correlate_wgmma_defines, CorrKernel, WgmmaVariant, AUTO_WS_ON_SM90, CORRELATE_WGMMA_SRC,
-    CORRELATOR_ENV, WGMMA_ARCH,
+    correlate_wgmma_defines, sparse_tile, sparse_tiles, CorrKernel, WgmmaVariant,
+    AUTO_SPARSE_ON_SM90, AUTO_WS_ON_SM90, CORRELATE_WGMMA_SRC, CORRELATOR_ENV, WGMMA_ARCH,
 };
 
 /// MISSING marker written for every product of a baseline touching an absent antenna.

@@ -31,8 +31,11 @@
 
 use std::sync::Arc;
 
+use cudarc::driver::sys;
 use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
+};
 
 use super::{correlate_defines, gerr, GpuX, THREADS};
 use crate::xengine::{XError, XShape};
@@ -80,6 +83,13 @@ pub struct WgmmaVariant {
     /// Warp-specialised kernel only: clusters of 2 CTAs (tiles (ti, tj), (ti + 1, tj)) that
     /// multicast the shared B rows into both (`WS_CL` = 2).
     pub cluster: bool,
+    /// The sparse-operand kernel `correlate_sp` (the raw rows are the B operand, A is built in
+    /// registers as a 2:4 sparse operand; tensor copies into a ring of `raw_bufs` slots,
+    /// `SP_NR`; needs spectra per batch a multiple of 32). `ready_bufs` is its number of
+    /// consumer warpgroups (`SP_CWG`): 4 (32 × 128 antenna tiles, 512 threads, slots of 40 KiB,
+    /// 2..=5 of them) or 2 (16 × 256 tiles, 384 threads with a producer warpgroup, slots of
+    /// 68 KiB, 2..=3).
+    pub sparse: bool,
 }
 
 impl Default for WgmmaVariant {
@@ -93,7 +103,18 @@ impl Default for WgmmaVariant {
             probe: 0,
             ws: false,
             cluster: false,
+            sparse: false,
         }
+    }
+}
+
+/// `correlate_sp` tile: (A rows = a1 antennas, B rows = a2 antennas at most) for `cwg`
+/// consumer warpgroups.
+pub fn sparse_tile(cwg: usize) -> (usize, usize) {
+    if cwg == 4 {
+        (32, 128)
+    } else {
+        (16, 256)
     }
 }
 
@@ -102,6 +123,11 @@ impl WgmmaVariant {
     /// 2 · `stage_times` bytes; per raw stage 128 antenna rows of 4 · `stage_times` bytes; 1024
     /// bytes of alignment slack.
     pub fn smem(&self) -> usize {
+        if self.sparse {
+            // a ring slot: two 32-spectrum boxes (128-byte rows) of the A rows and of the B rows
+            let (a, n) = sparse_tile(self.ready_bufs);
+            return self.raw_bufs * 2 * (a + n) * 128 + 1024;
+        }
         (self.ready_bufs * 768 + self.raw_bufs * 512) * self.stage_times + 1024
     }
 
@@ -116,6 +142,23 @@ impl WgmmaVariant {
             probe: 0,
             ws: true,
             cluster: false,
+            sparse: false,
+        }
+    }
+
+    /// The sparse-operand kernel with `cwg` consumer warpgroups (4 or 2) and `raw_bufs` ring
+    /// slots.
+    pub fn sparse(cwg: usize, raw_bufs: usize) -> Self {
+        Self {
+            stage_times: 64,
+            ready_bufs: cwg,
+            raw_bufs,
+            reg_stages: 1,
+            swizzle: true,
+            probe: 0,
+            ws: false,
+            cluster: false,
+            sparse: true,
         }
     }
 
@@ -129,7 +172,9 @@ impl WgmmaVariant {
 
     /// Threads per block.
     pub fn threads(&self) -> u32 {
-        if self.ws {
+        if self.sparse && self.ready_bufs == 4 {
+            512
+        } else if self.ws || self.sparse {
             384
         } else {
             THREADS
@@ -137,6 +182,22 @@ impl WgmmaVariant {
     }
 
     fn check(&self, smem_limit: usize) -> Result<(), XError> {
+        if self.sparse {
+            let max_raw = if self.ready_bufs == 4 { 5 } else { 3 };
+            if self.ws
+                || self.cluster
+                || ![2, 4].contains(&self.ready_bufs)
+                || !(2..=max_raw).contains(&self.raw_bufs)
+                || self.probe > 2
+                || self.smem() > smem_limit
+            {
+                return Err(XError::Shape(format!(
+                    "sparse wgmma variant {self:?}: needs ready_bufs (consumer warpgroups) 2 or 4, raw_bufs 2..=3 (2 warpgroups) or 2..=5 (4), probe <= 2 and {} bytes of shared memory (at most {smem_limit})",
+                    self.smem()
+                )));
+            }
+            return Ok(());
+        }
         let ws_bad = self.ws
             && (self.stage_times != 64
                 || !(2..=6).contains(&self.raw_bufs)
@@ -173,11 +234,24 @@ pub fn correlate_wgmma_defines(
     let mut d = correlate_defines(shape);
     d.retain(|(k, _)| *k != "STAGE_TIMES");
     d.push(("ST", variant.stage_times.to_string()));
-    d.push(("NREADY", variant.ready_bufs.to_string()));
-    d.push(("NRAW", variant.raw_bufs.to_string()));
+    // (the sparse kernel shares the module: the other kernels get valid defaults)
+    let (nready, nraw) = if variant.sparse {
+        (3, 0)
+    } else {
+        (variant.ready_bufs, variant.raw_bufs)
+    };
+    d.push(("NREADY", nready.to_string()));
+    d.push(("NRAW", nraw.to_string()));
     d.push(("PREF", variant.reg_stages.to_string()));
     d.push(("SWZ", u8::from(variant.swizzle).to_string()));
-    if variant.ws {
+    if variant.sparse {
+        // the module also holds the other kernels, compiled with their defaults
+        d.push(("PROBE", "0".to_string()));
+        d.push(("WS_PROBE", "0".to_string()));
+        d.push(("SP_NR", variant.raw_bufs.to_string()));
+        d.push(("SP_CWG", variant.ready_bufs.to_string()));
+        d.push(("SP_PROBE", variant.probe.to_string()));
+    } else if variant.ws {
         // the module also holds correlate_wgmma, compiled with its defaults
         d.push(("PROBE", "0".to_string()));
         d.push(("WS_NC", variant.ready_bufs.to_string()));
@@ -201,27 +275,50 @@ pub(super) struct Wgmma {
 /// one run (module docs), by 2–4 %.
 pub const AUTO_WS_ON_SM90: bool = true;
 
+/// Whether a Hopper device runs the sparse-operand kernel `correlate_sp` when
+/// `GPUCBF_CORRELATOR` is unset (8-bit input, spectra per batch a multiple of 32).
+pub const AUTO_SPARSE_ON_SM90: bool = true;
+
 /// The wgmma variant a device of compute capability `major` runs for `sample_bits`-bit input
-/// (`None`: the mma.sync kernel): `GPUCBF_CORRELATOR=mma | wgmma | ws` forces one (wgmma and
-/// ws are errors off 9.x), unset picks the measured fastest.
-pub(super) fn default_kernel(major: i32, sample_bits: u32) -> Result<Option<WgmmaVariant>, XError> {
+/// with `spectra` spectra per batch (`None`: the mma.sync kernel): `GPUCBF_CORRELATOR=mma |
+/// wgmma | ws | sp` forces one (wgmma, ws and sp are errors off 9.x; sp also needs spectra a
+/// multiple of 32), unset picks the measured fastest.
+pub(super) fn default_kernel(
+    major: i32,
+    sample_bits: u32,
+    spectra: usize,
+) -> Result<Option<WgmmaVariant>, XError> {
+    let sparse_ok = spectra.is_multiple_of(32);
     let forced = match std::env::var(CORRELATOR_ENV).as_deref() {
         Ok("wgmma") => Some(WgmmaVariant::default()),
         Ok("ws") => Some(WgmmaVariant::warp_specialized(2, 4)),
+        Ok("sp") => {
+            if !sparse_ok {
+                return Err(XError::Gpu(format!(
+                    "{CORRELATOR_ENV}=sp needs spectra per batch a multiple of 32 (this shape: {spectra})"
+                )));
+            }
+            Some(WgmmaVariant::sparse(4, 5))
+        }
         Ok("mma") => return Ok(None),
         Ok("") | Err(_) => {
-            return Ok((major == 9 && sample_bits == 8 && AUTO_WS_ON_SM90)
-                .then(|| WgmmaVariant::warp_specialized(2, 4)))
+            if major != 9 || sample_bits != 8 {
+                return Ok(None);
+            }
+            if AUTO_SPARSE_ON_SM90 && sparse_ok {
+                return Ok(Some(WgmmaVariant::sparse(4, 5)));
+            }
+            return Ok(AUTO_WS_ON_SM90.then(|| WgmmaVariant::warp_specialized(2, 4)));
         }
         Ok(other) => {
             return Err(XError::Gpu(format!(
-                "{CORRELATOR_ENV}={other}: expected `mma`, `wgmma` or `ws`"
+                "{CORRELATOR_ENV}={other}: expected `mma`, `wgmma`, `ws` or `sp`"
             )))
         }
     };
     if major != 9 {
         return Err(XError::Gpu(format!(
-            "{CORRELATOR_ENV}=wgmma/ws needs compute capability 9.x (this device: {major}.x)"
+            "{CORRELATOR_ENV}=wgmma/ws/sp needs compute capability 9.x (this device: {major}.x)"
         )));
     }
     Ok(forced)
@@ -249,7 +346,15 @@ pub(super) fn build(
     )
     .map_err(XError::Gpu)?;
     let module = ctx.load_module(ptx).map_err(gerr)?;
-    let name = if variant.ws {
+    if variant.sparse && !shape.spectra_per_batch.is_multiple_of(32) {
+        return Err(XError::Shape(format!(
+            "the sparse wgmma correlator needs spectra per batch a multiple of 32 (this shape: {})",
+            shape.spectra_per_batch
+        )));
+    }
+    let name = if variant.sparse {
+        "correlate_sp"
+    } else if variant.ws {
         "correlate_ws"
     } else {
         "correlate_wgmma"
@@ -321,6 +426,9 @@ impl GpuX {
             return Err(XError::Gpu("wgmma correlator not built".into()));
         };
         let mut grid = grid;
+        if w.variant.sparse {
+            return self.launch_sparse(input, n_batches, grid, kpb);
+        }
         if w.variant.cluster {
             // pairs of tiles down each column of the triangle (the kernel's __cluster_dims__)
             let nt = self.shape.n_ants.div_ceil(64);
@@ -338,6 +446,115 @@ impl GpuX {
         // SAFETY: argument types and order match `correlate_wgmma` in
         // kernels/correlate_wgmma.cu; the caller checked that the input holds n_batches whole
         // batches; acc has output_len elements; the shared memory was allowed in `build`.
+        unsafe { b.launch(cfg) }.map_err(gerr)?;
+        Ok(())
+    }
+}
+
+/// A `CUtensorMap` as a kernel argument (`const __grid_constant__ TensorMap`, 128 bytes).
+#[repr(C, align(128))]
+#[derive(Clone, Copy)]
+struct TensorMapArg(sys::CUtensorMap);
+
+// SAFETY: plain 128-byte data, copied by value into the kernel's parameter space, where the
+// kernel's `TensorMap` (128 bytes, 64-byte aligned or more) reads it.
+unsafe impl DeviceRepr for TensorMapArg {}
+
+/// Tiles of `correlate_sp` for `n_ants` antennas and tile (a, n) ([`sparse_tile`]): per
+/// a-antenna row block i, the antennas from a·i to the end in tiles of at most n (the
+/// kernel's `sp_tile`).
+pub fn sparse_tiles(n_ants: usize, (a, n): (usize, usize)) -> usize {
+    (0..n_ants.div_ceil(a))
+        .map(|i| (n_ants - a * i).div_ceil(n))
+        .sum()
+}
+
+/// Tensor map over the correlator input `[batch][antenna][channel][spectrum × 4 bytes]` at
+/// device address `ptr`: boxes of 32 spectra (128 bytes, 128-byte swizzle) × 1 channel × `rows`
+/// antennas × 1 batch; out-of-range antennas and batches read as zeros.
+fn input_tensor_map(
+    ptr: sys::CUdeviceptr,
+    shape: &XShape,
+    n_batches: usize,
+    rows: u32,
+) -> Result<TensorMapArg, XError> {
+    let row = (shape.spectra_per_batch * 4) as u64;
+    let dims = [
+        row,
+        shape.n_channels as u64,
+        shape.n_ants as u64,
+        n_batches as u64,
+    ];
+    let strides = [
+        row,
+        row * shape.n_channels as u64,
+        row * (shape.n_channels * shape.n_ants) as u64,
+    ];
+    let boxd = [128u32, 1, rows, 1];
+    let elem = [1u32; 4];
+    let mut m = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
+    // SAFETY: the pointers refer to local arrays of the lengths the rank (4) implies; the map
+    // is written by the driver into `m`; `ptr` is a live device allocation of the input.
+    let r = unsafe {
+        sys::cuTensorMapEncodeTiled(
+            m.as_mut_ptr(),
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+            4,
+            ptr as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxd.as_ptr(),
+            elem.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return Err(XError::Gpu(format!(
+            "cuTensorMapEncodeTiled for the correlator input ({dims:?}, box {boxd:?}): {r:?}"
+        )));
+    }
+    // SAFETY: initialised by the successful call above.
+    Ok(TensorMapArg(unsafe { m.assume_init() }))
+}
+
+impl GpuX {
+    /// Queues `correlate_sp` (tensor maps over `input` built for this launch).
+    fn launch_sparse(
+        &mut self,
+        input: &CudaSlice<i8>,
+        n_batches: usize,
+        grid: (u32, u32, u32),
+        kpb: usize,
+    ) -> Result<(), XError> {
+        let Some(w) = self.wgmma.as_ref() else {
+            return Err(XError::Gpu("wgmma correlator not built".into()));
+        };
+        // (the guard records the read of `input` on this stream, where the kernel is queued)
+        let (ptr, _sync) = input.device_ptr(&self.stream);
+        let tile = sparse_tile(w.variant.ready_bufs);
+        let tm_a = input_tensor_map(ptr, &self.shape, n_batches, tile.0 as u32)?;
+        let tm_b = input_tensor_map(ptr, &self.shape, n_batches, tile.1 as u32)?;
+        let cfg = LaunchConfig {
+            grid_dim: (sparse_tiles(self.shape.n_ants, tile) as u32, grid.1, grid.2),
+            block_dim: (w.variant.threads(), 1, 1),
+            shared_mem_bytes: w.variant.smem() as u32,
+        };
+        let nb = n_batches as i32;
+        let kpb = kpb as i32;
+        let mut b = self.stream.launch_builder(&w.f);
+        b.arg(&tm_a)
+            .arg(&tm_b)
+            .arg(&mut self.acc)
+            .arg(&nb)
+            .arg(&kpb);
+        // SAFETY: argument types and order match `correlate_sp` in kernels/correlate_wgmma.cu
+        // (two 128-byte tensor maps by value, int64 accumulator, ints); the maps cover exactly
+        // n_batches whole batches of `input` (checked by the caller); acc has output_len
+        // elements; the shared memory was allowed in `build`; kpb is a whole number of
+        // 64-spectrum stages and spectra per batch a multiple of 32 (checked in `build`).
         unsafe { b.launch(cfg) }.map_err(gerr)?;
         Ok(())
     }
