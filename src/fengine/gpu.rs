@@ -724,41 +724,7 @@ impl GpuBackend {
         self.params.upload(&self.cfg, block, &self.stream, dev)
     }
 
-    /// Queues FIR, FFT and post-processing of `m` staged spectra into the device output
-    /// (which must hold spectra out_first..out_first + m). Counters are reset first.
-    pub(crate) fn compute(&mut self, m: usize, out_first: usize) -> Result<(), FError> {
-        self.compute_with(m, out_first, true)
-    }
-
-    /// [`Self::compute`]; `reset` false adds to the counters (later blocks of a batch).
-    pub(crate) fn compute_with(
-        &mut self,
-        m: usize,
-        out_first: usize,
-        reset: bool,
-    ) -> Result<(), FError> {
-        let n = self.cfg.pfb_channels();
-        let batch = m * 2 * self.unzip;
-        if m.div_ceil(POST_TILE) > 65535 || batch > i32::MAX as usize {
-            return Err(FError::BadParameter {
-                what: "spectra",
-                why: format!("{m} spectra per block is too many for the GPU backend"),
-            });
-        }
-        ensure(&self.stream, &mut self.fir_out, m * 2 * n)?;
-        ensure(&self.stream, &mut self.fft_out, m * 2 * n)?;
-        if reset {
-            self.stream
-                .memset_zeros(&mut self.blk.in_stats)
-                .map_err(gerr)?;
-            self.stream.memset_zeros(&mut self.blk.sat).map_err(gerr)?;
-        }
-        self.launch_fir(m)?;
-        self.launch_fft(m)?;
-        self.launch_post(m, out_first)
-    }
-
-    /// Queues the FIR of `m` staged spectra (buffers sized by [`Self::compute`]).
+    /// Queues the FIR of `m` staged spectra (buffers sized by [`StagedCompute::compute`]).
     pub(crate) fn launch_fir(&mut self, m: usize) -> Result<(), FError> {
         let n = self.cfg.pfb_channels();
         // FIR: one launch for both pols when they share a format, else one each.
@@ -934,6 +900,47 @@ impl GpuBackend {
         self.stream
             .memcpy_dtoh(&self.blk.out.slice(..len), dst)
             .map_err(gerr)
+    }
+}
+
+/// The compute of a GPU F-engine backend on the block it has staged, shared by the
+/// wideband ([`GpuBackend`]) and narrowband ([`super::GpuNarrowband`]) backends and the
+/// pipelines built on them.
+pub(crate) trait StagedCompute {
+    /// Queues the compute of `m` staged spectra into the device output (which must hold
+    /// spectra out_first..out_first + m); `reset` zeroes the counters first, else the
+    /// block adds to them (later blocks of a batch).
+    fn compute_with(&mut self, m: usize, out_first: usize, reset: bool) -> Result<(), FError>;
+
+    /// [`Self::compute_with`] with the counters reset first.
+    fn compute(&mut self, m: usize, out_first: usize) -> Result<(), FError> {
+        self.compute_with(m, out_first, true)
+    }
+}
+
+impl StagedCompute for GpuBackend {
+    /// FIR, FFT and post-processing; the counters are the digitiser statistics and the
+    /// saturation counts.
+    fn compute_with(&mut self, m: usize, out_first: usize, reset: bool) -> Result<(), FError> {
+        let n = self.cfg.pfb_channels();
+        let batch = m * 2 * self.unzip;
+        if m.div_ceil(POST_TILE) > 65535 || batch > i32::MAX as usize {
+            return Err(FError::BadParameter {
+                what: "spectra",
+                why: format!("{m} spectra per block is too many for the GPU backend"),
+            });
+        }
+        ensure(&self.stream, &mut self.fir_out, m * 2 * n)?;
+        ensure(&self.stream, &mut self.fft_out, m * 2 * n)?;
+        if reset {
+            self.stream
+                .memset_zeros(&mut self.blk.in_stats)
+                .map_err(gerr)?;
+            self.stream.memset_zeros(&mut self.blk.sat).map_err(gerr)?;
+        }
+        self.launch_fir(m)?;
+        self.launch_fft(m)?;
+        self.launch_post(m, out_first)
     }
 }
 
