@@ -84,6 +84,17 @@ fn noise_heap(h: u64, pol: u64) -> Vec<i16> {
         .collect()
 }
 
+/// Heaps 0..`n_heaps` of [`noise_heap`] samples in `dir`/d.pcap; returns its path and each
+/// pol's samples from timestamp 0.
+fn noise_feed(dir: &Path, n_heaps: u64) -> (std::path::PathBuf, Vec<Vec<i16>>) {
+    let dpcap = dir.join("d.pcap");
+    write_heaps(&dpcap, 0..n_heaps, None, noise_heap);
+    let signal = (0..2)
+        .map(|pol| (0..n_heaps).flat_map(|h| noise_heap(h, pol)).collect())
+        .collect();
+    (dpcap, signal)
+}
+
 /// The wideband output of these tests: 64 channels over two destinations, batches of 32
 /// spectra (a step of 4096 samples), 4 taps.
 fn spec() -> gpucbf::fgpu::WidebandSpec {
@@ -304,12 +315,7 @@ fn packed_pipelined_engine_sends_the_decoded_engines_heaps() {
 #[test]
 fn positive_delay_at_the_stream_start_drops_only_the_early_batches() {
     let dir = scratch_dir("fgpu-early");
-    let dpcap = dir.join("d.pcap");
-    let n_heaps = 24u64;
-    write_heaps(&dpcap, 0..n_heaps, None, noise_heap);
-    let signal: Vec<Vec<i16>> = (0..2)
-        .map(|pol| (0..n_heaps).flat_map(|h| noise_heap(h, pol)).collect())
-        .collect();
+    let (dpcap, signal) = noise_feed(&dir, 24);
     let step = spec().batch_step();
     assert_eq!(step, 4096);
     let delays = [(5000.0, 0.0), (21.0, 0.0)];
@@ -397,12 +403,7 @@ fn positive_delay_at_the_stream_start_drops_only_the_early_batches() {
 #[test]
 fn batches_whose_delay_model_does_not_evaluate_are_dropped_and_counted() {
     let dir = scratch_dir("fgpu-delay-error");
-    let dpcap = dir.join("d.pcap");
-    let n_heaps = 24u64;
-    write_heaps(&dpcap, 0..n_heaps, None, noise_heap);
-    let signal: Vec<Vec<i16>> = (0..2)
-        .map(|pol| (0..n_heaps).flat_map(|h| noise_heap(h, pol)).collect())
-        .collect();
+    let (dpcap, signal) = noise_feed(&dir, 24);
     let step = spec().batch_step();
     let sbs = 128u64;
     assert_eq!(step, 32 * sbs);

@@ -28,7 +28,7 @@ use super::ddc_tune::{
     autotune, candidates, launch_ddc, load_ddc, valid_tuning, DdcLaunch, DdcTuning,
 };
 use super::gpu::{
-    arch_for, ensure, gerr, upload_pinned_pols, DeviceBlock, HostParams, StagedCompute,
+    arch_for, ensure, gerr, upload_pinned_pols, DeviceBlock, HostParams, StagedCompute, WorkBuffers,
 };
 use super::weights::pfb_weights;
 use super::{Block, BlockStats, Dither, FConfig, FError, Samples};
@@ -569,22 +569,22 @@ impl GpuNarrowband {
     }
 }
 
+/// DDC, FIR, FFT and post-processing; the counters are the saturation counts.
 impl StagedCompute for GpuNarrowband {
-    /// DDC, FIR, FFT and post-processing; the counters are the saturation counts.
-    fn compute_with(&mut self, m: usize, out_first: usize, reset: bool) -> Result<(), FError> {
+    fn fits(&self, m: usize) -> bool {
+        m.div_ceil(POST_TILE) <= 65535 && m.div_ceil(FIR_RUN) <= 65535 && 2 * m <= i32::MAX as usize
+    }
+
+    fn work_buffers(&mut self) -> WorkBuffers<'_> {
         let n = self.cfg.pfb_channels();
-        if m.div_ceil(POST_TILE) > 65535 || m.div_ceil(FIR_RUN) > 65535 || 2 * m > i32::MAX as usize
-        {
-            return Err(FError::BadParameter {
-                what: "spectra",
-                why: format!("{m} spectra per block is too many for the GPU backend"),
-            });
-        }
-        ensure(&self.stream, &mut self.fir_out, m * 2 * n)?;
-        ensure(&self.stream, &mut self.fft_out, m * 2 * n)?;
-        if reset {
-            self.stream.memset_zeros(&mut self.sat).map_err(gerr)?;
-        }
+        (&self.stream, &mut self.fir_out, &mut self.fft_out, n)
+    }
+
+    fn reset_counters(&mut self) -> Result<(), FError> {
+        self.stream.memset_zeros(&mut self.sat).map_err(gerr)
+    }
+
+    fn launch_stages(&mut self, m: usize, out_first: usize) -> Result<(), FError> {
         self.launch_ddc(m)?;
         self.launch_fir(m)?;
         self.launch_fft(m)?;
