@@ -292,6 +292,22 @@ fn overlapping_packets_do_not_make_a_heap_present() {
     assert_eq!(a.stats.rejected(Reject::Duplicate), 2);
 }
 
+/// A placement with no batches per chunk (a bad configuration) rejects every F-engine
+/// heap, counted, instead of dividing by zero on the receive thread.
+#[test]
+fn feng_placement_without_batches_rejects_instead_of_panicking() {
+    let mut pl = small_feng_placement(2);
+    pl.batches_per_chunk = 0;
+    let step = pl.batch_step();
+    let mut a = ChunkAssembler::new(pl, 2);
+    let mut out = Vec::new();
+    let p = feng_packet(1, 128, 0, 3 * step, 1, &[7; 128]);
+    assert_eq!(a.push(&p, &mut out), Err(Reject::BadId));
+    a.flush(&mut out);
+    assert!(out.is_empty());
+    assert_eq!((a.stats.packets, a.stats.rejected(Reject::BadId)), (0, 1));
+}
+
 /// How a fuzz case damages one packet.
 #[derive(Debug, Clone)]
 enum Damage {
