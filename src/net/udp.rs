@@ -202,12 +202,12 @@ fn group_by_destination(batch: &[(SocketAddrV4, &[&[u8]])], order: &mut [usize])
     // Counting sort: each group's place starts after the groups before it.
     let mut next = [0usize; MAX_BATCH];
     let mut at = 0;
-    for g in 0..groups {
-        next[g] = at;
-        at += sizes[g];
+    for (start, size) in next.iter_mut().zip(&sizes[..groups]) {
+        *start = at;
+        at += size;
     }
-    for i in 0..n {
-        let g = group_of[i] as usize;
+    for (i, &g) in group_of[..n].iter().enumerate() {
+        let g = g as usize;
         order[next[g]] = i;
         next[g] += 1;
     }
