@@ -59,6 +59,10 @@ RUN apt-get update && apt-get install -y \
         dpdk libibverbs1 ibverbs-providers iproute2 \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/gpucbf /usr/local/bin/gpucbf
+# `gpucbf bench recv` finds its spead2 peer next to the executable (or --peer-script); it
+# runs under --python, a Python with spead2 and numpy, which this image does not carry
+# (mount one, or give --python "" to skip the spead2 rows).
+COPY tools/spead2_recv_bench.py /usr/local/bin/spead2_recv_bench.py
 # Fail the image build if a linked library (DPDK) is missing at run time.
 RUN ! ldd /usr/local/bin/gpucbf | grep "not found" && /usr/local/bin/gpucbf --version
 ENTRYPOINT ["/usr/local/bin/gpucbf"]

@@ -62,6 +62,10 @@ pub struct RecvBenchArgs {
     /// Python with spead2 and numpy, for the spead2 comparison ("" to skip it).
     #[arg(long, default_value = "/opt/gpucbf-venv/bin/python")]
     pub python: String,
+    /// The spead2 peer script (tools/spead2_recv_bench.py); by default the one next to
+    /// this executable, else the one in the source tree it was built from.
+    #[arg(long)]
+    pub peer_script: Option<PathBuf>,
     /// Directory for the feed (a pcap file, deleted afterwards).
     #[arg(long, default_value = "/tmp")]
     pub dir: PathBuf,
@@ -538,6 +542,46 @@ fn run_only(args: &RecvBenchArgs, backend: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// File name of the spead2 peer script.
+const PEER_SCRIPT: &str = "spead2_recv_bench.py";
+
+/// Where the spead2 peer script is looked for, in order: `given` (`--peer-script`) alone
+/// when there is one; otherwise next to the executable `exe`, then in the source tree
+/// this binary was built from (absent in a container image).
+fn peer_script_candidates(given: Option<&Path>, exe: Option<&Path>) -> Vec<PathBuf> {
+    if let Some(p) = given {
+        return vec![p.to_path_buf()];
+    }
+    let mut c = Vec::new();
+    if let Some(dir) = exe.and_then(Path::parent) {
+        c.push(dir.join(PEER_SCRIPT));
+    }
+    c.push(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tools")
+            .join(PEER_SCRIPT),
+    );
+    c
+}
+
+/// The first of [`peer_script_candidates`] that is a file, or an error naming every path
+/// tried.
+fn find_peer_script(given: Option<&Path>, exe: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let tried = peer_script_candidates(given, exe);
+    if let Some(p) = tried.iter().find(|p| p.is_file()) {
+        return Ok(p.clone());
+    }
+    let list = tried
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    anyhow::bail!(
+        "the spead2 peer script {PEER_SCRIPT} is not at {list}: give its path with --peer-script \
+         (it is tools/{PEER_SCRIPT} in the gpucbf sources)"
+    )
+}
+
 fn bench_spead2(
     pcap: &Path,
     args: &RecvBenchArgs,
@@ -545,7 +589,8 @@ fn bench_spead2(
     feed: Feed,
 ) -> anyhow::Result<RecvResult> {
     use std::io::{BufRead, Write};
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/spead2_recv_bench.py");
+    let exe = std::env::current_exe().ok();
+    let script = find_peer_script(args.peer_script.as_deref(), exe.as_deref())?;
     let mut cmd = std::process::Command::new(&args.python);
     cmd.arg(&script).arg("--pcap").arg(pcap).args([
         "--heap-samples",
@@ -778,4 +823,47 @@ pub fn run(args: &RecvBenchArgs) -> anyhow::Result<Vec<RecvResult>> {
         all.extend(trials[k].iter().cloned());
     }
     Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The peer script: `--peer-script` alone when given (an error naming it when it is not
+    /// there), else next to the executable before the source tree; an error names every
+    /// path tried.
+    #[test]
+    fn peer_script_is_found_at_run_time() {
+        let dir = std::env::temp_dir().join(format!("gpucbf-peer-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        let exe = dir.join("bin/gpucbf");
+        let beside = dir.join("bin").join(PEER_SCRIPT);
+        let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tools")
+            .join(PEER_SCRIPT);
+        assert!(source.is_file(), "the source tree has {}", source.display());
+        // Nothing beside the executable: the source tree's.
+        assert_eq!(find_peer_script(None, Some(&exe)).unwrap(), source);
+        std::fs::write(&beside, "").unwrap();
+        assert_eq!(find_peer_script(None, Some(&exe)).unwrap(), beside);
+        // --peer-script wins, and is not replaced by another when missing.
+        let given = dir.join("elsewhere.py");
+        let e = find_peer_script(Some(&given), Some(&exe))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&given.display().to_string()) && e.contains("--peer-script"),
+            "{e}"
+        );
+        assert!(!e.contains(&beside.display().to_string()), "{e}");
+        std::fs::write(&given, "").unwrap();
+        assert_eq!(find_peer_script(Some(&given), Some(&exe)).unwrap(), given);
+        // Every default place tried is named.
+        assert_eq!(
+            peer_script_candidates(None, Some(&exe)),
+            vec![beside.clone(), source.clone()]
+        );
+        assert_eq!(peer_script_candidates(None, None), vec![source]);
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }

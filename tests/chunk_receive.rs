@@ -5,8 +5,10 @@ mod common;
 
 use common::small_feng_placement;
 use gpucbf::chunk::placement::{DigitiserPlacement, FengPlacement};
+use gpucbf::chunk::Placement;
 use gpucbf::chunk::{Chunk, ChunkAssembler, Reject};
 use gpucbf::spead::{ids, HeapBuilder};
+use proptest::prelude::*;
 
 const HS: u64 = 4096;
 
@@ -211,4 +213,198 @@ fn multi_packet_feng_heaps_interleaved_across_antennas() {
         .map(|i| (i as u64 * 7 + 3 * 3 + 1) as u8)
         .collect();
     assert_eq!(out[1].slot(3 + 1), &want[..]);
+}
+
+/// One raw SPEAD-64-48 packet of an F-engine heap of `heap_size` bytes: `payload` at
+/// `offset`, timestamp `ts`, feng_id `feng`.
+fn feng_packet(
+    cnt: u64,
+    heap_size: u64,
+    offset: u64,
+    ts: u64,
+    feng: u64,
+    payload: &[u8],
+) -> Vec<u8> {
+    let items = [
+        (ids::HEAP_CNT, cnt),
+        (ids::HEAP_SIZE, heap_size),
+        (ids::HEAP_OFFSET, offset),
+        (ids::PAYLOAD_LENGTH, payload.len() as u64),
+        (ids::TIMESTAMP, ts),
+        (ids::FENG_ID, feng),
+    ];
+    let mut p = vec![0x53, 4, 2, 6, 0, 0, 0, items.len() as u8];
+    for (id, v) in items {
+        p.extend_from_slice(&((1u64 << 63) | (u64::from(id) << 48) | v).to_be_bytes());
+    }
+    p.extend_from_slice(payload);
+    p
+}
+
+/// Packets of one heap that overlap earlier ones without repeating them are rejected as
+/// duplicates (their bytes were already received), so a heap is present only when every
+/// byte of it arrived; an empty packet does not shadow a later one at its offset.
+#[test]
+fn overlapping_packets_do_not_make_a_heap_present() {
+    let pl = small_feng_placement(2);
+    let slot = 128u64;
+    assert_eq!(pl.slot_bytes(), slot as usize);
+    let mut a = ChunkAssembler::new(pl, 2);
+    let mut out = Vec::new();
+    let bytes: Vec<u8> = (0..slot).map(|i| i as u8 ^ 0x5a).collect();
+    let part = |cnt, off: u64, len: u64, feng| {
+        feng_packet(
+            cnt,
+            slot,
+            off,
+            0,
+            feng,
+            &bytes[off as usize..(off + len) as usize],
+        )
+    };
+    // feng 0: [0, 64), then [32, 96) overlaps it: with both, 128 bytes would be counted
+    // though [96, 128) never came.
+    a.push(&part(1, 0, 64, 0), &mut out).unwrap();
+    assert_eq!(
+        a.push(&part(1, 32, 64, 0), &mut out),
+        Err(Reject::Duplicate)
+    );
+    // feng 1: an empty packet at offset 0, then the whole heap from offset 0.
+    a.push(&part(2, 0, 0, 1), &mut out).unwrap();
+    a.push(&part(2, 0, slot, 1), &mut out).unwrap();
+    a.flush(&mut out);
+    assert_eq!(out.len(), 1);
+    assert!(!out[0].present(0), "feng 0 lacks [64, 128)");
+    assert_eq!(out[0].received[0], 64);
+    assert!(out[0].present(1));
+    assert_eq!(out[0].slot(1), &bytes[..]);
+    assert_eq!(a.stats.rejected(Reject::Duplicate), 1);
+    assert_eq!((a.stats.packets, a.stats.heaps), (3, 1));
+    // The rest of feng 0's heap completes it, with the right bytes.
+    let mut a = ChunkAssembler::new(small_feng_placement(2), 2);
+    let mut out = Vec::new();
+    for (off, len) in [(0, 64), (32, 64), (64, 64), (64, 64)] {
+        let _ = a.push(&part(1, off, len, 0), &mut out);
+    }
+    a.flush(&mut out);
+    assert!(out[0].present(0));
+    assert_eq!(out[0].slot(0), &bytes[..]);
+    assert_eq!(a.stats.rejected(Reject::Duplicate), 2);
+}
+
+/// A placement with no batches per chunk (a bad configuration) rejects every F-engine
+/// heap, counted, instead of dividing by zero on the receive thread.
+#[test]
+fn feng_placement_without_batches_rejects_instead_of_panicking() {
+    let mut pl = small_feng_placement(2);
+    pl.batches_per_chunk = 0;
+    let step = pl.batch_step();
+    let mut a = ChunkAssembler::new(pl, 2);
+    let mut out = Vec::new();
+    let p = feng_packet(1, 128, 0, 3 * step, 1, &[7; 128]);
+    assert_eq!(a.push(&p, &mut out), Err(Reject::BadId));
+    a.flush(&mut out);
+    assert!(out.is_empty());
+    assert_eq!((a.stats.packets, a.stats.rejected(Reject::BadId)), (0, 1));
+}
+
+/// How a fuzz case damages one packet.
+#[derive(Debug, Clone)]
+enum Damage {
+    None,
+    /// Cut to this fraction (per mille) of its length.
+    Truncate(u16),
+    /// XOR bytes at these positions (per mille of the length) with these values.
+    Flip(Vec<(u16, u8)>),
+    /// Replace item pointer k (mod the count in the header) with a random value.
+    Pointer(u8, u64),
+    /// Set the header's item count.
+    Count(u16),
+}
+
+fn damage_strategy() -> impl Strategy<Value = Damage> {
+    prop_oneof![
+        Just(Damage::None),
+        (0u16..1000).prop_map(Damage::Truncate),
+        prop::collection::vec((0u16..1000, 1u8..=255), 1..6).prop_map(Damage::Flip),
+        (any::<u8>(), any::<u64>()).prop_map(|(k, v)| Damage::Pointer(k, v)),
+        any::<u16>().prop_map(Damage::Count),
+    ]
+}
+
+fn damaged(mut p: Vec<u8>, d: &Damage) -> Vec<u8> {
+    let at = |per_mille: u16, len: usize| len * per_mille as usize / 1000;
+    match d {
+        Damage::None => {}
+        Damage::Truncate(f) => p.truncate(at(*f, p.len())),
+        Damage::Flip(flips) => {
+            for &(pos, v) in flips {
+                let i = at(pos, p.len());
+                p[i] ^= v;
+            }
+        }
+        Damage::Pointer(k, v) => {
+            let n = u16::from_be_bytes([p[6], p[7]]) as usize;
+            let i = 8 + 8 * (*k as usize % n.max(1));
+            if i + 8 <= p.len() {
+                p[i..i + 8].copy_from_slice(&v.to_be_bytes());
+            }
+        }
+        Damage::Count(n) => p[6..8].copy_from_slice(&n.to_be_bytes()),
+    }
+    p
+}
+
+/// Every pushed packet is either placed or counted under one reject reason, and what the
+/// chunks hold stays inside their slots.
+fn check_counts<P: gpucbf::chunk::Placement>(a: &ChunkAssembler<P>, pushed: u64, out: &[Chunk]) {
+    let s = &a.stats;
+    assert_eq!(s.packets + s.rejects.iter().sum::<u64>(), pushed, "{s:?}");
+    for c in out {
+        assert!(c.received.iter().all(|&r| r as usize <= c.slot_bytes));
+    }
+    assert!(s.heaps <= s.packets);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Digitiser and F-engine streams with packets truncated, corrupted (header, pointers,
+    /// payload), given wrong item counts or replaced by random bytes, in any order: no
+    /// panic, and every packet is placed or counted as a reject.
+    #[test]
+    fn damaged_packets_are_counted_never_panic(
+        cases in prop::collection::vec(
+            (0usize..64, damage_strategy(), prop::option::weighted(0.1, prop::collection::vec(any::<u8>(), 0..200))),
+            1..80,
+        ),
+    ) {
+        // Valid packets to start from: 16 digitiser heaps (both pols), and 8 batches × 2
+        // antennas of F-engine heaps in two packets each.
+        let dig: Vec<Vec<u8>> = (0..32u64).map(|k| dig_packet((k / 2) * HS, k % 2, k as u8)).collect();
+        let pl = small_feng_placement(2);
+        let step = pl.batch_step();
+        let feng: Vec<Vec<u8>> = (0..32u64)
+            .map(|k| {
+                let (heap, half) = (k / 2, k % 2);
+                let payload = vec![heap as u8; 64];
+                feng_packet(heap, 128, 64 * half, (heap / 2) * step, heap % 2, &payload)
+            })
+            .collect();
+        let mut da = asm();
+        let mut fa = ChunkAssembler::new(pl, 2);
+        let (mut dout, mut fout) = (Vec::new(), Vec::new());
+        for (i, d, raw) in &cases {
+            let (dp, fp) = match raw {
+                Some(bytes) => (bytes.clone(), bytes.clone()),
+                None => (damaged(dig[i % 32].clone(), d), damaged(feng[i % 32].clone(), d)),
+            };
+            let _ = da.push(&dp, &mut dout);
+            let _ = fa.push(&fp, &mut fout);
+        }
+        da.flush(&mut dout);
+        fa.flush(&mut fout);
+        check_counts(&da, cases.len() as u64, &dout);
+        check_counts(&fa, cases.len() as u64, &fout);
+    }
 }

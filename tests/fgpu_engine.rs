@@ -23,8 +23,8 @@ struct Recording {
 }
 
 impl Channelizer for Recording {
-    fn input_range(&self, batch_ts: u64) -> Option<[(u64, u64); 2]> {
-        Some([(batch_ts, batch_ts + self.window as u64); 2])
+    fn input_range(&self, batch_ts: u64) -> Result<Option<[(u64, u64); 2]>, String> {
+        Ok(Some([(batch_ts, batch_ts + self.window as u64); 2]))
     }
 
     fn process(
@@ -82,6 +82,17 @@ fn noise_heap(h: u64, pol: u64) -> Vec<i16> {
     (0..HEAP_SAMPLES)
         .map(|_| r.random_range(-255i16..=255))
         .collect()
+}
+
+/// Heaps 0..`n_heaps` of [`noise_heap`] samples in `dir`/d.pcap; returns its path and each
+/// pol's samples from timestamp 0.
+fn noise_feed(dir: &Path, n_heaps: u64) -> (std::path::PathBuf, Vec<Vec<i16>>) {
+    let dpcap = dir.join("d.pcap");
+    write_heaps(&dpcap, 0..n_heaps, None, noise_heap);
+    let signal = (0..2)
+        .map(|pol| (0..n_heaps).flat_map(|h| noise_heap(h, pol)).collect())
+        .collect();
+    (dpcap, signal)
 }
 
 /// The wideband output of these tests: 64 channels over two destinations, batches of 32
@@ -304,12 +315,7 @@ fn packed_pipelined_engine_sends_the_decoded_engines_heaps() {
 #[test]
 fn positive_delay_at_the_stream_start_drops_only_the_early_batches() {
     let dir = scratch_dir("fgpu-early");
-    let dpcap = dir.join("d.pcap");
-    let n_heaps = 24u64;
-    write_heaps(&dpcap, 0..n_heaps, None, noise_heap);
-    let signal: Vec<Vec<i16>> = (0..2)
-        .map(|pol| (0..n_heaps).flat_map(|h| noise_heap(h, pol)).collect())
-        .collect();
+    let (dpcap, signal) = noise_feed(&dir, 24);
     let step = spec().batch_step();
     assert_eq!(step, 4096);
     let delays = [(5000.0, 0.0), (21.0, 0.0)];
@@ -349,6 +355,7 @@ fn positive_delay_at_the_stream_start_drops_only_the_early_batches() {
     for (ts, got) in run(Box::new(delay_channelizer(delays, false)), "decoded") {
         let r = reference
             .input_range(ts)
+            .unwrap()
             .expect("a sent batch has its input");
         let input = [0, 1].map(|p| &signal[p][r[p].0 as usize..r[p].1 as usize]);
         let mut w = vec![0u8; got.len()];
@@ -383,6 +390,94 @@ fn positive_delay_at_the_stream_start_drops_only_the_early_batches() {
                 "gpu: batch at {ts}: {close}/{}",
                 w.len()
             );
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A delay model that does not evaluate (pol 1: a NaN delay from spectrum 3 of batch 8 until
+/// spectrum 1 of batch 11, valid models before and after): the batches that would use it
+/// (8 to 11) are dropped and counted in `delay_error_heaps`, the engine goes on to the end
+/// of the input, and every other batch is sent exactly as the channeliser makes it from the
+/// same samples; on the decoded and the packed engine paths alike.
+#[test]
+fn batches_whose_delay_model_does_not_evaluate_are_dropped_and_counted() {
+    let dir = scratch_dir("fgpu-delay-error");
+    let (dpcap, signal) = noise_feed(&dir, 24);
+    let step = spec().batch_step();
+    let sbs = 128u64;
+    assert_eq!(step, 32 * sbs);
+    let control = || {
+        let ctl = delay_control([(21.0, 0.0), (2.0, 0.0)]);
+        {
+            let mut c = ctl.lock().unwrap();
+            let m = |start: u64, delay: f64| gpucbf::fengine::LinearDelayModel {
+                start,
+                delay,
+                delay_rate: 0.0,
+                phase: 0.1,
+                phase_rate: 0.0,
+            };
+            c.push_model(1, m(8 * step + 3 * sbs, f64::NAN));
+            c.push_model(1, m(11 * step + sbs, 7.0));
+        }
+        ctl
+    };
+    let chan = |packed: bool| {
+        gpucbf::fgpu::backend::BackendChannelizer::new(
+            gpucbf::fengine::CpuBackend::new(delay_cfg()).unwrap(),
+            10,
+            control(),
+        )
+        .with_packed_input(packed)
+    };
+    // What the channeliser makes of each batch, straight from the samples; batches 8 to 11
+    // do not evaluate, batch 0 needs input before timestamp 0, batch 23 input past the end.
+    let mut reference = chan(false);
+    let mut want = std::collections::BTreeMap::new();
+    for k in 0..23u64 {
+        let ts = k * step;
+        match reference.input_range(ts) {
+            Err(_) => assert!((8..=11).contains(&k), "batch {k} does not evaluate"),
+            Ok(None) => assert_eq!(k, 0),
+            Ok(Some(r)) => {
+                assert!(!(8..=11).contains(&k) && k > 0, "batch {k} evaluates");
+                let input = [0, 1].map(|p| &signal[p][r[p].0 as usize..r[p].1 as usize]);
+                let mut w = vec![0u8; 64 * 32 * 4];
+                reference.process(ts, input, &mut w).unwrap();
+                want.insert(ts, w);
+            }
+        }
+    }
+    assert_eq!(want.len(), 18);
+    for (packed, what) in [(false, "decoded"), (true, "packed")] {
+        let fpcap = dir.join(format!("f-{what}.pcap"));
+        let summary = run_output(Box::new(chan(packed)), &dpcap, &fpcap);
+        let o = &summary.outputs[0];
+        assert_eq!(o.delay_error_heaps, 8, "{what}: {o:?}");
+        assert_eq!(o.before_input_heaps, 2, "{what}: {o:?}");
+        assert_eq!(o.skipped_heaps, 0, "{what}: {o:?}");
+        assert_eq!((o.batches, o.heaps), (18, 36), "{what}: {o:?}");
+        let mut got = std::collections::BTreeMap::<u64, [Vec<u8>; 2]>::new();
+        for h in &read_heaps(&fpcap) {
+            let ts = h.u64_item(ids::TIMESTAMP).unwrap();
+            let Some(gpucbf::spead::ItemValue::Bytes(b)) = h.item(ids::FENG_RAW) else {
+                panic!("no feng_raw");
+            };
+            let d = usize::from(h.u64_item(ids::FREQUENCY) == Some(32));
+            got.entry(ts).or_default()[d] = b.to_vec();
+        }
+        let got: std::collections::BTreeMap<u64, Vec<u8>> = got
+            .into_iter()
+            .map(|(ts, [a, b])| (ts, [a, b].concat()))
+            .collect();
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            want.keys().collect::<Vec<_>>(),
+            "{what}: the batches sent"
+        );
+        for (ts, w) in &want {
+            assert!(&got[ts] == w, "{what}: batch at {ts} differs");
         }
     }
     std::fs::remove_dir_all(&dir).ok();

@@ -140,8 +140,9 @@ pub struct Chunk {
     pub data: ChunkMem,
     /// Payload bytes received per slot; a slot is present when it equals `slot_bytes`.
     pub received: Vec<u32>,
-    /// Payload offsets received per slot (duplicate detection; capacity is kept on reuse).
-    offsets: Vec<Vec<u32>>,
+    /// Payload byte ranges [start, end) received per slot (duplicate and overlap
+    /// detection; capacity is kept on reuse).
+    offsets: Vec<Vec<(u32, u32)>>,
 }
 
 impl Chunk {
@@ -375,10 +376,17 @@ impl<P: Placement> ChunkAssembler<P> {
         let front = self.active.front().map_or(0, |c| c.chunk_id);
         let c = &mut self.active[(place.chunk_id - front) as usize];
         let offs = &mut c.offsets[place.slot];
-        if offs.contains(&(a as u32)) || c.received[place.slot] as u64 + len > slot_bytes {
+        // Bytes already received (the same packet again, or one overlapping others): a heap
+        // is present only when each of its bytes came once. Both ends fit u32 (≤ slot_bytes).
+        let (start, end) = (a as u32, (a + len) as u32);
+        if c.received[place.slot] as u64 + len > slot_bytes
+            || offs.iter().any(|&(s, e)| start < e && s < end)
+        {
             return Err(Reject::Duplicate);
         }
-        offs.push(a as u32);
+        if len > 0 {
+            offs.push((start, end));
+        }
         let got = &mut c.received[place.slot];
         let base = place.slot * slot_bytes as usize + a as usize;
         c.data[base..base + len as usize].copy_from_slice(pkt.payload);

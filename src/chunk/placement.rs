@@ -121,6 +121,10 @@ impl Placement for FengPlacement {
         }
         let batch = ts / step;
         let bpc = self.batches_per_chunk as u64;
+        if bpc == 0 {
+            // No slots at all (a chunk of zero batches): nothing can be placed.
+            return Err(Reject::BadId);
+        }
         Ok(Place {
             chunk_id: batch / bpc,
             slot: (batch % bpc) as usize * self.n_ants + feng as usize,

@@ -724,41 +724,7 @@ impl GpuBackend {
         self.params.upload(&self.cfg, block, &self.stream, dev)
     }
 
-    /// Queues FIR, FFT and post-processing of `m` staged spectra into the device output
-    /// (which must hold spectra out_first..out_first + m). Counters are reset first.
-    pub(crate) fn compute(&mut self, m: usize, out_first: usize) -> Result<(), FError> {
-        self.compute_with(m, out_first, true)
-    }
-
-    /// [`Self::compute`]; `reset` false adds to the counters (later blocks of a batch).
-    pub(crate) fn compute_with(
-        &mut self,
-        m: usize,
-        out_first: usize,
-        reset: bool,
-    ) -> Result<(), FError> {
-        let n = self.cfg.pfb_channels();
-        let batch = m * 2 * self.unzip;
-        if m.div_ceil(POST_TILE) > 65535 || batch > i32::MAX as usize {
-            return Err(FError::BadParameter {
-                what: "spectra",
-                why: format!("{m} spectra per block is too many for the GPU backend"),
-            });
-        }
-        ensure(&self.stream, &mut self.fir_out, m * 2 * n)?;
-        ensure(&self.stream, &mut self.fft_out, m * 2 * n)?;
-        if reset {
-            self.stream
-                .memset_zeros(&mut self.blk.in_stats)
-                .map_err(gerr)?;
-            self.stream.memset_zeros(&mut self.blk.sat).map_err(gerr)?;
-        }
-        self.launch_fir(m)?;
-        self.launch_fft(m)?;
-        self.launch_post(m, out_first)
-    }
-
-    /// Queues the FIR of `m` staged spectra (buffers sized by [`Self::compute`]).
+    /// Queues the FIR of `m` staged spectra (buffers sized by [`StagedCompute::compute`]).
     pub(crate) fn launch_fir(&mut self, m: usize) -> Result<(), FError> {
         let n = self.cfg.pfb_channels();
         // FIR: one launch for both pols when they share a format, else one each.
@@ -934,6 +900,85 @@ impl GpuBackend {
         self.stream
             .memcpy_dtoh(&self.blk.out.slice(..len), dst)
             .map_err(gerr)
+    }
+}
+
+/// What [`StagedCompute::work_buffers`] lends: the compute stream, the FIR output and FFT
+/// buffers, and N (`pfb_channels`).
+pub(crate) type WorkBuffers<'a> = (
+    &'a Arc<CudaStream>,
+    &'a mut CudaSlice<float2>,
+    &'a mut CudaSlice<float2>,
+    usize,
+);
+
+/// The compute of a GPU F-engine backend on the block it has staged, shared by the
+/// wideband ([`GpuBackend`]) and narrowband ([`super::GpuNarrowband`]) backends and the
+/// pipelines built on them: each backend says what fits its launch grids, where its
+/// FIR/FFT buffers and counters are, and which kernels it queues; the sequence is here.
+pub(crate) trait StagedCompute {
+    /// Whether `m` spectra per block fit the backend's launch grids.
+    fn fits(&self, m: usize) -> bool;
+
+    /// The compute stream, the FIR output and FFT buffers (m·2N complex values each) and
+    /// N (`pfb_channels`).
+    fn work_buffers(&mut self) -> WorkBuffers<'_>;
+
+    /// Queues the zeroing of the block counters.
+    fn reset_counters(&mut self) -> Result<(), FError>;
+
+    /// Queues the kernels (and FFT) of `m` staged spectra into output spectra
+    /// out_first..out_first + m.
+    fn launch_stages(&mut self, m: usize, out_first: usize) -> Result<(), FError>;
+
+    /// Queues the compute of `m` staged spectra into the device output (which must hold
+    /// spectra out_first..out_first + m); `reset` zeroes the counters first, else the
+    /// block adds to them (later blocks of a batch).
+    fn compute_with(&mut self, m: usize, out_first: usize, reset: bool) -> Result<(), FError> {
+        if !self.fits(m) {
+            return Err(FError::BadParameter {
+                what: "spectra",
+                why: format!("{m} spectra per block is too many for the GPU backend"),
+            });
+        }
+        let (stream, fir_out, fft_out, n) = self.work_buffers();
+        ensure(stream, fir_out, m * 2 * n)?;
+        ensure(stream, fft_out, m * 2 * n)?;
+        if reset {
+            self.reset_counters()?;
+        }
+        self.launch_stages(m, out_first)
+    }
+
+    /// [`Self::compute_with`] with the counters reset first.
+    fn compute(&mut self, m: usize, out_first: usize) -> Result<(), FError> {
+        self.compute_with(m, out_first, true)
+    }
+}
+
+/// FIR, FFT and post-processing; the counters are the digitiser statistics and the
+/// saturation counts.
+impl StagedCompute for GpuBackend {
+    fn fits(&self, m: usize) -> bool {
+        m.div_ceil(POST_TILE) <= 65535 && m * 2 * self.unzip <= i32::MAX as usize
+    }
+
+    fn work_buffers(&mut self) -> WorkBuffers<'_> {
+        let n = self.cfg.pfb_channels();
+        (&self.stream, &mut self.fir_out, &mut self.fft_out, n)
+    }
+
+    fn reset_counters(&mut self) -> Result<(), FError> {
+        self.stream
+            .memset_zeros(&mut self.blk.in_stats)
+            .map_err(gerr)?;
+        self.stream.memset_zeros(&mut self.blk.sat).map_err(gerr)
+    }
+
+    fn launch_stages(&mut self, m: usize, out_first: usize) -> Result<(), FError> {
+        self.launch_fir(m)?;
+        self.launch_fft(m)?;
+        self.launch_post(m, out_first)
     }
 }
 

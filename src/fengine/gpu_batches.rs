@@ -17,7 +17,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, PinnedHostSlice};
 
 use super::backend::{validate_block, FBackend};
-use super::gpu::{ensure, gerr, BlockParams, DeviceBlock};
+use super::gpu::{ensure, gerr, BlockParams, DeviceBlock, StagedCompute};
 use super::gpu_pipeline::PipelineBackend;
 use super::stats::InputStats;
 use super::{Block, BlockStats, FConfig, FError, Samples};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
 use cudarc::driver::{CudaSlice, CudaStream, PinnedHostSlice};
 
-use super::gpu::{gerr, BlockParams, GpuBackend, Tuning};
+use super::gpu::{gerr, BlockParams, GpuBackend, StagedCompute, Tuning};
 use super::gpu_pipeline::{GpuPipeline, PipelineShape};
 use super::{Block, Dither, FBackend, FConfig, FError, PolBlock, Samples};
 use crate::bitpack;

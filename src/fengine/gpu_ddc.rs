@@ -27,7 +27,9 @@ use super::ddc::{ddc_weights, Ddc, MixerFrequency};
 use super::ddc_tune::{
     autotune, candidates, launch_ddc, load_ddc, valid_tuning, DdcLaunch, DdcTuning,
 };
-use super::gpu::{arch_for, ensure, gerr, upload_pinned_pols, DeviceBlock, HostParams};
+use super::gpu::{
+    arch_for, ensure, gerr, upload_pinned_pols, DeviceBlock, HostParams, StagedCompute, WorkBuffers,
+};
 use super::weights::pfb_weights;
 use super::{Block, BlockStats, Dither, FConfig, FError, Samples};
 
@@ -281,9 +283,9 @@ impl GpuNarrowband {
         std::mem::swap(&mut self.sat, &mut b.sat);
     }
 
-    /// Describes the input in place for the next [`Self::compute`]: both pols hold `bytes`
-    /// of packed `bits`-wide samples from the first window sample on (ADC timestamp `t0`),
-    /// `nvalid` of them valid.
+    /// Describes the input in place for the next [`StagedCompute::compute`]: both pols hold
+    /// `bytes` of packed `bits`-wide samples from the first window sample on (ADC timestamp
+    /// `t0`), `nvalid` of them valid.
     pub(crate) fn stage_packed(&mut self, bits: u32, bytes: usize, nvalid: usize, t0: u64) {
         self.stage_packed_pols(bits, bytes, [0, 0], nvalid, [t0, t0]);
     }
@@ -408,39 +410,6 @@ impl GpuNarrowband {
         self.params.upload(&self.cfg, block, &self.stream, dev)
     }
 
-    /// Queues DDC, FIR, FFT and post-processing of `m` staged spectra into the device output
-    /// (which must hold spectra out_first..out_first + m). The saturation counters are reset.
-    pub(crate) fn compute(&mut self, m: usize, out_first: usize) -> Result<(), FError> {
-        self.compute_with(m, out_first, true)
-    }
-
-    /// [`Self::compute`]; `reset` false adds to the saturation counters (later blocks of a
-    /// batch).
-    pub(crate) fn compute_with(
-        &mut self,
-        m: usize,
-        out_first: usize,
-        reset: bool,
-    ) -> Result<(), FError> {
-        let n = self.cfg.pfb_channels();
-        if m.div_ceil(POST_TILE) > 65535 || m.div_ceil(FIR_RUN) > 65535 || 2 * m > i32::MAX as usize
-        {
-            return Err(FError::BadParameter {
-                what: "spectra",
-                why: format!("{m} spectra per block is too many for the GPU backend"),
-            });
-        }
-        ensure(&self.stream, &mut self.fir_out, m * 2 * n)?;
-        ensure(&self.stream, &mut self.fft_out, m * 2 * n)?;
-        if reset {
-            self.stream.memset_zeros(&mut self.sat).map_err(gerr)?;
-        }
-        self.launch_ddc(m)?;
-        self.launch_fir(m)?;
-        self.launch_fft(m)?;
-        self.launch_post(m, out_first)
-    }
-
     /// Queues the DDC of both pols' staged input (one launch when they share a format).
     pub(crate) fn launch_ddc(&mut self, m: usize) -> Result<(), FError> {
         let len = self.ddc_len(m);
@@ -477,7 +446,7 @@ impl GpuNarrowband {
         Ok(())
     }
 
-    /// Queues the complex PFB FIR of `m` spectra (buffers sized by [`Self::compute`]).
+    /// Queues the complex PFB FIR of `m` spectra (buffers sized by [`StagedCompute::compute`]).
     pub(crate) fn launch_fir(&mut self, m: usize) -> Result<(), FError> {
         let n = self.cfg.pfb_channels();
         let cfg = LaunchConfig {
@@ -597,6 +566,29 @@ impl GpuNarrowband {
         self.stage_input(block)?;
         self.stage_params(block)?;
         ensure(&self.stream, &mut self.out, out_len)
+    }
+}
+
+/// DDC, FIR, FFT and post-processing; the counters are the saturation counts.
+impl StagedCompute for GpuNarrowband {
+    fn fits(&self, m: usize) -> bool {
+        m.div_ceil(POST_TILE) <= 65535 && m.div_ceil(FIR_RUN) <= 65535 && 2 * m <= i32::MAX as usize
+    }
+
+    fn work_buffers(&mut self) -> WorkBuffers<'_> {
+        let n = self.cfg.pfb_channels();
+        (&self.stream, &mut self.fir_out, &mut self.fft_out, n)
+    }
+
+    fn reset_counters(&mut self) -> Result<(), FError> {
+        self.stream.memset_zeros(&mut self.sat).map_err(gerr)
+    }
+
+    fn launch_stages(&mut self, m: usize, out_first: usize) -> Result<(), FError> {
+        self.launch_ddc(m)?;
+        self.launch_fir(m)?;
+        self.launch_fft(m)?;
+        self.launch_post(m, out_first)
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
-use super::gpu::gerr;
+use super::gpu::{gerr, StagedCompute};
 use super::gpu_bench::{bandwidths, noise, pinned_from, pipelined, time_gpu};
 use super::gpu_ddc::{ddc_taps_per_phase, GpuNarrowband};
 use super::{

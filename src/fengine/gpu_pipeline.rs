@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, PinnedHostSlice};
 
-use super::gpu::{gerr, BlockParams, DeviceBlock, GpuBackend};
+use super::gpu::{gerr, BlockParams, DeviceBlock, GpuBackend, StagedCompute};
 use super::gpu_ddc::GpuNarrowband;
 use super::stats::InputStats;
 use super::{BlockStats, FBackend, FConfig, FError};

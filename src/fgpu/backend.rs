@@ -236,18 +236,15 @@ impl<B: FBackend + Send> BackendChannelizer<B> {
 }
 
 impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
-    fn input_range(&self, batch_ts: u64) -> Option<[(u64, u64); 2]> {
-        match self.prepare(batch_ts) {
-            Ok(p) => {
-                let r = p.ranges;
-                if let Ok(mut slot) = self.prepared.lock() {
-                    *slot = Some(p);
-                }
-                r
-            }
-            // A model that does not evaluate: input that never arrives (the batch waits).
-            Err(_) => Some([(batch_ts, u64::MAX); 2]),
+    fn input_range(&self, batch_ts: u64) -> Result<Option<[(u64, u64); 2]>, String> {
+        // A model that does not evaluate is the batch's error: the engine drops the batch
+        // (counted) and goes on.
+        let p = self.prepare(batch_ts)?;
+        let r = p.ranges;
+        if let Ok(mut slot) = self.prepared.lock() {
+            *slot = Some(p);
         }
+        Ok(r)
     }
 
     fn process(

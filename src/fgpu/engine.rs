@@ -25,7 +25,10 @@ pub trait Channelizer: Send {
     /// (PFB footprint and coarse delay included); `None` when some spectrum's window would
     /// start before timestamp 0 (a positive delay near the start of the timeline): the
     /// batch cannot be made, and the engine skips it ([`OutputStats::before_input_heaps`]).
-    fn input_range(&self, batch_ts: u64) -> Option<[(u64, u64); 2]>;
+    /// `Err` when the batch's controls do not evaluate (a delay model that gives no finite
+    /// delay there): the batch cannot be made either, and the engine drops it
+    /// ([`OutputStats::delay_error_heaps`]) and goes on with the next one.
+    fn input_range(&self, batch_ts: u64) -> Result<Option<[(u64, u64); 2]>, String>;
     /// Channelises one batch. `input[p]` holds pol `p`'s samples over `input_range`.
     /// Writes the batch as (channel, spectrum, pol, re/im) bytes into `out` and returns the
     /// clipped output values per pol.
@@ -99,6 +102,9 @@ pub struct OutputStats {
     /// available sample (the stream's first, or timestamp 0): a positive delay at the
     /// start of the stream. katgpucbf skips those spectra the same way.
     pub before_input_heaps: u64,
+    /// Heaps not sent because the delay model did not evaluate for their batch (see
+    /// [`Channelizer::input_range`]).
+    pub delay_error_heaps: u64,
     pub clipped_samples: [u64; 2],
     pub first_timestamp: Option<u64>,
     pub last_timestamp: Option<u64>,
@@ -116,6 +122,8 @@ pub struct Pipeline {
     first_sample: u64,
     /// Whether a batch skipped for input before `first_sample` has been logged.
     logged_before_input: bool,
+    /// Whether a batch dropped because its delay model did not evaluate has been logged.
+    logged_delay_error: bool,
     out: Vec<u8>,
     pub stats: OutputStats,
     /// Digitiser statistics reported by completed batches, not yet taken.
@@ -143,6 +151,7 @@ impl Pipeline {
             next_ts: None,
             first_sample: 0,
             logged_before_input: false,
+            logged_delay_error: false,
             out,
             stats,
             dig: None,
@@ -221,10 +230,27 @@ impl Pipeline {
         self.next_ts
     }
 
-    /// Earliest sample this pipeline still needs.
+    /// Earliest sample this pipeline still needs; `None` when its next batch has no input
+    /// range (it keeps whatever the store holds until that batch is settled).
     pub fn needed_from(&self) -> Option<u64> {
-        let r = self.chan.input_range(self.next_ts?)?;
+        let r = self.chan.input_range(self.next_ts?).ok()??;
         Some(r[0].0.min(r[1].0))
+    }
+
+    /// Counts (and logs, the first time) the batch at `ts`, not made because its delay
+    /// model did not evaluate.
+    fn drop_delay_error(&mut self, ts: u64, error: &str) {
+        self.stats.delay_error_heaps += self.spec.dst.len() as u64;
+        if !self.logged_delay_error {
+            self.logged_delay_error = true;
+            warn!(
+                output = %self.spec.name,
+                batch_timestamp = ts,
+                %error,
+                "the delay model does not evaluate for this batch: such batches are not sent \
+                 (counted in delay_error_heaps; logged once)"
+            );
+        }
     }
 
     /// Counts (and logs, the first time) the batch at `ts`, not made because its input
@@ -266,16 +292,20 @@ impl Pipeline {
         loop {
             let ts = self.next_ts.unwrap_or(0);
             let ranges = match self.chan.input_range(ts) {
-                Some(r) if r.iter().all(|r| r.0 >= self.first_sample) => r,
+                Ok(Some(r)) if r.iter().all(|r| r.0 >= self.first_sample) => r,
                 other => {
                     if ts >= end {
                         // Not past the input received (a delay model growing without
-                        // bound would otherwise keep this loop going).
+                        // bound, or one that never evaluates, would otherwise keep this
+                        // loop going).
                         while self.complete_one(false)? {}
                         return Ok(());
                     }
                     self.next_ts = Some(ts + step);
-                    self.skip_before_input(ts, other);
+                    match other {
+                        Err(e) => self.drop_delay_error(ts, &e),
+                        Ok(r) => self.skip_before_input(ts, r),
+                    }
                     continue;
                 }
             };
@@ -733,6 +763,10 @@ pub fn run(args: &super::FgpuArgs) -> anyhow::Result<FgpuSummary> {
         "output_before_input_heaps",
         "Heaps not sent because the delay made their input start before the first sample",
     );
+    let m_delay_err = metrics.counter_family(
+        "output_delay_error_heaps",
+        "Heaps not sent because the delay model did not evaluate for their batch",
+    );
     let m_oclip = metrics.counter_family("output_clipped_samples", "Output values that saturated");
     if let Some(p) = args.prometheus_port {
         let bound = metrics.serve((args.katcp_host, p).into())?;
@@ -795,6 +829,9 @@ pub fn run(args: &super::FgpuArgs) -> anyhow::Result<FgpuSummary> {
             m_early
                 .get_or_create(&l)
                 .inc_by(o.before_input_heaps - seen_out[k].before_input_heaps);
+            m_delay_err
+                .get_or_create(&l)
+                .inc_by(o.delay_error_heaps - seen_out[k].delay_error_heaps);
             for p in 0..2 {
                 let pol = p.to_string();
                 m_oclip

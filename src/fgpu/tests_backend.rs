@@ -76,8 +76,8 @@ fn narrowband_gpu_channelizer_matches_cpu() {
         let mut cpu = make_channelizer(&spec, &args("cpu"), 7, ctl()).unwrap();
         let mut gpu = make_channelizer(&spec, &args("gpu"), 7, ctl()).unwrap();
         let batch_ts = 1u64 << 36;
-        let ranges = cpu.input_range(batch_ts).unwrap();
-        assert_eq!(Some(ranges), gpu.input_range(batch_ts));
+        let ranges = cpu.input_range(batch_ts).unwrap().unwrap();
+        assert_eq!(Ok(Some(ranges)), gpu.input_range(batch_ts));
         let input =
             [0, 1].map(|p| noise((ranges[p].1 - ranges[p].0) as usize, 0x1234 + 2 * p as u64));
         let len = 256 * spec.spectra_per_heap() * 4;
@@ -182,8 +182,8 @@ fn packed_submission_matches_process_on_cpu() {
     let step = spec.batch_step();
     for (i, skip) in [[3usize, 0], [7, 5], [0, 1]].into_iter().enumerate() {
         let ts = (1u64 << 30) + i as u64 * step;
-        let ranges = dec.input_range(ts).unwrap();
-        assert_eq!(Some(ranges), pk.input_range(ts));
+        let ranges = dec.input_range(ts).unwrap().unwrap();
+        assert_eq!(Ok(Some(ranges)), pk.input_range(ts));
         let (d, p) = batch_input(ranges, skip, 10 * i as u64);
         let mut want = vec![0u8; len];
         let sat = dec.process(ts, [&d[0], &d[1]], &mut want).unwrap();
@@ -258,8 +258,8 @@ fn gpu_channelizer_in_flight_matches_cpu() {
         let mut inputs = Vec::new();
         for i in 0..n {
             let ts = (1u64 << 36) + i as u64 * step;
-            let ranges = cpu.input_range(ts).unwrap();
-            assert_eq!(Some(ranges), gpu.input_range(ts), "{what}");
+            let ranges = cpu.input_range(ts).unwrap().unwrap();
+            assert_eq!(Ok(Some(ranges)), gpu.input_range(ts), "{what}");
             let skip = if what == "wb" { [3, 6] } else { [0, 0] };
             let (d, p) = batch_input(ranges, skip, 100 + 10 * i as u64);
             let mut w = vec![0u8; len];
@@ -269,7 +269,7 @@ fn gpu_channelizer_in_flight_matches_cpu() {
         }
         for (ts, p, skip) in &inputs {
             // input_range prepares the batch's controls; submit uses them.
-            gpu.input_range(*ts);
+            gpu.input_range(*ts).unwrap();
             gpu.submit_packed(*ts, [&p[0], &p[1]], *skip).unwrap();
         }
         drop(inputs); // the input was staged at submission

@@ -76,7 +76,7 @@ fn channelise<B: FBackend + Send>(
 ) -> Vec<u8> {
     let sig = [signal(0, 16 * STEP as usize), signal(1, 16 * STEP as usize)];
     let mut ch = BackendChannelizer::new(backend, BITS, ctl.clone());
-    let r = ch.input_range(ts).unwrap();
+    let r = ch.input_range(ts).unwrap().unwrap();
     between(&ctl);
     let input = [0, 1].map(|p| &sig[p][r[p].0 as usize..r[p].1 as usize]);
     let mut out = vec![0u8; C * SPH * 2 * 2];
