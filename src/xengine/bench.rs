@@ -17,6 +17,11 @@
 //! Probes at 576 antennas: ws bulk copies alone 923, copies + rearrangement 619, rearrangement +
 //! wgmma 878; old kernel's cp.async ring without wgmma 450. Details in `src/xengine/gpu/wgmma.rs`.
 //!
+//! Sparse-operand kernel `correlate_sp` (2026-11-22, H100, `gpucbf bench xbgpu-corr`, cuBLASLt
+//! 1378 TOPS): 329 / 762 / 919 / 958 TOPS at 64 / 256 / 576 / 1024 antennas (mma.sync 238 / 433
+//! / 489 / 522, wgmma-ws 243 / 448 / 500 / 518 in the same run); probes at 576: no wgmma 1305,
+//! no copies 953; 65536 samples per launch 851. Details in `src/xengine/gpu/wgmma.rs`.
+//!
 //! Measured 2026-11-22 on an NVIDIA H200 (driver 580.159, CUDA 13, PTX JIT from NVRTC
 //! compute_90), `gpucbf bench xbgpu`, 8192 samples per launch, 256 spectra per batch:
 //! correlator (direct, 4 stages) 244 / 437 / 491 / 518 TOPS for 64 / 256 / 576 / 1024 antennas

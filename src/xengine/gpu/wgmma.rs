@@ -26,7 +26,26 @@
 //! multicast copies and the cross-CTA slot release cost more than the 25 % of L2 traffic they
 //! save). Beyond ≈ 550 TOPS this tiling needs the rearrangement gone from the data path
 //! (A from registers with wgmma RS, fewer operand bytes per stage) or larger tiles per L2 byte.
-//! `GPUCBF_CORRELATOR=mma | wgmma | ws` or [`GpuX::set_correlator_kernel`] /
+//!
+//! `correlate_sp` (`WgmmaVariant::sparse`, the default on 9.x for 8-bit input when the spectra
+//! per batch are a multiple of 32, see [`AUTO_SPARSE_ON_SM90`]) removes the rearrangement: the
+//! raw antenna rows, as they lie in memory (`[spectrum][pol][re/im]`), are the B operand, and
+//! A is a 2:4 structured-sparse operand built in registers (`wgmma.mma_async.sp` m64nNk64,
+//! RS): of the four bytes of a spectrum only the two of pol p2 are non-zero, the metadata is one
+//! constant per warpgroup, and the compressed A rows (re, im) and (im, −re) of (a1, p1) give Re
+//! and Im of x[a1, p1]·conj(x[a2, p2]). The sparse rate covers the zero half, so the tensor
+//! cores do no wasted work. Copies are 4-D tensor copies (TMA, 128B swizzle, zero fill past
+//! the array and the launch) into a 5-slot ring, one thread issuing. Four consumer warpgroups
+//! (pol p2 × two 16-antenna halves) make a 32 × 128 antenna tile; the last tile of each row
+//! block is narrowed to the array (widths 32 … 128). Probe (tools/probe/wgmma_sp.cu, H100):
+//! sparse RS m64n256k64 1796 useful TOPS, dense RS 1875, dense SS 1889; 2-D tensor boxes of
+//! 64 rows move 8.7 TB/s L2 → SM on this access pattern against 1.1 TB/s for one bulk copy per
+//! row from one warp. `gpucbf bench xbgpu-corr` (H100, 2026-11-22, cuBLASLt int8 1378 TOPS):
+//! **329 / 762 / 919 / 958 TOPS** at 64 / 256 / 576 / 1024 antennas (0.70 of cuBLASLt at 1024;
+//! 1.38–1.88× mma.sync); probes at 576: without wgmma 1305, without copies 953 (so the tensor
+//! side, A build and barriers are the limit now); ring depth 3 / 4 / 5: 887 / 897 / 919; the
+//! 2-warpgroup 16 × 256 form 564 (its copies alone 613: 2.1× the L2 traffic per pair).
+//! `GPUCBF_CORRELATOR=mma | wgmma | ws | sp` or [`GpuX::set_correlator_kernel`] /
 //! [`GpuX::set_wgmma_variant`] select a kernel.
 
 use std::sync::Arc;
