@@ -22,15 +22,15 @@
 // (absent antennas are zero-filled by the copy, no memory read), dither seed and saturation
 // counts. A beam tile is 16 beams as two half-tiles (m16 fragments) of 8 beams of one pol each,
 // so beams of both pols share a tile (the pol is selected per fragment). An item is one batch,
-// one channel and up to BTB beam tiles. The grid is persistent (about two blocks per SM); block
-// k walks the contiguous items [k n / grid, (k + 1) n / grid) (batch fastest, so the weights of
-// a channel are built once for all batches of the chunk) and, within each, the spectra in tiles
-// of TS and the antennas in chunks of KC = 32, as one continuous stream of stages: cp.async
-// brings each stage in as it lies in memory ([antenna][spectrum], 16-byte coalesced copies,
-// NR - 1 stages in flight, across item boundaries), one pass transposes it (and unpacks 4-bit
-// input) to [spectrum][antenna] rows of 4-byte words (both pols, re/im), so that one 16-byte
-// shared load gives a B fragment of either pol (PRMT selects the pol), and the warps multiply
-// the previous stage meanwhile. At a change of channel the block rebuilds its weight planes
+// one channel and up to BTB beam tiles. The grid is persistent (16 warps per SM: two blocks of
+// 8 warps or four of 4); block k walks the contiguous items [k n / grid, (k + 1) n / grid)
+// (batch fastest, so the weights of a channel are built once for all batches of the chunk)
+// and, within each, the spectra in tiles of TS and the antennas in chunks of KC = 32, as one
+// continuous stream of stages: cp.async brings each stage in as it lies in memory ([antenna]
+// [spectrum], 16-byte coalesced copies, NR - 1 stages in flight, across item boundaries), one
+// pass transposes it (and unpacks 4-bit input) to [spectrum][pol][antenna] rows (see bpos), so
+// that one 8-byte shared load gives a B fragment of one pol, and the warps multiply the
+// previous stage meanwhile. At a change of channel the block rebuilds its weight planes
 // (one extra barrier) while the next stages are already in flight.
 //
 // Output tile of a warp: MW m16 fragments (half-tiles) of one beam tile, 32 spectra, 4

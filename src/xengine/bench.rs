@@ -59,6 +59,27 @@
 //! (combine, dither hash, quantise, store), or the registers it costs at the 128 cap of two
 //! blocks per SM, takes the rest. Next: hand the accumulators to the warps that do not multiply
 //! (shared memory) for the epilogue, or combine hi and lo early to halve the live registers.
+//!
+//! Beamformer epilogue and warp layouts (H100, 2026-11-22, `gpucbf bench xbgpu-beam`, copy
+//! 2986 GB/s, chunk of 16 batches, 80 antennas, 512 channels, 256 spectra). The epilogue
+//! converts int to float once per value and no more (the dither uniforms are built as float
+//! bits, the quantiser rounds by adding 1.5·2^23 and keeps the low byte); the B rows are split
+//! by pol (one 8-byte load per fragment, no byte selects; 128-byte rows, swizzled, no padding);
+//! a warp holds one or two m16 fragments (`BeamPlan::mw`) in blocks of 4, 8 or 16 warps
+//! (`BeamPlan::warps`). Default configuration: 16 beams in blocks of 4 warps of one fragment,
+//! four blocks per SM, 61.4 % of copy bandwidth (8 warps of one fragment 59.0 %, of two 52.7 %;
+//! before this change 50.6 %); 64 beams in 8 warps of two fragments, 33.6 % (one fragment per
+//! warp, 8 or 16 warps, 29-30 %; 4 warps of two 29.3 %; before 31.0 %); 4-bit 35.5 % / 22.6 %.
+//! Probes: loads + transposes alone 94.7 % / 98.9 %, MMAs without the epilogue 79.9 % / 63.3 %;
+//! without dither 64.5 % / 37.5 %; one batch per launch 45.5 % / 25.4 %; 2 or 4 raw stages
+//! within the noise or worse. What limits: at 64 beams the hi/lo MMAs are 10.7 G int8
+//! operations per batch, 20 µs at the 520 TOPS the mma.sync correlator reaches, i.e. 84 % of
+//! the 24.6 µs an 80 % beamformer may take, so 80 % needs wgmma (or fewer MMAs); at 16 beams
+//! the stream, the MMAs and the epilogue each fit but run one after the other between the
+//! per-stage barriers (instruction and latency bound: none of tile size, stages, registers,
+//! block size or grid moved it by more than a few points). Next: warp-specialised blocks
+//! (copy/transposing warps apart from MMA + epilogue warps, mbarriers instead of block
+//! barriers) and, at 64 beams, wgmma.
 
 use std::ffi::c_void;
 
@@ -441,7 +462,6 @@ fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
             &[
                 (2, 8, 64, 2, 0),
                 (2, 8, 64, 4, 0),
-                (2, 8, 128, 3, 0),
                 (1, 8, 32, 3, 0),
                 (1, 16, 64, 3, 0),
                 (2, 4, 32, 3, 0),

@@ -328,10 +328,10 @@ pub(crate) struct BeamLaunch<'a> {
 
 /// The beamformer's (m16 fragments per warp, warps per block) in order of preference for
 /// `tiles` beam tiles per block (H100, 80 antennas, `gpucbf bench xbgpu-beam`): one tile (up
-/// to 16 beams) in blocks of 4 warps with one fragment each, four blocks per SM (61.5 % of copy
-/// bandwidth at 16 beams, against 58.8 % for 8 warps of one fragment and 53.1 % for 8 warps of
-/// two); more tiles in blocks of 8 warps with two fragments each (33.8 % at 64 beams, against
-/// 29.8 % for one fragment per warp with 8 or 16 warps and 29.7 % for 4 warps of two).
+/// to 16 beams) in blocks of 4 warps with one fragment each, four blocks per SM (61.4 % of copy
+/// bandwidth at 16 beams, against 59.0 % for 8 warps of one fragment and 52.7 % for 8 warps of
+/// two); more tiles in blocks of 8 warps with two fragments each (33.6 % at 64 beams, against
+/// 29-30 % for one fragment per warp with 8 or 16 warps and 29.3 % for 4 warps of two).
 fn default_beam_layouts(tiles: usize) -> &'static [(usize, usize)] {
     if tiles <= 1 {
         &[(1, 4), (1, 8), (2, 8)]
