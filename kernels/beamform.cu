@@ -22,31 +22,37 @@
 // (absent antennas are zero-filled by the copy, no memory read), dither seed and saturation
 // counts. A beam tile is 16 beams as two half-tiles (m16 fragments) of 8 beams of one pol each,
 // so beams of both pols share a tile (the pol is selected per fragment). An item is one batch,
-// one channel and up to BTB beam tiles. The grid is persistent (about two blocks per SM); block
-// k walks the contiguous items [k n / grid, (k + 1) n / grid) (batch fastest, so the weights of
-// a channel are built once for all batches of the chunk) and, within each, the spectra in tiles
-// of TS and the antennas in chunks of KC = 32, as one continuous stream of stages: cp.async
-// brings each stage in as it lies in memory ([antenna][spectrum], 16-byte coalesced copies,
-// NR - 1 stages in flight, across item boundaries), one pass transposes it (and unpacks 4-bit
-// input) to [spectrum][antenna] rows of 4-byte words (both pols, re/im), so that one 16-byte
-// shared load gives a B fragment of either pol (PRMT selects the pol), and the warps multiply
-// the previous stage meanwhile. At a change of channel the block rebuilds its weight planes
+// one channel and up to BTB beam tiles. The grid is persistent (16 warps per SM: two blocks of
+// 8 warps or four of 4); block k walks the contiguous items [k n / grid, (k + 1) n / grid)
+// (batch fastest, so the weights of a channel are built once for all batches of the chunk)
+// and, within each, the spectra in tiles of TS and the antennas in chunks of KC = 32, as one
+// continuous stream of stages: cp.async brings each stage in as it lies in memory ([antenna]
+// [spectrum], 16-byte coalesced copies, NR - 1 stages in flight, across item boundaries), one
+// pass transposes it (and unpacks 4-bit input) to [spectrum][pol][antenna] rows (see bpos), so
+// that one 8-byte shared load gives a B fragment of one pol, and the warps multiply the
+// previous stage meanwhile. At a change of channel the block rebuilds its weight planes
 // (one extra barrier) while the next stages are already in flight.
 //
-// Output tile of warp w: beam tile w / NT, 32 spectra (w % NT), 2 x 4 fragments x (hi, lo). The
-// weight rows are ordered so that an m16 fragment (half-tile) holds Re of 8 beams in rows 0-7 and
-// Im of the same beams in rows 8-15, and the spectra of the N dimension are permuted (column n of fragment
-// ni is spectrum 8 (n / 2) + 2 ni + n % 2): a lane then owns 8 consecutive complex outputs of one
-// beam and writes them as one 16-byte store (no shuffles; a warp writes 64-byte runs).
-// Dither: one 32-bit hash per complex output, two 16-bit uniforms (same as the host's
-// `dither_pair`).
+// Output tile of a warp: MW m16 fragments (half-tiles) of one beam tile, 32 spectra, 4
+// fragments x (hi, lo) each; a beam tile has 2 / MW x TS / 32 warps (MW 1 halves the
+// accumulators: no spills under the 128-register cap, and more warps share the MMAs and the
+// epilogue). The weight rows are ordered so that an m16 fragment (half-tile) holds Re of 8
+// beams in rows 0-7 and Im of the same beams in rows 8-15, and the spectra of the N dimension
+// are permuted (column n of fragment ni is spectrum 8 (n / 2) + 2 ni + n % 2): a lane then owns
+// 8 consecutive complex outputs of one beam and writes them as one 16-byte store (no shuffles;
+// a warp writes 64-byte runs).
+// Epilogue without the (quarter-rate) int<->float conversions of dither and quantiser: the
+// 16-bit dither uniform u is built as float bits (1 + u 2^-16, exact) less a constant, the
+// quantiser clamps and adds 1.5 2^23 (round half to even by the FP adder) and takes the low
+// byte of the bits. Dither: one 32-bit hash per complex output, two 16-bit uniforms (the
+// host's `dither_pair`, unchanged).
 //
 // Defines: N_ANTS, N_CHANNELS, SPECTRA (spectra per batch, a multiple of 16), N_BEAMS,
-// BTB (beam tiles per block, 1..8), TS (spectra per tile: 32, 64 or 128, BTB * TS / 32 <= 8,
-// the warps that multiply), NR (raw
-// input stages, 2..6), SAMPLE_BITS (8 or 4), BPROBE (diagnostic, wrong results: 1 = no MMAs and
-// no epilogue, 2 = no weight build, 3 = no epilogue), MINB (launch bounds: blocks per SM, 1 or
-// 2; 1 lifts the 128-register cap).
+// BTB (beam tiles per block, 1..8), TS (spectra per tile: 32, 64 or 128), MW (m16 fragments per
+// warp, 1 or 2; BTB * TS / 32 * 2 / MW <= WARPS, the warps that multiply), WARPS (4, 8 or 16),
+// NR (raw input stages, 2..6), SAMPLE_BITS (8 or 4), BPROBE (diagnostic, wrong results: 1 = no
+// MMAs and no epilogue, 2 = no weight build, 3 = no epilogue), MINB (launch bounds: blocks per
+// SM the registers are capped for, 1..4).
 
 #ifndef N_ANTS
 #error "N_ANTS must be defined"
@@ -75,16 +81,22 @@
 #ifndef MINB
 #define MINB 2 // blocks per SM the registers are capped for (launch bounds)
 #endif
-
-#define THREADS 256
+#ifndef MW
+#define MW 2 // m16 fragments (half-tiles of 8 beams) per warp
+#endif
+#ifndef WARPS
 #define WARPS 8
+#endif
+
+#define THREADS (32 * WARPS)
 #define KC 32                               // antennas per stage
 #define N_KC ((N_ANTS + KC - 1) / KC)       // antenna chunks
 #define NAP (N_KC * KC)                     // padded antennas
 #define LAST_KSTEPS ((N_ANTS - (N_KC - 1) * KC + 15) / 16) // k32 steps in the last chunk
 #define WS (2 * NAP + 16)                   // weight row stride, bytes (odd multiple of 16)
-#define RS (4 * KC + 64)                    // transposed row stride, bytes (64 mod 128)
+#define RS (4 * KC)                         // transposed row stride, bytes (no padding: swizzled)
 #define NT (TS / 32)                        // 32-spectra subtiles per tile
+#define WPT (NT * 2 / MW)                   // warps per beam tile
 #define N_ST ((SPECTRA + TS - 1) / TS)      // spectra tiles
 #define SPI (N_ST * N_KC)                   // stages per item
 #ifndef NR
@@ -104,7 +116,9 @@
 
 static_assert(SPECTRA % 16 == 0, "SPECTRA must be a multiple of 16");
 static_assert(TS == 32 || TS == 64 || TS == 128, "TS must be 32, 64 or 128");
-static_assert(BTB >= 1 && BTB * NT <= WARPS, "BTB * TS / 32 must be <= 8");
+static_assert(MW == 1 || MW == 2, "MW must be 1 or 2");
+static_assert(WARPS == 4 || WARPS == 8 || WARPS == 16, "WARPS must be 4, 8 or 16");
+static_assert(BTB >= 1 && BTB * WPT <= WARPS, "BTB * TS / 32 * 2 / MW must be <= WARPS");
 static_assert(NR >= 2 && NR <= 6, "NR must be 2..6");
 static_assert(SAMPLE_BITS == 8 || SAMPLE_BITS == 4, "SAMPLE_BITS must be 8 or 4");
 
@@ -121,9 +135,12 @@ __device__ __forceinline__ u32 hash32(u32 x) {
     return x;
 }
 
-// Uniform dither (2u - 65535) / 131072 in (-0.5, 0.5) from 16 bits u (exact in f32).
-__device__ __forceinline__ float dither16(u32 u) {
-    return __fmul_rn((float)((int)(2 * u) - 65535), 1.0f / 131072.0f);
+// The host's uniform dither (2u - 65535) / 131072 from 16 bits u is F - DITHER_C, both exact:
+// F = 1 + u 2^-16 = dither_one(u << 7) (the 16 bits at bit 7 of the mantissa), DITHER_C = 1 +
+// 65535 2^-17. The epilogue adds -DITHER_C in its scaling FMA and F after.
+#define DITHER_C 1.4999923706054688f
+__device__ __forceinline__ float dither_one(u32 m) {
+    return __uint_as_float(0x3f800000u | (m & 0x007fff80u));
 }
 
 __device__ __forceinline__ void mma_s8(int (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
@@ -185,29 +202,49 @@ __device__ __forceinline__ void issue_stage(unsigned char *raw, const signed cha
 __device__ __forceinline__ u32 sext4(u32 x) { return x | ((x & 0x08080808u) * 0x1eu); }
 #endif
 
-// Raw [antenna][spectrum] -> B rows [spectrum][antenna] (4-byte words: both pols, re/im). Lane =
-// antenna (raw rows padded by 16 bytes: conflict-free 16-byte reads), warp = groups of spectra.
+// B rows [spectrum][pol][antenna] of a stage (128 bytes each): row s holds, per pol p, the (re,
+// im) bytes of the KC antennas as 4-byte words of antenna pairs, in 32-byte chunks (2 p +
+// antennas / 16); the chunk index is XOR-ed with bits 0 and 3 of s so that the 8-byte B loads
+// of the 4 spectra rows of a half-warp (rows 0, 1, 8, 9 apart) hit distinct banks. Byte offset
+// of the word of pair pa (antennas 2 pa, 2 pa + 1), pol p, spectrum s:
+__device__ __forceinline__ int bpos(int s, int p, int pa) {
+    return s * RS + 32 * ((2 * p + (pa >> 3)) ^ ((s & 1) | ((s >> 3) & 1) << 1)) + 4 * (pa & 7);
+}
+
+// Raw [antenna][spectrum] -> B rows (above). Lane = antenna (raw rows padded by 16 bytes:
+// conflict-free 16-byte reads), warp = groups of spectra; lanes 2j and 2j + 1 swap their
+// (both-pol) words of a spectrum and store the pol-0 / pol-1 word of their pair (one 128-byte
+// row per warp store).
 __device__ __forceinline__ void transpose_stage(unsigned char *xb, const unsigned char *raw) {
     const int a = threadIdx.x & 31;
+    const int odd = a & 1;
+    // even lane: (own p0 re/im, partner p0 re/im); odd lane: (partner p1, own p1)
+    const u32 psel = odd ? 0x3276u : 0x5410u;
 #pragma unroll
     for (int sq = threadIdx.x >> 5; sq < CPR; sq += WARPS) {
         const uint4 v = *(const uint4 *)(raw + a * RAW_RS + 16 * sq);
-        u32 *row = (u32 *)(xb + SPC * sq * RS) + a;
+        u32 w[SPC];
 #if SAMPLE_BITS == 8
-        row[0] = v.x;
-        row[RS / 4] = v.y;
-        row[2 * RS / 4] = v.z;
-        row[3 * RS / 4] = v.w;
+        // each word: spectrum SPC sq + k, (pol0 re, im, pol1 re, im)
+        w[0] = v.x;
+        w[1] = v.y;
+        w[2] = v.z;
+        w[3] = v.w;
 #else
         // each word: (s, pol0), (s, pol1), (s+1, pol0), (s+1, pol1), re in the high nibble
-        const u32 w[4] = {v.x, v.y, v.z, v.w};
+        const u32 pk[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            const u32 re = sext4((w[k] >> 4) & 0x0f0f0f0fu), im = sext4(w[k] & 0x0f0f0f0fu);
-            row[(2 * k) * RS / 4] = __byte_perm(re, im, 0x5140);
-            row[(2 * k + 1) * RS / 4] = __byte_perm(re, im, 0x7362);
+            const u32 re = sext4((pk[k] >> 4) & 0x0f0f0f0fu), im = sext4(pk[k] & 0x0f0f0f0fu);
+            w[2 * k] = __byte_perm(re, im, 0x5140);
+            w[2 * k + 1] = __byte_perm(re, im, 0x7362);
         }
 #endif
+#pragma unroll
+        for (int k = 0; k < SPC; k++) {
+            const u32 x = __shfl_xor_sync(0xffffffffu, w[k], 1);
+            *(u32 *)(xb + bpos(SPC * sq + k, odd, a >> 1)) = __byte_perm(w[k], x, psel);
+        }
     }
 }
 
@@ -289,29 +326,31 @@ __device__ __forceinline__ void build_weights(unsigned char *whi, unsigned char 
     }
 }
 
-// Clamp to +-127 and round half to even; sets sat when |v| > 127.
-__device__ __forceinline__ int quant8(float v, bool &sat) {
-    sat |= fabsf(v) > 127.0f;
-    return __float2int_rn(fminf(fmaxf(v, -127.0f), 127.0f));
+// Clamp to +-127 and round half to even (the FP adder rounds v + 1.5 2^23 to an integer, ties
+// to even): the low byte of the returned bits is the int8 value.
+__device__ __forceinline__ u32 quant_bits(float v) {
+    return __float_as_uint(__fadd_rn(fminf(fmaxf(v, -127.0f), 127.0f), 12582912.0f));
 }
 
-__device__ __forceinline__ float combine(int hi, int lo, float os) {
+// 256 hi + lo as a float (before the output scale).
+__device__ __forceinline__ float combine(int hi, int lo) {
 #if N_ANTS <= 256
     // |256 hi + lo| <= 2 N_ANTS * 127 * 32640 < 2^31: exact in int32, one rounding
-    return __fmul_rn((float)(hi * 256 + lo), os);
+    return (float)(hi * 256 + lo);
 #else
-    return __fmul_rn(fmaf(256.0f, (float)hi, (float)lo), os);
+    return fmaf(256.0f, (float)hi, (float)lo);
 #endif
 }
 
-// Per-item, per-warp state: the warp's beam tile, the pol selector of each m16 fragment (one
-// half-group of 8 beams of one pol each) and the lane's two beams.
+// Per-item, per-warp state: the warp's beam tile, spectra subtile and first half-tile, the pol
+// selector of each of its MW m16 fragments (one half-group of 8 beams of one pol each) and the
+// lane's beam in each.
 struct WarpItem {
     bool active;
-    int bt, nt;
-    u32 sel[2];
-    int beam[2];
-    float oscale[2];
+    int bt, nt, h0;
+    int pol[MW];
+    int beam[MW];
+    float oscale[MW];
 };
 
 __device__ __forceinline__ WarpItem warp_item(int bg, int n_groups, const int *__restrict__ order,
@@ -321,15 +360,18 @@ __device__ __forceinline__ WarpItem warp_item(int bg, int n_groups, const int *_
     const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
     const int n_tiles = (n_groups + 1) / 2;
     const int ntiles = min(BTB, n_tiles - bg * BTB);
-    w.active = warp < ntiles * NT;
-    w.bt = w.active ? warp / NT : 0;
-    w.nt = warp % NT;
+    w.active = warp < ntiles * WPT;
+    w.bt = w.active ? warp / WPT : 0;
+    w.nt = (warp % WPT) % NT;
+    w.h0 = MW == 2 ? 0 : (warp % WPT) / NT;
+    // a warp of a half-tile without beams has nothing to do
+    if (MW == 1 && 2 * (bg * BTB + w.bt) + w.h0 >= n_groups) w.active = false;
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++) {
-        const int gi = 2 * (bg * BTB + w.bt) + mi;
+    for (int mi = 0; mi < MW; mi++) {
+        const int gi = 2 * (bg * BTB + w.bt) + w.h0 + mi;
         int3 grp = make_int3(0, 0, 0);
         if (w.active && gi < n_groups) grp = groups[gi];
-        w.sel[mi] = grp.z ? 0x7632u : 0x5410u;
+        w.pol[mi] = grp.z;
         w.beam[mi] = g < grp.y ? order[grp.x + g] : -1;
         w.oscale[mi] = w.beam[mi] >= 0 ? wscale[w.beam[mi]] / QMAX : 0.0f;
     }
@@ -388,14 +430,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB)
     build_weights(whi, wlo, s_beam, s_q, c, coef, delay);
 #endif
     WarpItem wi = warp_item(bg, n_groups, order, groups, wscale);
-    unsigned int nsat[2] = {0, 0};
+    unsigned int nsat[MW];
+#pragma unroll
+    for (int mi = 0; mi < MW; mi++) nsat[mi] = 0;
     // ldmatrix row addresses: lanes 0-7 / 8-15 / 16-23 / 24-31 give matrices a0..a3
     const int arow = (lane & 7) + 8 * ((lane >> 3) & 1);
     const int acol = 16 * (lane >> 4);
 
-    int acc_hi[2][4][4], acc_lo[2][4][4];
+    int acc_hi[MW][4][4], acc_lo[MW][4][4];
 #pragma unroll
-    for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < MW; mi++)
 #pragma unroll
         for (int ni = 0; ni < 4; ni++)
 #pragma unroll
@@ -426,22 +470,28 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB)
             for (int kk = 0; kk < 2; kk++) {
                 if (kk < ks) {
                     const int kg = kc * 2 + kk; // global k32 step
-                    u32 ah[2][4], al[2][4];
+                    u32 ah[MW][4], al[MW][4];
 #pragma unroll
-                    for (int mi = 0; mi < 2; mi++) {
-                        const int o = (32 * wi.bt + arow + 16 * mi) * WS + 32 * kg + acol;
+                    for (int mi = 0; mi < MW; mi++) {
+                        const int o =
+                            (32 * wi.bt + arow + 16 * (wi.h0 + mi)) * WS + 32 * kg + acol;
                         ldmatrix_x4(ah[mi], whi + o);
                         ldmatrix_x4(al[mi], wlo + o);
                     }
 #pragma unroll
                     for (int ni = 0; ni < 4; ni++) {
-                        // column g of fragment ni is spectrum 8 (g / 2) + 2 ni + g % 2
+                        // column g of fragment ni is spectrum 8 (g / 2) + 2 ni + g % 2; this
+                        // lane's B registers: antenna pairs 8 kk + 2 tq, + 1 of the fragment's
+                        // pol (loaded per fragment: comparing the pols costs registers)
                         const int srow = 32 * wi.nt + 8 * (g >> 1) + 2 * ni + (g & 1);
-                        const uint4 v = *(const uint4 *)(xb + srow * RS + 64 * kk + 16 * tq);
+                        uint2 v[MW];
+                        v[0] = *(const uint2 *)(xb + bpos(srow, wi.pol[0], 8 * kk + 2 * tq));
+                        if (MW == 2)
+                            v[MW - 1] = *(const uint2 *)(xb + bpos(srow, wi.pol[MW - 1],
+                                                                   8 * kk + 2 * tq));
 #pragma unroll
-                        for (int mi = 0; mi < 2; mi++) {
-                            const u32 b[2] = {__byte_perm(v.x, v.y, wi.sel[mi]),
-                                              __byte_perm(v.z, v.w, wi.sel[mi])};
+                        for (int mi = 0; mi < MW; mi++) {
+                            const u32 b[2] = {v[mi].x, v[mi].y};
                             mma_s8(acc_hi[mi][ni], ah[mi], b);
                             mma_s8(acc_lo[mi][ni], al[mi], b);
                         }
@@ -454,7 +504,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB)
                 // spectra s0 .. s0 + 7 (re in acc[..][0..1], im in acc[..][2..3]).
                 const int s0 = st * TS + 32 * wi.nt + 8 * tq;
 #pragma unroll
-                for (int mi = 0; mi < 2; mi++) {
+                for (int mi = 0; mi < MW; mi++) {
                     const int b = wi.beam[mi];
                     if (b >= 0 && s0 < SPECTRA) {
                         const float os = wi.oscale[mi];
@@ -463,20 +513,24 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB)
                         u32 word[4];
 #pragma unroll
                         for (int ni = 0; ni < 4; ni++) {
-                            int q[4];
+                            u32 q[4];
 #pragma unroll
                             for (int e = 0; e < 2; e++) {
-                                float vr = combine(acc_hi[mi][ni][e], acc_lo[mi][ni][e], os);
-                                float vi = combine(acc_hi[mi][ni][2 + e], acc_lo[mi][ni][2 + e], os);
+                                const float fr = combine(acc_hi[mi][ni][e], acc_lo[mi][ni][e]);
+                                const float fi =
+                                    combine(acc_hi[mi][ni][2 + e], acc_lo[mi][ni][2 + e]);
+                                float vr, vi;
                                 if (dither) {
                                     const u32 h = hash32(key0 + (u32)((2 * ni + e) * N_BEAMS));
-                                    vr = __fadd_rn(vr, dither16(h & 0xffffu));
-                                    vi = __fadd_rn(vi, dither16(h >> 16));
+                                    vr = __fadd_rn(fmaf(fr, os, -DITHER_C), dither_one(h << 7));
+                                    vi = __fadd_rn(fmaf(fi, os, -DITHER_C), dither_one(h >> 9));
+                                } else {
+                                    vr = __fmul_rn(fr, os);
+                                    vi = __fmul_rn(fi, os);
                                 }
-                                bool sat = false;
-                                q[2 * e] = quant8(vr, sat);
-                                q[2 * e + 1] = quant8(vi, sat);
-                                nsat[mi] += sat;
+                                nsat[mi] += fmaxf(fabsf(vr), fabsf(vi)) > 127.0f;
+                                q[2 * e] = quant_bits(vr);
+                                q[2 * e + 1] = quant_bits(vi);
                             }
                             word[ni] = __byte_perm(__byte_perm(q[0], q[1], 0x0040),
                                                    __byte_perm(q[2], q[3], 0x0040), 0x5410);
@@ -488,11 +542,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB)
                 }
 #else
                 // keep the MMAs live: one store of an otherwise unused sum per lane and tile
-                if (acc_hi[0][0][0] == 0x7fffffff && acc_lo[1][3][3] == 0x7fffffff)
-                    out[0] = (signed char)(acc_hi[1][3][3] + acc_lo[0][0][0]);
+                if (acc_hi[0][0][0] == 0x7fffffff && acc_lo[MW - 1][3][3] == 0x7fffffff)
+                    out[0] = (signed char)(acc_hi[MW - 1][3][3] + acc_lo[0][0][0]);
 #endif
 #pragma unroll
-                for (int mi = 0; mi < 2; mi++)
+                for (int mi = 0; mi < MW; mi++)
 #pragma unroll
                     for (int ni = 0; ni < 4; ni++)
 #pragma unroll
@@ -504,7 +558,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB)
             // End of the item: flush the saturation counts of its batch (the 4 lanes of a g
             // share a beam); at a change of channel or group rebuild the tables and weights.
 #pragma unroll
-            for (int mi = 0; mi < 2; mi++) {
+            for (int mi = 0; mi < MW; mi++) {
                 unsigned int n = nsat[mi];
                 n += __shfl_xor_sync(0xffffffffu, n, 1);
                 n += __shfl_xor_sync(0xffffffffu, n, 2);

@@ -5,15 +5,21 @@
 mod common;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use common::{scratch_dir, small_feng_placement};
+use gpucbf::chunk::placement::FengPlacement;
 use gpucbf::fgpu::engine::open_sink;
+use gpucbf::gpu::gpu_test_guard;
 use gpucbf::net::heapsend::HeapSender;
-use gpucbf::net::pcap::PcapSink;
+use gpucbf::net::pcap::{PcapSink, PcapSource};
 use gpucbf::net::source::PcapFileSource;
-use gpucbf::spead::ids;
+use gpucbf::spead::{ids, Assembler, Heap};
 use gpucbf::xbgpu::engine::{run_pipelines, BPipeline};
 use gpucbf::xbgpu::{Beamformer, Correlator, XPipeline};
+use gpucbf::xengine::{Beam, BeamSet, CpuX, GpuX, XShape};
 
 struct Counting;
 
@@ -121,5 +127,231 @@ fn only_batches_inside_the_received_span_are_fed() {
     assert_eq!(
         (summary.beams[0].heaps, summary.beams[0].skipped_heaps),
         (7, 1)
+    );
+}
+
+/// Forwards only the per-batch call of a beamformer: the engine's per-batch path.
+struct PerBatch(gpucbf::xbgpu::Beams);
+
+impl Beamformer for PerBatch {
+    fn beamform(
+        &mut self,
+        batch_ts: u64,
+        batch: &[i8],
+        present: &[bool],
+        out: &mut [Vec<i8>],
+    ) -> Result<Vec<u64>, String> {
+        self.0.beamform(batch_ts, batch, present, out)
+    }
+}
+
+/// Forwards both calls, recording the most batches handed over in one chunk call.
+struct Chunked(gpucbf::xbgpu::Beams, Arc<AtomicUsize>);
+
+impl Beamformer for Chunked {
+    fn beamform(
+        &mut self,
+        batch_ts: u64,
+        batch: &[i8],
+        present: &[bool],
+        out: &mut [Vec<i8>],
+    ) -> Result<Vec<u64>, String> {
+        self.0.beamform(batch_ts, batch, present, out)
+    }
+
+    fn beamform_chunk(
+        &mut self,
+        ts: &[u64],
+        data: &[i8],
+        present: &[bool],
+        out: &mut [Vec<i8>],
+    ) -> Result<Vec<Vec<u64>>, String> {
+        self.1.fetch_max(ts.len(), Ordering::Relaxed);
+        self.0.beamform_chunk(ts, data, present, out)
+    }
+}
+
+/// The beam heaps of an engine run on F-engine heaps with 2 chunks of 4 batches (antenna 3
+/// misses batch 5), through `bf`.
+fn beam_run(
+    dir: &Path,
+    fpcap: &Path,
+    pl: &FengPlacement,
+    bf: Box<dyn Beamformer>,
+    name: &str,
+) -> Vec<Heap> {
+    let bpcap = dir.join(name);
+    let sender = HeapSender::new(
+        open_sink(Some(&bpcap), Ipv4Addr::UNSPECIFIED, 4).unwrap(),
+        vec![SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7161); 3],
+        0,
+        1,
+        8192,
+        None,
+    );
+    let names: Vec<String> = (0..3).map(|b| format!("b{b}")).collect();
+    let bp = BPipeline::new(&names, bf, sender, 0, 4 * 16 * 2, true);
+    let summary = run_pipelines(
+        Box::new(PcapFileSource::open(fpcap, vec![]).unwrap()),
+        pl.clone(),
+        vec![],
+        Some(bp),
+        &mut |_, _| {},
+        Box::new(|_, _| {}),
+    )
+    .unwrap();
+    assert!(summary.beams.iter().all(|b| b.heaps == 8), "{summary:?}");
+    let mut src = PcapSource::open(&bpcap).unwrap();
+    let mut asm = Assembler::new(8);
+    let mut heaps = Vec::new();
+    while let Some(d) = src.next_datagram().unwrap() {
+        asm.push(&d.payload, &mut heaps).unwrap();
+    }
+    heaps.retain(|h| h.pointers.iter().any(|p| p.id == ids::BF_RAW));
+    heaps
+}
+
+/// The engine hands the beamformer whole chunks (a multi-batch chunk with an antenna missing in
+/// one batch): the heaps equal those of the per-batch CPU path, payloads equal on the CPU back
+/// end and within 1 LSB on the GPU (one launch per chunk), same items and order.
+#[test]
+fn chunked_beams_match_the_per_batch_cpu_path() {
+    let dir = scratch_dir("xbgpu-beam-chunks");
+    let fpcap = dir.join("f.pcap");
+    let n_ants = 5;
+    let pl = FengPlacement {
+        n_ants,
+        channels_per_substream: 4,
+        spectra_per_heap: 16,
+        sample_bits: 8,
+        samples_between_spectra: 16,
+        batches_per_chunk: 4,
+    };
+    let step = pl.batch_step();
+    let dst = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7151);
+    let sink = Box::new(PcapSink::create(&fpcap, dst, 4).unwrap());
+    let mut s = HeapSender::new(sink, vec![dst], 1, 1, 8192, None);
+    let mut x = 12345u64;
+    for b in 0..8u64 {
+        for a in 0..n_ants as u64 {
+            if (b, a) == (5, 3) {
+                continue;
+            }
+            let payload: Vec<u8> = (0..4 * 16 * 4)
+                .map(|_| {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    // -127..=127
+                    (((x >> 33) % 255) as i16 - 127) as i8 as u8
+                })
+                .collect();
+            let items = [
+                (ids::TIMESTAMP, b * step),
+                (ids::FENG_ID, a),
+                (ids::FREQUENCY, 0),
+            ];
+            s.send_heap(0, &items, ids::FENG_RAW, &payload).unwrap();
+        }
+    }
+    s.flush().unwrap();
+    drop(s);
+
+    let shape = XShape::new(n_ants, 4, 16).unwrap();
+    let set = Arc::new(Mutex::new(BeamSet {
+        beams: (0..3)
+            .map(|b| Beam {
+                pol: b % 2,
+                quant_gain: 0.05 + 0.02 * b as f64,
+                weights: (0..n_ants).map(|a| 1.0 - 0.1 * a as f64).collect(),
+                delays: (0..n_ants).map(|a| a as f64 * 2e-10).collect(),
+                phases: (0..n_ants).map(|a| 0.3 * a as f64).collect(),
+            })
+            .collect(),
+        channel_offset: 0,
+        n_channels_total: 4,
+        bandwidth: 856e6,
+        dither: true,
+        seed: 99,
+    }));
+    let cpu = || gpucbf::xbgpu::Beams::new(Box::new(CpuX::new(shape)), set.clone(), step);
+    let want = beam_run(
+        &dir,
+        &fpcap,
+        &pl,
+        Box::new(PerBatch(cpu())),
+        "per-batch.pcap",
+    );
+    assert_eq!(want.len(), 24);
+    let most = Arc::new(AtomicUsize::new(0));
+    let chunked = beam_run(
+        &dir,
+        &fpcap,
+        &pl,
+        Box::new(Chunked(cpu(), most.clone())),
+        "chunk.pcap",
+    );
+    assert_eq!(chunked.len(), want.len());
+    assert_eq!(
+        most.load(Ordering::Relaxed),
+        4,
+        "whole chunks go to the beamformer"
+    );
+    for (g, w) in chunked.iter().zip(&want) {
+        assert_eq!(g.cnt, w.cnt);
+        assert_eq!(g.pointers, w.pointers, "heap {}", g.cnt);
+        assert!(
+            g.payload == w.payload,
+            "CPU: chunked and per-batch beam heap {} differ",
+            g.cnt
+        );
+    }
+    // antenna 3 missing in batch 5: beam_ants 4 there, 5 elsewhere
+    let ants: Vec<u64> = want
+        .iter()
+        .map(|h| {
+            h.pointers
+                .iter()
+                .find(|p| p.id == ids::BEAM_ANTS)
+                .unwrap()
+                .value
+        })
+        .collect();
+    assert_eq!(ants.iter().filter(|&&a| a == 4).count(), 3, "{ants:?}");
+    if !gpu_test_guard("chunked_beams_match_the_per_batch_cpu_path (GPU part)") {
+        return;
+    }
+    let gpu = gpucbf::xbgpu::Beams::new(Box::new(GpuX::new(shape).unwrap()), set.clone(), step);
+    let most = Arc::new(AtomicUsize::new(0));
+    let got = beam_run(
+        &dir,
+        &fpcap,
+        &pl,
+        Box::new(Chunked(gpu, most.clone())),
+        "gpu.pcap",
+    );
+    assert_eq!(most.load(Ordering::Relaxed), 4);
+    assert_eq!(got.len(), want.len());
+    let mut off = 0;
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.cnt, w.cnt);
+        assert_eq!(g.pointers, w.pointers);
+        assert_eq!(g.payload.len(), w.payload.len());
+        for (&a, &b) in g.payload.iter().zip(&w.payload) {
+            let d = (a as i8 as i32 - b as i8 as i32).abs();
+            assert!(d <= 1, "heap {}: gpu {} cpu {}", g.cnt, a as i8, b as i8);
+            off += usize::from(d != 0);
+        }
+    }
+    let total: usize = want.iter().map(|h| h.payload.len()).sum();
+    assert!(off * 20 < total, "{off} of {total} values differ by 1");
+    assert!(
+        want.iter()
+            .flat_map(|h| &h.payload)
+            .filter(|&&v| v != 0)
+            .count()
+            * 2
+            > total,
+        "test beams should be mostly non-zero"
     );
 }

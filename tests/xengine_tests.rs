@@ -436,6 +436,23 @@ fn nvrtc_compiles_all_kernels() {
                     compile_ptx("beamform.cu", gpucbf::xengine::BEAMFORM_SRC, &d, arch)
                         .unwrap_or_else(|e| panic!("{e}"));
                 }
+                // the warp layouts: (tiles, spectra per tile, fragments per warp, warps)
+                for (btb, ts, mw, warps) in [
+                    (1, 128, 1, 8),
+                    (4, 32, 1, 8),
+                    (4, 64, 1, 16),
+                    (2, 128, 2, 16),
+                    (1, 64, 1, 4),
+                    (4, 32, 2, 4),
+                ] {
+                    let plan =
+                        gpucbf::xengine::BeamPlan::with_layout(&shape, btb, ts, 3, mw, warps)
+                            .unwrap();
+                    let d = gpucbf::xengine::beamform_defines(&shape, 64, &plan);
+                    compile_ptx("beamform.cu", gpucbf::xengine::BEAMFORM_SRC, &d, arch)
+                        .unwrap_or_else(|e| panic!("{e}"));
+                }
+                assert!(gpucbf::xengine::BeamPlan::with_layout(&shape, 4, 64, 3, 1, 8).is_none());
             }
         }
         // The wgmma correlator is sm_90a only (arch-specific PTX).
@@ -997,48 +1014,54 @@ fn gpu_beamformer_chunk_within_one_lsb() {
         present[2 * na..3 * na].iter_mut().for_each(|p| *p = false); // batch 2: none
         let mut cpu = CpuX::new(shape);
         let mut gpu = GpuX::new(shape).unwrap();
-        // the 4-bit case without the register cap of two blocks per SM
-        gpu.set_beam_tuning(gpucbf::xengine::BeamTuning {
-            min_blocks: if bits == 4 { 1 } else { 0 },
-            ..Default::default()
-        })
-        .unwrap();
         let per = shape.beam_output_len(nb);
         let mut got = vec![0x55i8; n * per];
         let first = 1000;
-        let sg = gpu
-            .beamform_chunk(&chunk, &present, &bs, first, &mut got)
+        // every warp layout: the default, one or two m16 fragments per warp in blocks of 4, 8
+        // or 16 warps (the 4-bit case without the register cap of two blocks per SM)
+        for (mw, warps) in [(0, 0), (1, 4), (2, 4), (1, 8), (2, 8), (1, 16)] {
+            gpu.set_beam_tuning(gpucbf::xengine::BeamTuning {
+                min_blocks: if bits == 4 { 1 } else { 0 },
+                mw,
+                warps,
+                ..Default::default()
+            })
             .unwrap();
-        assert_eq!(sg.len(), n);
-        let bb = shape.batch_bytes();
-        let mut off = 0;
-        for k in 0..n {
-            let mut want = vec![0i8; per];
-            let p = &present[k * na..(k + 1) * na];
-            let sc = cpu
-                .beamform(
-                    &chunk[k * bb..(k + 1) * bb],
-                    p,
-                    &bs,
-                    first + k as u64,
-                    &mut want,
-                )
+            got.fill(0x55);
+            let sg = gpu
+                .beamform_chunk(&chunk, &present, &bs, first, &mut got)
                 .unwrap();
-            let what = format!("{bits}-bit chunk {na}x{nb}, batch {k}");
-            off += one_lsb_diffs(&got[k * per..(k + 1) * per], &want, &what);
-            if k == 2 {
-                // no antenna: only dither, which rounds to 0
-                assert!(want.iter().all(|&v| v == 0));
-            } else {
-                assert!(want.iter().filter(|&&v| v != 0).count() * 2 > want.len());
+            assert_eq!(sg.len(), n);
+            let bb = shape.batch_bytes();
+            let mut off = 0;
+            for k in 0..n {
+                let mut want = vec![0i8; per];
+                let p = &present[k * na..(k + 1) * na];
+                let sc = cpu
+                    .beamform(
+                        &chunk[k * bb..(k + 1) * bb],
+                        p,
+                        &bs,
+                        first + k as u64,
+                        &mut want,
+                    )
+                    .unwrap();
+                let what = format!("{bits}-bit chunk {na}x{nb}, batch {k}, mw {mw} warps {warps}");
+                off += one_lsb_diffs(&got[k * per..(k + 1) * per], &want, &what);
+                if k == 2 {
+                    // no antenna: only dither, which rounds to 0
+                    assert!(want.iter().all(|&v| v == 0));
+                } else {
+                    assert!(want.iter().filter(|&&v| v != 0).count() * 2 > want.len());
+                }
+                assert_eq!(sg[k].beam_ants, sc.beam_ants, "batch {k}");
+                for b in 0..nb {
+                    let d = sg[k].saturated[b].abs_diff(sc.saturated[b]);
+                    assert!(d * 100 <= (nc * ns) as u64, "batch {k} beam {b}");
+                }
             }
-            assert_eq!(sg[k].beam_ants, sc.beam_ants, "batch {k}");
-            for b in 0..nb {
-                let d = sg[k].saturated[b].abs_diff(sc.saturated[b]);
-                assert!(d * 100 <= (nc * ns) as u64, "batch {k} beam {b}");
-            }
+            assert!(off * 100 < got.len(), "too many 1-LSB differences: {off}");
         }
-        assert!(off * 100 < got.len(), "too many 1-LSB differences: {off}");
         // wrong sizes are errors
         assert!(gpu
             .beamform_chunk(&chunk, &present[1..], &bs, first, &mut got)

@@ -37,7 +37,7 @@ pub trait Correlator: Send {
     fn dump(&mut self, present: &[bool], out: &mut [i32]) -> Result<u64, String>;
 }
 
-/// Beamformer backend: all beams of one batch.
+/// Beamformer backend: all beams of one batch, or of several batches at once.
 pub trait Beamformer: Send {
     /// Forms every beam from one batch (absent antennas already zeroed). `out[b]` receives
     /// beam b as (channel, spectrum, re/im) int8. Returns saturated values per beam.
@@ -48,6 +48,44 @@ pub trait Beamformer: Send {
         present: &[bool],
         out: &mut [Vec<i8>],
     ) -> Result<Vec<u64>, String>;
+
+    /// Forms every beam of `ts.len()` batches (timestamps `ts`) held back to back in `data`,
+    /// `present` being `[batch][antenna]`: `out[k · beams + b]` receives beam b of batch k.
+    /// Returns saturated values per beam, per batch. The default calls
+    /// [`Beamformer::beamform`] per batch.
+    fn beamform_chunk(
+        &mut self,
+        ts: &[u64],
+        data: &[i8],
+        present: &[bool],
+        out: &mut [Vec<i8>],
+    ) -> Result<Vec<Vec<u64>>, String> {
+        let n = ts.len();
+        if n == 0
+            || !data.len().is_multiple_of(n)
+            || !present.len().is_multiple_of(n)
+            || !out.len().is_multiple_of(n)
+        {
+            return Err(format!(
+                "beamformer chunk: {n} batches, {} bytes, {} presence flags, {} outputs",
+                data.len(),
+                present.len(),
+                out.len()
+            ));
+        }
+        let (bb, na, nb) = (data.len() / n, present.len() / n, out.len() / n);
+        out.chunks_mut(nb)
+            .enumerate()
+            .map(|(k, o)| {
+                self.beamform(
+                    ts[k],
+                    &data[k * bb..(k + 1) * bb],
+                    &present[k * na..(k + 1) * na],
+                    o,
+                )
+            })
+            .collect()
+    }
 }
 
 /// Counters of one corrprod output (katgpucbf's `xbgpu_output_x_*`).
@@ -207,6 +245,12 @@ pub struct BPipeline {
     sender: HeapSender,
     channel_offset: u64,
     outs: Vec<Vec<i8>>,
+    /// Beams formed ahead by [`BPipeline::prepare`]: timestamps, outputs (`[batch][beam]`),
+    /// saturation per batch, and the next one to send.
+    pre_ts: Vec<u64>,
+    pre_outs: Vec<Vec<i8>>,
+    pre_clipped: Vec<Vec<u64>>,
+    pre_next: usize,
     pub enabled: Vec<Arc<AtomicBool>>,
     pub stats: Vec<BStats>,
 }
@@ -225,6 +269,10 @@ impl BPipeline {
             sender,
             channel_offset,
             outs: vec![vec![0; beam_bytes]; names.len()],
+            pre_ts: Vec::new(),
+            pre_outs: Vec::new(),
+            pre_clipped: Vec::new(),
+            pre_next: 0,
             enabled: names
                 .iter()
                 .map(|_| Arc::new(AtomicBool::new(enabled)))
@@ -239,16 +287,55 @@ impl BPipeline {
         }
     }
 
+    /// Forms the beams of several batches (timestamps `ts`, back to back in `data`, `present`
+    /// `[batch][antenna]`, each with an antenna present) in one beamformer call; the following
+    /// [`BPipeline::batch`] calls for these timestamps, in order, send them.
+    pub fn prepare(&mut self, ts: &[u64], data: &[i8], present: &[bool]) -> anyhow::Result<()> {
+        self.pre_ts.clear();
+        self.pre_clipped.clear();
+        self.pre_next = 0;
+        if ts.is_empty() {
+            return Ok(());
+        }
+        let nb = self.outs.len();
+        let beam_bytes = self.outs.first().map_or(0, Vec::len);
+        self.pre_outs.resize_with(ts.len() * nb, Vec::new);
+        self.pre_outs.truncate(ts.len() * nb);
+        self.pre_outs
+            .iter_mut()
+            .for_each(|o| o.resize(beam_bytes, 0));
+        self.pre_clipped = self
+            .bf
+            .beamform_chunk(ts, data, present, &mut self.pre_outs)
+            .map_err(anyhow::Error::msg)?;
+        self.pre_ts.extend_from_slice(ts);
+        Ok(())
+    }
+
     pub fn batch(&mut self, ts: u64, data: &[i8], present: &[bool]) -> anyhow::Result<()> {
         let n_present = present.iter().filter(|&&p| p).count() as u64;
         if n_present == 0 {
             self.stats.iter_mut().for_each(|s| s.skipped_heaps += 1);
             return Ok(());
         }
-        let clipped = self
-            .bf
-            .beamform(ts, data, present, &mut self.outs)
-            .map_err(anyhow::Error::msg)?;
+        let k = self.pre_next;
+        let clipped = if self.pre_ts.get(k) == Some(&ts) {
+            // formed ahead by `prepare`: take its outputs
+            self.pre_next += 1;
+            let nb = self.outs.len();
+            for (o, p) in self
+                .outs
+                .iter_mut()
+                .zip(&mut self.pre_outs[k * nb..(k + 1) * nb])
+            {
+                std::mem::swap(o, p);
+            }
+            std::mem::take(&mut self.pre_clipped[k])
+        } else {
+            self.bf
+                .beamform(ts, data, present, &mut self.outs)
+                .map_err(anyhow::Error::msg)?
+        };
         for (b, out) in self.outs.iter().enumerate() {
             if !self.enabled[b].load(Ordering::Relaxed) {
                 continue;
@@ -333,8 +420,15 @@ pub fn run_pipelines(
         crate::chunk::spawn_receiver_monitored(src, placement.clone(), tx, back_rx, monitor);
     let n = placement.n_ants;
     let slot = crate::chunk::Placement::slot_bytes(&placement);
-    let mut batch = vec![0i8; n * slot];
-    let mut present = vec![false; n];
+    let bpc = placement.batches_per_chunk;
+    let batch_bytes = n * slot;
+    // The chunk's batches with an antenna present, back to back (absent antennas zeroed),
+    // their presence and timestamps: the beams of a chunk are formed in one call.
+    let mut cdata = vec![0i8; bpc * batch_bytes];
+    let mut cpresent: Vec<bool> = Vec::with_capacity(bpc * n);
+    let mut cts: Vec<u64> = Vec::with_capacity(bpc);
+    let mut row: Vec<Option<usize>> = vec![None; bpc];
+    let zeros = vec![0i8; batch_bytes];
     let absent = vec![false; n];
     // Batches are fed inside the received span only: none before the first heap, and
     // batches with nothing received after the latest heap wait here until a later heap
@@ -342,10 +436,42 @@ pub fn run_pipelines(
     let mut started = false;
     let mut pending_empty: Vec<u64> = Vec::new();
     for chunk in rx.iter() {
-        for b in 0..placement.batches_per_chunk {
-            let ts = (chunk.chunk_id * placement.batches_per_chunk as u64 + b as u64)
-                * placement.batch_step();
-            if (0..n).all(|a| chunk.received[b * n + a] == 0) {
+        let batch_ts = |b: usize| {
+            (chunk.chunk_id * placement.batches_per_chunk as u64 + b as u64)
+                * placement.batch_step()
+        };
+        let received = |b: usize| (0..n).any(|a| chunk.received[b * n + a] != 0);
+        cpresent.clear();
+        cts.clear();
+        for (b, r) in row.iter_mut().enumerate() {
+            *r = None;
+            if !received(b) || !(0..n).any(|a| chunk.present(b * n + a)) {
+                continue;
+            }
+            let j = cts.len();
+            *r = Some(j);
+            cts.push(batch_ts(b));
+            for a in 0..n {
+                let s = b * n + a;
+                let present = chunk.present(s);
+                cpresent.push(present);
+                let dst = &mut cdata[j * batch_bytes + a * slot..j * batch_bytes + (a + 1) * slot];
+                if present {
+                    dst.iter_mut()
+                        .zip(chunk.slot(s))
+                        .for_each(|(d, &x)| *d = x as i8);
+                } else {
+                    dst.iter_mut().for_each(|d| *d = 0);
+                }
+            }
+        }
+        if let Some(bp) = beams.as_mut() {
+            let m = cts.len();
+            bp.prepare(&cts, &cdata[..m * batch_bytes], &cpresent)?;
+        }
+        for (b, r) in row.iter().enumerate() {
+            let ts = batch_ts(b);
+            if !received(b) {
                 if started {
                     pending_empty.push(ts);
                 }
@@ -354,29 +480,25 @@ pub fn run_pipelines(
             started = true;
             for t in pending_empty.drain(..) {
                 for x in xs.iter_mut() {
-                    x.batch(t, &batch, &absent)?;
+                    x.batch(t, &zeros, &absent)?;
                 }
                 if let Some(bp) = beams.as_mut() {
-                    bp.batch(t, &batch, &absent)?;
+                    bp.batch(t, &zeros, &absent)?;
                 }
             }
-            for a in 0..n {
-                let s = b * n + a;
-                present[a] = chunk.present(s);
-                let dst = &mut batch[a * slot..(a + 1) * slot];
-                if present[a] {
-                    dst.iter_mut()
-                        .zip(chunk.slot(s))
-                        .for_each(|(d, &x)| *d = x as i8);
-                } else {
-                    dst.iter_mut().for_each(|d| *d = 0);
-                }
-            }
+            // a received batch without any antenna present reads as zeros
+            let (data, present) = match *r {
+                Some(j) => (
+                    &cdata[j * batch_bytes..(j + 1) * batch_bytes],
+                    &cpresent[j * n..(j + 1) * n],
+                ),
+                None => (&zeros[..], &absent[..]),
+            };
             for x in xs.iter_mut() {
-                x.batch(ts, &batch, &present)?;
+                x.batch(ts, data, present)?;
             }
             if let Some(bp) = beams.as_mut() {
-                bp.batch(ts, &batch, &present)?;
+                bp.batch(ts, data, present)?;
             }
         }
         let _ = back_tx.try_send(chunk);

@@ -7,4 +7,4 @@ pub mod run;
 
 pub use config::{parse_beam, parse_corrprod, XbgpuArgs};
 pub use engine::{baseline_index, n_baselines, Beamformer, Correlator, XPipeline, MISSING};
-pub use run::run;
+pub use run::{run, Beams};

@@ -30,14 +30,73 @@ impl Correlator for Corr {
     }
 }
 
-struct Beams {
+/// The engine's [`Beamformer`] over an X-engine back end: the beam set is read (it changes
+/// through katcp) once per call, batches are keyed for dither by timestamp / `batch_step`, and
+/// a chunk of batches goes to the back end in one [`XBackend::beamform_batches`] call (one
+/// launch on the GPU).
+pub struct Beams {
     backend: Box<dyn XBackend + Send>,
     set: Arc<Mutex<BeamSet>>,
     batch_step: u64,
     flat: Vec<i8>,
 }
 
+impl Beams {
+    /// Beams of `set` on `backend`, batches `batch_step` ADC samples apart.
+    pub fn new(
+        backend: Box<dyn XBackend + Send>,
+        set: Arc<Mutex<BeamSet>>,
+        batch_step: u64,
+    ) -> Self {
+        Beams {
+            backend,
+            set,
+            batch_step: batch_step.max(1),
+            flat: Vec::new(),
+        }
+    }
+
+    fn beam_set(&self) -> Result<BeamSet, String> {
+        Ok(self
+            .set
+            .lock()
+            .map_err(|_| "beam set lock poisoned")?
+            .clone())
+    }
+}
+
 impl Beamformer for Beams {
+    fn beamform_chunk(
+        &mut self,
+        ts: &[u64],
+        data: &[i8],
+        present: &[bool],
+        out: &mut [Vec<i8>],
+    ) -> Result<Vec<Vec<u64>>, String> {
+        let set = self.beam_set()?;
+        let per = self.backend.shape().beam_output_len(set.beams.len());
+        let nb = set.beams.len();
+        if out.len() != ts.len() * nb {
+            return Err(format!(
+                "beamformer chunk: {} outputs for {} batches of {nb} beams",
+                out.len(),
+                ts.len()
+            ));
+        }
+        self.flat.resize(ts.len() * per, 0);
+        let idx: Vec<u64> = ts.iter().map(|&t| t / self.batch_step).collect();
+        let stats = self
+            .backend
+            .beamform_batches(data, present, &set, &idx, &mut self.flat)
+            .map_err(|e| e.to_string())?;
+        let each = per / nb.max(1);
+        for (o, f) in out.iter_mut().zip(self.flat.chunks(each)) {
+            o.clear();
+            o.extend_from_slice(f);
+        }
+        Ok(stats.into_iter().map(|s| s.saturated).collect())
+    }
+
     fn beamform(
         &mut self,
         batch_ts: u64,
@@ -45,11 +104,9 @@ impl Beamformer for Beams {
         present: &[bool],
         out: &mut [Vec<i8>],
     ) -> Result<Vec<u64>, String> {
-        let set = self
-            .set
-            .lock()
-            .map_err(|_| "beam set lock poisoned")?
-            .clone();
+        let set = self.beam_set()?;
+        self.flat
+            .resize(self.backend.shape().beam_output_len(set.beams.len()), 0);
         let stats = self
             .backend
             .beamform(
@@ -387,13 +444,7 @@ pub fn run(args: &XbgpuArgs) -> anyhow::Result<XbgpuSummary> {
             Some(rate),
         );
         sender.send_descriptors(&beam_descriptors(cps, sph), 8872)?;
-        let n_beams = beam_names.len();
-        let bf = Beams {
-            backend: backend(&args.backend, shape)?,
-            set: set.clone(),
-            batch_step,
-            flat: vec![0; shape.beam_output_len(n_beams)],
-        };
+        let bf = Beams::new(backend(&args.backend, shape)?, set.clone(), batch_step);
         let bp = BPipeline::new(
             &beam_names,
             Box::new(bf),

@@ -64,6 +64,27 @@
 //! (combine, dither hash, quantise, store), or the registers it costs at the 128 cap of two
 //! blocks per SM, takes the rest. Next: hand the accumulators to the warps that do not multiply
 //! (shared memory) for the epilogue, or combine hi and lo early to halve the live registers.
+//!
+//! Beamformer epilogue and warp layouts (H100, 2026-11-22, `gpucbf bench xbgpu-beam`, copy
+//! 2986 GB/s, chunk of 16 batches, 80 antennas, 512 channels, 256 spectra). The epilogue
+//! converts int to float once per value and no more (the dither uniforms are built as float
+//! bits, the quantiser rounds by adding 1.5·2^23 and keeps the low byte); the B rows are split
+//! by pol (one 8-byte load per fragment, no byte selects; 128-byte rows, swizzled, no padding);
+//! a warp holds one or two m16 fragments (`BeamPlan::mw`) in blocks of 4, 8 or 16 warps
+//! (`BeamPlan::warps`). Default configuration: 16 beams in blocks of 4 warps of one fragment,
+//! four blocks per SM, 61.4 % of copy bandwidth (8 warps of one fragment 59.0 %, of two 52.7 %;
+//! before this change 50.6 %); 64 beams in 8 warps of two fragments, 33.6 % (one fragment per
+//! warp, 8 or 16 warps, 29-30 %; 4 warps of two 29.3 %; before 31.0 %); 4-bit 35.5 % / 22.6 %.
+//! Probes: loads + transposes alone 94.7 % / 98.9 %, MMAs without the epilogue 79.9 % / 63.3 %;
+//! without dither 64.5 % / 37.5 %; one batch per launch 45.5 % / 25.4 %; 2 or 4 raw stages
+//! within the noise or worse. What limits: at 64 beams the hi/lo MMAs are 10.7 G int8
+//! operations per batch, 20 µs at the 520 TOPS the mma.sync correlator reaches, i.e. 84 % of
+//! the 24.6 µs an 80 % beamformer may take, so 80 % needs wgmma (or fewer MMAs); at 16 beams
+//! the stream, the MMAs and the epilogue each fit but run one after the other between the
+//! per-stage barriers (instruction and latency bound: none of tile size, stages, registers,
+//! block size or grid moved it by more than a few points). Next: warp-specialised blocks
+//! (copy/transposing warps apart from MMA + epilogue warps, mbarriers instead of block
+//! barriers) and, at 64 beams, wgmma.
 
 use std::ffi::c_void;
 
@@ -390,11 +411,13 @@ impl BeamBench {
             _ => "",
         };
         println!(
-            "beamformer {bits}-bit n_ants={n_ants} beams={n_beams:2} dither={} ts={} nr={} btb={} {} chunk={nb:2} minb={}: {:.2} MB in+out per batch, {:.4} ms/chunk, {:.4} ms/batch, {:.1} GB/s = {:.1} % of copy bandwidth{what} ({regs} regs, {local} B local)",
+            "beamformer {bits}-bit n_ants={n_ants} beams={n_beams:2} dither={} ts={} nr={} btb={} mw={} warps={} {} chunk={nb:2} minb={}: {:.2} MB in+out per batch, {:.4} ms/chunk, {:.4} ms/batch, {:.1} GB/s = {:.1} % of copy bandwidth{what} ({regs} regs, {local} B local)",
             u8::from(dither),
             plan.ts,
             plan.nr,
             plan.btb,
+            plan.mw,
+            plan.warps,
             if tuning.persistent { "persistent" } else { "grid=items" },
             plan.min_blocks,
             bytes / 1e6,
@@ -411,60 +434,79 @@ impl BeamBench {
 /// `--heaps-per-fengine-per-chunk`).
 const BENCH_CHUNK: usize = 16;
 
-/// Device copy bandwidth, then the beamformer (16 and 64 beams over a chunk of 16 batches, then
-/// one batch per launch, other chunks, variants and probes) as a fraction of it.
+/// Device copy bandwidth, then the beamformer with the default configuration (16 and 64 beams,
+/// 8- and 4-bit input, over a chunk of 16 batches), the limit probes, one batch per launch and
+/// the other configurations, each as a fraction of the copy bandwidth; last a summary line.
 fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
     let copy = bench_copy(stream)?;
     let def = BeamTuning::default();
     let mut b8 = BeamBench::new(8, BENCH_CHUNK, copy)?;
+    let mut b4 = BeamBench::new(4, BENCH_CHUNK, copy)?;
+    println!("beamformer, default configuration (BeamTuning::default()), chunk of {BENCH_CHUNK} batches:");
+    let mut head = Vec::new();
+    for (bits, b) in [(8, &mut b8), (4, &mut b4)] {
+        for nb in [16, 64] {
+            head.push((bits, nb, b.run(nb, true, def)?));
+        }
+    }
+    println!("beamformer limit probes (wrong results, timing only):");
     for nb in [16, 64] {
-        b8.run(nb, true, def)?;
+        for probe in [1, 3] {
+            b8.run(nb, true, BeamTuning { probe, ..def })?;
+        }
     }
     println!("beamformer variants (same run):");
-    for chunk in [1, 32] {
-        let mut b = BeamBench::new(8, chunk, copy)?;
+    {
+        let mut b1 = BeamBench::new(8, 1, copy)?;
         for nb in [16, 64] {
-            b.run(nb, true, def)?;
+            b1.run(nb, true, def)?;
         }
     }
     for nb in [16, 64] {
         b8.run(nb, false, def)?;
-        for (ts, nr, persistent) in [
-            (128, 2, true),
-            (128, 3, true),
-            (64, 2, true),
-            (64, 3, true),
-            (64, 6, true),
-            (0, 0, false),
-        ] {
+        // (fragments per warp, warps per block, spectra per tile, raw stages, min blocks)
+        let variants: &[(usize, usize, usize, usize, u32)] = if nb == 16 {
+            &[
+                (1, 4, 64, 2, 0),
+                (1, 4, 64, 4, 0),
+                (1, 8, 128, 3, 0),
+                (2, 8, 128, 3, 0),
+            ]
+        } else {
+            &[
+                (2, 8, 64, 2, 0),
+                (2, 8, 64, 4, 0),
+                (1, 8, 32, 3, 0),
+                (1, 16, 64, 3, 0),
+                (2, 4, 32, 3, 0),
+            ]
+        };
+        for &(mw, warps, ts, nr, min_blocks) in variants {
             let tu = BeamTuning {
                 ts,
                 nr,
-                persistent,
-                probe: 0,
-                min_blocks: 0,
+                mw,
+                warps,
+                min_blocks,
+                ..def
             };
             if let Err(e) = b8.run(nb, true, tu) {
-                println!("beamformer beams={nb} ts={ts} nr={nr}: not run ({e})");
+                println!(
+                    "beamformer beams={nb} mw={mw} warps={warps} ts={ts} nr={nr} minb={min_blocks}: not run ({e})"
+                );
             }
         }
-        for probe in [1, 2, 3] {
-            b8.run(nb, true, BeamTuning { probe, ..def })?;
-        }
-        // no register cap (one block per SM when the kernel needs more than 128)
-        let tu = BeamTuning {
-            min_blocks: 1,
-            ..def
-        };
-        if let Err(e) = b8.run(nb, true, tu) {
-            println!("beamformer beams={nb} min_blocks=1: not run ({e})");
-        }
     }
-    drop(b8);
-    let mut b4 = BeamBench::new(4, BENCH_CHUNK, copy)?;
-    for nb in [16, 64] {
-        b4.run(nb, true, def)?;
-    }
+    drop((b8, b4));
+    let line: Vec<String> = head
+        .iter()
+        .map(|(bits, nb, f)| format!("{bits}-bit {nb} beams {:.1} %", 100.0 * f))
+        .collect();
+    println!(
+        "beamformer summary (default configuration, fraction of copy bandwidth {:.0} GB/s, target 80 %): {}",
+        copy / 1e9,
+        line.join(", ")
+    );
     Ok(())
 }
 

@@ -124,12 +124,36 @@ pub struct BeamPlan {
     /// Launch bounds: blocks per SM the registers are capped for (2: 128 registers; 1: up to
     /// 255, one block per SM when more than 128 are used).
     pub min_blocks: u32,
+    /// m16 fragments (half-tiles of 8 beams of one pol) per warp, 1 or 2 (`MW`): a tile takes
+    /// `2 / mw · ts / 32` warps.
+    pub mw: usize,
+    /// Warps per block, 4, 8 or 16 (`WARPS`).
+    pub warps: usize,
 }
 
 impl BeamPlan {
-    /// The plan (btb, ts, nr) for `shape`, or `None` if the combination is invalid.
+    /// The plan (btb, ts, nr) for `shape` with two m16 fragments per warp and 8 warps, or
+    /// `None` if the combination is invalid.
     pub fn with(shape: &XShape, btb: usize, ts: usize, nr: usize) -> Option<Self> {
-        if !(1..=8).contains(&btb) || ![32, 64, 128].contains(&ts) || btb * ts / 32 > 8 {
+        Self::with_layout(shape, btb, ts, nr, 2, 8)
+    }
+
+    /// The plan (btb, ts, nr) with `mw` m16 fragments per warp and `warps` warps per block, or
+    /// `None` if the combination is invalid.
+    pub fn with_layout(
+        shape: &XShape,
+        btb: usize,
+        ts: usize,
+        nr: usize,
+        mw: usize,
+        warps: usize,
+    ) -> Option<Self> {
+        if !(1..=8).contains(&btb)
+            || ![32, 64, 128].contains(&ts)
+            || ![1, 2].contains(&mw)
+            || ![4, 8, 16].contains(&warps)
+            || btb * ts / 32 * 2 / mw > warps
+        {
             return None;
         }
         if !(2..=6).contains(&nr) {
@@ -138,29 +162,41 @@ impl BeamPlan {
         let nap = shape.n_ants.div_ceil(32) * 32;
         let ws = 2 * nap + 16;
         let sbytes = shape.sample_bits as usize / 2;
-        let smem =
-            2 * btb * 32 * ws + nr * 32 * (sbytes * ts + 16) + 2 * ts * (4 * 32 + 64) + btb * 128;
+        let smem = 2 * btb * 32 * ws + nr * 32 * (sbytes * ts + 16) + 2 * ts * 4 * 32 + btb * 128;
         Some(Self {
             btb,
             ts,
             nr,
             smem,
             probe: 0,
-            min_blocks: 2,
+            min_blocks: (16 / warps) as u32,
+            mw,
+            warps,
         })
     }
 
     /// Plan for `shape` with at most `max_tiles` tiles per block and `smem_limit` bytes of
     /// shared memory per block: most tiles first, then the most warps multiplying (`btb · ts /
     /// 32`: with few beams a longer spectra tile spreads the MMAs over more warps), then 3 raw
-    /// stages (2 in flight; more did not help on the H100), else the most that fit; `None` if
-    /// even one tile does not fit.
+    /// stages (2 in flight; 2 or 4 were no better on the H100, 6 worse), else the most that
+    /// fit; `None` if even one tile does not fit.
     pub fn new(shape: &XShape, max_tiles: usize, smem_limit: usize) -> Option<Self> {
+        Self::new_layout(shape, max_tiles, smem_limit, 2, 8)
+    }
+
+    /// [`BeamPlan::new`] with `mw` m16 fragments per warp and `warps` warps per block.
+    pub fn new_layout(
+        shape: &XShape,
+        max_tiles: usize,
+        smem_limit: usize,
+        mw: usize,
+        warps: usize,
+    ) -> Option<Self> {
         (1..=max_tiles.clamp(1, 8)).rev().find_map(|btb| {
             [128, 64, 32]
                 .into_iter()
                 .flat_map(|ts| (2..=6).map(move |nr| (ts, nr)))
-                .filter_map(|(ts, nr)| Self::with(shape, btb, ts, nr))
+                .filter_map(|(ts, nr)| Self::with_layout(shape, btb, ts, nr, mw, warps))
                 .filter(|p| p.smem <= smem_limit)
                 .max_by_key(|p| (p.ts, p.nr == 3, p.nr))
         })
@@ -180,8 +216,14 @@ pub struct BeamTuning {
     pub persistent: bool,
     /// `BeamPlan::probe`.
     pub probe: u32,
-    /// `BeamPlan::min_blocks` (0: planned, 2).
+    /// `BeamPlan::min_blocks` (0: planned, 16 warps per SM: 4 with 4 warps, 2 with 8, 1 with
+    /// 16).
     pub min_blocks: u32,
+    /// `BeamPlan::mw` (0: planned: 1 for one beam tile per block, else 2).
+    pub mw: usize,
+    /// `BeamPlan::warps` (0: planned: 4 for one beam tile per block, else 8; 8 where a block
+    /// of 4 warps would not fit four to an SM).
+    pub warps: usize,
 }
 
 impl Default for BeamTuning {
@@ -192,6 +234,8 @@ impl Default for BeamTuning {
             persistent: true,
             probe: 0,
             min_blocks: 0,
+            mw: 0,
+            warps: 0,
         }
     }
 }
@@ -209,6 +253,8 @@ pub fn beamform_defines(
     d.push(("NR", plan.nr.to_string()));
     d.push(("BPROBE", plan.probe.to_string()));
     d.push(("MINB", plan.min_blocks.to_string()));
+    d.push(("MW", plan.mw.to_string()));
+    d.push(("WARPS", plan.warps.to_string()));
     d
 }
 
@@ -278,6 +324,20 @@ pub(crate) struct BeamLaunch<'a> {
     pub(crate) dither: bool,
     pub(crate) out: &'a mut CudaSlice<i8>,
     pub(crate) saturated: &'a mut CudaSlice<u64>,
+}
+
+/// The beamformer's (m16 fragments per warp, warps per block) in order of preference for
+/// `tiles` beam tiles per block (H100, 80 antennas, `gpucbf bench xbgpu-beam`): one tile (up
+/// to 16 beams) in blocks of 4 warps with one fragment each, four blocks per SM (61.4 % of copy
+/// bandwidth at 16 beams, against 59.0 % for 8 warps of one fragment and 52.7 % for 8 warps of
+/// two); more tiles in blocks of 8 warps with two fragments each (33.6 % at 64 beams, against
+/// 29-30 % for one fragment per warp with 8 or 16 warps and 29.3 % for 4 warps of two).
+fn default_beam_layouts(tiles: usize) -> &'static [(usize, usize)] {
+    if tiles <= 1 {
+        &[(1, 4), (1, 8), (2, 8)]
+    } else {
+        &[(2, 8), (1, 8)]
+    }
 }
 
 /// Beam order sorted by pol and groups (start, count ≤ batch, pol) of one pol each.
@@ -521,7 +581,9 @@ impl GpuX {
         if (tuning.ts != 0 && ![32, 64, 128].contains(&tuning.ts))
             || (tuning.nr != 0 && !(2..=6).contains(&tuning.nr))
             || tuning.probe > 3
-            || tuning.min_blocks > 2
+            || tuning.min_blocks > 4
+            || tuning.mw > 2
+            || ![0, 4, 8, 16].contains(&tuning.warps)
         {
             return Err(XError::Shape(format!("beam tuning {tuning:?}")));
         }
@@ -532,33 +594,54 @@ impl GpuX {
     /// Launch plan for `n_tiles` beam tiles under the current cap and the device's shared memory.
     pub(crate) fn beam_plan(&self, n_tiles: usize) -> Result<BeamPlan, XError> {
         let cap = self.batch_beams.div_ceil(BEAM_TILE).min(n_tiles);
-        // prefer two blocks per SM when that still allows the whole cap
-        let two = BeamPlan::new(
-            &self.shape,
-            cap,
-            (self.smem_per_sm / 2).saturating_sub(1024),
-        );
         let tu = self.beam_tuning;
-        match two {
-            Some(p) if p.btb == cap => Some(p),
-            _ => BeamPlan::new(&self.shape, cap, self.smem_optin),
-        }
-        .and_then(|p| {
+        let layouts: Vec<(usize, usize)> = match (tu.mw, tu.warps) {
+            (0, 0) => default_beam_layouts(cap).to_vec(),
+            (0, w) => vec![(default_beam_layouts(cap)[0].0, w)],
+            (m, 0) => vec![(m, 8)],
+            (m, w) => vec![(m, w)],
+        };
+        // the first layout whose plan covers the whole cap with 16 warps per SM (two blocks of
+        // 8, four of 4) in shared memory; else the first of 8 warps with all the shared memory a
+        // block may have
+        let shared = |&(mw, warps): &(usize, usize)| {
+            let per_sm = 16 / warps;
+            BeamPlan::new_layout(
+                &self.shape,
+                cap,
+                (self.smem_per_sm / per_sm).saturating_sub(1024),
+                mw,
+                warps,
+            )
+            .filter(|p| p.btb == cap)
+        };
+        let (mw, warps) = *layouts
+            .iter()
+            .find(|l| shared(l).is_some())
+            .unwrap_or_else(|| layouts.iter().find(|l| l.1 == 8).unwrap_or(&layouts[0]));
+        shared(&(mw, warps))
+            .or_else(|| BeamPlan::new_layout(&self.shape, cap, self.smem_optin, mw, warps))
+            .and_then(|p| {
             if tu.ts == 0 && tu.nr == 0 {
                 return Some(p);
             }
             let ts = if tu.ts == 0 { p.ts } else { tu.ts };
             let nr = if tu.nr == 0 { p.nr } else { tu.nr };
-            BeamPlan::with(&self.shape, p.btb, ts, nr).filter(|q| q.smem <= self.smem_optin)
+            BeamPlan::with_layout(&self.shape, p.btb, ts, nr, mw, warps)
+                .filter(|q| q.smem <= self.smem_optin)
         })
         .map(|p| BeamPlan {
             probe: tu.probe,
-            min_blocks: if tu.min_blocks == 0 { 2 } else { tu.min_blocks },
+            min_blocks: if tu.min_blocks == 0 {
+                p.min_blocks
+            } else {
+                tu.min_blocks
+            },
             ..p
         })
         .ok_or_else(|| {
             XError::Shape(format!(
-                "beamformer: {} antennas do not fit in {} bytes of shared memory",
+                "beamformer: {} antennas, {cap} beam tiles, {mw} fragments per warp, {warps} warps: no plan fits in {} bytes of shared memory",
                 self.shape.n_ants, self.smem_optin
             ))
         })
@@ -647,12 +730,13 @@ impl GpuX {
         let plan = self.beam_plan(t.n_tiles)?;
         let f = self.beam_fn(n_beams, plan)?;
         let items = t.n_tiles.div_ceil(plan.btb) * self.shape.n_channels * nb;
-        // persistent grid: as many blocks as fit at once (at most two per SM, the kernel's
-        // launch bounds), each walking a contiguous range of items
-        let per_sm = (self.smem_per_sm / (plan.smem + 1024)).clamp(1, 2);
+        // persistent grid: as many blocks as fit at once (at most four per SM), each walking a
+        // contiguous range of items
+        let per_sm = (self.smem_per_sm / (plan.smem + 1024)).clamp(1, 4);
         // and as the registers allow (65536 per SM, allocated per warp in units of 256)
         let regs = f.num_regs().map_err(gerr)?.max(1) as usize;
-        let per_sm = per_sm.min((65536 / (regs.div_ceil(8) * 8 * 256)).max(1));
+        let per_sm = per_sm.min((65536 / (regs.div_ceil(8) * 8 * 32 * plan.warps)).max(1));
+        let per_sm = per_sm.min(64 / plan.warps);
         let blocks = if self.beam_tuning.persistent {
             items.min(per_sm * self.n_sms.max(1))
         } else {
@@ -665,7 +749,7 @@ impl GpuX {
         }
         let cfg = LaunchConfig {
             grid_dim: (blocks as u32, 1, 1),
-            block_dim: (256, 1, 1),
+            block_dim: (32 * plan.warps as u32, 1, 1),
             shared_mem_bytes: plan.smem as u32,
         };
         let d = i32::from(l.dither);
@@ -704,29 +788,31 @@ impl GpuX {
         out: &mut [i8],
     ) -> Result<Vec<BeamStats>, XError> {
         let n = self.shape.check_input(chunk)?;
+        let idx: Vec<u64> = (0..n as u64)
+            .map(|k| first_batch_index.wrapping_add(k))
+            .collect();
+        self.beamform_launch(chunk, present_ants, beams, &idx, out)
+    }
+
+    /// [`XBackend::beamform_batches`] in one launch.
+    fn beamform_launch(
+        &mut self,
+        chunk: &[i8],
+        present_ants: &[bool],
+        beams: &BeamSet,
+        batch_indices: &[u64],
+        out: &mut [i8],
+    ) -> Result<Vec<BeamStats>, XError> {
+        let n = super::check_batches(&self.shape, chunk, present_ants, beams, batch_indices, out)?;
         let na = self.shape.n_ants;
-        if present_ants.len() != n * na {
-            return Err(XError::Size {
-                what: "beamformer present_ants (batches x antennas)",
-                expected: n * na,
-                got: present_ants.len(),
-            });
-        }
         let nb = beams.beams.len();
-        let per = self.shape.beam_output_len(nb);
-        if out.len() != n * per {
-            return Err(XError::Size {
-                what: "beamformer output",
-                expected: n * per,
-                got: out.len(),
-            });
-        }
         // coefficients of every antenna; absence is applied per batch by the loads
         let t = beams.tables(&self.shape, &vec![true; na])?;
         let dt = self.upload_tables(&t)?;
         let mask: Vec<u8> = present_ants.iter().map(|&p| u8::from(p)).collect();
-        let seeds: Vec<u32> = (0..n as u64)
-            .map(|k| super::beam::batch_dither_seed(beams.seed, first_batch_index.wrapping_add(k)))
+        let seeds: Vec<u32> = batch_indices
+            .iter()
+            .map(|&k| super::beam::batch_dither_seed(beams.seed, k))
             .collect();
         let dmask = self.stream.clone_htod(&mask).map_err(gerr)?;
         let dseeds = self.stream.clone_htod(&seeds).map_err(gerr)?;
@@ -822,6 +908,17 @@ impl XBackend for GpuX {
         let mut st = self.beamform_chunk(batch, present_ants, beams, batch_index, out)?;
         st.pop()
             .ok_or_else(|| XError::Gpu("beamformer returned no statistics".into()))
+    }
+
+    fn beamform_batches(
+        &mut self,
+        batches: &[i8],
+        present_ants: &[bool],
+        beams: &BeamSet,
+        batch_indices: &[u64],
+        out: &mut [i8],
+    ) -> Result<Vec<BeamStats>, XError> {
+        self.beamform_launch(batches, present_ants, beams, batch_indices, out)
     }
 }
 

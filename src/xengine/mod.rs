@@ -227,4 +227,74 @@ pub trait XBackend {
         batch_index: u64,
         out: &mut [i8],
     ) -> Result<BeamStats, XError>;
+    /// Forms all beams of `batch_indices.len()` batches held back to back in `batches`:
+    /// `present_ants` is `[batch][antenna]`, batch k is keyed for dither by `batch_indices[k]`
+    /// and `out` is int8 `[batch][beam][channel][spectrum][re/im]`. Returns each batch's
+    /// statistics. The default runs [`XBackend::beamform`] per batch (the same answers); the
+    /// GPU does the whole set in one launch.
+    fn beamform_batches(
+        &mut self,
+        batches: &[i8],
+        present_ants: &[bool],
+        beams: &BeamSet,
+        batch_indices: &[u64],
+        out: &mut [i8],
+    ) -> Result<Vec<BeamStats>, XError> {
+        let shape = self.shape();
+        let n = check_batches(&shape, batches, present_ants, beams, batch_indices, out)?;
+        let (bb, na, per) = (
+            shape.batch_bytes(),
+            shape.n_ants,
+            shape.beam_output_len(beams.beams.len()),
+        );
+        (0..n)
+            .map(|k| {
+                self.beamform(
+                    &batches[k * bb..(k + 1) * bb],
+                    &present_ants[k * na..(k + 1) * na],
+                    beams,
+                    batch_indices[k],
+                    &mut out[k * per..(k + 1) * per],
+                )
+            })
+            .collect()
+    }
+}
+
+/// Checks the buffers of [`XBackend::beamform_batches`]; returns the number of batches.
+pub(crate) fn check_batches(
+    shape: &XShape,
+    batches: &[i8],
+    present_ants: &[bool],
+    beams: &BeamSet,
+    batch_indices: &[u64],
+    out: &[i8],
+) -> Result<usize, XError> {
+    let n = batch_indices.len();
+    for (what, expected, got) in [
+        (
+            "beamformer input (batches)",
+            n * shape.batch_bytes(),
+            batches.len(),
+        ),
+        (
+            "beamformer present_ants (batches x antennas)",
+            n * shape.n_ants,
+            present_ants.len(),
+        ),
+        (
+            "beamformer output",
+            n * shape.beam_output_len(beams.beams.len()),
+            out.len(),
+        ),
+    ] {
+        if expected != got || n == 0 {
+            return Err(XError::Size {
+                what,
+                expected,
+                got,
+            });
+        }
+    }
+    Ok(n)
 }
