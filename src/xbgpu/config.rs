@@ -146,6 +146,9 @@ impl XbgpuArgs {
                 "--channels must be a positive multiple of --channels-per-substream".into(),
             );
         }
+        if self.heaps_per_fengine_per_chunk == 0 {
+            return Err("--heaps-per-fengine-per-chunk must be at least 1".into());
+        }
         if self.jones_per_batch == 0 || !self.jones_per_batch.is_multiple_of(self.channels) {
             return Err("--jones-per-batch must be a multiple of --channels".into());
         }
@@ -163,5 +166,49 @@ impl XbgpuArgs {
             return Err("give at least one --corrprod or --beam output".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: XbgpuArgs,
+    }
+
+    fn parse(extra: &[&str]) -> XbgpuArgs {
+        let mut v = vec![
+            "xbgpu",
+            "--adc-sample-rate",
+            "1712e6",
+            "--sync-time",
+            "0",
+            "--array-size",
+            "4",
+            "--channels",
+            "4096",
+            "--channels-per-substream",
+            "512",
+            "--samples-between-spectra",
+            "8192",
+            "--corrprod",
+            "name=bc,dst=127.0.0.1:7160,heap_accumulation_threshold=2",
+        ];
+        v.extend_from_slice(extra);
+        v.push("f.pcap");
+        Cli::try_parse_from(v).expect("parse").args
+    }
+
+    #[test]
+    fn zero_heaps_per_chunk_is_refused() {
+        assert_eq!(parse(&[]).validate(), Ok(()));
+        let e = parse(&["--heaps-per-fengine-per-chunk", "0"])
+            .validate()
+            .unwrap_err();
+        assert!(e.contains("--heaps-per-fengine-per-chunk"), "{e}");
     }
 }
