@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from .gpu/ (binaries built elsewhere: gpucbf, lib-tests, xengine_tests,
-# fgpu_engine, plus this script and gpu_check.py): GPU tests with GPUCBF_REQUIRE_GPU=1, the benchmarks, and the
+# fgpu_engine, xbgpu_engine, plus this script and gpu_check.py): GPU tests with GPUCBF_REQUIRE_GPU=1, the benchmarks, and the
 # engines on --backend gpu against --backend cpu. Results go to $OUT.
 set -u
 cd "$(dirname "$0")"
@@ -21,6 +21,7 @@ step lib_gpu 200 ./lib-tests --test-threads 4 --skip gpu_kernels_compile_with_nv
   fengine:: fgpu:: nufft:: chunk:: imaging::
 step fgpu_engine 90 ./fgpu_engine --test-threads 2
 step xengine 420 ./xengine_tests --test-threads 4 gpu
+step xbgpu_engine 120 ./xbgpu_engine --test-threads 2
 step bench_xbgpu 170 ./gpucbf bench xbgpu
 step bench_fgpu 120 ./gpucbf bench fgpu
 step bench_fgpu_nb 60 ./gpucbf bench fgpu-narrowband
