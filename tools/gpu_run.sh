@@ -17,15 +17,15 @@ step() { # name, limit, command...
 # The NVRTC compile-everything test runs in CI (no GPU needed); skipped here for time. On a fresh
 # machine the xengine tests spend most of their time compiling the correlator variants (over 150 s
 # with 2 threads; 12 s with the compile cache warm).
+# PART=tests (GPU tests and the engines), bench (the benchmarks) or all (default): a call to the
+# device is limited to 10 minutes, and all of it takes longer on a fresh machine.
+PART=${PART:-all}
+if [ "$PART" != bench ]; then
 step lib_gpu 200 ./lib-tests --test-threads 4 --skip gpu_kernels_compile_with_nvrtc \
   fengine:: fgpu:: nufft:: chunk:: imaging::
 step fgpu_engine 90 ./fgpu_engine --test-threads 2
 step xengine 420 ./xengine_tests --test-threads 4 gpu
 step xbgpu_engine 120 ./xbgpu_engine --test-threads 2
-step bench_xbgpu 170 ./gpucbf bench xbgpu
-step bench_fgpu 120 ./gpucbf bench fgpu
-step bench_fgpu_nb 60 ./gpucbf bench fgpu-narrowband
-step bench_nufft 60 ./gpucbf bench nufft
 # Engines: the same input through --backend cpu and --backend gpu.
 ./gpucbf dsim --adc-sample-rate 1712e6 --heaps 3072 --pcap d.pcap --dither-seed 1 \
   --signals "cw(0.3, 200e6) + wgn(0.05, 1); wgn(0.05, 2);" 127.0.0.1:7148 127.0.0.1:7149 2>/dev/null
@@ -65,4 +65,11 @@ echo "xbgpu 4-bit:" >> $S; python3 gpu_check.py x4_cpu.pcap x4_gpu.pcap int32 >>
 timeout 120 ./gpucbf array --duration 4 --backend gpu --output arr > /dev/null 2>> $OUT/engines.log
 echo "array gpu rc=$?" >> $S
 cp arr/summary.json $OUT/array_summary.json 2>/dev/null
+fi
+if [ "$PART" != tests ]; then
+step bench_xbgpu 280 ./gpucbf bench xbgpu
+step bench_fgpu 120 ./gpucbf bench fgpu
+step bench_fgpu_nb 60 ./gpucbf bench fgpu-narrowband
+step bench_nufft 60 ./gpucbf bench nufft
+fi
 cat $S
