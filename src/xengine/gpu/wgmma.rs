@@ -444,10 +444,36 @@ impl GpuX {
         let Some(w) = self.wgmma.as_ref() else {
             return Err(XError::Gpu("wgmma correlator not built".into()));
         };
-        let mut grid = grid;
+        let nb = n_batches as i32;
+        let kpb = kpb as i32;
         if w.variant.sparse {
-            return self.launch_sparse(input, n_batches, grid, kpb);
+            // tensor maps over `input` for this launch (the guard records the read of `input`
+            // on this stream, where the kernel is queued)
+            let (ptr, _sync) = input.device_ptr(&self.stream);
+            let tile = sparse_tile(w.variant.ready_bufs);
+            let tm_a = input_tensor_map(ptr, &self.shape, n_batches, tile.0 as u32)?;
+            let tm_b = input_tensor_map(ptr, &self.shape, n_batches, tile.1 as u32)?;
+            let cfg = LaunchConfig {
+                grid_dim: (sparse_tiles(self.shape.n_ants, tile) as u32, grid.1, grid.2),
+                block_dim: (w.variant.threads(), 1, 1),
+                shared_mem_bytes: w.variant.smem() as u32,
+            };
+            let mut b = self.stream.launch_builder(&w.f);
+            b.arg(&tm_a)
+                .arg(&tm_b)
+                .arg(&mut self.acc)
+                .arg(&nb)
+                .arg(&kpb);
+            // SAFETY: argument types and order match `correlate_sp` in
+            // kernels/correlate_wgmma.cu (two 128-byte tensor maps by value, int64
+            // accumulator, ints); the maps cover exactly n_batches whole batches of `input`
+            // (checked by the caller); acc has output_len elements; the shared memory was
+            // allowed in `build`; kpb is a whole number of 64-spectrum stages and the spectra
+            // per batch a multiple of 32 (checked in `build`).
+            unsafe { b.launch(cfg) }.map_err(gerr)?;
+            return Ok(());
         }
+        let mut grid = grid;
         if w.variant.cluster {
             // pairs of tiles down each column of the triangle (the kernel's __cluster_dims__)
             let nt = self.shape.n_ants.div_ceil(64);
@@ -458,8 +484,6 @@ impl GpuX {
             block_dim: (w.variant.threads(), 1, 1),
             shared_mem_bytes: w.variant.smem() as u32,
         };
-        let nb = n_batches as i32;
-        let kpb = kpb as i32;
         let mut b = self.stream.launch_builder(&w.f);
         b.arg(input).arg(&mut self.acc).arg(&nb).arg(&kpb);
         // SAFETY: argument types and order match `correlate_wgmma` in
@@ -537,46 +561,6 @@ fn input_tensor_map(
     }
     // SAFETY: initialised by the successful call above.
     Ok(TensorMapArg(unsafe { m.assume_init() }))
-}
-
-impl GpuX {
-    /// Queues `correlate_sp` (tensor maps over `input` built for this launch).
-    fn launch_sparse(
-        &mut self,
-        input: &CudaSlice<i8>,
-        n_batches: usize,
-        grid: (u32, u32, u32),
-        kpb: usize,
-    ) -> Result<(), XError> {
-        let Some(w) = self.wgmma.as_ref() else {
-            return Err(XError::Gpu("wgmma correlator not built".into()));
-        };
-        // (the guard records the read of `input` on this stream, where the kernel is queued)
-        let (ptr, _sync) = input.device_ptr(&self.stream);
-        let tile = sparse_tile(w.variant.ready_bufs);
-        let tm_a = input_tensor_map(ptr, &self.shape, n_batches, tile.0 as u32)?;
-        let tm_b = input_tensor_map(ptr, &self.shape, n_batches, tile.1 as u32)?;
-        let cfg = LaunchConfig {
-            grid_dim: (sparse_tiles(self.shape.n_ants, tile) as u32, grid.1, grid.2),
-            block_dim: (w.variant.threads(), 1, 1),
-            shared_mem_bytes: w.variant.smem() as u32,
-        };
-        let nb = n_batches as i32;
-        let kpb = kpb as i32;
-        let mut b = self.stream.launch_builder(&w.f);
-        b.arg(&tm_a)
-            .arg(&tm_b)
-            .arg(&mut self.acc)
-            .arg(&nb)
-            .arg(&kpb);
-        // SAFETY: argument types and order match `correlate_sp` in kernels/correlate_wgmma.cu
-        // (two 128-byte tensor maps by value, int64 accumulator, ints); the maps cover exactly
-        // n_batches whole batches of `input` (checked by the caller); acc has output_len
-        // elements; the shared memory was allowed in `build`; kpb is a whole number of
-        // 64-spectrum stages and spectra per batch a multiple of 32 (checked in `build`).
-        unsafe { b.launch(cfg) }.map_err(gerr)?;
-        Ok(())
-    }
 }
 
 impl GpuX {
