@@ -108,6 +108,21 @@ __device__ __forceinline__ void tile_coords(int idx, int &ti, int &tj) {
     ti = idx - j * (j + 1) / 2;
 }
 
+// This block's slice of the launch's time (grid.z, ksteps_per_block k-steps of 16 samples):
+// first and end sample and the number of st-sample stages; false when the slice starts past
+// the input (the block has nothing to do).
+__device__ __forceinline__ bool block_time_range(int n_batches, int ksteps_per_block, int st,
+                                                 u32 &t_begin, u32 &t_end, int &n_stages) {
+    const long long ktotal = (long long)n_batches * (SPECTRA / 16);
+    const long long kbeg = (long long)blockIdx.z * ksteps_per_block;
+    if (kbeg >= ktotal) return false;
+    const long long kend = min(ktotal, kbeg + ksteps_per_block);
+    n_stages = (int)(((kend - kbeg) * 16 + st - 1) / st);
+    t_begin = (u32)(kbeg * 16);
+    t_end = (u32)(kend * 16);
+    return true;
+}
+
 // Shared-memory matrix descriptor: no swizzle, K-major; lbo = byte distance between core
 // matrices adjacent in K, sbo = between 8-row groups.
 __device__ __forceinline__ u64 make_desc(u32 saddr, u32 lbo, u32 sbo) {
@@ -344,12 +359,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     tile_coords(blockIdx.x, ti, tj);
     const int ch = blockIdx.y;
     const int a1_base = ti * TILE, a2_base = tj * TILE;
-    const long long ktotal = (long long)n_batches * (SPECTRA / 16);
-    const long long kbeg = (long long)blockIdx.z * ksteps_per_block;
-    if (kbeg >= ktotal) return;
-    const long long kend = min(ktotal, kbeg + ksteps_per_block);
-    const int n_stages = (int)(((kend - kbeg) * 16 + ST - 1) / ST);
-    const u32 t_begin = (u32)(kbeg * 16), t_end = (u32)(kend * 16);
+    u32 t_begin, t_end;
+    int n_stages;
+    if (!block_time_range(n_batches, ksteps_per_block, ST, t_begin, t_end, n_stages)) return;
 
     const int tid = threadIdx.x;
     const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
@@ -683,12 +695,9 @@ extern "C" __global__ void
 #endif
     const int ch = blockIdx.y;
     const int a1_base = ti * TILE, a2_base = tj * TILE;
-    const long long ktotal = (long long)n_batches * (SPECTRA / 16);
-    const long long kbeg = (long long)blockIdx.z * ksteps_per_block;
-    if (kbeg >= ktotal) return;
-    const long long kend = min(ktotal, kbeg + ksteps_per_block);
-    const int n_stages = (int)(((kend - kbeg) * 16 + WS_ST - 1) / WS_ST);
-    const u32 t_begin = (u32)(kbeg * 16), t_end = (u32)(kend * 16);
+    u32 t_begin, t_end;
+    int n_stages;
+    if (!block_time_range(n_batches, ksteps_per_block, WS_ST, t_begin, t_end, n_stages)) return;
 
     const int tid = threadIdx.x;
     const u32 canon = ((u32)__cvta_generic_to_shared(smem) + 1023u) & ~1023u;
@@ -1147,12 +1156,9 @@ extern "C" __global__ void __launch_bounds__(SP_THREADS, 1)
     const int nw = sp_tile(blockIdx.x, a1_base, a2_base);
     if (nw == 0) return;
     const int ch = blockIdx.y;
-    const long long ktotal = (long long)n_batches * (SPECTRA / 16);
-    const long long kbeg = (long long)blockIdx.z * ksteps_per_block;
-    if (kbeg >= ktotal) return;
-    const long long kend = min(ktotal, kbeg + ksteps_per_block);
-    const int n_stages = (int)(((kend - kbeg) * 16 + SP_ST - 1) / SP_ST);
-    const u32 t_begin = (u32)(kbeg * 16);
+    u32 t_begin, t_end; // (whole stages: the copies zero-fill past the input)
+    int n_stages;
+    if (!block_time_range(n_batches, ksteps_per_block, SP_ST, t_begin, t_end, n_stages)) return;
 
     const int tid = threadIdx.x;
     const u32 ring = ((u32)__cvta_generic_to_shared(smem) + 1023u) & ~1023u;
