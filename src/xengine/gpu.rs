@@ -11,7 +11,6 @@ use cudarc::driver::{
 };
 
 use super::beam::BeamTables;
-use super::cpu::check_beam_io;
 use super::{present_baselines, BeamSet, BeamStats, XBackend, XError, XShape};
 
 mod wgmma;
@@ -901,11 +900,9 @@ impl XBackend for GpuX {
         batch_index: u64,
         out: &mut [i8],
     ) -> Result<BeamStats, XError> {
-        self.shape.check_present(present_ants)?;
-        beams.validate(&self.shape)?;
-        check_beam_io(&self.shape, batch, beams, out)?;
-        // the same path as a chunk of one batch
-        let mut st = self.beamform_chunk(batch, present_ants, beams, batch_index, out)?;
+        // the same path as a chunk of one batch (its checks cover the buffer sizes, the
+        // presence length and the beam set)
+        let mut st = self.beamform_launch(batch, present_ants, beams, &[batch_index], out)?;
         st.pop()
             .ok_or_else(|| XError::Gpu("beamformer returned no statistics".into()))
     }
