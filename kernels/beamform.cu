@@ -110,7 +110,6 @@
 #define CPT ((KC * CPR + THREADS - 1) / THREADS) // copies per thread per stage
 #define W_BYTES (BTB * 32 * WS)
 #define SMEM_BYTES (2 * W_BYTES + NR * RAW_BYTES + 2 * TS * RS + BTB * 128)
-#define QMAX 32512.0f
 #define BATCH_BYTES ((size_t)N_ANTS * N_CHANNELS * SPECTRA * SBYTES)
 #define OUT_BATCH ((size_t)N_BEAMS * N_CHANNELS * SPECTRA * 2)
 
@@ -125,24 +124,6 @@ static_assert(SAMPLE_BITS == 8 || SAMPLE_BITS == 4, "SAMPLE_BITS must be 8 or 4"
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
-// 32-bit integer hash (lowbias32); identical to the host's `hash32`.
-__device__ __forceinline__ u32 hash32(u32 x) {
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
-}
-
-// The host's uniform dither (2u - 65535) / 131072 from 16 bits u is F - DITHER_C, both exact:
-// F = 1 + u 2^-16 = dither_one(u << 7) (the 16 bits at bit 7 of the mantissa), DITHER_C = 1 +
-// 65535 2^-17. The epilogue adds -DITHER_C in its scaling FMA and F after.
-#define DITHER_C 1.4999923706054688f
-__device__ __forceinline__ float dither_one(u32 m) {
-    return __uint_as_float(0x3f800000u | (m & 0x007fff80u));
-}
-
 __device__ __forceinline__ void mma_s8(int (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
     asm volatile(
         "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
@@ -156,13 +137,6 @@ __device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const void *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(s));
-}
-
-// w = 256 hi + lo exactly, lo in [-128, 127]; returns (hi, lo) as bytes.
-__device__ __forceinline__ void split16(int w, u32 &hi, u32 &lo) {
-    int l = (int)(signed char)(w & 0xff);
-    hi = (u32)(((w - l) >> 8) & 0xff);
-    lo = (u32)(l & 0xff);
 }
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) {
@@ -272,26 +246,6 @@ __device__ __forceinline__ void load_beam_table(int *s_beam, float *s_q, int bg,
     }
 }
 
-// 16-bit weight of (beam, antenna a) at channel c, scaled by q: phase pi*c*D reduced exactly
-// (the product c*D split into a rounded part and its exact remainder) to [-pi, pi], where the
-// hardware sine / cosine are within 4e-7 (the 16-bit weight step is 3e-5 of the largest).
-__device__ __forceinline__ void weight16(int beam, int a, int c, float q,
-                                         const float2 *__restrict__ coef,
-                                         const float *__restrict__ delay, int &wr, int &wi) {
-    wr = wi = 0;
-    if (beam >= 0 && a < N_ANTS) {
-        const size_t k = (size_t)beam * N_ANTS + a;
-        const float d = delay[k], fc = (float)c;
-        const float hi = fc * d, lo = fmaf(fc, d, -hi);
-        const float ph = (hi - 2.0f * rintf(0.5f * hi)) + lo;
-        float sn, cs;
-        __sincosf(ph * 3.14159265358979f, &sn, &cs);
-        const float2 cw = coef[k];
-        wr = max(-32512, min(32512, __float2int_rn((cw.x * cs - cw.y * sn) * q)));
-        wi = max(-32512, min(32512, __float2int_rn((cw.x * sn + cw.y * cs) * q)));
-    }
-}
-
 // Weight planes of channel c: for tile t and beam j of the tile, row 32 t + 16 (j / 8) + j % 8
 // holds the Re output (Wr, -Wi) and that row + 8 the Im output (Wi, Wr). One thread writes an
 // antenna pair (one 4-byte word per row and plane). In a k32 step of 16 antennas, thread-in-group
@@ -324,22 +278,6 @@ __device__ __forceinline__ void build_weights(unsigned char *whi, unsigned char 
         *(u32 *)(whi + (rre + 8) * WS + off) = ih[0] | (rh[0] << 8) | (ih[1] << 16) | (rh[1] << 24);
         *(u32 *)(wlo + (rre + 8) * WS + off) = il[0] | (rl[0] << 8) | (il[1] << 16) | (rl[1] << 24);
     }
-}
-
-// Clamp to +-127 and round half to even (the FP adder rounds v + 1.5 2^23 to an integer, ties
-// to even): the low byte of the returned bits is the int8 value.
-__device__ __forceinline__ u32 quant_bits(float v) {
-    return __float_as_uint(__fadd_rn(fminf(fmaxf(v, -127.0f), 127.0f), 12582912.0f));
-}
-
-// 256 hi + lo as a float (before the output scale).
-__device__ __forceinline__ float combine(int hi, int lo) {
-#if N_ANTS <= 256
-    // |256 hi + lo| <= 2 N_ANTS * 127 * 32640 < 2^31: exact in int32, one rounding
-    return (float)(hi * 256 + lo);
-#else
-    return fmaf(256.0f, (float)hi, (float)lo);
-#endif
 }
 
 // Per-item, per-warp state: the warp's beam tile, spectra subtile and first half-tile, the pol
@@ -513,27 +451,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB)
                         u32 word[4];
 #pragma unroll
                         for (int ni = 0; ni < 4; ni++) {
-                            u32 q[4];
+                            u32 q[2];
 #pragma unroll
-                            for (int e = 0; e < 2; e++) {
-                                const float fr = combine(acc_hi[mi][ni][e], acc_lo[mi][ni][e]);
-                                const float fi =
-                                    combine(acc_hi[mi][ni][2 + e], acc_lo[mi][ni][2 + e]);
-                                float vr, vi;
-                                if (dither) {
-                                    const u32 h = hash32(key0 + (u32)((2 * ni + e) * N_BEAMS));
-                                    vr = __fadd_rn(fmaf(fr, os, -DITHER_C), dither_one(h << 7));
-                                    vi = __fadd_rn(fmaf(fi, os, -DITHER_C), dither_one(h >> 9));
-                                } else {
-                                    vr = __fmul_rn(fr, os);
-                                    vi = __fmul_rn(fi, os);
-                                }
-                                nsat[mi] += fmaxf(fabsf(vr), fabsf(vi)) > 127.0f;
-                                q[2 * e] = quant_bits(vr);
-                                q[2 * e + 1] = quant_bits(vi);
-                            }
-                            word[ni] = __byte_perm(__byte_perm(q[0], q[1], 0x0040),
-                                                   __byte_perm(q[2], q[3], 0x0040), 0x5410);
+                            for (int e = 0; e < 2; e++)
+                                q[e] = beam_quant(
+                                    combine(acc_hi[mi][ni][e], acc_lo[mi][ni][e]),
+                                    combine(acc_hi[mi][ni][2 + e], acc_lo[mi][ni][2 + e]), os,
+                                    dither, key0 + (u32)((2 * ni + e) * N_BEAMS), nsat[mi]);
+                            word[ni] = __byte_perm(q[0], q[1], 0x5410);
                         }
                         *(uint4 *)(out + (size_t)bt * OUT_BATCH +
                                    (((size_t)b * N_CHANNELS + c) * SPECTRA + s0) * 2) =

@@ -123,28 +123,6 @@ __device__ __forceinline__ bool block_time_range(int n_batches, int ksteps_per_b
     return true;
 }
 
-// Shared-memory matrix descriptor: no swizzle, K-major; lbo = byte distance between core
-// matrices adjacent in K, sbo = between 8-row groups.
-__device__ __forceinline__ u64 make_desc(u32 saddr, u32 lbo, u32 sbo) {
-    return (u64)((saddr & 0x3FFFFu) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32);
-}
-
-// The same for the 128-byte swizzled K-major layout (leading byte offset unused, encoded 1).
-__device__ __forceinline__ u64 make_desc_swz(u32 saddr) {
-    return (u64)((saddr & 0x3FFFFu) >> 4) | (1ull << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
-}
-
-__device__ __forceinline__ void fence_proxy_async() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void wg_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-
 __device__ __forceinline__ void cp_async16(u32 saddr, const void *gmem, bool valid) {
     const int n = valid ? 16 : 0; // 0 source bytes => zero fill
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(gmem), "r"(n)
@@ -588,26 +566,6 @@ static_assert(WS_NT == 1, "WS_NT must be 1");
 static_assert(WS_TT * WS_REG_T + 256 * WS_REG_C <= WS_THREADS * WS_ENTRY_REGS,
               "setmaxnreg budget");
 
-__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(u32 bar) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_tx(u32 bar, u32 bytes) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(
-                     bar),
-                 "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
-    asm volatile("{\n.reg .pred p;\nWS_WAIT_%=:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra WS_WAIT_%=;\n}\n" ::"r"(bar),
-                 "r"(parity)
-                 : "memory");
-}
 __device__ __forceinline__ void bulk_g2s(u32 dst, const void *src, u32 bytes, u32 bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
                  "[%3];\n" ::"r"(dst),
@@ -892,7 +850,8 @@ extern "C" __global__ void
 // with SP_CWG consumer warpgroups: SP_CWG = 4 (512 threads): 32 x 128, warpgroup c holds pol
 // p2 = c % 2 of a2 for a1 in [16 (c / 2), 16 (c / 2) + 16); SP_CWG = 2 (384 threads, a separate
 // producer warpgroup): 16 x 256, warpgroup c = p2. In a warpgroup, warp w,
-// lane (g, t) owns rows g (Re) and g + 8 (Im) of a1 = 4w + g % 4, p1 = g / 4, i.e. compressed
+// lane (g, t) owns rows g (Re) and g + 8 (Im) of a1 = 8 (w / 2) + w % 2 + 2 (g % 4), p1 = g / 4 (a
+// warp's rows two apart: its swizzled 8-byte loads are free of bank conflicts), i.e. compressed
 // fragment registers {Re, Im, Re, Im} of the spectrum pairs (2t, 2t + 1) and (8 + 2t, 9 + 2t)
 // of each 16-spectrum k-step, built with two 8-byte shared loads, a PRMT and a negation.
 // Tiles: row block i (a1 in [SP_A i, SP_A (i + 1))) against a2 from SP_A i in SP_NMAX-wide
@@ -943,23 +902,6 @@ static_assert(256 * SP_REG_C + 128 * SP_REG_P <= 65536, "setmaxnreg budget");
 static_assert(SP_NR >= 2 && SP_NR * SP_SLOT + 1024 <= 227 * 1024, "SP_NR: 2 .. what fits");
 static_assert(SP_SLOT % 1024 == 0, "slots must keep the 1024-byte swizzle alignment");
 
-// A CUtensorMap, passed by value (__grid_constant__) and addressed by the copy engine.
-struct __align__(64) TensorMap {
-    u64 v[16];
-};
-
-__device__ __forceinline__ void tma_load4(u32 dst, const TensorMap *m, int c0, int c1, int c2, int c3,
-                                          u32 bar) {
-    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                 "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
-                 "l"((u64)m), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-                 : "memory");
-}
-__device__ __forceinline__ uint2 ld_shared8(u32 addr) {
-    uint2 v;
-    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
-    return v;
-}
 // (re0, im0, re1, im1) -> (im0, -re0, im1, -re1); inputs in [-127, 127]
 __device__ __forceinline__ u32 im_row(u32 v) {
     return __byte_perm(v, 0x00FF00FFu - ((v << 8) & 0xFF00FF00u), 0x7351);
@@ -1081,7 +1023,9 @@ __device__ __forceinline__ void sp_consume(long long *acc, int ch, int a1_base, 
     for (int k = 0; k < NW / 2; k++) d[k] = 0;
     const int tid = threadIdx.x, wg = tid >> 7, p2 = wg & 1, w = (tid >> 5) & 3, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
-    const int al = 16 * (wg >> 1) + 4 * w + (g & 3); // a1 - a1_base: the row of the A box
+    // a1 - a1_base (the row of the A box): a warp's four rows are two apart, so that their
+    // swizzled 16-byte chunks fall in distinct banks (rows 4w + g % 4 made 2-way conflicts)
+    const int al = 16 * (wg >> 1) + 8 * (w >> 1) + (w & 1) + 2 * (g & 3);
     const u32 sel = (g >> 2) ? 0x7632u : 0x5410u;
     const u32 meta = p2 ? 0xEEEEEEEEu : 0x44444444u;
     auto mma = [&](const u32(&a)[4][4], u32 slot) {

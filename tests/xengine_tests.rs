@@ -3,8 +3,8 @@
 
 use gpucbf::gpu::{compile_ptx, gpu_test_guard, nvrtc_available};
 use gpucbf::xengine::{
-    baseline_index, dither_pair, output_offset, unpack4, Beam, BeamSet, CorrKernel, CorrVariant,
-    CpuX, GpuX, WgmmaVariant, XBackend, XShape, MISSING,
+    baseline_index, dither_pair, output_offset, unpack4, Beam, BeamKernel, BeamSet, BeamTuning,
+    BeamWgPlan, CorrKernel, CorrVariant, CpuX, GpuX, WgmmaVariant, XBackend, XShape, MISSING,
 };
 
 struct Rng(u64);
@@ -574,6 +574,37 @@ fn nvrtc_compiles_all_kernels() {
                 }
             }
         }
+        // The wgmma beamformer (sm_90a): beam sets of one or both pols, small and large arrays,
+        // antennas in one stage or several.
+        if arch == "compute_90" {
+            for (na, nc, ns, nb, split) in [
+                (80, 512, 256, 64, 2),
+                (80, 512, 256, 16, 2),
+                (3, 2, 16, 1, 1),
+                (33, 3, 160, 40, 3),
+                (256, 4, 64, 100, 2),
+                (130, 2, 48, 7, 1),
+            ] {
+                let shape = XShape::new(na, nc, ns).unwrap();
+                let pol: Vec<i32> = (0..nb).map(|b| (b % split != 0) as i32).collect();
+                let plan = BeamWgPlan::new(&shape, &pol, 227 << 10).unwrap();
+                let d = plan.defines(&shape, nb);
+                let ptx = compile_ptx(
+                    "beamform_wgmma.cu",
+                    gpucbf::xengine::BEAMFORM_WGMMA_SRC,
+                    &d,
+                    gpucbf::xengine::WGMMA_ARCH,
+                )
+                .unwrap_or_else(|e| panic!("{e}"));
+                let text = ptx.to_src();
+                assert!(text.contains(".entry beamform_wg"), "{plan:?}");
+                for n in [2 * plan.nb0, 2 * plan.nb1].into_iter().filter(|&n| n > 0) {
+                    let op = format!("wgmma.mma_async.sync.aligned.m64n{n}k32.s32.s8.s8");
+                    assert!(text.contains(&op), "{plan:?}: {op}");
+                }
+                assert!(text.contains("cp.async.bulk.tensor.4d"), "{plan:?}");
+            }
+        }
         // The NUFFT kernels (src/nufft/tests_gpu.rs compiles more variants).
         for (dim, ns, f64) in [(2, 6, false), (3, 10, true)] {
             use gpucbf::nufft::gpu::{nufft_defines, SpreadConfig, NUFFT_SRC};
@@ -854,26 +885,34 @@ fn gpu_vs_cpu_beams(
     let mut gpu = GpuX::new(shape).unwrap();
     gpu.set_beam_batch(batch_beams).unwrap();
     let mut want = vec![0i8; shape.beam_output_len(nb)];
-    let mut got = vec![0x55i8; shape.beam_output_len(nb)];
     let sc = cpu.beamform(&batch, &present, &bs, 17, &mut want).unwrap();
-    let sg = gpu.beamform(&batch, &present, &bs, 17, &mut got).unwrap();
-    let off = one_lsb_diffs(&got, &want, &format!("beams {na}x{nb}"));
-    assert!(off * 100 < got.len(), "too many 1-LSB differences: {off}");
-    assert_eq!(sg.beam_ants, sc.beam_ants);
-    for b in 0..nb {
-        let d = sg.saturated[b].abs_diff(sc.saturated[b]);
-        assert!(
-            d * 100 <= (nc * ns) as u64,
-            "beam {b}: {} vs {}",
-            sg.saturated[b],
-            sc.saturated[b]
-        );
-    }
     if expect_saturation {
         assert!(
             sc.saturated.iter().any(|&s| s > 0),
             "test should saturate some samples"
         );
+    }
+    // the default kernel (wgmma on Hopper where it applies) and the mma.sync kernel
+    for kernel in [BeamKernel::Auto, BeamKernel::Mma] {
+        gpu.set_beam_tuning(BeamTuning {
+            kernel,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut got = vec![0x55i8; shape.beam_output_len(nb)];
+        let sg = gpu.beamform(&batch, &present, &bs, 17, &mut got).unwrap();
+        let off = one_lsb_diffs(&got, &want, &format!("beams {na}x{nb} {kernel:?}"));
+        assert!(off * 100 < got.len(), "too many 1-LSB differences: {off}");
+        assert_eq!(sg.beam_ants, sc.beam_ants);
+        for b in 0..nb {
+            let d = sg.saturated[b].abs_diff(sc.saturated[b]);
+            assert!(
+                d * 100 <= (nc * ns) as u64,
+                "beam {b} {kernel:?}: {} vs {}",
+                sg.saturated[b],
+                sc.saturated[b]
+            );
+        }
     }
 }
 
@@ -1017,13 +1056,30 @@ fn gpu_beamformer_chunk_within_one_lsb() {
         let per = shape.beam_output_len(nb);
         let mut got = vec![0x55i8; n * per];
         let first = 1000;
-        // every warp layout: the default, one or two m16 fragments per warp in blocks of 4, 8
+        // the default kernel, the wgmma kernel where it applies (Hopper, 8-bit), and every warp
+        // layout of the mma.sync kernel: one or two m16 fragments per warp in blocks of 4, 8
         // or 16 warps (the 4-bit case without the register cap of two blocks per SM)
+        let mut runs = vec![(0, 0, BeamKernel::Auto)];
+        if gpu.wgmma_supported() && bits == 8 {
+            runs.push((0, 0, BeamKernel::Wgmma));
+        } else {
+            let t = gpucbf::xengine::BeamTuning {
+                kernel: BeamKernel::Wgmma,
+                ..Default::default()
+            };
+            gpu.set_beam_tuning(t).unwrap();
+            let e = gpu.beamform_chunk(&chunk, &present, &bs, first, &mut got);
+            assert!(e.is_err(), "the wgmma beamformer where it does not apply");
+        }
         for (mw, warps) in [(0, 0), (1, 4), (2, 4), (1, 8), (2, 8), (1, 16)] {
+            runs.push((mw, warps, BeamKernel::Mma));
+        }
+        for (mw, warps, kernel) in runs {
             gpu.set_beam_tuning(gpucbf::xengine::BeamTuning {
                 min_blocks: if bits == 4 { 1 } else { 0 },
                 mw,
                 warps,
+                kernel,
                 ..Default::default()
             })
             .unwrap();
@@ -1046,7 +1102,9 @@ fn gpu_beamformer_chunk_within_one_lsb() {
                         &mut want,
                     )
                     .unwrap();
-                let what = format!("{bits}-bit chunk {na}x{nb}, batch {k}, mw {mw} warps {warps}");
+                let what = format!(
+                    "{bits}-bit chunk {na}x{nb}, batch {k}, {kernel:?} mw {mw} warps {warps}"
+                );
                 off += one_lsb_diffs(&got[k * per..(k + 1) * per], &want, &what);
                 if k == 2 {
                     // no antenna: only dither, which rounds to 0

@@ -91,7 +91,9 @@ use std::ffi::c_void;
 use cudarc::cublaslt::{result as lt, sys as ltsys};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
-use super::{Beam, BeamSet, BeamTuning, CorrVariant, GpuX, WgmmaVariant, XError, XShape};
+use super::{
+    Beam, BeamKernel, BeamSet, BeamTuning, CorrVariant, GpuX, WgmmaVariant, XError, XShape,
+};
 
 /// A correlator kernel to time: mma.sync with its variant, or wgmma (Hopper).
 #[derive(Clone, Copy, Debug)]
@@ -376,8 +378,7 @@ impl BeamBench {
         };
         let t = beams.tables(&shape, &vec![true; n_ants])?;
         let dt = self.g.upload_tables(&t)?;
-        let plan = self.g.beam_plan(dt.n_tiles)?;
-        let (regs, local) = self.g.beam_fn_resources(n_beams, plan)?;
+        let kernel = self.g.beam_describe(&dt, n_beams)?;
         let stream = self.g.stream().clone();
         let nb = self.n_batches;
         let mut out: CudaSlice<i8> = stream
@@ -404,22 +405,15 @@ impl BeamBench {
         let per_batch = secs / nb as f64;
         let bw = bytes / per_batch;
         let frac = bw / self.copy_bw;
-        let what = match plan.probe {
+        let what = match tuning.probe {
             1 => " [probe: no MMA, no epilogue]",
             2 => " [probe: no weights]",
             3 => " [probe: MMAs, no epilogue]",
             _ => "",
         };
         println!(
-            "beamformer {bits}-bit n_ants={n_ants} beams={n_beams:2} dither={} ts={} nr={} btb={} mw={} warps={} {} chunk={nb:2} minb={}: {:.2} MB in+out per batch, {:.4} ms/chunk, {:.4} ms/batch, {:.1} GB/s = {:.1} % of copy bandwidth{what} ({regs} regs, {local} B local)",
+            "beamformer {bits}-bit n_ants={n_ants} beams={n_beams:2} dither={} {kernel} chunk={nb:2}: {:.2} MB in+out per batch, {:.4} ms/chunk, {:.4} ms/batch, {:.1} GB/s = {:.1} % of copy bandwidth{what}",
             u8::from(dither),
-            plan.ts,
-            plan.nr,
-            plan.btb,
-            plan.mw,
-            plan.warps,
-            if tuning.persistent { "persistent" } else { "grid=items" },
-            plan.min_blocks,
             bytes / 1e6,
             secs * 1e3,
             per_batch * 1e3,
@@ -449,10 +443,19 @@ fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
             head.push((bits, nb, b.run(nb, true, def)?));
         }
     }
-    println!("beamformer limit probes (wrong results, timing only):");
+    // the mma.sync kernel (the default where wgmma does not apply), its probes and variants
+    let mma = BeamTuning {
+        kernel: BeamKernel::Mma,
+        ..def
+    };
+    println!("beamformer, mma.sync kernel:");
+    for nb in [16, 64] {
+        b8.run(nb, true, mma)?;
+    }
+    println!("beamformer limit probes of the mma.sync kernel (wrong results, timing only):");
     for nb in [16, 64] {
         for probe in [1, 3] {
-            b8.run(nb, true, BeamTuning { probe, ..def })?;
+            b8.run(nb, true, BeamTuning { probe, ..mma })?;
         }
     }
     println!("beamformer variants (same run):");
@@ -488,7 +491,7 @@ fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
                 mw,
                 warps,
                 min_blocks,
-                ..def
+                ..mma
             };
             if let Err(e) = b8.run(nb, true, tu) {
                 println!(

@@ -13,7 +13,9 @@ use cudarc::driver::{
 use super::beam::BeamTables;
 use super::{present_baselines, BeamSet, BeamStats, XBackend, XError, XShape};
 
+mod beam_wg;
 mod wgmma;
+pub use beam_wg::{BeamKernel, BeamWgPlan, BEAMFORM_WGMMA_SRC, BEAM_WG_MAX_ANTS};
 pub use wgmma::{
     correlate_wgmma_defines, sparse_tile, sparse_tiles, CorrKernel, WgmmaVariant,
     AUTO_SPARSE_ON_SM90, AUTO_WS_ON_SM90, CORRELATE_WGMMA_SRC, CORRELATOR_ENV, WGMMA_ARCH,
@@ -22,7 +24,11 @@ pub use wgmma::{
 /// Correlator kernel source (embedded so binaries need no kernel files at run time).
 pub const CORRELATE_SRC: &str = include_str!("../../kernels/correlate.cu");
 /// Beamformer kernel source.
-pub const BEAMFORM_SRC: &str = include_str!("../../kernels/beamform.cu");
+pub const BEAMFORM_SRC: &str = concat!(
+    include_str!("../../kernels/beam_common.cuh"),
+    "#line 1 \"beamform.cu\"\n",
+    include_str!("../../kernels/beamform.cu")
+);
 
 const TILE: usize = 64;
 /// Spectra per pipeline stage (`STAGE_TIMES` in the kernel).
@@ -223,6 +229,8 @@ pub struct BeamTuning {
     /// `BeamPlan::warps` (0: planned: 4 for one beam tile per block, else 8; 8 where a block
     /// of 4 warps would not fit four to an SM).
     pub warps: usize,
+    /// Which kernel (the others apply to `mma.sync` only).
+    pub kernel: BeamKernel,
 }
 
 impl Default for BeamTuning {
@@ -235,6 +243,7 @@ impl Default for BeamTuning {
             min_blocks: 0,
             mw: 0,
             warps: 0,
+            kernel: BeamKernel::Auto,
         }
     }
 }
@@ -307,6 +316,8 @@ pub(crate) struct DevTables {
     n_groups: i32,
     /// Beam tiles (two half-tiles each).
     pub(crate) n_tiles: usize,
+    /// The wgmma beamformer's plan and slots where it applies.
+    wg: Option<beam_wg::WgTables>,
 }
 
 /// One beamformer launch over `n_batches` consecutive batches of `input`: `present` is u8
@@ -371,6 +382,7 @@ pub struct GpuX {
     /// The wgmma correlator when it is the one in use (Hopper).
     wgmma: Option<wgmma::Wgmma>,
     beam_fns: HashMap<(usize, BeamPlan), CudaFunction>,
+    beam_wg_fns: HashMap<(usize, BeamWgPlan), CudaFunction>,
     smem_optin: usize,
     smem_per_sm: usize,
     batch_beams: usize,
@@ -435,6 +447,7 @@ impl GpuX {
             cc_major: major,
             wgmma,
             beam_fns: HashMap::new(),
+            beam_wg_fns: HashMap::new(),
             smem_optin,
             smem_per_sm,
             batch_beams: DEFAULT_BATCH_BEAMS,
@@ -683,6 +696,45 @@ impl GpuX {
         ))
     }
 
+    /// The beamformer kernel that runs for tables `t` with `n_beams` beams, its configuration and
+    /// resources (registers, local bytes per thread), as one line for benchmarks.
+    pub(crate) fn beam_describe(
+        &mut self,
+        t: &DevTables,
+        n_beams: usize,
+    ) -> Result<String, XError> {
+        if let Some(wg) = self.beam_wg_choice(t)? {
+            let p = wg.plan;
+            let f = self.beam_wg_fn(n_beams, p)?;
+            return Ok(format!(
+                "wgmma slots={}+{} groups={} kch={} nr={} ({} regs, {} B local)",
+                p.nb0,
+                p.nb1,
+                p.groups,
+                p.kch,
+                p.nr,
+                f.num_regs().map_err(gerr)?,
+                f.local_size_bytes().map_err(gerr)?
+            ));
+        }
+        let plan = self.beam_plan(t.n_tiles)?;
+        let (regs, local) = self.beam_fn_resources(n_beams, plan)?;
+        Ok(format!(
+            "mma.sync ts={} nr={} btb={} mw={} warps={} {} minb={} ({regs} regs, {local} B local)",
+            plan.ts,
+            plan.nr,
+            plan.btb,
+            plan.mw,
+            plan.warps,
+            if self.beam_tuning.persistent {
+                "persistent"
+            } else {
+                "grid=items"
+            },
+            plan.min_blocks
+        ))
+    }
+
     /// Uploads prepared beam tables.
     pub(crate) fn upload_tables(&self, t: &BeamTables) -> Result<DevTables, XError> {
         let (order, groups) = beam_groups(&t.pol, BEAM_HALF);
@@ -702,6 +754,7 @@ impl GpuX {
             groups: self.stream.clone_htod(&groups).map_err(gerr)?,
             n_groups: n_groups as i32,
             n_tiles: n_groups.div_ceil(2),
+            wg: self.wg_tables(&t.pol)?,
         })
     }
 
@@ -725,6 +778,9 @@ impl GpuX {
             return Err(XError::Shape(format!(
                 "beamformer launch: {nb} batches, {n_beams} beams, buffers too small"
             )));
+        }
+        if let Some(wg) = self.beam_wg_choice(t)? {
+            return self.beamform_device_wg(t, wg, n_beams, l);
         }
         let plan = self.beam_plan(t.n_tiles)?;
         let f = self.beam_fn(n_beams, plan)?;

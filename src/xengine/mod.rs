@@ -23,8 +23,8 @@ pub use beam::{batch_dither_seed, dither_pair, Beam, BeamSet, BeamStats, BeamTab
 pub use bench::{bench_gpu, bench_gpu_beams, bench_gpu_corr};
 pub use cpu::CpuX;
 pub use gpu::{
-    beamform_defines, correlate_defines, BeamPlan, BeamTuning, CorrVariant, GpuX, BEAMFORM_SRC,
-    CORRELATE_SRC,
+    beamform_defines, correlate_defines, BeamKernel, BeamPlan, BeamTuning, BeamWgPlan, CorrVariant,
+    GpuX, BEAMFORM_SRC, BEAMFORM_WGMMA_SRC, BEAM_WG_MAX_ANTS, CORRELATE_SRC,
 };
 pub use gpu::{
     correlate_wgmma_defines, sparse_tile, sparse_tiles, CorrKernel, WgmmaVariant,

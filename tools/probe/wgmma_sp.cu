@@ -166,6 +166,83 @@ extern "C" __global__ void __launch_bounds__(256, 1) rate(int mode, int iters, i
     if (s == 0x12345678) out[0] = s;
 }
 
+
+// 2b. rate4: the correlator's consumer shape, m64n128k64 sparse RS, `nwg` warpgroups (2 or 4,
+// launched with 128 nwg threads), 4 wgmma per commit group, one group kept in flight.
+// mode 0: constant A registers; mode 1: A rebuilt each iteration from shared memory into two
+// alternating register sets (8-byte loads, a PRMT and an (im, -re) row, as correlate_sp does);
+// mode 2: the same with rows chosen so that a warp's loads are free of bank conflicts.
+#define ACC32(i) ACC16(i), ACC16((i) + 16)
+__device__ __forceinline__ void wgmma_sp128(int (&d)[64], const u32 (&a)[4], u64 db, u32 meta) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %70, 0;\n"
+                 "wgmma.mma_async.sp.sync.aligned.m64n128k64.s32.s8.s8 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+                 "{%64, %65, %66, %67}, %68, %69, 0, p;\n}\n"
+                 : ACC32(0), ACC32(32)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(meta), "n"(1));
+}
+__device__ __forceinline__ uint2 lds8(u32 addr) {
+    uint2 v;
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
+    return v;
+}
+__device__ __forceinline__ void build_a(u32 (&a)[4][4], u32 slot, int al, int t, u32 sel) {
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) {
+        const u32 c0 = 4 * (ks & 1) + (t >> 1);
+        const u32 base = slot + (ks >> 1) * 4096 + al * 128 + (t & 1) * 8;
+        const uint2 x = lds8(base + ((c0 ^ (al & 7)) << 4));
+        const uint2 y = lds8(base + (((c0 + 2) ^ (al & 7)) << 4));
+        a[ks][0] = __byte_perm(x.x, x.y, sel);
+        a[ks][1] = __byte_perm(a[ks][0], 0x00FF00FFu - ((a[ks][0] << 8) & 0xFF00FF00u), 0x7351);
+        a[ks][2] = __byte_perm(y.x, y.y, sel);
+        a[ks][3] = __byte_perm(a[ks][2], 0x00FF00FFu - ((a[ks][2] << 8) & 0xFF00FF00u), 0x7351);
+    }
+}
+extern "C" __global__ void __launch_bounds__(512, 1) rate4(int mode, int iters, int *out) {
+    extern __shared__ __align__(1024) unsigned char smem[];
+    const u32 base = ((u32)__cvta_generic_to_shared(smem) + 1023u) & ~1023u;
+    const int tid = threadIdx.x;
+    for (int i = tid; i < 48 * 1024 / 16; i += blockDim.x)
+        ((uint4 *)(smem + (base - (u32)__cvta_generic_to_shared(smem))))[i] =
+            make_uint4(i * 2654435761u, i ^ 0x5bd1e995u, i + 7, i * 3);
+    fence_proxy_async();
+    __syncthreads();
+    int d[64];
+#pragma unroll
+    for (int k = 0; k < 64; k++) d[k] = 0;
+    const int wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    // mode 1: rows 4w + g % 4 (two rows of a warp share the swizzled 16-byte chunks: 2-way bank
+    // conflicts); mode 2: rows 8 (w / 2) + w % 2 + 2 (g % 4) (conflict-free)
+    const int al = mode == 2 ? 16 * (wg >> 1) + 8 * (w >> 1) + (w & 1) + 2 * (g & 3)
+                             : 16 * (wg >> 1) + 4 * w + (g & 3);
+    const u32 sel = (g >> 2) ? 0x7632u : 0x5410u, meta = (wg & 1) ? 0xEEEEEEEEu : 0x44444444u;
+    const u32 abase = base, bb = base + 16 * 1024; // A: 2 x 4 KB per slot (2 slots), B: 32 KB
+    u32 ra[4][4], rb[4][4];
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) ra[k][j] = rb[k][j] = (tid + k) * 0x01010101u + j;
+    auto stage = [&](u32(&a)[4][4], int it) {
+        if (mode >= 1) build_a(a, abase + (it & 1) * 8192, al, t, sel);
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++)
+            wgmma_sp128(d, a[ks], desc_swz(bb + (ks >> 1) * 16384 + 64 * (ks & 1)), meta);
+        wg_commit();
+        wg_wait<1>();
+    };
+    for (int it = 0; it < iters; it += 2) {
+        stage(ra, it);
+        stage(rb, it + 1);
+    }
+    wg_wait<0>();
+    int s = 0;
+#pragma unroll
+    for (int k = 0; k < 64; k++) s += d[k];
+    if (s == 0x12345678) out[0] = s;
+}
+
 // ---------------------------------------------------------------- 3. tma
 #define PA 576
 #define PC 28
@@ -467,6 +544,31 @@ int main() {
             printf("rate %-22s: %8.1f useful TOPS (2 ops per useful multiply-add)\n", names[mode],
                    2 * useful / (ms * 1e-3) / 1e12);
         }
+    }
+
+    // ---------------- 2b. rate4 (the correlator's consumer shape)
+    {
+        CK(cudaFuncSetAttribute(rate4, cudaFuncAttributeMaxDynamicSharedMemorySize, 52 * 1024));
+        int *dout;
+        CK(cudaMalloc(&dout, 4));
+        const int iters = 20000, blocks = prop.multiProcessorCount;
+        for (int nwg : {4, 2})
+            for (int mode = 0; mode < 3; mode++) {
+                rate4<<<blocks, 128 * nwg, 52 * 1024>>>(mode, 100, dout);
+                CK(cudaDeviceSynchronize());
+                cudaEvent_t e0, e1;
+                cudaEventCreate(&e0);
+                cudaEventCreate(&e1);
+                cudaEventRecord(e0);
+                rate4<<<blocks, 128 * nwg, 52 * 1024>>>(mode, iters, dout);
+                cudaEventRecord(e1);
+                CK(cudaEventSynchronize(e1));
+                float ms;
+                cudaEventElapsedTime(&ms, e0, e1);
+                const double useful = (double)blocks * nwg * iters * 4 * 64.0 * 128 * 32;
+                printf("rate4 %d warpgroups m64n128k64 sparse RS, A %-24s: %8.1f useful TOPS\n", nwg,
+                       mode == 0 ? "constant" : mode == 1 ? "rebuilt, 2-way conflicts" : "rebuilt, conflict-free", 2 * useful / (ms * 1e-3) / 1e12);
+            }
     }
     // ---------------- 3. tma
     {

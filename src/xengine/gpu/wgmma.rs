@@ -60,7 +60,11 @@ use super::{correlate_defines, gerr, GpuX, THREADS};
 use crate::xengine::{XError, XShape};
 
 /// Hopper correlator kernel source.
-pub const CORRELATE_WGMMA_SRC: &str = include_str!("../../../kernels/correlate_wgmma.cu");
+pub const CORRELATE_WGMMA_SRC: &str = concat!(
+    include_str!("../../../kernels/sm90.cuh"),
+    "#line 1 \"correlate_wgmma.cu\"\n",
+    include_str!("../../../kernels/correlate_wgmma.cu")
+);
 /// NVRTC architecture of the wgmma kernel (arch-specific PTX: runs on sm_90 only).
 pub const WGMMA_ARCH: &str = "compute_90a";
 /// Environment variable forcing the correlator kernel: `mma` (mma.sync) or `wgmma`.
@@ -497,7 +501,7 @@ impl GpuX {
 /// A `CUtensorMap` as a kernel argument (`const __grid_constant__ TensorMap`, 128 bytes).
 #[repr(C, align(128))]
 #[derive(Clone, Copy)]
-struct TensorMapArg(sys::CUtensorMap);
+pub(super) struct TensorMapArg(sys::CUtensorMap);
 
 // SAFETY: plain 128-byte data, copied by value into the kernel's parameter space, where the
 // kernel's `TensorMap` (128 bytes, 64-byte aligned or more) reads it.
@@ -515,7 +519,7 @@ pub fn sparse_tiles(n_ants: usize, (a, n): (usize, usize)) -> usize {
 /// Tensor map over the correlator input `[batch][antenna][channel][spectrum × 4 bytes]` at
 /// device address `ptr`: boxes of 32 spectra (128 bytes, 128-byte swizzle) × 1 channel × `rows`
 /// antennas × 1 batch; out-of-range antennas and batches read as zeros.
-fn input_tensor_map(
+pub(super) fn input_tensor_map(
     ptr: sys::CUdeviceptr,
     shape: &XShape,
     n_batches: usize,

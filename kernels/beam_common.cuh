@@ -1,0 +1,87 @@
+// gpucbf: beamformer arithmetic shared by beamform.cu (mma.sync) and beamform_wgmma.cu (sm_90a):
+// the 16-bit weights, the dither hash and uniforms, the quantiser. Prepended to those sources on
+// the host; needs N_ANTS.
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#define QMAX 32512.0f
+
+// 32-bit integer hash (lowbias32); identical to the host's `hash32`.
+__device__ __forceinline__ u32 hash32(u32 x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+// The host's uniform dither (2u - 65535) / 131072 from 16 bits u is F - DITHER_C, both exact:
+// F = 1 + u 2^-16 = dither_one(u << 7) (the 16 bits at bit 7 of the mantissa), DITHER_C = 1 +
+// 65535 2^-17. The epilogue adds -DITHER_C in its scaling FMA and F after.
+#define DITHER_C 1.4999923706054688f
+__device__ __forceinline__ float dither_one(u32 m) {
+    return __uint_as_float(0x3f800000u | (m & 0x007fff80u));
+}
+
+// w = 256 hi + lo exactly, lo in [-128, 127]; returns (hi, lo) as bytes.
+__device__ __forceinline__ void split16(int w, u32 &hi, u32 &lo) {
+    int l = (int)(signed char)(w & 0xff);
+    hi = (u32)(((w - l) >> 8) & 0xff);
+    lo = (u32)(l & 0xff);
+}
+
+// 16-bit weight of (beam, antenna a) at channel c, scaled by q: phase pi*c*D reduced exactly
+// (the product c*D split into a rounded part and its exact remainder) to [-pi, pi], where the
+// hardware sine / cosine are within 4e-7 (the 16-bit weight step is 3e-5 of the largest).
+__device__ __forceinline__ void weight16(int beam, int a, int c, float q,
+                                         const float2 *__restrict__ coef,
+                                         const float *__restrict__ delay, int &wr, int &wi) {
+    wr = wi = 0;
+    if (beam >= 0 && a < N_ANTS) {
+        const size_t k = (size_t)beam * N_ANTS + a;
+        const float d = delay[k], fc = (float)c;
+        const float hi = fc * d, lo = fmaf(fc, d, -hi);
+        const float ph = (hi - 2.0f * rintf(0.5f * hi)) + lo;
+        float sn, cs;
+        __sincosf(ph * 3.14159265358979f, &sn, &cs);
+        const float2 cw = coef[k];
+        wr = max(-32512, min(32512, __float2int_rn((cw.x * cs - cw.y * sn) * q)));
+        wi = max(-32512, min(32512, __float2int_rn((cw.x * sn + cw.y * cs) * q)));
+    }
+}
+
+// Clamp to +-127 and round half to even (the FP adder rounds v + 1.5 2^23 to an integer, ties
+// to even): the low byte of the returned bits is the int8 value.
+__device__ __forceinline__ u32 quant_bits(float v) {
+    return __float_as_uint(__fadd_rn(fminf(fmaxf(v, -127.0f), 127.0f), 12582912.0f));
+}
+
+// 256 hi + lo as a float (before the output scale).
+__device__ __forceinline__ float combine(int hi, int lo) {
+#if N_ANTS <= 256
+    // |256 hi + lo| <= 2 N_ANTS * 127 * 32640 < 2^31: exact in int32, one rounding
+    return (float)(hi * 256 + lo);
+#else
+    return fmaf(256.0f, (float)hi, (float)lo);
+#endif
+}
+
+
+// One complex output: the sums (fr, fi) (256 hi + lo) scaled by os, plus the dither of
+// hash32(key) when dither != 0, quantised; returns the int8 pair in the low 16 bits (re, then
+// im) and counts saturation (|re| or |im| above 127 before rounding) into nsat.
+__device__ __forceinline__ u32 beam_quant(float fr, float fi, float os, int dither, u32 key,
+                                          unsigned int &nsat) {
+    float vr, vi;
+    if (dither) {
+        const u32 h = hash32(key);
+        vr = __fadd_rn(fmaf(fr, os, -DITHER_C), dither_one(h << 7));
+        vi = __fadd_rn(fmaf(fi, os, -DITHER_C), dither_one(h >> 9));
+    } else {
+        vr = __fmul_rn(fr, os);
+        vi = __fmul_rn(fi, os);
+    }
+    nsat += fmaxf(fabsf(vr), fabsf(vi)) > 127.0f;
+    return __byte_perm(quant_bits(vr), quant_bits(vi), 0x0040);
+}

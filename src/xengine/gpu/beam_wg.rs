@@ -1,0 +1,320 @@
+//! Hopper beamformer path: `kernels/beamform_wgmma.cu` (`beamform_wg`, warpgroup MMA, sm_90a),
+//! the default on compute capability 9.x for 8-bit input and up to 256 antennas
+//! ([`BeamKernel::Auto`]). The same beams, weights, dither and quantiser as the `mma.sync`
+//! kernel (`kernels/beam_common.cuh` holds the shared arithmetic), but the input goes into the
+//! tensor cores as it arrives: tensor copies (TMA) bring 32-spectrum × antenna boxes of the raw
+//! samples into a ring, and each consumer warpgroup builds its A operand (64 spectra × the
+//! antennas' re/im of one pol) in registers with one 8-byte load and a byte permute per
+//! register, against weight planes held in shared memory (wgmma m64nNk32, N = the beams of one
+//! pol, Re and Im rows). No transpose pass, no per-fragment loads: the instruction count per
+//! output is the epilogue's.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg,
+};
+
+use super::wgmma::{input_tensor_map, WGMMA_ARCH};
+use super::{correlate_defines, gerr, BeamLaunch, DevTables, GpuX};
+use crate::xengine::{XError, XShape};
+
+/// Source of the Hopper beamformer (the shared sm_90 and beamformer headers in front).
+pub const BEAMFORM_WGMMA_SRC: &str = concat!(
+    include_str!("../../../kernels/sm90.cuh"),
+    include_str!("../../../kernels/beam_common.cuh"),
+    "#line 1 \"beamform_wgmma.cu\"\n",
+    include_str!("../../../kernels/beamform_wgmma.cu")
+);
+
+/// Which beamformer kernel runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum BeamKernel {
+    /// The wgmma kernel where it applies (compute capability 9.x, 8-bit input, at most 256
+    /// antennas), else `mma.sync`.
+    #[default]
+    Auto,
+    /// The `mma.sync` kernel (`kernels/beamform.cu`), any sm_80+ GPU, 8- or 4-bit input.
+    Mma,
+    /// The wgmma kernel; an error where it does not apply.
+    Wgmma,
+}
+
+/// Most antennas of the wgmma beamformer (one tensor-copy box of rows per stage, weights of
+/// every antenna resident).
+pub const BEAM_WG_MAX_ANTS: usize = 256;
+/// Most beam slots per group (two 16-bit weight planes: two accumulators per output).
+const MAX_SLOTS: usize = 72;
+
+/// Launch plan of the wgmma beamformer for one beam set: beam slots per group of each pol
+/// (`nb0`, `nb1`: whole wgmma N shapes), groups, antennas per stage, ring slots and dynamic
+/// shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BeamWgPlan {
+    /// Beam slots of pol 0 per group.
+    pub nb0: usize,
+    /// Beam slots of pol 1 per group.
+    pub nb1: usize,
+    /// Beam groups (one pass over the input each).
+    pub groups: usize,
+    /// Antennas per stage (a multiple of 16).
+    pub kch: usize,
+    /// Ring slots.
+    pub nr: usize,
+    /// Dynamic shared memory, bytes.
+    pub smem: usize,
+}
+
+/// Slots for `n` beams of one pol: 0, or a multiple of 4 up to 16 and of 8 above (the wgmma
+/// N = 2 slots must be a valid shape).
+fn slots_for(n: usize) -> usize {
+    match n {
+        0 => 0,
+        1..=16 => n.div_ceil(4) * 4,
+        _ => n.div_ceil(8) * 8,
+    }
+}
+
+impl BeamWgPlan {
+    /// The plan for `shape` and beams of pols `pol` within `smem_limit` bytes of shared memory,
+    /// or `None` where the kernel does not apply (input not 8-bit, more than
+    /// [`BEAM_WG_MAX_ANTS`] antennas, no beams, or nothing fits).
+    pub fn new(shape: &XShape, pol: &[i32], smem_limit: usize) -> Option<Self> {
+        if shape.sample_bits != 8 || shape.n_ants > BEAM_WG_MAX_ANTS || pol.is_empty() {
+            return None;
+        }
+        let p1 = pol.iter().filter(|&&p| p != 0).count();
+        let p0 = pol.len() - p1;
+        let nap = shape.n_ants.div_ceil(16) * 16;
+        // fewest groups whose slots fit the accumulators, then the widest stages and the
+        // deepest ring (up to 4) that fit the shared memory
+        (pol.len().div_ceil(64)..=pol.len()).find_map(|groups| {
+            let (nb0, nb1) = (
+                slots_for(p0.div_ceil(groups)),
+                slots_for(p1.div_ceil(groups)),
+            );
+            if nb0 + nb1 > MAX_SLOTS {
+                return None;
+            }
+            // two planes of 2 (nb0 + nb1) rows in 128-byte swizzled K blocks
+            let weights = 512 * (2 * nap).div_ceil(128) * (nb0 + nb1);
+            let kchs = [nap.min(128), 64, 48, 32, 16];
+            kchs.into_iter()
+                .filter(|&k| k <= nap)
+                .flat_map(|kch| (2..=4).rev().map(move |nr| (kch, nr)))
+                .map(|(kch, nr)| (kch, nr, 1024 + nr * 512 * kch + weights))
+                .find(|&(_, _, smem)| smem <= smem_limit)
+                .map(|(kch, nr, smem)| Self {
+                    nb0,
+                    nb1,
+                    groups,
+                    kch,
+                    nr,
+                    smem,
+                })
+        })
+    }
+
+    /// Beam index per slot, `[group][pol 0 slots, pol 1 slots]`, -1 for an empty slot: group g
+    /// takes the g-th run of `nb0` pol-0 beams and of `nb1` pol-1 beams, in beam order.
+    pub fn slot_table(&self, pol: &[i32]) -> Vec<i32> {
+        let ns = self.nb0 + self.nb1;
+        let mut t = vec![-1i32; self.groups * ns];
+        let (mut k0, mut k1) = (0, 0);
+        for (b, &p) in pol.iter().enumerate() {
+            let (k, base, nb) = if p == 0 {
+                (&mut k0, 0, self.nb0)
+            } else {
+                (&mut k1, self.nb0, self.nb1)
+            };
+            t[(*k / nb) * ns + base + *k % nb] = b as i32;
+            *k += 1;
+        }
+        t
+    }
+
+    /// NVRTC defines for `shape` with `n_beams` beams.
+    pub fn defines(&self, shape: &XShape, n_beams: usize) -> Vec<(&'static str, String)> {
+        let mut d = correlate_defines(shape);
+        d.push(("N_BEAMS", n_beams.to_string()));
+        d.push(("NB0", self.nb0.to_string()));
+        d.push(("NB1", self.nb1.to_string()));
+        d.push(("N_BG", self.groups.to_string()));
+        d.push(("KCH", self.kch.to_string()));
+        d.push(("NR", self.nr.to_string()));
+        d
+    }
+}
+
+/// Compiles `beamform_wg` for `shape`, `n_beams` beams and `plan`, and allows its shared memory.
+pub(super) fn build(
+    ctx: &Arc<CudaContext>,
+    shape: &XShape,
+    n_beams: usize,
+    plan: &BeamWgPlan,
+) -> Result<CudaFunction, XError> {
+    let ptx = crate::gpu::compile_ptx(
+        "beamform_wgmma.cu",
+        BEAMFORM_WGMMA_SRC,
+        &plan.defines(shape, n_beams),
+        WGMMA_ARCH,
+    )
+    .map_err(XError::Gpu)?;
+    let f = ctx
+        .load_module(ptx)
+        .map_err(gerr)?
+        .load_function("beamform_wg")
+        .map_err(gerr)?;
+    f.set_attribute(
+        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        plan.smem as i32,
+    )
+    .map_err(gerr)?;
+    Ok(f)
+}
+
+/// The wgmma plan of uploaded tables and its slot table on the device.
+pub(crate) struct WgTables {
+    pub(crate) plan: BeamWgPlan,
+    pub(super) slots: CudaSlice<i32>,
+}
+
+impl GpuX {
+    /// The wgmma plan and slot table for beams of pols `pol`, where the device and shape allow
+    /// the wgmma beamformer.
+    pub(super) fn wg_tables(&self, pol: &[i32]) -> Result<Option<WgTables>, XError> {
+        if !self.wgmma_supported() {
+            return Ok(None);
+        }
+        let Some(plan) = BeamWgPlan::new(&self.shape, pol, self.smem_optin) else {
+            return Ok(None);
+        };
+        let slots = self
+            .stream
+            .clone_htod(&plan.slot_table(pol))
+            .map_err(gerr)?;
+        Ok(Some(WgTables { plan, slots }))
+    }
+
+    /// The wgmma tables to use for `t` under the current [`BeamKernel`] choice (`None`: the
+    /// `mma.sync` kernel).
+    pub(crate) fn beam_wg_choice<'t>(
+        &self,
+        t: &'t DevTables,
+    ) -> Result<Option<&'t WgTables>, XError> {
+        match self.beam_tuning.kernel {
+            BeamKernel::Mma => Ok(None),
+            BeamKernel::Auto => Ok(t.wg.as_ref()),
+            BeamKernel::Wgmma => t.wg.as_ref().map(Some).ok_or_else(|| {
+                XError::Gpu(format!(
+                    "the wgmma beamformer needs compute capability 9.x, 8-bit input and at most {BEAM_WG_MAX_ANTS} antennas (this GPU {}.x, {}-bit, {} antennas)",
+                    self.cc_major, self.shape.sample_bits, self.shape.n_ants
+                ))
+            }),
+        }
+    }
+
+    pub(super) fn beam_wg_fn(
+        &mut self,
+        n_beams: usize,
+        plan: BeamWgPlan,
+    ) -> Result<CudaFunction, XError> {
+        if let Some(f) = self.beam_wg_fns.get(&(n_beams, plan)) {
+            return Ok(f.clone());
+        }
+        let f = build(&self.ctx, &self.shape, n_beams, &plan)?;
+        self.beam_wg_fns.insert((n_beams, plan), f.clone());
+        Ok(f)
+    }
+
+    /// Queues the wgmma beamformer (buffer sizes checked by the caller): a persistent grid of
+    /// one block per SM walking (channel, group, batch, 128 spectra) items.
+    pub(super) fn beamform_device_wg(
+        &mut self,
+        t: &DevTables,
+        wg: &WgTables,
+        n_beams: usize,
+        l: BeamLaunch<'_>,
+    ) -> Result<(), XError> {
+        let plan = wg.plan;
+        let f = self.beam_wg_fn(n_beams, plan)?;
+        let nb = l.n_batches;
+        let items =
+            self.shape.n_channels * plan.groups * nb * self.shape.spectra_per_batch.div_ceil(128);
+        if items > i32::MAX as usize {
+            return Err(XError::Shape(format!("beamformer launch: {items} items")));
+        }
+        let (ptr, _sync) = l.input.device_ptr(&self.stream);
+        let tm = input_tensor_map(ptr, &self.shape, nb, plan.kch as u32)?;
+        let cfg = LaunchConfig {
+            grid_dim: (items.min(self.n_sms.max(1)) as u32, 1, 1),
+            block_dim: (288, 1, 1),
+            shared_mem_bytes: plan.smem as u32,
+        };
+        let d = i32::from(l.dither);
+        let nbi = nb as i32;
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(&tm)
+            .arg(l.out)
+            .arg(&t.coef)
+            .arg(&t.delay)
+            .arg(&t.wscale)
+            .arg(&wg.slots)
+            .arg(l.present)
+            .arg(&nbi)
+            .arg(l.saturated)
+            .arg(&d)
+            .arg(l.dseeds);
+        // SAFETY: matches `beamform_wg` in kernels/beamform_wgmma.cu (tensor map by value, int8
+        // out, float2 coef = 2 f32, i32 slots of groups × (nb0 + nb1) entries, u8 present, u32
+        // dseeds); the map covers exactly nb batches of `input` and the caller checked every
+        // buffer for nb batches and n_beams beams; the plan's shared memory was allowed in
+        // `build`.
+        unsafe { b.launch(cfg) }.map_err(gerr)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_fit_and_slot_tables_place_every_beam_once() {
+        let shape = XShape::new(80, 16, 256).unwrap();
+        for n in [1usize, 2, 3, 16, 17, 19, 33, 64, 65, 100, 200] {
+            for split in [0usize, 1, 3] {
+                let pol: Vec<i32> = (0..n)
+                    .map(|b| i32::from(split != 0 && b % split != 0))
+                    .collect();
+                let p = BeamWgPlan::new(&shape, &pol, 227 << 10).unwrap();
+                assert!(p.nb0 + p.nb1 <= MAX_SLOTS && p.smem <= 227 << 10, "{p:?}");
+                for nb in [p.nb0, p.nb1] {
+                    assert!(nb % 4 == 0 && (nb <= 16 || nb % 8 == 0), "{p:?}");
+                }
+                let t = p.slot_table(&pol);
+                let ns = p.nb0 + p.nb1;
+                let mut seen = vec![0; n];
+                for (i, &b) in t.iter().enumerate() {
+                    if b >= 0 {
+                        let b = b as usize;
+                        seen[b] += 1;
+                        let is_pol1 = i % ns >= p.nb0;
+                        assert_eq!(i32::from(is_pol1), pol[b], "{p:?} slot {i}");
+                    }
+                }
+                assert!(seen.iter().all(|&k| k == 1), "{n} beams {split}: {seen:?}");
+            }
+        }
+        // 64 beams of alternating pol, 80 antennas: one group of 32 + 32, all antennas per stage
+        let pol: Vec<i32> = (0..64).map(|b| b % 2).collect();
+        let p = BeamWgPlan::new(&shape, &pol, 227 << 10).unwrap();
+        assert_eq!((p.nb0, p.nb1, p.groups, p.kch), (32, 32, 1, 80));
+        // not for 4-bit input or more than 256 antennas
+        let s4 = shape.with_sample_bits(4).unwrap();
+        assert!(BeamWgPlan::new(&s4, &pol, 227 << 10).is_none());
+        let big = XShape::new(300, 4, 256).unwrap();
+        assert!(BeamWgPlan::new(&big, &pol, 227 << 10).is_none());
+    }
+}
