@@ -17,21 +17,24 @@
 // accumulators hold (Re, Im) of beam slot 4 i + t at two consecutive spectra: one 4-byte
 // store, a warp writes 32-byte runs.
 //
-// Work. An item is (channel, beam group, batch, 128 spectra); the block's two consumer
-// warpgroups take its two 64-spectrum halves. Items are ordered channel, group, batch,
+// Work. An item is (channel, beam group, batch, 128 spectra); the block's four consumer
+// warpgroups take its two 64-spectrum halves times the group's two sub-groups of beam slots
+// (four warpgroups keep four warps per scheduler: the epilogue is latency-bound with two). Items are ordered channel, group, batch,
 // spectra (weights change only with the channel or group); the grid is persistent, block k
 // walking items [k n / grid, (k + 1) n / grid). A stage is one item's KCH antennas (all of them
-// for small arrays): four tensor copies (32 spectra x KCH antennas each) issued by one
-// producer thread into a ring of NR slots with full / empty mbarriers. Absent antennas of a
+// for small arrays): four tensor copies (32 spectra x KCH antennas each) issued by thread 0
+// into a ring of NR slots with full / empty mbarriers (a 17th, producer warp would cap the
+// registers at 96: one register-file quarter would hold 5 warps). Absent antennas of a
 // batch (present == 0) are zeroed in the registers (the copy brings whatever is there). At a
 // change of channel or group the consumers rebuild the weight planes between two named
 // barriers (the copies of the next stages are already in flight).
-// Per k32 step (16 antennas) and warpgroup: 4 wgmma m64nNk32 (2 planes x 2 pols, N = 2 NB0 or
-// 2 NB1), A in two alternating register sets.
+// Per k32 step (16 antennas) and warpgroup: up to 4 wgmma m64nNk32 (2 planes x 2 pols, N =
+// 2 NB0 or 2 NB1), A in two alternating register sets.
 //
 // Defines: N_ANTS (<= 256), N_CHANNELS, SPECTRA (multiple of 16), N_BEAMS, NB0 / NB1 (beam
-// slots per group of pol 0 / 1: 0, or multiples of 4 up to 16 and of 8 above; NB0 + NB1 <= 72),
-// N_BG (beam groups), KCH (antennas per stage, a multiple of 16), NR (ring slots).
+// slots per sub-group of pol 0 / 1: 0, or multiples of 4 up to 16 and of 8 above; NB0 + NB1
+// <= 32; a group is two sub-groups),
+// N_BG (beam groups), KCH (antennas per stage, a multiple of 16), NR (ring slots), BW_PROBE.
 #ifndef N_ANTS
 #error "N_ANTS must be defined"
 #endif
@@ -59,6 +62,10 @@
 #ifndef NR
 #define NR 3
 #endif
+#ifndef BW_PROBE
+#define BW_PROBE 0 // diagnostic, wrong results: 1 = no wgmma and no epilogue, 2 = weights built
+                   // once, 3 = no epilogue, 4 = no wgmma
+#endif
 
 #define NAP ((N_ANTS + 15) / 16 * 16) // antennas padded to k32 steps
 #define KSTEPS (NAP / 16)
@@ -67,20 +74,24 @@
 #define N_IT ((SPECTRA + 127) / 128)  // items per (channel, group, batch)
 #define BOX (128 * KCH)               // one tensor copy: 32 spectra x KCH antennas
 #define SLOT (4 * BOX)
-#define NS (NB0 + NB1) // beam slots per group
+#define NS (NB0 + NB1) // beam slots per sub-group
+#define NSG (2 * NS)   // beam slots per group
 #define WN0 (2 * NB0)  // wgmma N of pol 0
 #define WN1 (2 * NB1)
 #define KB ((2 * NAP + 127) / 128)  // 128-byte K blocks of a weight row (4 k32 steps each)
 #define WB0 (KB * WN0 * 128)        // bytes of one weight plane of pol 0
 #define WB1 (KB * WN1 * 128)
-#define W_BYTES (2 * (WB0 + WB1))
-#define BW_THREADS 288 // two consumer warpgroups and a producer warp
+#define W_BYTES (4 * (WB0 + WB1))
+// weight plane (0 hi, 1 lo) of sub-group u, pol p: offset in the weights
+#define WOFF(plane, u, p) ((2 * (plane) + (u)) * (WB0 + WB1) + ((p) ? WB0 : 0))
+#define BW_THREADS 512 // four consumer warpgroups (thread 0 also issues the copies)
+#define CONSUMERS 512
 #define SMEM_BYTES (1024 + NR * SLOT + W_BYTES)
 
 static_assert(N_ANTS <= 256, "beamform_wg: at most 256 antennas");
 static_assert(SPECTRA % 16 == 0, "SPECTRA must be a multiple of 16");
 static_assert(KCH % 16 == 0 && KCH >= 16 && KCH <= 256, "KCH: a multiple of 16, 16..256");
-static_assert(NS >= 1 && NS <= 72, "beam slots per group: 1..72");
+static_assert(NS >= 1 && NS <= 32, "beam slots per sub-group: 1..32");
 static_assert(NB0 % 4 == 0 && NB1 % 4 == 0 && (NB0 <= 16 || NB0 % 8 == 0) &&
                   (NB1 <= 16 || NB1 % 8 == 0),
               "NB0, NB1: whole wgmma N shapes");
@@ -169,7 +180,7 @@ __device__ __forceinline__ u64 wdesc(u32 w, int wn, int kg) {
 }
 
 // The weight planes of channel c, beam group bg, and the group's beam table (beam index or -1,
-// output scale); 256 consumer threads; one thread per (slot, antenna pair) writes a 4-byte
+// output scale); the consumer threads; one thread per (slot, antenna pair) writes a 4-byte
 // word of the Re row and of the Im row in each plane.
 __device__ __forceinline__ void build_weights(unsigned char *w, int *s_beam, float *s_os, int c,
                                               int bg, const int *__restrict__ slots,
@@ -177,15 +188,16 @@ __device__ __forceinline__ void build_weights(unsigned char *w, int *s_beam, flo
                                               const float *__restrict__ delay,
                                               const float *__restrict__ wscale) {
     const int tid = threadIdx.x;
-    if (tid < NS) {
-        const int beam = slots[bg * NS + tid];
+    if (tid < NSG) {
+        const int beam = slots[bg * NSG + tid];
         s_beam[tid] = beam;
         s_os[tid] = beam >= 0 ? wscale[beam] / QMAX : 0.0f;
     }
-    for (int idx = tid; idx < NS * (NAP / 2); idx += 256) {
-        const int js = idx / (NAP / 2), pa = idx % (NAP / 2);
+    for (int idx = tid; idx < NSG * (NAP / 2); idx += CONSUMERS) {
+        const int jg = idx / (NAP / 2), pa = idx % (NAP / 2);
+        const int u = jg / NS, js = jg % NS;
         const int p = js >= NB0, j = js - p * NB0;
-        const int beam = slots[bg * NS + js];
+        const int beam = slots[bg * NSG + jg];
         float q = 0.0f;
         if (beam >= 0) {
             const float sb = wscale[beam];
@@ -201,7 +213,7 @@ __device__ __forceinline__ void build_weights(unsigned char *w, int *s_beam, flo
             split16(-wi, nh[e], nl[e]);
         }
         const int wn = p ? WN1 : WN0;
-        unsigned char *hi = w + (p ? WB0 : 0), *lo = w + WB0 + WB1 + (p ? WB0 : 0);
+        unsigned char *hi = w + WOFF(0, u, p), *lo = w + WOFF(1, u, p);
         const int ore = wpos(wn, 2 * j, 4 * pa), oim = wpos(wn, 2 * j + 1, 4 * pa);
         *(u32 *)(hi + ore) = rh[0] | (nh[0] << 8) | (rh[1] << 16) | (nh[1] << 24);
         *(u32 *)(lo + ore) = rl[0] | (nl[0] << 8) | (rl[1] << 16) | (nl[1] << 24);
@@ -210,18 +222,21 @@ __device__ __forceinline__ void build_weights(unsigned char *w, int *s_beam, flo
     }
 }
 
-__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 512;\n" ::: "memory"); }
 
 // Epilogue of one pol's accumulators: beam slot 4 i + t (slot index base + 4 i + t), spectra s0
-// and s0 + 1.
-template <int WN>
+// and s0 + 1; DITHER selects the dithered quantiser.
+template <int WN, bool DITHER>
 __device__ __forceinline__ void epilogue(const int (&h)[WN / 2], const int (&l)[WN / 2], int base,
                                          const int *s_beam, const float *s_os, signed char *out,
                                          unsigned long long *saturated, int bt, int c, int s0,
-                                         int dither, u32 dseed) {
+                                         u32 dseed) {
     const int t = threadIdx.x & 3;
     unsigned int nsat[WN / 8];
     unsigned int any = 0;
+    // output of beam b: outp + b * BEAM_STRIDE; dither key of beam b, spectrum s0: kbase + b
+    signed char *outp = out + ((size_t)bt * N_BEAMS * N_CHANNELS + c) * SPECTRA * 2 + (size_t)s0 * 2;
+    const u32 kbase = ((u32)c * SPECTRA + (u32)s0) * N_BEAMS + dseed;
 #pragma unroll
     for (int i = 0; i < WN / 8; i++) {
         // the accumulators are read on every lane (a read in a divergent path would make the
@@ -229,17 +244,16 @@ __device__ __forceinline__ void epilogue(const int (&h)[WN / 2], const int (&l)[
         // past the batch were zero-filled
         const int beam = s_beam[base + 4 * i + t];
         const float os = s_os[base + 4 * i + t];
-        const u32 key = ((u32)c * SPECTRA + (u32)s0) * N_BEAMS + (u32)beam + dseed;
+        const u32 key = kbase + (u32)beam;
         nsat[i] = 0;
         const u32 q0 = beam_quant(combine(h[4 * i], l[4 * i]), combine(h[4 * i + 1], l[4 * i + 1]),
-                                  os, dither, key, nsat[i]);
+                                  os, DITHER, key, nsat[i]);
         const u32 q1 = beam_quant(combine(h[4 * i + 2], l[4 * i + 2]),
-                                  combine(h[4 * i + 3], l[4 * i + 3]), os, dither, key + N_BEAMS,
+                                  combine(h[4 * i + 3], l[4 * i + 3]), os, DITHER, key + N_BEAMS,
                                   nsat[i]);
         any |= nsat[i];
         if (beam >= 0 && s0 < SPECTRA)
-            *(u32 *)(out + (((size_t)bt * N_BEAMS + beam) * N_CHANNELS + c) * SPECTRA * 2 +
-                     (size_t)s0 * 2) = __byte_perm(q0, q1, 0x5410);
+            *(u32 *)(outp + (size_t)beam * (N_CHANNELS * SPECTRA * 2)) = __byte_perm(q0, q1, 0x5410);
     }
     // saturation (rare): lanes with the same t share a beam; sum over g, one atomic per warp
     if (__any_sync(0xffffffffu, any)) {
@@ -272,8 +286,8 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
                 const unsigned int *__restrict__ dseeds) {
     extern __shared__ __align__(1024) unsigned char smem[];
     __shared__ __align__(8) u64 bars[2 * NR];
-    __shared__ int s_beam[NS];
-    __shared__ float s_os[NS];
+    __shared__ int s_beam[NSG];
+    __shared__ float s_os[NSG];
     const long long n_items = (long long)N_CHANNELS * N_BG * n_batches * N_IT;
     const int it0 = (int)((long long)blockIdx.x * n_items / gridDim.x);
     const int it1 = (int)((long long)(blockIdx.x + 1) * n_items / gridDim.x);
@@ -288,34 +302,33 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
     if (tid == 0) {
         for (int r = 0; r < NR; r++) {
             mbar_init(BW_FULL(r), 1);
-            mbar_init(BW_EMPTY(r), 8); // one arrival per consumer warp
+            mbar_init(BW_EMPTY(r), CONSUMERS / 32); // one arrival per consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("prefetch.tensormap [%0];\n" ::"l"((u64)&tm) : "memory");
     }
     __syncthreads();
 
-    if (tid >= 256) {
-        // ---------------- producer: one thread issues the tensor copies ----------------
-        if (tid == 256) {
-            for (int s = 0; s < n_stages; s++) {
-                const int r = s % NR;
-                if (s >= NR) mbar_wait(BW_EMPTY(r), (u32)(s / NR - 1) & 1);
-                const int it = it0 + s / N_KCH, kc = s % N_KCH;
-                const int st = it % N_IT, bt = (it / N_IT) % n_batches;
-                const int c = it / (N_IT * n_batches * N_BG);
-                mbar_arrive_tx(BW_FULL(r), SLOT);
+    // thread 0 issues the tensor copies: stages 0 .. NR - 1 now, stage s - 1 + NR at the start
+    // of stage s, once every consumer warp has released the slot of stage s - 1
+    auto issue = [&](int s) {
+        const int r = s % NR;
+        const int it = it0 + s / N_KCH, kc = s % N_KCH;
+        const int st = it % N_IT, bt = (it / N_IT) % n_batches;
+        const int c = it / (N_IT * n_batches * N_BG);
+        mbar_arrive_tx(BW_FULL(r), SLOT);
 #pragma unroll
-                for (int j = 0; j < 4; j++)
-                    tma_load4(ring + r * SLOT + j * BOX, &tm, 4 * (128 * st + 32 * j), c, kc * KCH,
-                              bt, BW_FULL(r));
-            }
-        }
-        return;
-    }
+        for (int j = 0; j < 4; j++)
+            tma_load4(ring + r * SLOT + j * BOX, &tm, 4 * (128 * st + 32 * j), c, kc * KCH, bt,
+                      BW_FULL(r));
+    };
+    if (tid == 0)
+        for (int s = 0; s < NR && s < n_stages; s++) issue(s);
 
-    // ---------------- consumers: warpgroup wg takes spectra 64 wg .. 64 wg + 63 of an item ----
+    // ---------------- consumers: warpgroup wg takes spectra 64 hf .. 64 hf + 63 of an item (hf =
+    // wg % 2) for the slots of sub-group u = wg / 2 ----------------
     const int wg = tid >> 7, v = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int hf = wg & 1, u = wg >> 1;
 #if NB0 > 0
     int h0[WN0 / 2], l0[WN0 / 2]; // accumulators of pol 0's beams, hi and lo weight planes
 #endif
@@ -335,7 +348,12 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
         if (kc == 0) {
             if (cbg != cur) {
                 consumers_sync(); // every consumer is done with the old weights
+#if BW_PROBE != 2
                 build_weights(wgen, s_beam, s_os, c, bg, slots, coef, delay, wscale);
+#else
+                if (cur < 0)
+                    build_weights(wgen, s_beam, s_os, c, bg, slots, coef, delay, wscale);
+#endif
                 fence_proxy_async(); // generic-proxy writes, read by wgmma
                 consumers_sync();
                 cur = cbg;
@@ -344,8 +362,13 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
             for (int a = lane; a < N_ANTS; a += 32) ok &= present[(size_t)bt * N_ANTS + a] != 0;
             allp = __all_sync(0xffffffffu, ok);
         }
+        if (tid == 0 && s >= 1 && s - 1 + NR < n_stages) {
+            mbar_wait(BW_EMPTY((s - 1) % NR), (u32)((s - 1) / NR) & 1);
+            issue(s - 1 + NR);
+        }
+        __syncwarp(); // (warp 0 converges before its aligned wgmma instructions)
         mbar_wait(BW_FULL(r), (u32)(s / NR) & 1);
-        const u32 box = ring + r * SLOT + (2 * wg + (v >> 1)) * BOX;
+        const u32 box = ring + r * SLOT + (2 * hf + (v >> 1)) * BOX;
         const int nks = min(KCH, NAP - kc * KCH) / 16;
         u32 ra[2][2][4]; // [set][pol][register]
 #pragma unroll
@@ -378,13 +401,23 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
                 const int kg = kc * KSPS + ks; // global k32 step
                 const int first = kc > 0 || ks > 0;
                 wg_fence();
+#if BW_PROBE == 1 || BW_PROBE == 4
+                // (no wgmma: keep the A registers live)
 #if NB0 > 0
-                wg_rs<WN0>(h0, a[0], wdesc(wsm, WN0, kg), first);
-                wg_rs<WN0>(l0, a[0], wdesc(wsm + WB0 + WB1, WN0, kg), first);
+                h0[0] += (int)(a[0][0] ^ a[0][1] ^ a[0][2] ^ a[0][3]);
 #endif
 #if NB1 > 0
-                wg_rs<WN1>(h1, a[1], wdesc(wsm + WB0, WN1, kg), first);
-                wg_rs<WN1>(l1, a[1], wdesc(wsm + 2 * WB0 + WB1, WN1, kg), first);
+                h1[0] += (int)(a[1][0] ^ a[1][1] ^ a[1][2] ^ a[1][3]);
+#endif
+#else
+#if NB0 > 0
+                wg_rs<WN0>(h0, a[0], wdesc(wsm + WOFF(0, u, 0), WN0, kg), first);
+                wg_rs<WN0>(l0, a[0], wdesc(wsm + WOFF(1, u, 0), WN0, kg), first);
+#endif
+#if NB1 > 0
+                wg_rs<WN1>(h1, a[1], wdesc(wsm + WOFF(0, u, 1), WN1, kg), first);
+                wg_rs<WN1>(l1, a[1], wdesc(wsm + WOFF(1, u, 1), WN1, kg), first);
+#endif
 #endif
                 wg_commit();
                 wg_wait<1>();
@@ -392,13 +425,35 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
         }
         wg_wait<0>();
         if (kc == N_KCH - 1) {
-            const int s0 = 128 * st + 64 * wg + 16 * v + 2 * g;
+            const int s0 = 128 * st + 64 * hf + 16 * v + 2 * g;
             const u32 dseed = dseeds[bt];
+#if BW_PROBE == 1 || BW_PROBE == 3
+            // (no epilogue: one store of an otherwise unused sum per lane)
+            int sum = 0;
 #if NB0 > 0
-            epilogue<WN0>(h0, l0, 0, s_beam, s_os, out, saturated, bt, c, s0, dither, dseed);
+#pragma unroll
+            for (int k = 0; k < WN0 / 2; k++) sum += h0[k] ^ l0[k];
 #endif
 #if NB1 > 0
-            epilogue<WN1>(h1, l1, NB0, s_beam, s_os, out, saturated, bt, c, s0, dither, dseed);
+#pragma unroll
+            for (int k = 0; k < WN1 / 2; k++) sum += h1[k] ^ l1[k];
+#endif
+            if (sum == 0x7fffffff) out[0] = (signed char)dseed;
+#else
+#if NB0 > 0
+            if (dither)
+                epilogue<WN0, true>(h0, l0, u * NS, s_beam, s_os, out, saturated, bt, c, s0, dseed);
+            else
+                epilogue<WN0, false>(h0, l0, u * NS, s_beam, s_os, out, saturated, bt, c, s0, dseed);
+#endif
+#if NB1 > 0
+            if (dither)
+                epilogue<WN1, true>(h1, l1, u * NS + NB0, s_beam, s_os, out, saturated, bt, c, s0,
+                                    dseed);
+            else
+                epilogue<WN1, false>(h1, l1, u * NS + NB0, s_beam, s_os, out, saturated, bt, c, s0,
+                                     dseed);
+#endif
 #endif
         }
     }

@@ -409,6 +409,7 @@ impl BeamBench {
             1 => " [probe: no MMA, no epilogue]",
             2 => " [probe: no weights]",
             3 => " [probe: MMAs, no epilogue]",
+            4 => " [probe: no MMA]",
             _ => "",
         };
         println!(
@@ -441,6 +442,15 @@ fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
     for (bits, b) in [(8, &mut b8), (4, &mut b4)] {
         for nb in [16, 64] {
             head.push((bits, nb, b.run(nb, true, def)?));
+        }
+    }
+    println!("beamformer limit probes of the default kernel (wrong results, timing only):");
+    for nb in [16, 64] {
+        for probe in [1, 2, 3, 4] {
+            if probe == 4 && !b8.g.wgmma_supported() {
+                continue;
+            }
+            b8.run(nb, true, BeamTuning { probe, ..def })?;
         }
     }
     // the mma.sync kernel (the default where wgmma does not apply), its probes and variants

@@ -219,7 +219,7 @@ pub struct BeamTuning {
     pub nr: usize,
     /// Persistent grid.
     pub persistent: bool,
-    /// `BeamPlan::probe`.
+    /// `BeamPlan::probe` / `BeamWgPlan::probe` (4: wgmma kernel only).
     pub probe: u32,
     /// `BeamPlan::min_blocks` (0: planned, 16 warps per SM: 4 with 4 warps, 2 with 8, 1 with
     /// 16).
@@ -592,7 +592,8 @@ impl GpuX {
     pub fn set_beam_tuning(&mut self, tuning: BeamTuning) -> Result<(), XError> {
         if (tuning.ts != 0 && ![32, 64, 128].contains(&tuning.ts))
             || (tuning.nr != 0 && !(2..=6).contains(&tuning.nr))
-            || tuning.probe > 3
+            || tuning.probe > 4
+            || (tuning.probe == 4 && tuning.kernel == BeamKernel::Mma)
             || tuning.min_blocks > 4
             || tuning.mw > 2
             || ![0, 4, 8, 16].contains(&tuning.warps)
@@ -704,10 +705,13 @@ impl GpuX {
         n_beams: usize,
     ) -> Result<String, XError> {
         if let Some(wg) = self.beam_wg_choice(t)? {
-            let p = wg.plan;
+            let p = BeamWgPlan {
+                probe: self.beam_tuning.probe,
+                ..wg.plan
+            };
             let f = self.beam_wg_fn(n_beams, p)?;
             return Ok(format!(
-                "wgmma slots={}+{} groups={} kch={} nr={} ({} regs, {} B local)",
+                "wgmma slots=2x({}+{}) groups={} kch={} nr={} ({} regs, {} B local)",
                 p.nb0,
                 p.nb1,
                 p.groups,

@@ -44,17 +44,19 @@ pub enum BeamKernel {
 /// Most antennas of the wgmma beamformer (one tensor-copy box of rows per stage, weights of
 /// every antenna resident).
 pub const BEAM_WG_MAX_ANTS: usize = 256;
-/// Most beam slots per group (two 16-bit weight planes: two accumulators per output).
-const MAX_SLOTS: usize = 72;
+/// Most beam slots per sub-group (two 16-bit weight planes: two accumulators per output, in
+/// 128 threads of a warpgroup).
+const MAX_SLOTS: usize = 32;
 
-/// Launch plan of the wgmma beamformer for one beam set: beam slots per group of each pol
-/// (`nb0`, `nb1`: whole wgmma N shapes), groups, antennas per stage, ring slots and dynamic
-/// shared memory.
+/// Launch plan of the wgmma beamformer for one beam set: beam slots per sub-group of each pol
+/// (`nb0`, `nb1`: whole wgmma N shapes; a group is two sub-groups, each taken by two of the
+/// block's four consumer warpgroups), groups, antennas per stage, ring slots and dynamic shared
+/// memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BeamWgPlan {
-    /// Beam slots of pol 0 per group.
+    /// Beam slots of pol 0 per sub-group.
     pub nb0: usize,
-    /// Beam slots of pol 1 per group.
+    /// Beam slots of pol 1 per sub-group.
     pub nb1: usize,
     /// Beam groups (one pass over the input each).
     pub groups: usize,
@@ -64,6 +66,9 @@ pub struct BeamWgPlan {
     pub nr: usize,
     /// Dynamic shared memory, bytes.
     pub smem: usize,
+    /// Diagnostic only (`BW_PROBE`, wrong results): 1 = no wgmma and no epilogue, 2 = weights
+    /// built once, 3 = no epilogue, 4 = no wgmma (the mma.sync kernel's probes 1–3 alike).
+    pub probe: u32,
 }
 
 /// Slots for `n` beams of one pol: 0, or a multiple of 4 up to 16 and of 8 above (the wgmma
@@ -87,18 +92,16 @@ impl BeamWgPlan {
         let p1 = pol.iter().filter(|&&p| p != 0).count();
         let p0 = pol.len() - p1;
         let nap = shape.n_ants.div_ceil(16) * 16;
-        // fewest groups whose slots fit the accumulators, then the widest stages and the
+        // fewest groups whose sub-groups fit the accumulators, then the widest stages and the
         // deepest ring (up to 4) that fit the shared memory
         (pol.len().div_ceil(64)..=pol.len()).find_map(|groups| {
-            let (nb0, nb1) = (
-                slots_for(p0.div_ceil(groups)),
-                slots_for(p1.div_ceil(groups)),
-            );
+            let sub = |p: usize| slots_for(p.div_ceil(groups).div_ceil(2));
+            let (nb0, nb1) = (sub(p0), sub(p1));
             if nb0 + nb1 > MAX_SLOTS {
                 return None;
             }
-            // two planes of 2 (nb0 + nb1) rows in 128-byte swizzled K blocks
-            let weights = 512 * (2 * nap).div_ceil(128) * (nb0 + nb1);
+            // two planes x two sub-groups of 2 (nb0 + nb1) rows in 128-byte swizzled K blocks
+            let weights = 1024 * (2 * nap).div_ceil(128) * (nb0 + nb1);
             let kchs = [nap.min(128), 64, 48, 32, 16];
             kchs.into_iter()
                 .filter(|&k| k <= nap)
@@ -112,15 +115,17 @@ impl BeamWgPlan {
                     kch,
                     nr,
                     smem,
+                    probe: 0,
                 })
         })
     }
 
-    /// Beam index per slot, `[group][pol 0 slots, pol 1 slots]`, -1 for an empty slot: group g
-    /// takes the g-th run of `nb0` pol-0 beams and of `nb1` pol-1 beams, in beam order.
+    /// Beam index per slot, `[group][sub-group][pol 0 slots, pol 1 slots]`, -1 for an empty
+    /// slot: the k-th beam of pol p (in beam order) goes to group k / (2 nb_p), sub-group
+    /// (k / nb_p) % 2.
     pub fn slot_table(&self, pol: &[i32]) -> Vec<i32> {
         let ns = self.nb0 + self.nb1;
-        let mut t = vec![-1i32; self.groups * ns];
+        let mut t = vec![-1i32; self.groups * 2 * ns];
         let (mut k0, mut k1) = (0, 0);
         for (b, &p) in pol.iter().enumerate() {
             let (k, base, nb) = if p == 0 {
@@ -154,10 +159,14 @@ pub(super) fn build(
     n_beams: usize,
     plan: &BeamWgPlan,
 ) -> Result<CudaFunction, XError> {
+    let mut defines = plan.defines(shape, n_beams);
+    if plan.probe != 0 {
+        defines.push(("BW_PROBE", plan.probe.to_string()));
+    }
     let ptx = crate::gpu::compile_ptx(
         "beamform_wgmma.cu",
         BEAMFORM_WGMMA_SRC,
-        &plan.defines(shape, n_beams),
+        &defines,
         WGMMA_ARCH,
     )
     .map_err(XError::Gpu)?;
@@ -237,7 +246,10 @@ impl GpuX {
         n_beams: usize,
         l: BeamLaunch<'_>,
     ) -> Result<(), XError> {
-        let plan = wg.plan;
+        let plan = BeamWgPlan {
+            probe: self.beam_tuning.probe,
+            ..wg.plan
+        };
         let f = self.beam_wg_fn(n_beams, plan)?;
         let nb = l.n_batches;
         let items =
@@ -249,7 +261,7 @@ impl GpuX {
         let tm = input_tensor_map(ptr, &self.shape, nb, plan.kch as u32)?;
         let cfg = LaunchConfig {
             grid_dim: (items.min(self.n_sms.max(1)) as u32, 1, 1),
-            block_dim: (288, 1, 1),
+            block_dim: (512, 1, 1),
             shared_mem_bytes: plan.smem as u32,
         };
         let d = i32::from(l.dither);
@@ -295,6 +307,7 @@ mod tests {
                 }
                 let t = p.slot_table(&pol);
                 let ns = p.nb0 + p.nb1;
+                assert_eq!(t.len(), p.groups * 2 * ns);
                 let mut seen = vec![0; n];
                 for (i, &b) in t.iter().enumerate() {
                     if b >= 0 {
@@ -307,10 +320,11 @@ mod tests {
                 assert!(seen.iter().all(|&k| k == 1), "{n} beams {split}: {seen:?}");
             }
         }
-        // 64 beams of alternating pol, 80 antennas: one group of 32 + 32, all antennas per stage
+        // 64 beams of alternating pol, 80 antennas: one group of two sub-groups of 16 + 16, all
+        // antennas per stage
         let pol: Vec<i32> = (0..64).map(|b| b % 2).collect();
         let p = BeamWgPlan::new(&shape, &pol, 227 << 10).unwrap();
-        assert_eq!((p.nb0, p.nb1, p.groups, p.kch), (32, 32, 1, 80));
+        assert_eq!((p.nb0, p.nb1, p.groups, p.kch), (16, 16, 1, 80));
         // not for 4-bit input or more than 256 antennas
         let s4 = shape.with_sample_bits(4).unwrap();
         assert!(BeamWgPlan::new(&s4, &pol, 227 << 10).is_none());
