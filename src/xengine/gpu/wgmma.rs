@@ -45,6 +45,12 @@
 //! 1.38–1.88× mma.sync); probes at 576: without wgmma 1305, without copies 953 (so the tensor
 //! side, A build and barriers are the limit now); ring depth 3 / 4 / 5: 887 / 897 / 919; the
 //! 2-warpgroup 16 × 256 form 564 (its copies alone 613: 2.1× the L2 traffic per pair).
+//! With the A rows of a warp two apart (their swizzled 8-byte loads were 2-way bank conflicts;
+//! tools/probe rate4: 4 warpgroups of m64n128k64 sparse RS reach 1788 useful TOPS with constant
+//! A, 1275 rebuilding A each stage with the conflicts): **332.7 / 821.9 / 980.5 / 1008.5 TOPS**
+//! (same bench, 2026-11-22; 0.73 of cuBLASLt at 1024); probes at 576: no wgmma 1317, no copies
+//! 1054. Ordering the blocks widest tiles first (for the tail) lost 5–8 % (L2 reuse of a
+//! channel's rows across its tiles) and was dropped.
 //! `GPUCBF_CORRELATOR=mma | wgmma | ws | sp` or [`GpuX::set_correlator_kernel`] /
 //! [`GpuX::set_wgmma_variant`] select a kernel.
 
