@@ -1,8 +1,6 @@
 // gpucbf: beamformer arithmetic shared by beamform.cu (mma.sync) and beamform_wgmma.cu (sm_90a):
 // the 16-bit weights, the dither hash and uniforms, the quantiser. Prepended to those sources on
-// the host; needs N_ANTS.
-typedef unsigned int u32;
-typedef unsigned long long u64;
+// the host (after xshape.cuh).
 
 #define QMAX 32512.0f
 

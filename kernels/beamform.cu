@@ -54,15 +54,7 @@
 // MMAs and no epilogue, 2 = no weight build, 3 = no epilogue), MINB (launch bounds: blocks per
 // SM the registers are capped for, 1..4).
 
-#ifndef N_ANTS
-#error "N_ANTS must be defined"
-#endif
-#ifndef N_CHANNELS
-#error "N_CHANNELS must be defined"
-#endif
-#ifndef SPECTRA
-#error "SPECTRA must be defined"
-#endif
+// (N_ANTS, N_CHANNELS and SPECTRA: checked in xshape.cuh)
 #ifndef N_BEAMS
 #error "N_BEAMS must be defined"
 #endif
@@ -121,8 +113,6 @@ static_assert(BTB >= 1 && BTB * WPT <= WARPS, "BTB * TS / 32 * 2 / MW must be <=
 static_assert(NR >= 2 && NR <= 6, "NR must be 2..6");
 static_assert(SAMPLE_BITS == 8 || SAMPLE_BITS == 4, "SAMPLE_BITS must be 8 or 4");
 
-typedef unsigned int u32;
-typedef unsigned long long u64;
 
 __device__ __forceinline__ void mma_s8(int (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
     asm volatile(

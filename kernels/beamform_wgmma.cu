@@ -35,15 +35,7 @@
 // slots per sub-group of pol 0 / 1: 0, or multiples of 4 up to 16 and of 8 above; NB0 + NB1
 // <= 32; a group is two sub-groups),
 // N_BG (beam groups), KCH (antennas per stage, a multiple of 16), NR (ring slots), BW_PROBE.
-#ifndef N_ANTS
-#error "N_ANTS must be defined"
-#endif
-#ifndef N_CHANNELS
-#error "N_CHANNELS must be defined"
-#endif
-#ifndef SPECTRA
-#error "SPECTRA must be defined"
-#endif
+// (N_ANTS, N_CHANNELS and SPECTRA: checked in xshape.cuh)
 #ifndef N_BEAMS
 #error "N_BEAMS must be defined"
 #endif

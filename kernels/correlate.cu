@@ -32,15 +32,7 @@
 // |re|, |im| <= 2 * 127^2 per sample) and blocks add their partial sums into the int64 accumulator
 // with 64-bit atomics.
 
-#ifndef N_ANTS
-#error "N_ANTS must be defined"
-#endif
-#ifndef N_CHANNELS
-#error "N_CHANNELS must be defined"
-#endif
-#ifndef SPECTRA
-#error "SPECTRA must be defined"
-#endif
+// (N_ANTS, N_CHANNELS and SPECTRA: checked in xshape.cuh)
 
 #define TILE 64
 #define N_TILES ((N_ANTS + TILE - 1) / TILE)
@@ -90,8 +82,6 @@
 #define SMEM_UINT4 (READY_OFF + 2 * READY_SIZE)
 #endif
 
-typedef unsigned int u32;
-typedef unsigned long long u64;
 
 static_assert(SPECTRA % 16 == 0, "SPECTRA must be a multiple of 16");
 static_assert(STAGE_TIMES % 16 == 0 && (ROWS * CHUNKS) % THREADS == 0, "bad STAGE_TIMES");

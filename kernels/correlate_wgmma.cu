@@ -35,15 +35,7 @@
 // grid.z splits time (at most 65536 samples per block keep the int32 sums exact); blocks add
 // their partial sums with 64-bit atomics.
 
-#ifndef N_ANTS
-#error "N_ANTS must be defined"
-#endif
-#ifndef N_CHANNELS
-#error "N_CHANNELS must be defined"
-#endif
-#ifndef SPECTRA
-#error "SPECTRA must be defined"
-#endif
+// (N_ANTS, N_CHANNELS and SPECTRA: checked in xshape.cuh)
 #ifndef ST
 #define ST 64
 #endif
@@ -91,8 +83,6 @@ static_assert(PREF == 1 || PREF == 2, "PREF must be 1 or 2");
 static_assert(!SWZ || ST == 64, "the 128B-swizzled layout needs ST = 64 (128 bytes of K)");
 static_assert(UNITS >= 1 && UNITS * THREADS == TILE * OCT, "bad unit split");
 
-typedef unsigned int u32;
-typedef unsigned long long u64;
 
 __device__ __forceinline__ u32 conj_perm(u32 v) {
     // (re0, im0, re1, im1) -> (-im0, re0, -im1, re1)

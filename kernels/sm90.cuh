@@ -1,8 +1,6 @@
 // gpucbf: Hopper (sm_90a) helpers shared by the wgmma kernels (correlate_wgmma.cu,
 // beamform_wgmma.cu): shared-memory matrix descriptors, wgmma fences and groups, mbarriers,
-// tensor-map (TMA) copies. Prepended to those sources on the host.
-typedef unsigned int u32;
-typedef unsigned long long u64;
+// tensor-map (TMA) copies. Prepended to those sources on the host (after xshape.cuh).
 
 // Shared-memory matrix descriptor: no swizzle, K-major; lbo = byte distance between core
 // matrices adjacent in K, sbo = between 8-row groups.

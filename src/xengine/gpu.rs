@@ -22,9 +22,14 @@ pub use wgmma::{
 };
 
 /// Correlator kernel source (embedded so binaries need no kernel files at run time).
-pub const CORRELATE_SRC: &str = include_str!("../../kernels/correlate.cu");
+pub const CORRELATE_SRC: &str = concat!(
+    include_str!("../../kernels/xshape.cuh"),
+    "#line 1 \"correlate.cu\"\n",
+    include_str!("../../kernels/correlate.cu")
+);
 /// Beamformer kernel source.
 pub const BEAMFORM_SRC: &str = concat!(
+    include_str!("../../kernels/xshape.cuh"),
     include_str!("../../kernels/beam_common.cuh"),
     "#line 1 \"beamform.cu\"\n",
     include_str!("../../kernels/beamform.cu")

@@ -20,8 +20,9 @@ use super::wgmma::{input_tensor_map, WGMMA_ARCH};
 use super::{correlate_defines, gerr, BeamLaunch, DevTables, GpuX};
 use crate::xengine::{XError, XShape};
 
-/// Source of the Hopper beamformer (the shared sm_90 and beamformer headers in front).
+/// Source of the Hopper beamformer (the shared shape, sm_90 and beamformer headers in front).
 pub const BEAMFORM_WGMMA_SRC: &str = concat!(
+    include_str!("../../../kernels/xshape.cuh"),
     include_str!("../../../kernels/sm90.cuh"),
     include_str!("../../../kernels/beam_common.cuh"),
     "#line 1 \"beamform_wgmma.cu\"\n",

@@ -67,6 +67,7 @@ use crate::xengine::{XError, XShape};
 
 /// Hopper correlator kernel source.
 pub const CORRELATE_WGMMA_SRC: &str = concat!(
+    include_str!("../../../kernels/xshape.cuh"),
     include_str!("../../../kernels/sm90.cuh"),
     "#line 1 \"correlate_wgmma.cu\"\n",
     include_str!("../../../kernels/correlate_wgmma.cu")
