@@ -49,6 +49,27 @@ __device__ __forceinline__ void weight16(int beam, int a, int c, float q,
     }
 }
 
+// The weight words of (beam, antennas a0, a0 + 1) at channel c, scaled by q: the Re output row
+// (Wr, -Wi per antenna) and the Im output row (Wi, Wr), each as hi and lo int8 planes (w16 =
+// 256 hi + lo), bytes in antenna order: w[0] Re hi, w[1] Re lo, w[2] Im hi, w[3] Im lo.
+__device__ __forceinline__ void weight_words(int beam, int a0, int c, float q,
+                                             const float2 *__restrict__ coef,
+                                             const float *__restrict__ delay, u32 (&w)[4]) {
+    u32 rh[2], rl[2], nh[2], nl[2], ih[2], il[2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        int wr, wi;
+        weight16(beam, a0 + e, c, q, coef, delay, wr, wi);
+        split16(wr, rh[e], rl[e]);
+        split16(wi, ih[e], il[e]);
+        split16(-wi, nh[e], nl[e]);
+    }
+    w[0] = rh[0] | (nh[0] << 8) | (rh[1] << 16) | (nh[1] << 24);
+    w[1] = rl[0] | (nl[0] << 8) | (rl[1] << 16) | (nl[1] << 24);
+    w[2] = ih[0] | (rh[0] << 8) | (ih[1] << 16) | (rh[1] << 24);
+    w[3] = il[0] | (rl[0] << 8) | (il[1] << 16) | (rl[1] << 24);
+}
+
 // Clamp to +-127 and round half to even (the FP adder rounds v + 1.5 2^23 to an integer, ties
 // to even): the low byte of the returned bits is the int8 value.
 __device__ __forceinline__ u32 quant_bits(float v) {

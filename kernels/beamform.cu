@@ -251,22 +251,15 @@ __device__ __forceinline__ void build_weights(unsigned char *whi, unsigned char 
         const int beam = s_beam[jt];
         const float q = s_q[jt];
         const int a0 = 2 * p;
-        u32 rh[2], rl[2], nh[2], nl[2], ih[2], il[2];
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            int wr, wi;
-            weight16(beam, a0 + e, c, q, coef, delay, wr, wi);
-            split16(wr, rh[e], rl[e]);
-            split16(wi, ih[e], il[e]);
-            split16(-wi, nh[e], nl[e]);
-        }
+        u32 w[4];
+        weight_words(beam, a0, c, q, coef, delay, w);
         const int al = a0 & 15;
         const int off = 32 * (a0 >> 4) + ((al & 2) ? 16 : 0) + 4 * (al >> 2);
         const int rre = 32 * t + 16 * (j >> 3) + (j & 7);
-        *(u32 *)(whi + rre * WS + off) = rh[0] | (nh[0] << 8) | (rh[1] << 16) | (nh[1] << 24);
-        *(u32 *)(wlo + rre * WS + off) = rl[0] | (nl[0] << 8) | (rl[1] << 16) | (nl[1] << 24);
-        *(u32 *)(whi + (rre + 8) * WS + off) = ih[0] | (rh[0] << 8) | (ih[1] << 16) | (rh[1] << 24);
-        *(u32 *)(wlo + (rre + 8) * WS + off) = il[0] | (rl[0] << 8) | (il[1] << 16) | (rl[1] << 24);
+        *(u32 *)(whi + rre * WS + off) = w[0];
+        *(u32 *)(wlo + rre * WS + off) = w[1];
+        *(u32 *)(whi + (rre + 8) * WS + off) = w[2];
+        *(u32 *)(wlo + (rre + 8) * WS + off) = w[3];
     }
 }
 

@@ -19,9 +19,9 @@
 //
 // Work. An item is (channel, beam group, batch, 128 spectra); the block's four consumer
 // warpgroups take its two 64-spectrum halves times the group's two sub-groups of beam slots
-// (four warpgroups keep four warps per scheduler: the epilogue is latency-bound with two). Items are ordered channel, group, batch,
-// spectra (weights change only with the channel or group); the grid is persistent, block k
-// walking items [k n / grid, (k + 1) n / grid). A stage is one item's KCH antennas (all of them
+// (four warpgroups keep four warps per scheduler: the epilogue is latency-bound with two).
+// Items are ordered channel, group, batch, spectra (weights change only with the channel or
+// group); the grid is persistent, block k walking items [k n / grid, (k + 1) n / grid). A stage is one item's KCH antennas (all of them
 // for small arrays): four tensor copies (32 spectra x KCH antennas each) issued by thread 0
 // into a ring of NR slots with full / empty mbarriers (a 17th, producer warp would cap the
 // registers at 96: one register-file quarter would hold 5 warps). Absent antennas of a
@@ -195,22 +195,15 @@ __device__ __forceinline__ void build_weights(unsigned char *w, int *s_beam, flo
             const float sb = wscale[beam];
             q = sb > 0.0f ? QMAX / sb : 0.0f;
         }
-        u32 rh[2], rl[2], nh[2], nl[2], ih[2], il[2];
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            int wr, wi;
-            weight16(beam, 2 * pa + e, c, q, coef, delay, wr, wi);
-            split16(wr, rh[e], rl[e]);
-            split16(wi, ih[e], il[e]);
-            split16(-wi, nh[e], nl[e]);
-        }
+        u32 ww[4];
+        weight_words(beam, 2 * pa, c, q, coef, delay, ww);
         const int wn = p ? WN1 : WN0;
         unsigned char *hi = w + WOFF(0, u, p), *lo = w + WOFF(1, u, p);
         const int ore = wpos(wn, 2 * j, 4 * pa), oim = wpos(wn, 2 * j + 1, 4 * pa);
-        *(u32 *)(hi + ore) = rh[0] | (nh[0] << 8) | (rh[1] << 16) | (nh[1] << 24);
-        *(u32 *)(lo + ore) = rl[0] | (nl[0] << 8) | (rl[1] << 16) | (nl[1] << 24);
-        *(u32 *)(hi + oim) = ih[0] | (rh[0] << 8) | (ih[1] << 16) | (rh[1] << 24);
-        *(u32 *)(lo + oim) = il[0] | (rl[0] << 8) | (il[1] << 16) | (rl[1] << 24);
+        *(u32 *)(hi + ore) = ww[0];
+        *(u32 *)(lo + ore) = ww[1];
+        *(u32 *)(hi + oim) = ww[2];
+        *(u32 *)(lo + oim) = ww[3];
     }
 }
 
@@ -267,8 +260,9 @@ __device__ __forceinline__ void epilogue(const int (&h)[WN / 2], const int (&l)[
 
 // tm: the input [batch][antenna][channel][spectrum x 4 bytes], boxes of 128 bytes x 1 channel x
 // KCH antennas x 1 batch, 128B swizzle (out-of-range antennas and spectra read as zeros).
-// slots: int [N_BG][NS] beam index per slot (pol 0 slots first) or -1. coef, delay, wscale,
-// present, saturated, dither, dseeds as for beamform.cu. Dynamic shared memory SMEM_BYTES.
+// slots: int [N_BG][2][NS] beam index per slot of each sub-group (pol 0 slots first) or -1.
+// coef, delay, wscale, present, saturated, dither, dseeds as for beamform.cu. Dynamic shared
+// memory SMEM_BYTES; BW_THREADS threads per block.
 extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
     beamform_wg(const __grid_constant__ TensorMap tm, signed char *__restrict__ out,
                 const float2 *__restrict__ coef, const float *__restrict__ delay,

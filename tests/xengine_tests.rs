@@ -1063,7 +1063,7 @@ fn gpu_beamformer_chunk_within_one_lsb() {
         if gpu.wgmma_supported() && bits == 8 {
             runs.push((0, 0, BeamKernel::Wgmma));
         } else {
-            let t = gpucbf::xengine::BeamTuning {
+            let t = BeamTuning {
                 kernel: BeamKernel::Wgmma,
                 ..Default::default()
             };
@@ -1075,7 +1075,7 @@ fn gpu_beamformer_chunk_within_one_lsb() {
             runs.push((mw, warps, BeamKernel::Mma));
         }
         for (mw, warps, kernel) in runs {
-            gpu.set_beam_tuning(gpucbf::xengine::BeamTuning {
+            gpu.set_beam_tuning(BeamTuning {
                 min_blocks: if bits == 4 { 1 } else { 0 },
                 mw,
                 warps,

@@ -94,8 +94,9 @@
 //! 61.1 % / 34.6 %). Probes (BW_PROBE) at 64 beams: no wgmma and no epilogue 132.8 % (no output
 //! written), wgmma without the epilogue 103.3 %, epilogue without wgmma 87.3 % (with two consumer
 //! warpgroups 66.7 %: latency-bound at two warps per scheduler, ncu 1.87 IPC); at 16 beams 106.5
-//! / 100.2 / 93.0 %. So at 64 beams the epilogue (~65 instructions per complex output: the 16-bit
-//! combine, the dither hash, quantiser, saturation count) and the wgmma phase do not overlap;
+//! / 100.2 / 93.0 %. So at 64 beams the epilogue (about 40 PTX instructions per complex output:
+//! the 16-bit combine, the dither hash, quantiser, saturation count; ncu counted ~65 per output
+//! for the whole two-warpgroup kernel) and the wgmma phase do not overlap;
 //! staggering the two sub-groups by half an item (named barrier) measured 52.5 % and was dropped.
 //! Next: the epilogue's instruction count (cheaper dither shared between outputs, integer clamp),
 //! or a second accumulator set so that the next item's wgmma run under the epilogue.

@@ -710,11 +710,7 @@ impl GpuX {
         n_beams: usize,
     ) -> Result<String, XError> {
         if let Some(wg) = self.beam_wg_choice(t)? {
-            let p = BeamWgPlan {
-                probe: self.beam_tuning.probe,
-                ..wg.plan
-            };
-            let f = self.beam_wg_fn(n_beams, p)?;
+            let (f, p) = self.beam_wg_fn(n_beams, wg)?;
             return Ok(format!(
                 "wgmma slots=2x({}+{}) groups={} kch={} nr={} ({} regs, {} B local)",
                 p.nb0,

@@ -45,6 +45,8 @@ pub enum BeamKernel {
 /// Most antennas of the wgmma beamformer (one tensor-copy box of rows per stage, weights of
 /// every antenna resident).
 pub const BEAM_WG_MAX_ANTS: usize = 256;
+/// Threads per block of `beamform_wg` (`BW_THREADS`: four consumer warpgroups).
+const BEAM_WG_THREADS: u32 = 512;
 /// Most beam slots per sub-group (two 16-bit weight planes: two accumulators per output, in
 /// 128 threads of a warpgroup).
 const MAX_SLOTS: usize = 32;
@@ -225,17 +227,23 @@ impl GpuX {
         }
     }
 
+    /// The compiled kernel for `n_beams` beams and the plan of `wg` with the current tuning's
+    /// probe, and that plan.
     pub(super) fn beam_wg_fn(
         &mut self,
         n_beams: usize,
-        plan: BeamWgPlan,
-    ) -> Result<CudaFunction, XError> {
+        wg: &WgTables,
+    ) -> Result<(CudaFunction, BeamWgPlan), XError> {
+        let plan = BeamWgPlan {
+            probe: self.beam_tuning.probe,
+            ..wg.plan
+        };
         if let Some(f) = self.beam_wg_fns.get(&(n_beams, plan)) {
-            return Ok(f.clone());
+            return Ok((f.clone(), plan));
         }
         let f = build(&self.ctx, &self.shape, n_beams, &plan)?;
         self.beam_wg_fns.insert((n_beams, plan), f.clone());
-        Ok(f)
+        Ok((f, plan))
     }
 
     /// Queues the wgmma beamformer (buffer sizes checked by the caller): a persistent grid of
@@ -247,11 +255,7 @@ impl GpuX {
         n_beams: usize,
         l: BeamLaunch<'_>,
     ) -> Result<(), XError> {
-        let plan = BeamWgPlan {
-            probe: self.beam_tuning.probe,
-            ..wg.plan
-        };
-        let f = self.beam_wg_fn(n_beams, plan)?;
+        let (f, plan) = self.beam_wg_fn(n_beams, wg)?;
         let nb = l.n_batches;
         let items =
             self.shape.n_channels * plan.groups * nb * self.shape.spectra_per_batch.div_ceil(128);
@@ -262,7 +266,7 @@ impl GpuX {
         let tm = input_tensor_map(ptr, &self.shape, nb, plan.kch as u32)?;
         let cfg = LaunchConfig {
             grid_dim: (items.min(self.n_sms.max(1)) as u32, 1, 1),
-            block_dim: (512, 1, 1),
+            block_dim: (BEAM_WG_THREADS, 1, 1),
             shared_mem_bytes: plan.smem as u32,
         };
         let d = i32::from(l.dither);
@@ -280,7 +284,7 @@ impl GpuX {
             .arg(&d)
             .arg(l.dseeds);
         // SAFETY: matches `beamform_wg` in kernels/beamform_wgmma.cu (tensor map by value, int8
-        // out, float2 coef = 2 f32, i32 slots of groups × (nb0 + nb1) entries, u8 present, u32
+        // out, float2 coef = 2 f32, i32 slots of groups × 2 × (nb0 + nb1) entries, u8 present, u32
         // dseeds); the map covers exactly nb batches of `input` and the caller checked every
         // buffer for nb batches and n_beams beams; the plan's shared memory was allowed in
         // `build`.
