@@ -14,12 +14,13 @@ __device__ __forceinline__ u32 hash32(u32 x) {
     return x;
 }
 
-// The host's uniform dither (2u - 65535) / 131072 from 16 bits u is F - DITHER_C, both exact:
-// F = 1 + u 2^-16 = dither_one(u << 7) (the 16 bits at bit 7 of the mantissa), DITHER_C = 1 +
-// 65535 2^-17. The epilogue adds -DITHER_C in its scaling FMA and F after.
-#define DITHER_C 1.4999923706054688f
-__device__ __forceinline__ float dither_one(u32 m) {
-    return __uint_as_float(0x3f800000u | (m & 0x007fff80u));
+// The host's uniform dither (2u - 255) / 512 from byte j of the pair hash (beam_dither: bytes
+// 0, 1 re and im of the even spectrum of a pair, 2, 3 of the odd one) is F - DITHER_C, both
+// exact: F = 1 + u 2^-8 (u at bit 15 of the mantissa), DITHER_C = 1 + 255 2^-9. The epilogue
+// adds -DITHER_C in its scaling FMA and F after.
+#define DITHER_C 1.498046875f
+__device__ __forceinline__ float dither_u8(u32 h, int j) {
+    return __uint_as_float(0x3f800000u + (__byte_perm(h, 0u, 0x4440u | (u32)j) << 15));
 }
 
 // w = 256 hi + lo exactly, lo in [-128, 127]; returns (hi, lo) as bytes.
@@ -87,20 +88,30 @@ __device__ __forceinline__ float combine(int hi, int lo) {
 }
 
 
-// One complex output: the sums (fr, fi) (256 hi + lo) scaled by os, plus the dither of
-// hash32(key) when dither != 0, quantised; returns the int8 pair in the low 16 bits (re, then
-// im) and counts saturation (|re| or |im| above 127 before rounding) into nsat.
-__device__ __forceinline__ u32 beam_quant(float fr, float fi, float os, int dither, u32 key,
-                                          unsigned int &nsat) {
-    float vr, vi;
+// One complex output before quantising: the sums (fr, fi) (256 hi + lo) scaled by os, plus,
+// when dither != 0, the dither of bytes j (re) and j + 1 (im) of the pair hash h.
+__device__ __forceinline__ void beam_value(float fr, float fi, float os, int dither, u32 h, int j,
+                                           float &vr, float &vi) {
     if (dither) {
-        const u32 h = hash32(key);
-        vr = __fadd_rn(fmaf(fr, os, -DITHER_C), dither_one(h << 7));
-        vi = __fadd_rn(fmaf(fi, os, -DITHER_C), dither_one(h >> 9));
+        vr = __fadd_rn(fmaf(fr, os, -DITHER_C), dither_u8(h, j));
+        vi = __fadd_rn(fmaf(fi, os, -DITHER_C), dither_u8(h, j + 1));
     } else {
         vr = __fmul_rn(fr, os);
         vi = __fmul_rn(fi, os);
     }
-    nsat += fmaxf(fabsf(vr), fabsf(vi)) > 127.0f;
+}
+
+// The int8 pair of beam_value's (vr, vi) in the low 16 bits (re, then im).
+__device__ __forceinline__ u32 beam_pack(float vr, float vi) {
     return __byte_perm(quant_bits(vr), quant_bits(vi), 0x0040);
+}
+
+// One complex output quantised (beam_value, beam_pack); counts saturation (|re| or |im| above
+// 127 before rounding) into nsat.
+__device__ __forceinline__ u32 beam_quant(float fr, float fi, float os, int dither, u32 h, int j,
+                                          unsigned int &nsat) {
+    float vr, vi;
+    beam_value(fr, fi, os, dither, h, j, vr, vi);
+    nsat += fmaxf(fabsf(vr), fabsf(vi)) > 127.0f;
+    return beam_pack(vr, vi);
 }

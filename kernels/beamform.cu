@@ -44,8 +44,8 @@
 // Epilogue without the (quarter-rate) int<->float conversions of dither and quantiser: the
 // 16-bit dither uniform u is built as float bits (1 + u 2^-16, exact) less a constant, the
 // quantiser clamps and adds 1.5 2^23 (round half to even by the FP adder) and takes the low
-// byte of the bits. Dither: one 32-bit hash per complex output, two 16-bit uniforms (the
-// host's `dither_pair`, unchanged).
+// byte of the bits. Dither: one 32-bit hash per pair of spectra (2 ni, 2 ni + 1 of a lane's 8),
+// four 8-bit uniforms (the host's `beam_dither`).
 //
 // Defines: N_ANTS, N_CHANNELS, SPECTRA (spectra per batch, a multiple of 16), N_BEAMS,
 // BTB (beam tiles per block, 1..8), TS (spectra per tile: 32, 64 or 128), MW (m16 fragments per
@@ -429,18 +429,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB)
                     const int b = wi.beam[mi];
                     if (b >= 0 && s0 < SPECTRA) {
                         const float os = wi.oscale[mi];
+                        // pair key of spectra s0, s0 + 1 (s0 even)
                         const u32 key0 =
-                            ((u32)c * SPECTRA + (u32)s0) * N_BEAMS + (u32)b + dseed;
+                            ((u32)c * (SPECTRA / 2) + (u32)s0 / 2) * N_BEAMS + (u32)b + dseed;
                         u32 word[4];
 #pragma unroll
                         for (int ni = 0; ni < 4; ni++) {
+                            const u32 h = dither ? hash32(key0 + (u32)(ni * N_BEAMS)) : 0u;
                             u32 q[2];
 #pragma unroll
                             for (int e = 0; e < 2; e++)
                                 q[e] = beam_quant(
                                     combine(acc_hi[mi][ni][e], acc_lo[mi][ni][e]),
                                     combine(acc_hi[mi][ni][2 + e], acc_lo[mi][ni][2 + e]), os,
-                                    dither, key0 + (u32)((2 * ni + e) * N_BEAMS), nsat[mi]);
+                                    dither, h, 2 * e, nsat[mi]);
                             word[ni] = __byte_perm(q[0], q[1], 0x5410);
                         }
                         *(uint4 *)(out + (size_t)bt * OUT_BATCH +

@@ -21,15 +21,18 @@
 // warpgroups take its two 64-spectrum halves times the group's two sub-groups of beam slots
 // (four warpgroups keep four warps per scheduler: the epilogue is latency-bound with two).
 // Items are ordered channel, group, batch, spectra (weights change only with the channel or
-// group); the grid is persistent, block k walking items [k n / grid, (k + 1) n / grid). A stage is one item's KCH antennas (all of them
-// for small arrays): four tensor copies (32 spectra x KCH antennas each) issued by thread 0
-// into a ring of NR slots with full / empty mbarriers (a 17th, producer warp would cap the
-// registers at 96: one register-file quarter would hold 5 warps). Absent antennas of a
+// group); the grid is persistent, block k walking items [k n / grid, (k + 1) n / grid). A
+// stage is one item's KCH antennas (all of them for small arrays): four tensor copies (32
+// spectra x KCH antennas each) issued by thread 0 into a ring of NR slots with full / empty
+// mbarriers (a 17th, producer warp would cap the registers at 96: one register-file quarter
+// would hold 5 warps). Absent antennas of a
 // batch (present == 0) are zeroed in the registers (the copy brings whatever is there). At a
 // change of channel or group the consumers rebuild the weight planes between two named
 // barriers (the copies of the next stages are already in flight).
-// Per k32 step (16 antennas) and warpgroup: up to 4 wgmma m64nNk32 (2 planes x 2 pols, N =
-// 2 NB0 or 2 NB1), A in two alternating register sets.
+// Per k32 step (16 antennas) and warpgroup: one wgmma m64nNk32 per pol, N = 4 NB0 or 4 NB1
+// (the Re / Im rows of the hi plane, then of the lo plane), a commit group each, A in two
+// alternating register sets. Per-batch presence flags and dither seeds are read into shared
+// memory at the start (up to MAXB batches).
 //
 // Defines: N_ANTS (<= 256), N_CHANNELS, SPECTRA (multiple of 16), N_BEAMS, NB0 / NB1 (beam
 // slots per sub-group of pol 0 / 1: 0, or multiples of 4 up to 16 and of 8 above; NB0 + NB1
@@ -68,14 +71,19 @@
 #define SLOT (4 * BOX)
 #define NS (NB0 + NB1) // beam slots per sub-group
 #define NSG (2 * NS)   // beam slots per group
-#define WN0 (2 * NB0)  // wgmma N of pol 0
-#define WN1 (2 * NB1)
+// wgmma N of pol 0: the Re / Im rows of its NB0 slots in the hi plane, then in the lo plane
+// (one wgmma takes both planes: half the instructions and A reads of one per plane)
+#define WN0 (4 * NB0)
+#define WN1 (4 * NB1)
 #define KB ((2 * NAP + 127) / 128)  // 128-byte K blocks of a weight row (4 k32 steps each)
-#define WB0 (KB * WN0 * 128)        // bytes of one weight plane of pol 0
+#define WB0 (KB * WN0 * 128)        // bytes of the weights of pol 0 (both planes)
 #define WB1 (KB * WN1 * 128)
-#define W_BYTES (4 * (WB0 + WB1))
-// weight plane (0 hi, 1 lo) of sub-group u, pol p: offset in the weights
-#define WOFF(plane, u, p) ((2 * (plane) + (u)) * (WB0 + WB1) + ((p) ? WB0 : 0))
+#define W_BYTES (2 * (WB0 + WB1))
+// weights of sub-group u, pol p: offset in the weights
+#define WOFF(u, p) ((u) * (WB0 + WB1) + ((p) ? WB0 : 0))
+// per-batch presence flags and dither seeds held in shared memory up to this many batches
+// (read from global memory per item beyond)
+#define MAXB 128
 #define BW_THREADS 512 // four consumer warpgroups (thread 0 also issues the copies)
 #define CONSUMERS 512
 #define SMEM_BYTES (1024 + NR * SLOT + W_BYTES)
@@ -86,7 +94,7 @@ static_assert(KCH % 16 == 0 && KCH >= 16 && KCH <= 256, "KCH: a multiple of 16, 
 static_assert(NS >= 1 && NS <= 32, "beam slots per sub-group: 1..32");
 static_assert(NB0 % 4 == 0 && NB1 % 4 == 0 && (NB0 <= 16 || NB0 % 8 == 0) &&
                   (NB1 <= 16 || NB1 % 8 == 0),
-              "NB0, NB1: whole wgmma N shapes");
+              "NB0, NB1: whole wgmma N shapes (4 NB of 16 .. 128)");
 static_assert(NR >= 2 && SMEM_BYTES <= 227 * 1024, "NR: 2 .. what fits");
 
 // wgmma m64nNk32 s8, A from registers (dense m64k32 layout: register 0 row 16 w + g, bytes
@@ -94,22 +102,10 @@ static_assert(NR >= 2 && SMEM_BYTES <= 227 * 1024, "NR: 2 .. what fits");
 // shared memory; acc == 0 starts the sums (D = A B).
 template <int N> __device__ __forceinline__ void wg_rs(int (&d)[N / 2], const u32 (&a)[4], u64 db, int acc);
 // BEGIN generated: wg_rs specialisations
-template <> __device__ __forceinline__ void wg_rs<8>(int (&d)[4], const u32 (&a)[4], u64 db, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n8k32.s32.s8.s8 {%0,%1,%2,%3}, {%4, %5, %6, %7}, %8, p;\n}\n"
-                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-}
 template <> __device__ __forceinline__ void wg_rs<16>(int (&d)[8], const u32 (&a)[4], u64 db, int acc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n16k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8, %9, %10, %11}, %12, p;\n}\n"
                  : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-}
-template <> __device__ __forceinline__ void wg_rs<24>(int (&d)[12], const u32 (&a)[4], u64 db, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %17, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n24k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, {%12, %13, %14, %15}, %16, p;\n}\n"
-                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
 template <> __device__ __forceinline__ void wg_rs<32>(int (&d)[16], const u32 (&a)[4], u64 db, int acc) {
@@ -130,34 +126,16 @@ template <> __device__ __forceinline__ void wg_rs<64>(int (&d)[32], const u32 (&
                  : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
-template <> __device__ __forceinline__ void wg_rs<80>(int (&d)[40], const u32 (&a)[4], u64 db, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n80k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39}, {%40, %41, %42, %43}, %44, p;\n}\n"
-                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-}
 template <> __device__ __forceinline__ void wg_rs<96>(int (&d)[48], const u32 (&a)[4], u64 db, int acc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n96k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, {%48, %49, %50, %51}, %52, p;\n}\n"
                  : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
-template <> __device__ __forceinline__ void wg_rs<112>(int (&d)[56], const u32 (&a)[4], u64 db, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %61, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n112k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55}, {%56, %57, %58, %59}, %60, p;\n}\n"
-                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-}
 template <> __device__ __forceinline__ void wg_rs<128>(int (&d)[64], const u32 (&a)[4], u64 db, int acc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64, %65, %66, %67}, %68, p;\n}\n"
                  : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-}
-template <> __device__ __forceinline__ void wg_rs<144>(int (&d)[72], const u32 (&a)[4], u64 db, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %77, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n144k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71}, {%72, %73, %74, %75}, %76, p;\n}\n"
-                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63]), "+r"(d[64]), "+r"(d[65]), "+r"(d[66]), "+r"(d[67]), "+r"(d[68]), "+r"(d[69]), "+r"(d[70]), "+r"(d[71])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
 // END generated
@@ -197,66 +175,329 @@ __device__ __forceinline__ void build_weights(unsigned char *w, int *s_beam, flo
         }
         u32 ww[4];
         weight_words(beam, 2 * pa, c, q, coef, delay, ww);
-        const int wn = p ? WN1 : WN0;
-        unsigned char *hi = w + WOFF(0, u, p), *lo = w + WOFF(1, u, p);
-        const int ore = wpos(wn, 2 * j, 4 * pa), oim = wpos(wn, 2 * j + 1, 4 * pa);
-        *(u32 *)(hi + ore) = ww[0];
-        *(u32 *)(lo + ore) = ww[1];
-        *(u32 *)(hi + oim) = ww[2];
-        *(u32 *)(lo + oim) = ww[3];
+        const int wn = p ? WN1 : WN0, lo = wn / 2; // rows of the lo plane from wn / 2
+        unsigned char *wp = w + WOFF(u, p);
+        *(u32 *)(wp + wpos(wn, 2 * j, 4 * pa)) = ww[0];
+        *(u32 *)(wp + wpos(wn, lo + 2 * j, 4 * pa)) = ww[1];
+        *(u32 *)(wp + wpos(wn, 2 * j + 1, 4 * pa)) = ww[2];
+        *(u32 *)(wp + wpos(wn, lo + 2 * j + 1, 4 * pa)) = ww[3];
     }
 }
 
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 512;\n" ::: "memory"); }
 
-// Epilogue of one pol's accumulators: beam slot 4 i + t (slot index base + 4 i + t), spectra s0
-// and s0 + 1; DITHER selects the dithered quantiser.
+// A lane's epilogue context for one item: its outputs (beam 0, spectra s0 and s0 + 1 of the
+// item's batch and channel), the dither pair key of beam 0 at (s0, s0 + 1), whether s0 is
+// inside the batch,
+// the group's beam table (beam index or -1, output scale per slot) and the batch's saturation
+// counters.
+struct Epi {
+    signed char *outp;
+    u32 kbase;
+    bool ok;
+    const int *beam;
+    const float *os;
+    unsigned long long *sat;
+};
+
+// The scaled (and dithered) values of beam slot 4 i + t (scale os, dither pair key key) at
+// spectra s0 (v[0] re, v[1] im) and s0 + 1 (v[2], v[3]), from the accumulators d of one pol
+// (the hi plane's sums d[k], the lo plane's d[WN / 4 + k]): one hash for the four uniforms.
 template <int WN, bool DITHER>
-__device__ __forceinline__ void epilogue(const int (&h)[WN / 2], const int (&l)[WN / 2], int base,
-                                         const int *s_beam, const float *s_os, signed char *out,
-                                         unsigned long long *saturated, int bt, int c, int s0,
-                                         u32 dseed) {
+__device__ __forceinline__ void epi_values(const int (&d)[WN / 2], int i, float os, u32 key,
+                                           float (&v)[4]) {
+    constexpr int L = WN / 4;
+    const u32 h = DITHER ? hash32(key) : 0u;
+    beam_value(combine(d[4 * i], d[L + 4 * i]), combine(d[4 * i + 1], d[L + 4 * i + 1]), os,
+               DITHER, h, 0, v[0], v[1]);
+    beam_value(combine(d[4 * i + 2], d[L + 4 * i + 2]), combine(d[4 * i + 3], d[L + 4 * i + 3]),
+               os, DITHER, h, 2, v[2], v[3]);
+}
+
+// The four values as the output word (re, im at s0, then at s0 + 1), rounded half to even by
+// adding 1.5 2^23 (the low byte of the bits): without the clamp, right where every |v| <= 127
+// (else epi_saturation writes the word again).
+__device__ __forceinline__ u32 pack_unclamped(const float (&v)[4]) {
+    u32 q[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) q[k] = __float_as_uint(__fadd_rn(v[k], 12582912.0f));
+    return __byte_perm(__byte_perm(q[0], q[1], 0x0040), __byte_perm(q[2], q[3], 0x0040), 0x5410);
+}
+
+// Epilogue iteration i of one pol (slot base + 4 i + t): quantise without the clamp and store
+// (one 4-byte word: re, im at s0 and s0 + 1; a warp writes 32-byte runs), and keep the largest
+// |value| in mx (where that passes 127, epi_saturation clamps, stores again and counts). The
+// accumulators are read on every lane (a read in a divergent path would make the compiler
+// serialise the wgmma); an empty slot has scale 0, spectra past the batch were zero-filled.
+template <int WN, bool DITHER>
+__device__ __forceinline__ void epi_iter(const int (&d)[WN / 2], int i, int base, const Epi &e,
+                                         float &mx) {
+#if BW_PROBE == 1 || BW_PROBE == 3
+    // (no epilogue: one store of an otherwise unused sum per lane)
+    int sum = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) sum += d[4 * i + k] ^ d[WN / 4 + 4 * i + k];
+    if (sum == 0x7fffffff) e.outp[0] = (signed char)mx;
+#else
     const int t = threadIdx.x & 3;
-    unsigned int nsat[WN / 8];
-    unsigned int any = 0;
-    // output of beam b: outp + b * BEAM_STRIDE; dither key of beam b, spectrum s0: kbase + b
-    signed char *outp = out + ((size_t)bt * N_BEAMS * N_CHANNELS + c) * SPECTRA * 2 + (size_t)s0 * 2;
-    const u32 kbase = ((u32)c * SPECTRA + (u32)s0) * N_BEAMS + dseed;
+    const int beam = e.beam[base + 4 * i + t];
+    float v[4];
+    epi_values<WN, DITHER>(d, i, e.os[base + 4 * i + t], e.kbase + (u32)beam, v);
+    mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
+    if (beam >= 0 && e.ok)
+        *(u32 *)(e.outp + (size_t)beam * (N_CHANNELS * SPECTRA * 2)) = pack_unclamped(v);
+#endif
+}
+
+// Where some lane's mx passed 127 (rare): the warp computes its outputs of one pol again from
+// the accumulators, stores them clamped (the same thread's later store wins) and counts the
+// saturated ones (|re| or |im| above 127 before rounding), per beam summed over the warp, one
+// atomic per warp and beam.
+template <int WN, bool DITHER>
+__device__ __forceinline__ void epi_saturation(const int (&d)[WN / 2], int base, const Epi &e,
+                                               float mx) {
+#if !(BW_PROBE == 1 || BW_PROBE == 3)
+    if (!__any_sync(0xffffffffu, mx > 127.0f)) return;
+    const int t = threadIdx.x & 3;
 #pragma unroll
-    for (int i = 0; i < WN / 8; i++) {
-        // the accumulators are read on every lane (a read in a divergent path would make the
-        // compiler serialise the wgmma); an empty slot has scale 0 (no saturation), spectra
-        // past the batch were zero-filled
-        const int beam = s_beam[base + 4 * i + t];
-        const float os = s_os[base + 4 * i + t];
-        const u32 key = kbase + (u32)beam;
-        nsat[i] = 0;
-        const u32 q0 = beam_quant(combine(h[4 * i], l[4 * i]), combine(h[4 * i + 1], l[4 * i + 1]),
-                                  os, DITHER, key, nsat[i]);
-        const u32 q1 = beam_quant(combine(h[4 * i + 2], l[4 * i + 2]),
-                                  combine(h[4 * i + 3], l[4 * i + 3]), os, DITHER, key + N_BEAMS,
-                                  nsat[i]);
-        any |= nsat[i];
-        if (beam >= 0 && s0 < SPECTRA)
-            *(u32 *)(outp + (size_t)beam * (N_CHANNELS * SPECTRA * 2)) = __byte_perm(q0, q1, 0x5410);
+    for (int i = 0; i < WN / 16; i++) {
+        const int beam = e.beam[base + 4 * i + t];
+        float v[4];
+        epi_values<WN, DITHER>(d, i, e.os[base + 4 * i + t], e.kbase + (u32)beam, v);
+        if (beam >= 0 && e.ok)
+            *(u32 *)(e.outp + (size_t)beam * (N_CHANNELS * SPECTRA * 2)) =
+                __byte_perm(beam_pack(v[0], v[1]), beam_pack(v[2], v[3]), 0x5410);
+        unsigned int n = (fmaxf(fabsf(v[0]), fabsf(v[1])) > 127.0f) +
+                         (fmaxf(fabsf(v[2]), fabsf(v[3])) > 127.0f);
+        n += __shfl_xor_sync(0xffffffffu, n, 4);
+        n += __shfl_xor_sync(0xffffffffu, n, 8);
+        n += __shfl_xor_sync(0xffffffffu, n, 16);
+        if ((threadIdx.x & 31) < 4 && n && beam >= 0)
+            atomicAdd(&e.sat[beam], (unsigned long long)n);
     }
-    // saturation (rare): lanes with the same t share a beam; sum over g, one atomic per warp
-    if (__any_sync(0xffffffffu, any)) {
+#endif
+}
+
+// The whole epilogue of one pol.
+template <int WN, bool DITHER>
+__device__ __forceinline__ void epi_all(const int (&d)[WN / 2], int base, const Epi &e) {
+    float mx = 0.0f;
 #pragma unroll
-        for (int i = 0; i < WN / 8; i++) {
-            unsigned int n = nsat[i];
-            n += __shfl_xor_sync(0xffffffffu, n, 4);
-            n += __shfl_xor_sync(0xffffffffu, n, 8);
-            n += __shfl_xor_sync(0xffffffffu, n, 16);
-            const int beam = s_beam[base + 4 * i + t];
-            if ((threadIdx.x & 31) < 4 && n && beam >= 0)
-                atomicAdd(&saturated[(size_t)bt * N_BEAMS + beam], (unsigned long long)n);
+    for (int i = 0; i < WN / 16; i++) epi_iter<WN, DITHER>(d, i, base, e, mx);
+    epi_saturation<WN, DITHER>(d, base, e, mx);
+}
+
+// This lane's 16 bytes of k32 step ks (antennas 2t, 2t + 1, 8 + 2t, 9 + 2t of the step, each
+// spectra 2g, 2g + 1 of the warp's 16, both pols) from the stage box at shared address box
+// (128B swizzle: the chunk XOR the row; conflict-free); antennas absent from the batch (pres:
+// its presence bytes, read only when allp is false; a0: the stage's first antenna) read as 0.
+__device__ __forceinline__ void load_x(uint2 (&x)[4], u32 box, int ks, int a0, bool allp,
+                                       const unsigned char *__restrict__ pres) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, v = (threadIdx.x >> 5) & 3;
+    const u32 chunk = 4 * (v & 1) + (g >> 1), cbyte = 8 * (g & 1);
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const int row = 16 * ks + 2 * t + (e & 1) + 8 * (e >> 1);
+        x[e] = ld_shared8(box + row * 128 + ((chunk ^ (row & 7)) << 4) + cbyte);
+        if (!allp) {
+            const int a = a0 + row;
+            if (a < N_ANTS && !pres[a]) x[e] = make_uint2(0, 0);
         }
     }
 }
 
+// The A registers of pol p from load_x's bytes (a PRMT per register picks the pol): register
+// 0 row g (spectrum 2g), 1 row g + 8 (spectrum 2g + 1), 2 and 3 the same 16 bytes further in K.
+__device__ __forceinline__ void perm_a(u32 (&a)[4], const uint2 (&x)[4], int p) {
+    const u32 sel = p ? 0x7632u : 0x5410u;
+    a[0] = __byte_perm(x[0].x, x[1].x, sel);
+    a[1] = __byte_perm(x[0].y, x[1].y, sel);
+    a[2] = __byte_perm(x[2].x, x[3].x, sel);
+    a[3] = __byte_perm(x[2].y, x[3].y, sel);
+}
+
+// One pol's k32 step: d = (first ? d : 0) + A B (B: the weights at shared address wb), or in
+// the probes without wgmma a use of the A registers.
+template <int WN>
+__device__ __forceinline__ void mma_step(int (&d)[WN / 2], const u32 (&a)[4], u32 wb, int kg,
+                                         int first) {
+#if BW_PROBE == 1 || BW_PROBE == 4
+    d[0] += (int)(a[0] ^ a[1] ^ a[2] ^ a[3]);
+#else
+    wg_rs<WN>(d, a, wdesc(wb, WN, kg), first);
+#endif
+}
+
 #define BW_FULL(r) (bar0 + 8 * (r))
 #define BW_EMPTY(r) (bar0 + 8 * (NR + (r)))
+
+// What a consumer thread needs of the kernel's arguments and its block's shared memory.
+struct Ctx {
+    const TensorMap *tm;
+    signed char *out;
+    const float2 *coef;
+    const float *delay, *wscale;
+    const int *slots;
+    const unsigned char *present;
+    int n_batches;
+    unsigned long long *saturated;
+    const unsigned int *dseeds;
+    int it0, it1, n_stages; // the block's items and stages
+    u32 ring, wsm, bar0;    // shared addresses: the ring, the weights, the mbarriers
+    unsigned char *wgen;    // the weights (generic address)
+    int *s_beam;
+    float *s_os;
+    const u32 *s_seed;
+    const unsigned char *s_allp;
+    bool tables; // the per-batch tables hold every batch
+};
+
+// The block's work (every thread; thread 0 also issues the tensor copies), DITHER: the dithered
+// quantiser.
+template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
+    const int it0 = k.it0, n_stages = k.n_stages, n_batches = k.n_batches;
+    const u32 ring = k.ring, wsm = k.wsm, bar0 = k.bar0;
+    const unsigned char *__restrict__ present = k.present;
+    const bool tables = k.tables;
+    const int tid = threadIdx.x;
+    const int wg = tid >> 7, v = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2;
+    // thread 0 issues the tensor copies: stages 0 .. NR - 1 now, stage s - 1 + NR at the start
+    // of stage s, once every consumer warp has released the slot of stage s - 1 (issuing from
+    // the last warp to release a slot, so that no warp waits on the others, measured 72.5 % /
+    // 55.6 % against 80.9 % / 56.4 % at 16 / 64 beams)
+    auto issue = [&](int s) {
+        const int r = s % NR;
+        const int it = it0 + s / N_KCH, kc = s % N_KCH;
+        const int st = it % N_IT, bt = (it / N_IT) % n_batches;
+        const int c = it / (N_IT * n_batches * N_BG);
+        mbar_arrive_tx(BW_FULL(r), SLOT);
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            tma_load4(ring + r * SLOT + j * BOX, k.tm, 4 * (128 * st + 32 * j), c, kc * KCH, bt,
+                      BW_FULL(r));
+    };
+    if (tid == 0)
+        for (int s = 0; s < NR && s < n_stages; s++) issue(s);
+    auto full_wait = [&](int s) { mbar_wait(BW_FULL(s % NR), (u32)(s / NR) & 1); };
+    auto refill = [&](int s) {
+        if (tid == 0 && s >= 1 && s - 1 + NR < n_stages) {
+            mbar_wait(BW_EMPTY((s - 1) % NR), (u32)((s - 1) / NR) & 1);
+            issue(s - 1 + NR);
+        }
+        __syncwarp();
+    };
+    auto release = [&](int s) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(BW_EMPTY(s % NR));
+    };
+
+    // ---------------- consumers: warpgroup wg takes spectra 64 hf .. 64 hf + 63 of an item (hf =
+    // wg % 2) for the slots of sub-group u = wg / 2 ----------------
+    const int hf = wg & 1, u = wg >> 1;
+    // this warp's box (32 spectra) in ring slot r
+    auto box_of = [&](int r) { return ring + r * SLOT + (2 * hf + (v >> 1)) * BOX; };
+    // accumulators of pol 0's and pol 1's beams (hi plane, then lo plane)
+#if NB0 > 0
+    int d0[WN0 / 2];
+#endif
+#if NB1 > 0
+    int d1[WN1 / 2];
+#endif
+    int cur = -1; // (channel, group) of the weights in shared memory
+    // the weights of item it's (channel, group), rebuilt between named barriers on a change
+    auto weights_for = [&](int it) {
+        const int cbg = it / (N_IT * n_batches);
+        if (cbg == cur) return;
+        consumers_sync(); // every consumer is done with the old weights
+#if BW_PROBE == 2
+        if (cur < 0)
+#endif
+            build_weights(k.wgen, k.s_beam, k.s_os, cbg / N_BG, cbg % N_BG, k.slots, k.coef,
+                          k.delay, k.wscale);
+        fence_proxy_async(); // generic-proxy writes, read by wgmma
+        consumers_sync();
+        cur = cbg;
+    };
+    auto batch_of = [&](int it) { return (it / N_IT) % n_batches; };
+    auto all_present = [&](int bt) -> bool {
+        if (tables) return k.s_allp[bt] != 0;
+        bool ok = true;
+        for (int a = lane; a < N_ANTS; a += 32) ok &= present[(size_t)bt * N_ANTS + a] != 0;
+        return __all_sync(0xffffffffu, ok);
+    };
+    auto epi_of = [&](int it) -> Epi {
+        const int st = it % N_IT, bt = batch_of(it), c = it / (N_IT * n_batches * N_BG);
+        const int s0 = 128 * st + 64 * hf + 16 * v + 2 * g;
+        const u32 dseed = tables ? k.s_seed[bt] : k.dseeds[bt];
+        Epi e;
+        e.outp = k.out + ((size_t)bt * N_BEAMS * N_CHANNELS + c) * SPECTRA * 2 + (size_t)s0 * 2;
+        e.kbase = ((u32)c * (SPECTRA / 2) + (u32)s0 / 2) * N_BEAMS + dseed; // s0 even
+        e.ok = s0 < SPECTRA;
+        e.beam = k.s_beam;
+        e.os = k.s_os;
+        e.sat = k.saturated + (size_t)bt * N_BEAMS;
+        return e;
+    };
+
+    // One pass per stage over both pols' wgmma (one commit group per pol), the epilogue after
+    // the item's last stage (pol 0's while pol 1's last wgmma may still run).
+    {
+        bool allp = true; // every antenna of the item's batch present
+        for (int s = 0; s < n_stages; s++) {
+            const int it = it0 + s / N_KCH, kc = s % N_KCH;
+            if (kc == 0) {
+                weights_for(it);
+                allp = all_present(batch_of(it));
+            }
+            refill(s);
+            full_wait(s);
+            const unsigned char *pres = present + (size_t)batch_of(it) * N_ANTS;
+            const int nks = min(KCH, NAP - kc * KCH) / 16;
+            u32 ra[2][2][4]; // [set][pol][register]
+#pragma unroll
+            for (int ks = 0; ks < KSPS; ks++) {
+                if (ks < nks) {
+                    uint2 x[4];
+                    load_x(x, box_of(s % NR), ks, kc * KCH, allp, pres);
+                    if (ks == nks - 1) release(s); // the stage's data is in registers
+                    u32(&a)[2][4] = ra[ks & 1];
+                    perm_a(a[0], x, 0);
+                    perm_a(a[1], x, 1);
+                    const int kg = kc * KSPS + ks; // global k32 step
+                    const int first = kc > 0 || ks > 0;
+                    wg_fence();
+#if NB0 > 0
+                    mma_step<WN0>(d0, a[0], wsm + WOFF(u, 0), kg, first);
+                    wg_commit();
+#endif
+#if NB1 > 0
+                    mma_step<WN1>(d1, a[1], wsm + WOFF(u, 1), kg, first);
+                    wg_commit();
+#endif
+                    // the previous step's groups are done: its A registers may be rebuilt
+                    wg_wait<(NB0 > 0) + (NB1 > 0)>();
+                }
+            }
+            if (kc < N_KCH - 1) {
+                wg_wait<0>();
+                continue;
+            }
+            const Epi e = epi_of(it);
+#if NB0 > 0
+#if NB1 > 0
+            wg_wait<1>(); // pol 0's sums are complete (pol 1's last wgmma may still run)
+#else
+            wg_wait<0>();
+#endif
+            epi_all<WN0, DITHER>(d0, u * NS, e);
+#endif
+#if NB1 > 0
+            wg_wait<0>();
+            epi_all<WN1, DITHER>(d1, u * NS + NB0, e);
+#endif
+        }
+    }
+}
 
 // tm: the input [batch][antenna][channel][spectrum x 4 bytes], boxes of 128 bytes x 1 channel x
 // KCH antennas x 1 batch, 128B swizzle (out-of-range antennas and spectra read as zeros).
@@ -274,12 +515,15 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
     __shared__ __align__(8) u64 bars[2 * NR];
     __shared__ int s_beam[NSG];
     __shared__ float s_os[NSG];
+    __shared__ u32 s_seed[MAXB];           // dither seed per batch
+    __shared__ unsigned char s_allp[MAXB]; // every antenna of the batch present
     const long long n_items = (long long)N_CHANNELS * N_BG * n_batches * N_IT;
     const int it0 = (int)((long long)blockIdx.x * n_items / gridDim.x);
     const int it1 = (int)((long long)(blockIdx.x + 1) * n_items / gridDim.x);
     if (it1 <= it0) return;
     const int n_stages = (it1 - it0) * N_KCH;
     const int tid = threadIdx.x;
+    const int lane = tid & 31;
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
     const u32 ring = (sbase + 1023u) & ~1023u;
     const u32 wsm = ring + NR * SLOT; // weights (shared address)
@@ -293,156 +537,47 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("prefetch.tensormap [%0];\n" ::"l"((u64)&tm) : "memory");
     }
+    // the per-batch tables (a warp per batch), so that no item waits on global loads
+    const bool tables = n_batches <= MAXB;
+    if (tables)
+        for (int b = tid >> 5; b < n_batches; b += BW_THREADS / 32) {
+            bool ok = true;
+            for (int a = lane; a < N_ANTS; a += 32) ok &= present[(size_t)b * N_ANTS + a] != 0;
+            ok = __all_sync(0xffffffffu, ok);
+            if (lane == 0) {
+                s_allp[b] = ok;
+                s_seed[b] = dseeds[b];
+            }
+        }
     __syncthreads();
 
-    // thread 0 issues the tensor copies: stages 0 .. NR - 1 now, stage s - 1 + NR at the start
-    // of stage s, once every consumer warp has released the slot of stage s - 1
-    auto issue = [&](int s) {
-        const int r = s % NR;
-        const int it = it0 + s / N_KCH, kc = s % N_KCH;
-        const int st = it % N_IT, bt = (it / N_IT) % n_batches;
-        const int c = it / (N_IT * n_batches * N_BG);
-        mbar_arrive_tx(BW_FULL(r), SLOT);
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            tma_load4(ring + r * SLOT + j * BOX, &tm, 4 * (128 * st + 32 * j), c, kc * KCH, bt,
-                      BW_FULL(r));
-    };
-    if (tid == 0)
-        for (int s = 0; s < NR && s < n_stages; s++) issue(s);
-
-    // ---------------- consumers: warpgroup wg takes spectra 64 hf .. 64 hf + 63 of an item (hf =
-    // wg % 2) for the slots of sub-group u = wg / 2 ----------------
-    const int wg = tid >> 7, v = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int hf = wg & 1, u = wg >> 1;
-#if NB0 > 0
-    int h0[WN0 / 2], l0[WN0 / 2]; // accumulators of pol 0's beams, hi and lo weight planes
-#endif
-#if NB1 > 0
-    int h1[WN1 / 2], l1[WN1 / 2];
-#endif
-    int cur = -1;       // (channel, group) of the weights in shared memory
-    bool allp = true;   // every antenna of the item's batch present
-    // this lane's 8 bytes of a box row: spectra 2g, 2g + 1 of the warp's 16, chunk swizzled by
-    // the row (rows 2t, 2t + 1, 8 + 2t, 9 + 2t of a k32 step: conflict-free)
-    const u32 chunk = 4 * (v & 1) + (g >> 1), cbyte = 8 * (g & 1);
-    for (int s = 0; s < n_stages; s++) {
-        const int r = s % NR;
-        const int it = it0 + s / N_KCH, kc = s % N_KCH;
-        const int st = it % N_IT, bt = (it / N_IT) % n_batches, cbg = it / (N_IT * n_batches);
-        const int c = cbg / N_BG, bg = cbg % N_BG;
-        if (kc == 0) {
-            if (cbg != cur) {
-                consumers_sync(); // every consumer is done with the old weights
-#if BW_PROBE != 2
-                build_weights(wgen, s_beam, s_os, c, bg, slots, coef, delay, wscale);
-#else
-                if (cur < 0)
-                    build_weights(wgen, s_beam, s_os, c, bg, slots, coef, delay, wscale);
-#endif
-                fence_proxy_async(); // generic-proxy writes, read by wgmma
-                consumers_sync();
-                cur = cbg;
-            }
-            bool ok = true;
-            for (int a = lane; a < N_ANTS; a += 32) ok &= present[(size_t)bt * N_ANTS + a] != 0;
-            allp = __all_sync(0xffffffffu, ok);
-        }
-        if (tid == 0 && s >= 1 && s - 1 + NR < n_stages) {
-            mbar_wait(BW_EMPTY((s - 1) % NR), (u32)((s - 1) / NR) & 1);
-            issue(s - 1 + NR);
-        }
-        __syncwarp(); // (warp 0 converges before its aligned wgmma instructions)
-        mbar_wait(BW_FULL(r), (u32)(s / NR) & 1);
-        const u32 box = ring + r * SLOT + (2 * hf + (v >> 1)) * BOX;
-        const int nks = min(KCH, NAP - kc * KCH) / 16;
-        u32 ra[2][2][4]; // [set][pol][register]
-#pragma unroll
-        for (int ks = 0; ks < KSPS; ks++) {
-            if (ks < nks) {
-                uint2 x[4]; // antennas 2t, 2t + 1, 8 + 2t, 9 + 2t of the step
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int row = 16 * ks + 2 * t + (e & 1) + 8 * (e >> 1);
-                    x[e] = ld_shared8(box + row * 128 + ((chunk ^ (row & 7)) << 4) + cbyte);
-                    if (!allp) {
-                        const int a = kc * KCH + row;
-                        if (a < N_ANTS && !present[(size_t)bt * N_ANTS + a]) x[e] = make_uint2(0, 0);
-                    }
-                }
-                if (ks == nks - 1) {
-                    // the stage's data is in registers: release the slot
-                    __syncwarp();
-                    if (lane == 0) mbar_arrive(BW_EMPTY(r));
-                }
-                u32(&a)[2][4] = ra[ks & 1];
-#pragma unroll
-                for (int p = 0; p < 2; p++) {
-                    const u32 sel = p ? 0x7632u : 0x5410u;
-                    a[p][0] = __byte_perm(x[0].x, x[1].x, sel); // row g: spectrum 2g
-                    a[p][1] = __byte_perm(x[0].y, x[1].y, sel); // row g + 8: spectrum 2g + 1
-                    a[p][2] = __byte_perm(x[2].x, x[3].x, sel);
-                    a[p][3] = __byte_perm(x[2].y, x[3].y, sel);
-                }
-                const int kg = kc * KSPS + ks; // global k32 step
-                const int first = kc > 0 || ks > 0;
-                wg_fence();
-#if BW_PROBE == 1 || BW_PROBE == 4
-                // (no wgmma: keep the A registers live)
-#if NB0 > 0
-                h0[0] += (int)(a[0][0] ^ a[0][1] ^ a[0][2] ^ a[0][3]);
-#endif
-#if NB1 > 0
-                h1[0] += (int)(a[1][0] ^ a[1][1] ^ a[1][2] ^ a[1][3]);
-#endif
-#else
-#if NB0 > 0
-                wg_rs<WN0>(h0, a[0], wdesc(wsm + WOFF(0, u, 0), WN0, kg), first);
-                wg_rs<WN0>(l0, a[0], wdesc(wsm + WOFF(1, u, 0), WN0, kg), first);
-#endif
-#if NB1 > 0
-                wg_rs<WN1>(h1, a[1], wdesc(wsm + WOFF(0, u, 1), WN1, kg), first);
-                wg_rs<WN1>(l1, a[1], wdesc(wsm + WOFF(1, u, 1), WN1, kg), first);
-#endif
-#endif
-                wg_commit();
-                wg_wait<1>();
-            }
-        }
-        wg_wait<0>();
-        if (kc == N_KCH - 1) {
-            const int s0 = 128 * st + 64 * hf + 16 * v + 2 * g;
-            const u32 dseed = dseeds[bt];
-#if BW_PROBE == 1 || BW_PROBE == 3
-            // (no epilogue: one store of an otherwise unused sum per lane)
-            int sum = 0;
-#if NB0 > 0
-#pragma unroll
-            for (int k = 0; k < WN0 / 2; k++) sum += h0[k] ^ l0[k];
-#endif
-#if NB1 > 0
-#pragma unroll
-            for (int k = 0; k < WN1 / 2; k++) sum += h1[k] ^ l1[k];
-#endif
-            if (sum == 0x7fffffff) out[0] = (signed char)dseed;
-#else
-#if NB0 > 0
-            if (dither)
-                epilogue<WN0, true>(h0, l0, u * NS, s_beam, s_os, out, saturated, bt, c, s0, dseed);
-            else
-                epilogue<WN0, false>(h0, l0, u * NS, s_beam, s_os, out, saturated, bt, c, s0, dseed);
-#endif
-#if NB1 > 0
-            if (dither)
-                epilogue<WN1, true>(h1, l1, u * NS + NB0, s_beam, s_os, out, saturated, bt, c, s0,
-                                    dseed);
-            else
-                epilogue<WN1, false>(h1, l1, u * NS + NB0, s_beam, s_os, out, saturated, bt, c, s0,
-                                     dseed);
-#endif
-#endif
-        }
-    }
+    Ctx k;
+    k.tm = &tm;
+    k.out = out;
+    k.coef = coef;
+    k.delay = delay;
+    k.wscale = wscale;
+    k.slots = slots;
+    k.present = present;
+    k.n_batches = n_batches;
+    k.saturated = saturated;
+    k.dseeds = dseeds;
+    k.it0 = it0;
+    k.it1 = it1;
+    k.n_stages = n_stages;
+    k.ring = ring;
+    k.wsm = wsm;
+    k.bar0 = bar0;
+    k.wgen = wgen;
+    k.s_beam = s_beam;
+    k.s_os = s_os;
+    k.s_seed = s_seed;
+    k.s_allp = s_allp;
+    k.tables = tables;
+    if (dither)
+        consume<true>(k);
+    else
+        consume<false>(k);
 }
 #undef BW_FULL
 #undef BW_EMPTY

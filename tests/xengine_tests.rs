@@ -3,7 +3,7 @@
 
 use gpucbf::gpu::{compile_ptx, gpu_test_guard, nvrtc_available};
 use gpucbf::xengine::{
-    baseline_index, dither_pair, output_offset, unpack4, Beam, BeamKernel, BeamSet, BeamTuning,
+    baseline_index, beam_dither, output_offset, unpack4, Beam, BeamKernel, BeamSet, BeamTuning,
     BeamWgPlan, CorrKernel, CorrVariant, CpuX, GpuX, WgmmaVariant, XBackend, XShape, MISSING,
 };
 
@@ -312,8 +312,7 @@ fn beam_reference(
                     im += wr * xi + wi * xr;
                 }
                 if bs.dither {
-                    let key = (c as u64 * ns as u64 + s as u64) * nb as u64 + b as u64;
-                    let (dr, di) = dither_pair(bs.seed, batch_index, key);
+                    let (dr, di) = beam_dither(bs.seed, batch_index, c, s, b, ns, nb);
                     re += dr as f64;
                     im += di as f64;
                 }
@@ -598,7 +597,7 @@ fn nvrtc_compiles_all_kernels() {
                 .unwrap_or_else(|e| panic!("{e}"));
                 let text = ptx.to_src();
                 assert!(text.contains(".entry beamform_wg"), "{plan:?}");
-                for n in [2 * plan.nb0, 2 * plan.nb1].into_iter().filter(|&n| n > 0) {
+                for n in [4 * plan.nb0, 4 * plan.nb1].into_iter().filter(|&n| n > 0) {
                     let op = format!("wgmma.mma_async.sync.aligned.m64n{n}k32.s32.s8.s8");
                     assert!(text.contains(&op), "{plan:?}: {op}");
                 }

@@ -179,21 +179,82 @@ pub fn batch_dither_seed(seed: u64, batch: u64) -> u32 {
     (h ^ (h >> 32)) as u32
 }
 
-/// (2u − 65535) / 2^17 for 16 bits u: uniform in (−0.5, 0.5), exact in f32.
-fn dither16(u: u32) -> f32 {
-    (2 * u as i32 - 65535) as f32 * (1.0 / 131_072.0)
+/// (2u − 255) / 512 for 8 bits u: uniform in (−0.5, 0.5) on 256 levels, exact in f32.
+fn dither8(u: u32) -> f32 {
+    (2 * (u & 0xff) as i32 - 255) as f32 * (1.0 / 512.0)
 }
 
-/// Dither (re, im), each uniform in (−0.5, 0.5), of batch `batch` and in-batch key
-/// `key` = (c·spectra + s)·beams + beam (wrapping to 32 bits): one 32-bit hash, two 16-bit
-/// halves (identical on CPU and GPU).
-pub fn dither_pair(seed: u64, batch: u64, key: u64) -> (f32, f32) {
+/// Dither (re, im), each uniform in (−0.5, 0.5), of beam `b` of `nb` at channel `c`, spectrum
+/// `s` of a batch of `ns` spectra, batch `batch`: one 32-bit hash per (channel, spectrum pair,
+/// beam), key (c·⌈ns/2⌉ + ⌊s/2⌋)·nb + b plus the batch seed (wrapping to 32 bits), gives four
+/// 8-bit uniforms, bytes 0 and 1 (re, im) of the even spectrum and 2 and 3 of the odd one
+/// (identical on CPU and GPU: the GPU epilogue hashes once per pair of outputs; 256 levels
+/// linearise the 8-bit quantiser as well as a float uniform, within 1/512 LSB).
+pub fn beam_dither(
+    seed: u64,
+    batch: u64,
+    c: usize,
+    s: usize,
+    b: usize,
+    ns: usize,
+    nb: usize,
+) -> (f32, f32) {
+    let key = (c as u64 * ns.div_ceil(2) as u64 + (s / 2) as u64) * nb as u64 + b as u64;
     let h = hash32((key as u32).wrapping_add(batch_dither_seed(seed, batch)));
-    (dither16(h & 0xffff), dither16(h >> 16))
+    let j = 16 * (s % 2) as u32;
+    (dither8(h >> j), dither8(h >> (j + 8)))
 }
 
 /// Clamp to ±127 and round half to even; returns (value, saturated-before-rounding).
 pub(crate) fn quantise(v: f32) -> (i8, bool) {
     let sat = v.abs() > 127.0;
     (v.clamp(-127.0, 127.0).round_ties_even() as i8, sat)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn beam_dither_is_uniform_on_256_levels_and_pairs_spectra() {
+        let (ns, nb) = (256, 64);
+        let mut hist = vec![0u32; 256];
+        let (mut sum, mut n) = (0.0f64, 0u32);
+        for c in 0..4 {
+            for s in 0..ns {
+                for b in 0..nb {
+                    let (dr, di) = beam_dither(7, 3, c, s, b, ns, nb);
+                    for d in [dr, di] {
+                        assert!(d > -0.5 && d < 0.5, "{d}");
+                        // (2u - 255) / 512 exactly
+                        let u = (d * 512.0 + 255.0) / 2.0;
+                        assert_eq!(u, u.round(), "{d}");
+                        hist[u as usize] += 1;
+                        sum += d as f64;
+                        n += 1;
+                    }
+                }
+            }
+        }
+        // every level used about equally (131072 draws, 512 per level expected)
+        let (lo, hi) = (hist.iter().min().unwrap(), hist.iter().max().unwrap());
+        assert!(*lo > 380 && *hi < 650, "{lo} .. {hi}");
+        assert!((sum / n as f64).abs() < 0.005, "mean {}", sum / n as f64);
+        // one hash per spectrum pair: bytes 0, 1 (even) and 2, 3 (odd) of the same word; the
+        // next pair, the next beam and the next batch differ
+        let key = ((5 * 128 + 10) * nb + 9) as u32;
+        let h = hash32(key.wrapping_add(batch_dither_seed(7, 3)));
+        let u = |j: u32| dither8(h >> (8 * j));
+        assert_eq!(beam_dither(7, 3, 5, 20, 9, ns, nb), (u(0), u(1)));
+        assert_eq!(beam_dither(7, 3, 5, 21, 9, ns, nb), (u(2), u(3)));
+        let d = beam_dither(7, 3, 5, 20, 9, ns, nb);
+        assert_ne!(d, beam_dither(7, 3, 5, 22, 9, ns, nb));
+        assert_ne!(d, beam_dither(7, 3, 5, 20, 10, ns, nb));
+        assert_ne!(d, beam_dither(7, 4, 5, 20, 9, ns, nb));
+        // an odd number of spectra: the pair keys of neighbouring channels stay distinct
+        assert_ne!(
+            beam_dither(7, 3, 0, 4, 0, 5, 1),
+            beam_dither(7, 3, 1, 0, 0, 5, 1)
+        );
+    }
 }

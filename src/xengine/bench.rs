@@ -125,7 +125,7 @@ fn gerr<E: std::fmt::Debug>(e: E) -> XError {
 /// for timing, only that it is not all zero).
 fn random_input(n: usize) -> Vec<i8> {
     let block: Vec<i8> = (0..(4u64 << 20).min(n as u64))
-        .map(|i| (super::dither_pair(1, 0, i).0 * 254.0).round() as i8)
+        .map(|i| (super::beam_dither(1, 0, 0, i as usize, 0, 1 << 23, 1).0 * 254.0).round() as i8)
         .collect();
     let mut v = Vec::with_capacity(n);
     while v.len() < n {

@@ -4,7 +4,7 @@
 
 use rayon::prelude::*;
 
-use super::beam::{dither_pair, quantise, BeamTables};
+use super::beam::{beam_dither, quantise, BeamTables};
 use super::{present_baselines, unpack4, BeamSet, BeamStats, XBackend, XError, XShape, MISSING};
 
 /// CPU implementation of [`XBackend`].
@@ -157,8 +157,7 @@ pub(crate) fn beamform_cpu(
                 for s in 0..ns {
                     let (mut vr, mut vi) = (ar[s], ai[s]);
                     if beams.dither {
-                        let key = (c as u64 * ns as u64 + s as u64) * nb as u64 + b as u64;
-                        let (dr, di) = dither_pair(beams.seed, batch_index, key);
+                        let (dr, di) = beam_dither(beams.seed, batch_index, c, s, b, ns, nb);
                         vr += dr;
                         vi += di;
                     }

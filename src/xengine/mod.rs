@@ -19,7 +19,7 @@ pub mod bench;
 mod cpu;
 mod gpu;
 
-pub use beam::{batch_dither_seed, dither_pair, Beam, BeamSet, BeamStats, BeamTables};
+pub use beam::{batch_dither_seed, beam_dither, Beam, BeamSet, BeamStats, BeamTables};
 pub use bench::{bench_gpu, bench_gpu_beams, bench_gpu_corr};
 pub use cpu::CpuX;
 pub use gpu::{
