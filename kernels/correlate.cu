@@ -32,11 +32,11 @@
 // |re|, |im| <= 2 * 127^2 per sample) and blocks add their partial sums into the int64 accumulator
 // with 64-bit atomics.
 
-// (N_ANTS, N_CHANNELS and SPECTRA: checked in xshape.cuh)
+// (N_ANTS, N_CHANNELS and SPECTRA: checked in xshape.cuh; N_BASELINES, conj_perm, tile_coords:
+// corr_common.cuh)
 
 #define TILE 64
 #define N_TILES ((N_ANTS + TILE - 1) / TILE)
-#define N_BASELINES ((N_ANTS) * ((N_ANTS) + 1) / 2)
 #ifndef STAGE_TIMES
 #define STAGE_TIMES 64
 #endif
@@ -86,11 +86,6 @@
 static_assert(SPECTRA % 16 == 0, "SPECTRA must be a multiple of 16");
 static_assert(STAGE_TIMES % 16 == 0 && (ROWS * CHUNKS) % THREADS == 0, "bad STAGE_TIMES");
 
-__device__ __forceinline__ u32 conj_perm(u32 v) {
-    // (re0, im0, re1, im1) -> (-im0, re0, -im1, re1)
-    return __byte_perm(v, 0x00FF00FFu - (v & 0xFF00FF00u), 0x2705);
-}
-
 __device__ __forceinline__ void mma_s8(int (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
     asm volatile(
         "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
@@ -133,15 +128,6 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 // Swizzled chunk position in the A-ready buffer: a quarter-warp reads rows r, r+1 at the same
 // chunk; the XOR puts them in different banks.
 __device__ __forceinline__ int swz(int row, int chunk) { return chunk ^ ((row & 1) << 2); }
-
-__device__ __forceinline__ void tile_coords(int idx, int &ti, int &tj) {
-    // idx = tj(tj+1)/2 + ti, ti <= tj
-    int j = (int)((sqrtf(8.0f * idx + 1.0f) - 1.0f) * 0.5f);
-    while (j * (j + 1) / 2 > idx) j--;
-    while ((j + 1) * (j + 2) / 2 <= idx) j++;
-    tj = j;
-    ti = idx - j * (j + 1) / 2;
-}
 
 // Per-thread constants of the loader: thread copies chunk `chunk` of rows r0 + 16i.
 struct Loader {

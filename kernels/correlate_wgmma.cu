@@ -35,7 +35,8 @@
 // grid.z splits time (at most 65536 samples per block keep the int32 sums exact); blocks add
 // their partial sums with 64-bit atomics.
 
-// (N_ANTS, N_CHANNELS and SPECTRA: checked in xshape.cuh)
+// (N_ANTS, N_CHANNELS and SPECTRA: checked in xshape.cuh; N_BASELINES, conj_perm, tile_coords:
+// corr_common.cuh)
 #ifndef ST
 #define ST 64
 #endif
@@ -60,7 +61,6 @@
 #define RG (SWZ ? 1024 : 128)
 
 #define TILE 64
-#define N_BASELINES ((N_ANTS) * ((N_ANTS) + 1) / 2)
 #define THREADS 256
 #define OCT (ST / 8)                 // 8-sample octets (core-matrix columns) per stage
 #define KS (ST / 16)                 // k32 steps per stage
@@ -83,20 +83,6 @@ static_assert(PREF == 1 || PREF == 2, "PREF must be 1 or 2");
 static_assert(!SWZ || ST == 64, "the 128B-swizzled layout needs ST = 64 (128 bytes of K)");
 static_assert(UNITS >= 1 && UNITS * THREADS == TILE * OCT, "bad unit split");
 
-
-__device__ __forceinline__ u32 conj_perm(u32 v) {
-    // (re0, im0, re1, im1) -> (-im0, re0, -im1, re1)
-    return __byte_perm(v, 0x00FF00FFu - (v & 0xFF00FF00u), 0x2705);
-}
-
-__device__ __forceinline__ void tile_coords(int idx, int &ti, int &tj) {
-    // idx = tj(tj+1)/2 + ti, ti <= tj
-    int j = (int)((sqrtf(8.0f * idx + 1.0f) - 1.0f) * 0.5f);
-    while (j * (j + 1) / 2 > idx) j--;
-    while ((j + 1) * (j + 2) / 2 <= idx) j++;
-    tj = j;
-    ti = idx - j * (j + 1) / 2;
-}
 
 // This block's slice of the launch's time (grid.z, ksteps_per_block k-steps of 16 samples):
 // first and end sample and the number of st-sample stages; false when the slice starts past

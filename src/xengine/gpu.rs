@@ -24,6 +24,7 @@ pub use wgmma::{
 /// Correlator kernel source (embedded so binaries need no kernel files at run time).
 pub const CORRELATE_SRC: &str = concat!(
     include_str!("../../kernels/xshape.cuh"),
+    include_str!("../../kernels/corr_common.cuh"),
     "#line 1 \"correlate.cu\"\n",
     include_str!("../../kernels/correlate.cu")
 );

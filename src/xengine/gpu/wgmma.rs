@@ -69,6 +69,7 @@ use crate::xengine::{XError, XShape};
 pub const CORRELATE_WGMMA_SRC: &str = concat!(
     include_str!("../../../kernels/xshape.cuh"),
     include_str!("../../../kernels/sm90.cuh"),
+    include_str!("../../../kernels/corr_common.cuh"),
     "#line 1 \"correlate_wgmma.cu\"\n",
     include_str!("../../../kernels/correlate_wgmma.cu")
 );
