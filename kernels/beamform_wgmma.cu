@@ -439,20 +439,21 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
         return e;
     };
 
-    // One pass per stage over both pols' wgmma (one commit group per pol), the epilogue after
-    // the item's last stage (pol 0's while pol 1's last wgmma may still run).
-    {
-        bool allp = true; // every antenna of the item's batch present
-        for (int s = 0; s < n_stages; s++) {
-            const int it = it0 + s / N_KCH, kc = s % N_KCH;
-            if (kc == 0) {
-                weights_for(it);
-                allp = all_present(batch_of(it));
-            }
+    // Per item: its N_KCH stages (unrolled, so that the steps per stage are constants and no
+    // wgmma sits in a divergent path: ptxas serialises them all otherwise), both pols' wgmma
+    // per k32 step (one commit group per pol), then the epilogue (pol 0's while pol 1's last
+    // wgmma may still run).
+    for (int n = 0; n < k.it1 - it0; n++) {
+        const int it = it0 + n;
+        weights_for(it);
+        const bool allp = all_present(batch_of(it)); // every antenna of the batch present
+        const unsigned char *pres = present + (size_t)batch_of(it) * N_ANTS;
+#pragma unroll
+        for (int kc = 0; kc < N_KCH; kc++) {
+            const int s = n * N_KCH + kc;
             refill(s);
             full_wait(s);
-            const unsigned char *pres = present + (size_t)batch_of(it) * N_ANTS;
-            const int nks = min(KCH, NAP - kc * KCH) / 16;
+            const int nks = kc < N_KCH - 1 ? KSPS : (NAP - (N_KCH - 1) * KCH) / 16;
             u32 ra[2][2][4]; // [set][pol][register]
 #pragma unroll
             for (int ks = 0; ks < KSPS; ks++) {
@@ -478,24 +479,21 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
                     wg_wait<(NB0 > 0) + (NB1 > 0)>();
                 }
             }
-            if (kc < N_KCH - 1) {
-                wg_wait<0>();
-                continue;
-            }
-            const Epi e = epi_of(it);
+            if (kc < N_KCH - 1) wg_wait<0>();
+        }
+        const Epi e = epi_of(it);
 #if NB0 > 0
 #if NB1 > 0
-            wg_wait<1>(); // pol 0's sums are complete (pol 1's last wgmma may still run)
+        wg_wait<1>(); // pol 0's sums are complete (pol 1's last wgmma may still run)
 #else
-            wg_wait<0>();
+        wg_wait<0>();
 #endif
-            epi_all<WN0, DITHER>(d0, u * NS, e);
+        epi_all<WN0, DITHER>(d0, u * NS, e);
 #endif
 #if NB1 > 0
-            wg_wait<0>();
-            epi_all<WN1, DITHER>(d1, u * NS + NB0, e);
+        wg_wait<0>();
+        epi_all<WN1, DITHER>(d1, u * NS + NB0, e);
 #endif
-        }
     }
 }
 

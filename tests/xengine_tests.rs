@@ -940,6 +940,7 @@ fn gpu_beamformer_within_one_lsb() {
         gpu_vs_cpu_beams(80, 4, 512, 65, batch, true);
         gpu_vs_cpu_beams(3, 2, 16, 1, batch, false);
         gpu_vs_cpu_beams(33, 3, 160, 40, batch, true);
+        gpu_vs_cpu_beams(144, 3, 64, 20, batch, true); // several stages per item
         eprintln!("gpu beams within 1 LSB of cpu: batch {batch}");
     }
 }

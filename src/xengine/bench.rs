@@ -100,6 +100,30 @@
 //! staggering the two sub-groups by half an item (named barrier) measured 52.5 % and was dropped.
 //! Next: the epilogue's instruction count (cheaper dither shared between outputs, integer clamp),
 //! or a second accumulator set so that the next item's wgmma run under the epilogue.
+//!
+//! Hopper beamformer, second round (H100, 2026-11-22, `gpucbf bench xbgpu` / `xbgpu-beam`, copy
+//! 2982–2990 GB/s, same shape): the hi and lo weight planes are one wgmma operand (N = 4 slots: Re
+//! / Im rows of the hi plane, then of the lo plane), so a k32 step issues one wgmma per pol instead
+//! of two (the MMAs-without-epilogue probe at 64 beams went from 101 % to 114–118 %); the per-batch
+//! presence flags and dither seeds are read into shared memory once per block; the epilogue skips
+//! the clamp (a warp whose values all stay within ±127 needs none; where one passes 127 the warp
+//! computes its outputs again, stores them clamped and counts the saturation exactly) and hashes
+//! once per spectrum pair (four 8-bit dither uniforms; the host's `beam_dither`, also in the
+//! mma.sync kernel): about 29 instead of 42 instructions per complex output (SASS). **16 beams
+//! 75.5–82.3 %, 64 beams 55.2–59.7 %** over seven runs on several machines (without dither 79.2 /
+//! 60.6 %; the same binary varies by ±3 points at 16 beams from run to run). Same-run A/B at 64
+//! beams: clamped fast path 54.4 % against 56.4 %, a hash per output 52.3 %; at 16 beams issuing
+//! each refill from the last warp to release a slot (no thread waits on the others) 72.5 % against
+//! 80.9 % with thread 0 waiting, two beam groups of 32 beams 40–43 %. Tried and dropped: pols as a
+//! double buffer (P: pol 1's wgmma under pol 0's epilogue, Q: the next item's pol 0 under pol 1's)
+//! 72.0 / 43.7 %: one wgmma group in flight per warpgroup serialised the tensor work (its MMAs-only
+//! probe fell to 87 %). ncu on the 64-beam kernel: ALU pipe 67 % of peak, issue slots 64 %, stalls
+//! mostly `wait` / `math_pipe_throttle` / `not_selected`; the probes (epilogue only 87–89 %, MMAs
+//! only 114–118 %) add up instead of overlapping, so 64 beams needs the epilogue to run under the
+//! wgmma of the same warpgroup with more than one group in flight (registers: 64 accumulators per
+//! thread at the 128 cap), or fewer instructions still. Arrays over 128 antennas: stages that
+//! divide the antennas (144: three of 48, not 128 + 16) and the stages of an item unrolled, so that
+//! no wgmma sits in a divergent path (ptxas serialised every wgmma of those shapes before: C7520).
 
 use std::ffi::c_void;
 

@@ -108,9 +108,13 @@ impl BeamWgPlan {
             }
             // two planes x two sub-groups of 2 (nb0 + nb1) rows in 128-byte swizzled K blocks
             let weights = 1024 * (2 * nap).div_ceil(128) * (nb0 + nb1);
-            let kchs = [nap.min(128), 64, 48, 32, 16];
-            kchs.into_iter()
-                .filter(|&k| k <= nap)
+            // stages that divide the antennas first (a shorter last stage puts wgmma in a
+            // divergent path, and ptxas then serialises them all)
+            let even = [128, 112, 96, 80, 64, 48, 32]
+                .into_iter()
+                .filter(|&k| nap.is_multiple_of(k));
+            let kchs = even.chain([nap.min(128), 64, 48, 32, 16]);
+            kchs.filter(|&k| k <= nap)
                 .flat_map(|kch| (2..=4).rev().map(move |nr| (kch, nr)))
                 .map(|(kch, nr)| (kch, nr, 1024 + nr * 512 * kch + weights))
                 .find(|&(_, _, smem)| smem + STATIC_SMEM <= smem_limit)
@@ -336,6 +340,9 @@ mod tests {
         let pol: Vec<i32> = (0..64).map(|b| b % 2).collect();
         let p = BeamWgPlan::new(&shape, &pol, 227 << 10).unwrap();
         assert_eq!((p.nb0, p.nb1, p.groups, p.kch), (16, 16, 1, 80));
+        // 144 antennas: stages of 48 (three per item, none shorter), not 128 + 16
+        let s144 = XShape::new(144, 16, 256).unwrap();
+        assert_eq!(BeamWgPlan::new(&s144, &pol, 227 << 10).unwrap().kch, 48);
         // not for 4-bit input or more than 256 antennas
         let s4 = shape.with_sample_bits(4).unwrap();
         assert!(BeamWgPlan::new(&s4, &pol, 227 << 10).is_none());
