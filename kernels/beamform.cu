@@ -304,8 +304,8 @@ __device__ __forceinline__ WarpItem warp_item(int bg, int n_groups, const int *_
 // pol), one per half-tile (an m16 fragment: 8 beams of one pol), tile t = half-groups 2t, 2t + 1.
 // in: n_batches batches of BATCH_BYTES; present: u8 [n_batches][N_ANTS] (0: the antenna is read
 // as zeros); out: int8 [batch][beam][channel][spectrum][re/im]; saturated: u64
-// [n_batches][N_BEAMS] (added to). dither != 0 enables dither with hash key (c * SPECTRA + s) *
-// N_BEAMS + beam + dseed[batch]. Dynamic shared memory SMEM_BYTES. Items are (channel, group of
+// [n_batches][N_BEAMS] (added to). dither != 0 enables dither with the pair hash key (c *
+// SPECTRA / 2 + s / 2) * N_BEAMS + beam + dseed[batch]. Dynamic shared memory SMEM_BYTES. Items are (channel, group of
 // beam tiles, batch), batch fastest; block k takes the contiguous items [k n / grid, (k + 1) n /
 // grid), so its weights are rebuilt only when the channel or the group changes.
 extern "C" __global__ void __launch_bounds__(THREADS, MINB)

@@ -188,9 +188,8 @@ __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 512
 
 // A lane's epilogue context for one item: its outputs (beam 0, spectra s0 and s0 + 1 of the
 // item's batch and channel), the dither pair key of beam 0 at (s0, s0 + 1), whether s0 is
-// inside the batch,
-// the group's beam table (beam index or -1, output scale per slot) and the batch's saturation
-// counters.
+// inside the batch, the group's beam table (beam index or -1, output scale per slot) and the
+// batch's saturation counters.
 struct Epi {
     signed char *outp;
     u32 kbase;
