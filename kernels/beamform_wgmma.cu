@@ -330,6 +330,13 @@ __device__ __forceinline__ void mma_step(int (&d)[WN / 2], const u32 (&a)[4], u3
 #define BW_FULL(r) (bar0 + 8 * (r))
 #define BW_EMPTY(r) (bar0 + 8 * (NR + (r)))
 
+// Whether every antenna of batch bt is present (the whole warp calls it).
+__device__ __forceinline__ bool warp_all_present(const unsigned char *__restrict__ present, int bt) {
+    bool ok = true;
+    for (int a = threadIdx.x & 31; a < N_ANTS; a += 32) ok &= present[(size_t)bt * N_ANTS + a] != 0;
+    return __all_sync(0xffffffffu, ok);
+}
+
 // What a consumer thread needs of the kernel's arguments and its block's shared memory.
 struct Ctx {
     const TensorMap *tm;
@@ -420,9 +427,7 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
     auto batch_of = [&](int it) { return (it / N_IT) % n_batches; };
     auto all_present = [&](int bt) -> bool {
         if (tables) return k.s_allp[bt] != 0;
-        bool ok = true;
-        for (int a = lane; a < N_ANTS; a += 32) ok &= present[(size_t)bt * N_ANTS + a] != 0;
-        return __all_sync(0xffffffffu, ok);
+        return warp_all_present(present, bt);
     };
     auto epi_of = [&](int it) -> Epi {
         const int st = it % N_IT, bt = batch_of(it), c = it / (N_IT * n_batches * N_BG);
@@ -538,9 +543,7 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
     const bool tables = n_batches <= MAXB;
     if (tables)
         for (int b = tid >> 5; b < n_batches; b += BW_THREADS / 32) {
-            bool ok = true;
-            for (int a = lane; a < N_ANTS; a += 32) ok &= present[(size_t)b * N_ANTS + a] != 0;
-            ok = __all_sync(0xffffffffu, ok);
+            const bool ok = warp_all_present(present, b);
             if (lane == 0) {
                 s_allp[b] = ok;
                 s_seed[b] = dseeds[b];

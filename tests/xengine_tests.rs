@@ -1033,6 +1033,7 @@ fn gpu_beamformer_chunk_within_one_lsb() {
         (8, 80, 3, 64, 19, 5),
         (8, 33, 2, 48, 64, 3),
         (4, 40, 2, 96, 24, 4),
+        (8, 5, 1, 16, 3, 130), // more batches than the wgmma kernel's shared tables hold
     ] {
         let shape = XShape::new(na, nc, ns)
             .unwrap()
