@@ -42,7 +42,7 @@
 // 8 consecutive complex outputs of one beam and writes them as one 16-byte store (no shuffles;
 // a warp writes 64-byte runs).
 // Epilogue without the (quarter-rate) int<->float conversions of dither and quantiser: the
-// 16-bit dither uniform u is built as float bits (1 + u 2^-16, exact) less a constant, the
+// 8-bit dither uniform u is built as float bits (1 + u 2^-8, exact) less a constant, the
 // quantiser clamps and adds 1.5 2^23 (round half to even by the FP adder) and takes the low
 // byte of the bits. Dither: one 32-bit hash per pair of spectra (2 ni, 2 ni + 1 of a lane's 8),
 // four 8-bit uniforms (the host's `beam_dither`).
@@ -305,9 +305,10 @@ __device__ __forceinline__ WarpItem warp_item(int bg, int n_groups, const int *_
 // in: n_batches batches of BATCH_BYTES; present: u8 [n_batches][N_ANTS] (0: the antenna is read
 // as zeros); out: int8 [batch][beam][channel][spectrum][re/im]; saturated: u64
 // [n_batches][N_BEAMS] (added to). dither != 0 enables dither with the pair hash key (c *
-// SPECTRA / 2 + s / 2) * N_BEAMS + beam + dseed[batch]. Dynamic shared memory SMEM_BYTES. Items are (channel, group of
-// beam tiles, batch), batch fastest; block k takes the contiguous items [k n / grid, (k + 1) n /
-// grid), so its weights are rebuilt only when the channel or the group changes.
+// SPECTRA / 2 + s / 2) * N_BEAMS + beam + dseed[batch]. Dynamic shared memory SMEM_BYTES.
+// Items are (channel, group of beam tiles, batch), batch fastest; block k takes the contiguous
+// items [k n / grid, (k + 1) n / grid), so its weights are rebuilt only when the channel or the
+// group changes.
 extern "C" __global__ void __launch_bounds__(THREADS, MINB)
     beamform(const signed char *__restrict__ in, signed char *__restrict__ out,
              const float2 *__restrict__ coef, const float *__restrict__ delay,
