@@ -15,12 +15,12 @@ __device__ __forceinline__ u32 hash32(u32 x) {
 }
 
 // The host's uniform dither (2u - 255) / 512 from byte j of the pair hash (beam_dither: bytes
-// 0, 1 re and im of the even spectrum of a pair, 2, 3 of the odd one) is F - DITHER_C, both
-// exact: F = 1 + u 2^-8 (u at bit 15 of the mantissa), DITHER_C = 1 + 255 2^-9. The epilogue
-// adds -DITHER_C in its scaling FMA and F after.
-#define DITHER_C 1.498046875f
-__device__ __forceinline__ float dither_u8(u32 h, int j) {
-    return __uint_as_float(0x3f800000u + (__byte_perm(h, 0u, 0x4440u | (u32)j) << 15));
+// 0, 1 re and im of the even spectrum of a pair, 2, 3 of the odd one) is 128 F - DITHER_C, both
+// exact: F = 1 + u 2^-15 (u as byte 1 of 1.0f's bits: one PRMT), DITHER_C = 128 + 255 2^-9.
+// The epilogue adds -DITHER_C in its scaling FMA and 128 F in a second FMA.
+#define DITHER_C 128.498046875f
+__device__ __forceinline__ float dither_f(u32 h, int j) {
+    return __uint_as_float(__byte_perm(h, 0x3f800000u, 0x7604u | ((u32)j << 4)));
 }
 
 // w = 256 hi + lo exactly, lo in [-128, 127]; returns (hi, lo) as bytes.
@@ -93,8 +93,8 @@ __device__ __forceinline__ float combine(int hi, int lo) {
 __device__ __forceinline__ void beam_value(float fr, float fi, float os, int dither, u32 h, int j,
                                            float &vr, float &vi) {
     if (dither) {
-        vr = __fadd_rn(fmaf(fr, os, -DITHER_C), dither_u8(h, j));
-        vi = __fadd_rn(fmaf(fi, os, -DITHER_C), dither_u8(h, j + 1));
+        vr = fmaf(dither_f(h, j), 128.0f, fmaf(fr, os, -DITHER_C));
+        vi = fmaf(dither_f(h, j + 1), 128.0f, fmaf(fi, os, -DITHER_C));
     } else {
         vr = __fmul_rn(fr, os);
         vi = __fmul_rn(fi, os);

@@ -42,10 +42,10 @@
 // 8 consecutive complex outputs of one beam and writes them as one 16-byte store (no shuffles;
 // a warp writes 64-byte runs).
 // Epilogue without the (quarter-rate) int<->float conversions of dither and quantiser: the
-// 8-bit dither uniform u is built as float bits (1 + u 2^-8, exact) less a constant, the
-// quantiser clamps and adds 1.5 2^23 (round half to even by the FP adder) and takes the low
-// byte of the bits. Dither: one 32-bit hash per pair of spectra (2 ni, 2 ni + 1 of a lane's 8),
-// four 8-bit uniforms (the host's `beam_dither`).
+// 8-bit dither uniform u is built as float bits (1 + u 2^-15, exact: one byte permute), scaled
+// by 128 less a constant in an FMA; the quantiser clamps and adds 1.5 2^23 (round half to even
+// by the FP adder) and takes the low byte of the bits. Dither: one 32-bit hash per pair of
+// spectra (2 ni, 2 ni + 1 of a lane's 8), four 8-bit uniforms (the host's `beam_dither`).
 //
 // Defines: N_ANTS, N_CHANNELS, SPECTRA (spectra per batch, a multiple of 16), N_BEAMS,
 // BTB (beam tiles per block, 1..8), TS (spectra per tile: 32, 64 or 128), MW (m16 fragments per

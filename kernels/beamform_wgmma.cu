@@ -86,7 +86,12 @@
 #define MAXB 128
 #define BW_THREADS 512 // four consumer warpgroups (thread 0 also issues the copies)
 #define CONSUMERS 512
-#define SMEM_BYTES (1024 + NR * SLOT + W_BYTES)
+// output staging: per warpgroup a row per beam slot of its sub-group (64 spectra x re/im = 128
+// bytes, rows 160 bytes apart: a warp's four slots t = 0..3 fall on distinct banks)
+#define STG_ROW 160
+#define STG_WG (NS * STG_ROW)
+#define STG_BYTES (4 * STG_WG)
+#define SMEM_BYTES (1024 + NR * SLOT + W_BYTES + STG_BYTES)
 
 static_assert(N_ANTS <= 256, "beamform_wg: at most 256 antennas");
 static_assert(SPECTRA % 16 == 0, "SPECTRA must be a multiple of 16");
@@ -144,9 +149,11 @@ template <> __device__ __forceinline__ void wg_rs<128>(int (&d)[64], const u32 (
 __device__ __forceinline__ int wpos(int wn, int n, int k) {
     return (k >> 7) * wn * 128 + n * 128 + ((((k >> 4) & 7) ^ (n & 7)) << 4) + (k & 15);
 }
-// Descriptor of k32 step kg of the weight plane at shared address w (wgmma N = wn).
-__device__ __forceinline__ u64 wdesc(u32 w, int wn, int kg) {
-    return make_desc_swz(w + (kg >> 2) * wn * 128 + 32 * (kg & 3));
+// Descriptor of k32 step kg of the weight plane whose descriptor's low word is lo (wgmma N =
+// wn): the step's offset added to the address field (shared addresses < 2^18: no carry out).
+__device__ __forceinline__ u64 wdesc(u32 lo, int wn, int kg) {
+    constexpr u64 hi = make_desc_swz(0) & 0xffffffff00000000ull;
+    return hi | (u64)(lo + (((kg >> 2) * wn * 128 + 32 * (kg & 3)) >> 4));
 }
 
 // The weight planes of channel c, beam group bg, and the group's beam table (beam index or -1,
@@ -185,15 +192,18 @@ __device__ __forceinline__ void build_weights(unsigned char *w, int *s_beam, flo
 }
 
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 512;\n" ::: "memory"); }
+// The four warps of warpgroup wg (named barriers 2 .. 5).
+__device__ __forceinline__ void wg_sync(int wg) {
+    asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory");
+}
 
-// A lane's epilogue context for one item: its outputs (beam 0, spectra s0 and s0 + 1 of the
-// item's batch and channel), the dither pair key of beam 0 at (s0, s0 + 1), whether s0 is
-// inside the batch, the group's beam table (beam index or -1, output scale per slot) and the
-// batch's saturation counters.
+// A lane's epilogue context for one item: its staging word of slot 0 (spectra s0 and s0 + 1 of
+// the warpgroup's 64, re / im: shared address), the dither pair key of beam 0 at (s0, s0 + 1),
+// the sub-group's beam table (beam index or -1, output scale per slot) and the batch's
+// saturation counters.
 struct Epi {
-    signed char *outp;
+    u32 stg;
     u32 kbase;
-    bool ok;
     const int *beam;
     const float *os;
     unsigned long long *sat;
@@ -223,11 +233,12 @@ __device__ __forceinline__ u32 pack_unclamped(const float (&v)[4]) {
     return __byte_perm(__byte_perm(q[0], q[1], 0x0040), __byte_perm(q[2], q[3], 0x0040), 0x5410);
 }
 
-// Epilogue iteration i of one pol (slot base + 4 i + t): quantise without the clamp and store
-// (one 4-byte word: re, im at s0 and s0 + 1; a warp writes 32-byte runs), and keep the largest
-// |value| in mx (where that passes 127, epi_saturation clamps, stores again and counts). The
-// accumulators are read on every lane (a read in a divergent path would make the compiler
-// serialise the wgmma); an empty slot has scale 0, spectra past the batch were zero-filled.
+// Epilogue iteration i of one pol (slot base + 4 i + t): quantise without the clamp and stage
+// (one 4-byte word: re, im at s0 and s0 + 1), and keep the largest |value| in mx (where that
+// passes 127, epi_saturation clamps, stages again and counts). The accumulators are read on
+// every lane (a read in a divergent path would make the compiler serialise the wgmma); an
+// empty slot has scale 0 and its row is not copied out, spectra past the batch were zero-filled
+// (and are not copied out either).
 template <int WN, bool DITHER>
 __device__ __forceinline__ void epi_iter(const int (&d)[WN / 2], int i, int base, const Epi &e,
                                          float &mx) {
@@ -236,20 +247,19 @@ __device__ __forceinline__ void epi_iter(const int (&d)[WN / 2], int i, int base
     int sum = 0;
 #pragma unroll
     for (int k = 0; k < 4; k++) sum += d[4 * i + k] ^ d[WN / 4 + 4 * i + k];
-    if (sum == 0x7fffffff) e.outp[0] = (signed char)mx;
+    if (sum == 0x7fffffff) st_shared4(e.stg, (u32)sum);
 #else
     const int t = threadIdx.x & 3;
     const int beam = e.beam[base + 4 * i + t];
     float v[4];
     epi_values<WN, DITHER>(d, i, e.os[base + 4 * i + t], e.kbase + (u32)beam, v);
     mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
-    if (beam >= 0 && e.ok)
-        *(u32 *)(e.outp + (size_t)beam * (N_CHANNELS * SPECTRA * 2)) = pack_unclamped(v);
+    st_shared4(e.stg + (base + 4 * i) * STG_ROW, pack_unclamped(v));
 #endif
 }
 
 // Where some lane's mx passed 127 (rare): the warp computes its outputs of one pol again from
-// the accumulators, stores them clamped (the same thread's later store wins) and counts the
+// the accumulators, stages them clamped (the same thread's later store wins) and counts the
 // saturated ones (|re| or |im| above 127 before rounding), per beam summed over the warp, one
 // atomic per warp and beam.
 template <int WN, bool DITHER>
@@ -263,9 +273,8 @@ __device__ __forceinline__ void epi_saturation(const int (&d)[WN / 2], int base,
         const int beam = e.beam[base + 4 * i + t];
         float v[4];
         epi_values<WN, DITHER>(d, i, e.os[base + 4 * i + t], e.kbase + (u32)beam, v);
-        if (beam >= 0 && e.ok)
-            *(u32 *)(e.outp + (size_t)beam * (N_CHANNELS * SPECTRA * 2)) =
-                __byte_perm(beam_pack(v[0], v[1]), beam_pack(v[2], v[3]), 0x5410);
+        st_shared4(e.stg + (base + 4 * i) * STG_ROW,
+                   __byte_perm(beam_pack(v[0], v[1]), beam_pack(v[2], v[3]), 0x5410));
         unsigned int n = (fmaxf(fabsf(v[0]), fabsf(v[1])) > 127.0f) +
                          (fmaxf(fabsf(v[2]), fabsf(v[3])) > 127.0f);
         n += __shfl_xor_sync(0xffffffffu, n, 4);
@@ -286,23 +295,43 @@ __device__ __forceinline__ void epi_all(const int (&d)[WN / 2], int base, const 
     epi_saturation<WN, DITHER>(d, base, e, mx);
 }
 
-// This lane's 16 bytes of k32 step ks (antennas 2t, 2t + 1, 8 + 2t, 9 + 2t of the step, each
-// spectra 2g, 2g + 1 of the warp's 16, both pols) from the stage box at shared address box
-// (128B swizzle: the chunk XOR the row; conflict-free); antennas absent from the batch (pres:
-// its presence bytes, read only when allp is false; a0: the stage's first antenna) read as 0.
-__device__ __forceinline__ void load_x(uint2 (&x)[4], u32 box, int ks, int a0, bool allp,
-                                       const unsigned char *__restrict__ pres) {
+// This lane's offsets in a stage box of rows (antennas) 2t + j, j = 0, 1, for spectra 2g,
+// 2g + 1 of the warp's 16 (128B swizzle: the 16-byte chunk XOR the row % 8; rows 8 and 16 ks
+// further have the same chunk).
+__device__ __forceinline__ void x_offsets(u32 (&xo)[2]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, v = (threadIdx.x >> 5) & 3;
     const u32 chunk = 4 * (v & 1) + (g >> 1), cbyte = 8 * (g & 1);
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-        const int row = 16 * ks + 2 * t + (e & 1) + 8 * (e >> 1);
-        x[e] = ld_shared8(box + row * 128 + ((chunk ^ (row & 7)) << 4) + cbyte);
-        if (!allp) {
-            const int a = a0 + row;
-            if (a < N_ANTS && !pres[a]) x[e] = make_uint2(0, 0);
-        }
+    for (int j = 0; j < 2; j++) {
+        const int row = 2 * t + j;
+        xo[j] = row * 128 + ((chunk ^ row) << 4) + cbyte;
     }
+}
+
+// This lane's 16 bytes of k32 step ks (antennas 2t, 2t + 1, 8 + 2t, 9 + 2t of the step, each
+// spectra 2g, 2g + 1 of the warp's 16, both pols) from the stage box at shared address box
+// (conflict-free).
+__device__ __forceinline__ void load_x(uint2 (&x)[4], u32 box, const u32 (&xo)[2], int ks) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) x[e] = ld_shared8(box + xo[e & 1] + (16 * ks + 8 * (e >> 1)) * 128);
+}
+
+// The rows of antennas absent from a batch (pres: its presence bytes) in the stage at shared
+// address slot (stage kc of an item: antennas kc KCH ..) set to zero, by every consumer between
+// two consumer barriers (rare: only for a batch with an antenna missing; the copy engine
+// brings whatever is there, and rows past the array read as zeros already).
+__device__ __noinline__ void zero_absent(u32 slot, int kc, const unsigned char *__restrict__ pres) {
+    consumers_sync(); // every consumer has seen the stage arrive and reads nothing yet
+    for (int idx = threadIdx.x; idx < 4 * KCH * 8; idx += CONSUMERS) {
+        const int row = (idx >> 3) % KCH, a = kc * KCH + row;
+        if (a < N_ANTS && !pres[a])
+            asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(
+                             slot + (idx / (8 * KCH)) * BOX + row * 128 + (idx & 7) * 16),
+                         "r"(0)
+                         : "memory");
+    }
+    fence_proxy_async(); // before the copy engine refills the slot
+    consumers_sync();
 }
 
 // The A registers of pol p from load_x's bytes (a PRMT per register picks the pol): register
@@ -315,15 +344,15 @@ __device__ __forceinline__ void perm_a(u32 (&a)[4], const uint2 (&x)[4], int p) 
     a[3] = __byte_perm(x[2].y, x[3].y, sel);
 }
 
-// One pol's k32 step: d = (first ? d : 0) + A B (B: the weights at shared address wb), or in
-// the probes without wgmma a use of the A registers.
+// One pol's k32 step: d = (first ? d : 0) + A B (B: the weight plane whose descriptor's low
+// word is wlo), or in the probes without wgmma a use of the A registers.
 template <int WN>
-__device__ __forceinline__ void mma_step(int (&d)[WN / 2], const u32 (&a)[4], u32 wb, int kg,
+__device__ __forceinline__ void mma_step(int (&d)[WN / 2], const u32 (&a)[4], u32 wlo, int kg,
                                          int first) {
 #if BW_PROBE == 1 || BW_PROBE == 4
     d[0] += (int)(a[0] ^ a[1] ^ a[2] ^ a[3]);
 #else
-    wg_rs<WN>(d, a, wdesc(wb, WN, kg), first);
+    wg_rs<WN>(d, a, wdesc(wlo, WN, kg), first);
 #endif
 }
 
@@ -350,6 +379,7 @@ struct Ctx {
     const unsigned int *dseeds;
     int it0, it1, n_stages; // the block's items and stages
     u32 ring, wsm, bar0;    // shared addresses: the ring, the weights, the mbarriers
+    u32 stg;                // shared address of the output staging
     unsigned char *wgen;    // the weights (generic address)
     int *s_beam;
     float *s_os;
@@ -402,6 +432,10 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
     const int hf = wg & 1, u = wg >> 1;
     // this warp's box (32 spectra) in ring slot r
     auto box_of = [&](int r) { return ring + r * SLOT + (2 * hf + (v >> 1)) * BOX; };
+    u32 xo[2];
+    x_offsets(xo);
+    // low words of the descriptors of this sub-group's weight planes (pol 0, pol 1)
+    const u32 wlo0 = (u32)make_desc_swz(wsm + WOFF(u, 0)), wlo1 = (u32)make_desc_swz(wsm + WOFF(u, 1));
     // accumulators of pol 0's and pol 1's beams (hi plane, then lo plane)
 #if NB0 > 0
     int d0[WN0 / 2];
@@ -429,18 +463,36 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
         if (tables) return k.s_allp[bt] != 0;
         return warp_all_present(present, bt);
     };
+    // this warpgroup's output staging (a row per slot of sub-group u) and this lane's word in it
+    const u32 stg_wg = k.stg + wg * STG_WG;
+    const u32 stg_lane = stg_wg + (lane & 3) * STG_ROW + 32 * v + 4 * g;
     auto epi_of = [&](int it) -> Epi {
         const int st = it % N_IT, bt = batch_of(it), c = it / (N_IT * n_batches * N_BG);
         const int s0 = 128 * st + 64 * hf + 16 * v + 2 * g;
         const u32 dseed = tables ? k.s_seed[bt] : k.dseeds[bt];
         Epi e;
-        e.outp = k.out + ((size_t)bt * N_BEAMS * N_CHANNELS + c) * SPECTRA * 2 + (size_t)s0 * 2;
+        e.stg = stg_lane;
         e.kbase = ((u32)c * (SPECTRA / 2) + (u32)s0 / 2) * N_BEAMS + dseed; // s0 even
-        e.ok = s0 < SPECTRA;
-        e.beam = k.s_beam;
-        e.os = k.s_os;
+        e.beam = k.s_beam + u * NS;
+        e.os = k.s_os + u * NS;
         e.sat = k.saturated + (size_t)bt * N_BEAMS;
         return e;
+    };
+    // the staged rows of item it out to global memory (after the warpgroup's barrier): warp v
+    // copies rows v NS / 4 .. (v + 1) NS / 4 - 1, a lane 16 bytes at a time (a row: 64 spectra
+    // of one beam, 128 bytes; fewer at the end of a batch; none for an empty slot)
+    auto copy_out = [&](int it) {
+        const int st = it % N_IT, bt = batch_of(it), c = it / (N_IT * n_batches * N_BG);
+        const int sb = 128 * st + 64 * hf;
+        signed char *base = k.out + ((size_t)bt * N_BEAMS * N_CHANNELS + c) * SPECTRA * 2 + sb * 2;
+#pragma unroll
+        for (int j = 0; j < (2 * NS + 31) / 32; j++) {
+            const int q = lane + 32 * j, row = v * (NS / 4) + (q >> 3), b16 = 16 * (q & 7);
+            const int beam = k.s_beam[u * NS + row];
+            const uint4 w = ld_shared16(stg_wg + row * STG_ROW + b16);
+            if (q < 2 * NS && beam >= 0 && sb + b16 / 2 < SPECTRA)
+                *(uint4 *)(base + (size_t)beam * (N_CHANNELS * SPECTRA * 2) + b16) = w;
+        }
     };
 
     // Per item: its N_KCH stages (unrolled, so that the steps per stage are constants and no
@@ -451,19 +503,19 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
         const int it = it0 + n;
         weights_for(it);
         const bool allp = all_present(batch_of(it)); // every antenna of the batch present
-        const unsigned char *pres = present + (size_t)batch_of(it) * N_ANTS;
 #pragma unroll
         for (int kc = 0; kc < N_KCH; kc++) {
             const int s = n * N_KCH + kc;
             refill(s);
             full_wait(s);
+            if (!allp) zero_absent(ring + (s % NR) * SLOT, kc, present + (size_t)batch_of(it) * N_ANTS);
             const int nks = kc < N_KCH - 1 ? KSPS : (NAP - (N_KCH - 1) * KCH) / 16;
             u32 ra[2][2][4]; // [set][pol][register]
 #pragma unroll
             for (int ks = 0; ks < KSPS; ks++) {
                 if (ks < nks) {
                     uint2 x[4];
-                    load_x(x, box_of(s % NR), ks, kc * KCH, allp, pres);
+                    load_x(x, box_of(s % NR), xo, ks);
                     if (ks == nks - 1) release(s); // the stage's data is in registers
                     u32(&a)[2][4] = ra[ks & 1];
                     perm_a(a[0], x, 0);
@@ -472,11 +524,11 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
                     const int first = kc > 0 || ks > 0;
                     wg_fence();
 #if NB0 > 0
-                    mma_step<WN0>(d0, a[0], wsm + WOFF(u, 0), kg, first);
+                    mma_step<WN0>(d0, a[0], wlo0, kg, first);
                     wg_commit();
 #endif
 #if NB1 > 0
-                    mma_step<WN1>(d1, a[1], wsm + WOFF(u, 1), kg, first);
+                    mma_step<WN1>(d1, a[1], wlo1, kg, first);
                     wg_commit();
 #endif
                     // the previous step's groups are done: its A registers may be rebuilt
@@ -486,18 +538,21 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
             if (kc < N_KCH - 1) wg_wait<0>();
         }
         const Epi e = epi_of(it);
+        wg_sync(wg); // the previous item's staged rows are copied out
 #if NB0 > 0
 #if NB1 > 0
         wg_wait<1>(); // pol 0's sums are complete (pol 1's last wgmma may still run)
 #else
         wg_wait<0>();
 #endif
-        epi_all<WN0, DITHER>(d0, u * NS, e);
+        epi_all<WN0, DITHER>(d0, 0, e);
 #endif
 #if NB1 > 0
         wg_wait<0>();
-        epi_all<WN1, DITHER>(d1, u * NS + NB0, e);
+        epi_all<WN1, DITHER>(d1, NB0, e);
 #endif
+        wg_sync(wg); // the item's rows are staged
+        copy_out(it);
     }
 }
 
@@ -568,6 +623,7 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
     k.ring = ring;
     k.wsm = wsm;
     k.bar0 = bar0;
+    k.stg = wsm + W_BYTES;
     k.wgen = wgen;
     k.s_beam = s_beam;
     k.s_os = s_os;

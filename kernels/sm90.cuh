@@ -9,7 +9,7 @@ __device__ __forceinline__ u64 make_desc(u32 saddr, u32 lbo, u32 sbo) {
 }
 
 // The same for the 128-byte swizzled K-major layout (leading byte offset unused, encoded 1).
-__device__ __forceinline__ u64 make_desc_swz(u32 saddr) {
+__host__ __device__ __forceinline__ constexpr u64 make_desc_swz(u32 saddr) {
     return (u64)((saddr & 0x3FFFFu) >> 4) | (1ull << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
 }
 
@@ -59,5 +59,16 @@ __device__ __forceinline__ void tma_load4(u32 dst, const TensorMap *m, int c0, i
 __device__ __forceinline__ uint2 ld_shared8(u32 addr) {
     uint2 v;
     asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_shared4(u32 addr, u32 v) {
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v));
+}
+__device__ __forceinline__ uint4 ld_shared16(u32 addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr)
+                 : "memory");
     return v;
 }

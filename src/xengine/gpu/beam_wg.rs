@@ -108,6 +108,8 @@ impl BeamWgPlan {
             }
             // two planes x two sub-groups of 2 (nb0 + nb1) rows in 128-byte swizzled K blocks
             let weights = 1024 * (2 * nap).div_ceil(128) * (nb0 + nb1);
+            // output staging: four warpgroups x a 160-byte row per slot of a sub-group
+            let staging = 4 * 160 * (nb0 + nb1);
             // stages that divide the antennas first (a shorter last stage puts wgmma in a
             // divergent path, and ptxas then serialises them all)
             let even = [128, 112, 96, 80, 64, 48, 32]
@@ -116,7 +118,7 @@ impl BeamWgPlan {
             let kchs = even.chain([nap.min(128), 64, 48, 32, 16]);
             kchs.filter(|&k| k <= nap)
                 .flat_map(|kch| (2..=4).rev().map(move |nr| (kch, nr)))
-                .map(|(kch, nr)| (kch, nr, 1024 + nr * 512 * kch + weights))
+                .map(|(kch, nr)| (kch, nr, 1024 + nr * 512 * kch + weights + staging))
                 .find(|&(_, _, smem)| smem + STATIC_SMEM <= smem_limit)
                 .map(|(kch, nr, smem)| Self {
                     nb0,
