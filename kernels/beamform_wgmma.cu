@@ -366,6 +366,68 @@ __device__ __forceinline__ bool warp_all_present(const unsigned char *__restrict
     return __all_sync(0xffffffffu, ok);
 }
 
+// Work distribution: block j owns items [j n / G, (j + 1) n / G) (G blocks, n items: channels
+// change slowly along a range, so weights are rebuilt rarely) and claims them in order, CLAIM
+// at a time, with an atomic add on work[j]; a block whose range is used up takes CLAIM items
+// of the range with the most left the same way (an SM that runs slower, which the H100 has
+// (one SM in a run at 1.3 times the mean busy time), no longer holds up the launch).
+#define CLAIM 2
+__device__ __forceinline__ int range_start(long long n, int j) {
+    return (int)((long long)j * n / gridDim.x);
+}
+
+// The producer's state (warp 0, every lane alike): claimed items not yet issued [q0, q1), the
+// current item and its next stage, the claim of the own range in flight (lane 0), whether
+// the own range is used up and whether the end has been issued.
+struct Prod {
+    int q0, q1, item, kc;
+    unsigned int pend;
+    bool own, done;
+};
+
+// The next item for warp 0 (every lane calls it; all get the same item), or -1 when every
+// range is used up. The own range's next claim is issued one claim ahead (its atomic's
+// latency hidden under an item's work).
+__device__ __forceinline__ int claim_item(Prod &p, unsigned int *__restrict__ work, long long n) {
+    const int lane = threadIdx.x & 31;
+    if (p.q0 < p.q1) return p.q0++;
+    if (p.own) {
+        const int j = blockIdx.x, a = range_start(n, j), len = range_start(n, j + 1) - a;
+        const int idx = (int)__shfl_sync(0xffffffffu, p.pend, 0);
+        if (idx < len) {
+            p.q0 = a + idx;
+            p.q1 = a + min(idx + CLAIM, len);
+            if (lane == 0) p.pend = atomicAdd(&work[j], CLAIM);
+            return p.q0++;
+        }
+        p.own = false;
+    }
+    for (;;) { // the range with the most items left (a warp reads every counter)
+        int best = -1, rem = 0;
+        for (int j = lane; j < (int)gridDim.x; j += 32) {
+            const int len = range_start(n, j + 1) - range_start(n, j);
+            const int r = len - (int)*(volatile unsigned int *)&work[j];
+            if (r > rem) rem = r, best = j;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const int r2 = __shfl_xor_sync(0xffffffffu, rem, o);
+            const int b2 = __shfl_xor_sync(0xffffffffu, best, o);
+            if (r2 > rem || (r2 == rem && b2 > best)) rem = r2, best = b2;
+        }
+        if (rem <= 0) return -1;
+        unsigned int idx = 0;
+        if (lane == 0) idx = atomicAdd(&work[best], CLAIM);
+        idx = __shfl_sync(0xffffffffu, idx, 0);
+        const int a = range_start(n, best), len = range_start(n, best + 1) - a;
+        if ((int)idx < len) {
+            p.q0 = a + (int)idx;
+            p.q1 = a + min((int)idx + CLAIM, len);
+            return p.q0++;
+        }
+    }
+}
+
 // What a consumer thread needs of the kernel's arguments and its block's shared memory.
 struct Ctx {
     const TensorMap *tm;
@@ -377,7 +439,9 @@ struct Ctx {
     int n_batches;
     unsigned long long *saturated;
     const unsigned int *dseeds;
-    int it0, it1, n_stages; // the block's items and stages
+    long long n_items;      // items of the launch
+    unsigned int *work;     // items claimed per block range (zeroed before the launch)
+    int *s_item;            // item per ring slot (-1: the end)
     u32 ring, wsm, bar0;    // shared addresses: the ring, the weights, the mbarriers
     u32 stg;                // shared address of the output staging
     unsigned char *wgen;    // the weights (generic address)
@@ -391,34 +455,57 @@ struct Ctx {
 // The block's work (every thread; thread 0 also issues the tensor copies), DITHER: the dithered
 // quantiser.
 template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
-    const int it0 = k.it0, n_stages = k.n_stages, n_batches = k.n_batches;
+    const int n_batches = k.n_batches;
     const u32 ring = k.ring, wsm = k.wsm, bar0 = k.bar0;
     const unsigned char *__restrict__ present = k.present;
     const bool tables = k.tables;
     const int tid = threadIdx.x;
     const int wg = tid >> 7, v = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2;
-    // thread 0 issues the tensor copies: stages 0 .. NR - 1 now, stage s - 1 + NR at the start
-    // of stage s, once every consumer warp has released the slot of stage s - 1 (issuing from
-    // the last warp to release a slot, so that no warp waits on the others, measured 72.5 % /
-    // 55.6 % against 80.9 % / 56.4 % at 16 / 64 beams)
-    auto issue = [&](int s) {
-        const int r = s % NR;
-        const int it = it0 + s / N_KCH, kc = s % N_KCH;
-        const int st = it % N_IT, bt = (it / N_IT) % n_batches;
-        const int c = it / (N_IT * n_batches * N_BG);
-        mbar_arrive_tx(BW_FULL(r), SLOT);
+    // warp 0 claims the items (claim_item) and thread 0 issues the tensor copies: stages 0 ..
+    // NR - 1 now, stage s - 1 + NR at the start of stage s, once every consumer warp has
+    // released the slot of stage s - 1 (issuing from the last warp to release a slot, so that
+    // no warp waits on the others, measured 72.5 % / 55.6 % against 80.9 % / 56.4 % at 16 / 64
+    // beams); each stage's item goes with it in s_item (-1 after the last item: the end)
+    Prod pr;
+    pr.q0 = pr.q1 = 0;
+    pr.item = -1;
+    pr.kc = 0;
+    pr.own = true;
+    pr.done = false;
+    pr.pend = 0;
+    if (tid == 0) pr.pend = atomicAdd(&k.work[blockIdx.x], CLAIM);
+    auto produce = [&](int s) { // warp 0
+        if (pr.done) return;
+        if (pr.kc == 0) pr.item = claim_item(pr, k.work, k.n_items);
+        const int r = s % NR, it = pr.item, kc = pr.kc;
+        if (it < 0) {
+            pr.done = true;
+            if (lane == 0) {
+                k.s_item[r] = -1;
+                mbar_arrive(BW_FULL(r));
+            }
+            return;
+        }
+        pr.kc = (kc + 1) % N_KCH;
+        if (lane == 0) {
+            const int st = it % N_IT, bt = (it / N_IT) % n_batches;
+            const int c = it / (N_IT * n_batches * N_BG);
+            k.s_item[r] = it;
+            mbar_arrive_tx(BW_FULL(r), SLOT);
 #pragma unroll
-        for (int j = 0; j < 4; j++)
-            tma_load4(ring + r * SLOT + j * BOX, k.tm, 4 * (128 * st + 32 * j), c, kc * KCH, bt,
-                      BW_FULL(r));
+            for (int j = 0; j < 4; j++)
+                tma_load4(ring + r * SLOT + j * BOX, k.tm, 4 * (128 * st + 32 * j), c, kc * KCH,
+                          bt, BW_FULL(r));
+        }
     };
-    if (tid == 0)
-        for (int s = 0; s < NR && s < n_stages; s++) issue(s);
+    if (tid < 32)
+        for (int s = 0; s < NR; s++) produce(s);
     auto full_wait = [&](int s) { mbar_wait(BW_FULL(s % NR), (u32)(s / NR) & 1); };
     auto refill = [&](int s) {
-        if (tid == 0 && s >= 1 && s - 1 + NR < n_stages) {
-            mbar_wait(BW_EMPTY((s - 1) % NR), (u32)((s - 1) / NR) & 1);
-            issue(s - 1 + NR);
+        if (tid < 32 && s >= 1 && !pr.done) {
+            if (lane == 0) mbar_wait(BW_EMPTY((s - 1) % NR), (u32)((s - 1) / NR) & 1);
+            __syncwarp();
+            produce(s - 1 + NR);
         }
         __syncwarp();
     };
@@ -499,15 +586,20 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
     // wgmma sits in a divergent path: ptxas serialises them all otherwise), both pols' wgmma
     // per k32 step (one commit group per pol), then the epilogue (pol 0's while pol 1's last
     // wgmma may still run).
-    for (int n = 0; n < k.it1 - it0; n++) {
-        const int it = it0 + n;
+    for (int n = 0;; n++) {
+        refill(n * N_KCH);
+        full_wait(n * N_KCH);
+        const int it = k.s_item[(n * N_KCH) % NR];
+        if (it < 0) break;
         weights_for(it);
         const bool allp = all_present(batch_of(it)); // every antenna of the batch present
 #pragma unroll
         for (int kc = 0; kc < N_KCH; kc++) {
             const int s = n * N_KCH + kc;
-            refill(s);
-            full_wait(s);
+            if (kc > 0) {
+                refill(s);
+                full_wait(s);
+            }
             if (!allp) zero_absent(ring + (s % NR) * SLOT, kc, present + (size_t)batch_of(it) * N_ANTS);
             const int nks = kc < N_KCH - 1 ? KSPS : (NAP - (N_KCH - 1) * KCH) / 16;
             u32 ra[2][2][4]; // [set][pol][register]
@@ -567,18 +659,15 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
                 const float *__restrict__ wscale, const int *__restrict__ slots,
                 const unsigned char *__restrict__ present, int n_batches,
                 unsigned long long *__restrict__ saturated, int dither,
-                const unsigned int *__restrict__ dseeds) {
+                const unsigned int *__restrict__ dseeds, unsigned int *__restrict__ work) {
     extern __shared__ __align__(1024) unsigned char smem[];
     __shared__ __align__(8) u64 bars[2 * NR];
     __shared__ int s_beam[NSG];
     __shared__ float s_os[NSG];
     __shared__ u32 s_seed[MAXB];           // dither seed per batch
     __shared__ unsigned char s_allp[MAXB]; // every antenna of the batch present
+    __shared__ int s_item[NR];
     const long long n_items = (long long)N_CHANNELS * N_BG * n_batches * N_IT;
-    const int it0 = (int)((long long)blockIdx.x * n_items / gridDim.x);
-    const int it1 = (int)((long long)(blockIdx.x + 1) * n_items / gridDim.x);
-    if (it1 <= it0) return;
-    const int n_stages = (it1 - it0) * N_KCH;
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
@@ -617,9 +706,9 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
     k.n_batches = n_batches;
     k.saturated = saturated;
     k.dseeds = dseeds;
-    k.it0 = it0;
-    k.it1 = it1;
-    k.n_stages = n_stages;
+    k.n_items = n_items;
+    k.work = work;
+    k.s_item = s_item;
     k.ring = ring;
     k.wsm = wsm;
     k.bar0 = bar0;
