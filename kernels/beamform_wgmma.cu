@@ -15,7 +15,9 @@
 // Row mapping: warp v of a consumer warpgroup owns spectra 16 v .. 16 v + 15 of its 64; row
 // 16 v + g is spectrum 16 v + 2 g and row 16 v + g + 8 spectrum 16 v + 2 g + 1, so that a lane's
 // accumulators hold (Re, Im) of beam slot 4 i + t at two consecutive spectra: one 4-byte
-// store, a warp writes 32-byte runs.
+// word, staged in shared memory (a row of 64 spectra per slot and warpgroup); once the
+// warpgroup's rows are staged its warps copy them out in 16-byte pieces (a beam's 64 spectra
+// are 128 contiguous bytes of the output).
 //
 // Work. An item is (channel, beam group, batch, 128 spectra); the block's four consumer
 // warpgroups take its two 64-spectrum halves times the group's two sub-groups of beam slots
@@ -25,10 +27,10 @@
 // stage is one item's KCH antennas (all of them for small arrays): four tensor copies (32
 // spectra x KCH antennas each) issued by thread 0 into a ring of NR slots with full / empty
 // mbarriers (a 17th, producer warp would cap the registers at 96: one register-file quarter
-// would hold 5 warps). Absent antennas of a
-// batch (present == 0) are zeroed in the registers (the copy brings whatever is there). At a
-// change of channel or group the consumers rebuild the weight planes between two named
-// barriers (the copies of the next stages are already in flight).
+// would hold 5 warps). Absent antennas of a batch (present == 0) are zeroed in the ring slot
+// between two consumer barriers (rare; the copy brings whatever is there). At a change of
+// channel or group the consumers rebuild the weight planes between two named barriers (the
+// copies of the next stages are already in flight).
 // Per k32 step (16 antennas) and warpgroup: one wgmma m64nNk32 per pol, N = 4 NB0 or 4 NB1
 // (the Re / Im rows of the hi plane, then of the lo plane), a commit group each, A in two
 // alternating register sets. Per-batch presence flags and dither seeds are read into shared
@@ -142,6 +144,45 @@ template <> __device__ __forceinline__ void wg_rs<128>(int (&d)[64], const u32 (
                  "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64, %65, %66, %67}, %68, p;\n}\n"
                  : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+// D = A B with the accumulators as outputs only (the first k32 step of an item: the sums of
+// the item before are dead, so that nothing between two items holds them)
+template <int N> __device__ __forceinline__ void wg_rs0(int (&d)[N / 2], const u32 (&a)[4], u64 db);
+template <> __device__ __forceinline__ void wg_rs0<16>(int (&d)[8], const u32 (&a)[4], u64 db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p;\n}\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]), "=r"(d[4]), "=r"(d[5]), "=r"(d[6]), "=r"(d[7])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+template <> __device__ __forceinline__ void wg_rs0<32>(int (&d)[16], const u32 (&a)[4], u64 db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p;\n}\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]), "=r"(d[4]), "=r"(d[5]), "=r"(d[6]), "=r"(d[7]), "=r"(d[8]), "=r"(d[9]), "=r"(d[10]), "=r"(d[11]), "=r"(d[12]), "=r"(d[13]), "=r"(d[14]), "=r"(d[15])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+template <> __device__ __forceinline__ void wg_rs0<48>(int (&d)[24], const u32 (&a)[4], u64 db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n48k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23}, {%24,%25,%26,%27}, %28, p;\n}\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]), "=r"(d[4]), "=r"(d[5]), "=r"(d[6]), "=r"(d[7]), "=r"(d[8]), "=r"(d[9]), "=r"(d[10]), "=r"(d[11]), "=r"(d[12]), "=r"(d[13]), "=r"(d[14]), "=r"(d[15]), "=r"(d[16]), "=r"(d[17]), "=r"(d[18]), "=r"(d[19]), "=r"(d[20]), "=r"(d[21]), "=r"(d[22]), "=r"(d[23])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+template <> __device__ __forceinline__ void wg_rs0<64>(int (&d)[32], const u32 (&a)[4], u64 db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p;\n}\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]), "=r"(d[4]), "=r"(d[5]), "=r"(d[6]), "=r"(d[7]), "=r"(d[8]), "=r"(d[9]), "=r"(d[10]), "=r"(d[11]), "=r"(d[12]), "=r"(d[13]), "=r"(d[14]), "=r"(d[15]), "=r"(d[16]), "=r"(d[17]), "=r"(d[18]), "=r"(d[19]), "=r"(d[20]), "=r"(d[21]), "=r"(d[22]), "=r"(d[23]), "=r"(d[24]), "=r"(d[25]), "=r"(d[26]), "=r"(d[27]), "=r"(d[28]), "=r"(d[29]), "=r"(d[30]), "=r"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+template <> __device__ __forceinline__ void wg_rs0<96>(int (&d)[48], const u32 (&a)[4], u64 db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, {%48,%49,%50,%51}, %52, p;\n}\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]), "=r"(d[4]), "=r"(d[5]), "=r"(d[6]), "=r"(d[7]), "=r"(d[8]), "=r"(d[9]), "=r"(d[10]), "=r"(d[11]), "=r"(d[12]), "=r"(d[13]), "=r"(d[14]), "=r"(d[15]), "=r"(d[16]), "=r"(d[17]), "=r"(d[18]), "=r"(d[19]), "=r"(d[20]), "=r"(d[21]), "=r"(d[22]), "=r"(d[23]), "=r"(d[24]), "=r"(d[25]), "=r"(d[26]), "=r"(d[27]), "=r"(d[28]), "=r"(d[29]), "=r"(d[30]), "=r"(d[31]), "=r"(d[32]), "=r"(d[33]), "=r"(d[34]), "=r"(d[35]), "=r"(d[36]), "=r"(d[37]), "=r"(d[38]), "=r"(d[39]), "=r"(d[40]), "=r"(d[41]), "=r"(d[42]), "=r"(d[43]), "=r"(d[44]), "=r"(d[45]), "=r"(d[46]), "=r"(d[47])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+template <> __device__ __forceinline__ void wg_rs0<128>(int (&d)[64], const u32 (&a)[4], u64 db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p;\n}\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]), "=r"(d[4]), "=r"(d[5]), "=r"(d[6]), "=r"(d[7]), "=r"(d[8]), "=r"(d[9]), "=r"(d[10]), "=r"(d[11]), "=r"(d[12]), "=r"(d[13]), "=r"(d[14]), "=r"(d[15]), "=r"(d[16]), "=r"(d[17]), "=r"(d[18]), "=r"(d[19]), "=r"(d[20]), "=r"(d[21]), "=r"(d[22]), "=r"(d[23]), "=r"(d[24]), "=r"(d[25]), "=r"(d[26]), "=r"(d[27]), "=r"(d[28]), "=r"(d[29]), "=r"(d[30]), "=r"(d[31]), "=r"(d[32]), "=r"(d[33]), "=r"(d[34]), "=r"(d[35]), "=r"(d[36]), "=r"(d[37]), "=r"(d[38]), "=r"(d[39]), "=r"(d[40]), "=r"(d[41]), "=r"(d[42]), "=r"(d[43]), "=r"(d[44]), "=r"(d[45]), "=r"(d[46]), "=r"(d[47]), "=r"(d[48]), "=r"(d[49]), "=r"(d[50]), "=r"(d[51]), "=r"(d[52]), "=r"(d[53]), "=r"(d[54]), "=r"(d[55]), "=r"(d[56]), "=r"(d[57]), "=r"(d[58]), "=r"(d[59]), "=r"(d[60]), "=r"(d[61]), "=r"(d[62]), "=r"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 // END generated
 
@@ -352,7 +393,10 @@ __device__ __forceinline__ void mma_step(int (&d)[WN / 2], const u32 (&a)[4], u3
 #if BW_PROBE == 1 || BW_PROBE == 4
     d[0] += (int)(a[0] ^ a[1] ^ a[2] ^ a[3]);
 #else
-    wg_rs<WN>(d, a, wdesc(wlo, WN, kg), first);
+    if (first)
+        wg_rs<WN>(d, a, wdesc(wlo, WN, kg), 1);
+    else
+        wg_rs0<WN>(d, a, wdesc(wlo, WN, kg));
 #endif
 }
 
@@ -366,68 +410,6 @@ __device__ __forceinline__ bool warp_all_present(const unsigned char *__restrict
     return __all_sync(0xffffffffu, ok);
 }
 
-// Work distribution: block j owns items [j n / G, (j + 1) n / G) (G blocks, n items: channels
-// change slowly along a range, so weights are rebuilt rarely) and claims them in order, CLAIM
-// at a time, with an atomic add on work[j]; a block whose range is used up takes CLAIM items
-// of the range with the most left the same way (an SM that runs slower, which the H100 has
-// (one SM in a run at 1.3 times the mean busy time), no longer holds up the launch).
-#define CLAIM 2
-__device__ __forceinline__ int range_start(long long n, int j) {
-    return (int)((long long)j * n / gridDim.x);
-}
-
-// The producer's state (warp 0, every lane alike): claimed items not yet issued [q0, q1), the
-// current item and its next stage, the claim of the own range in flight (lane 0), whether
-// the own range is used up and whether the end has been issued.
-struct Prod {
-    int q0, q1, item, kc;
-    unsigned int pend;
-    bool own, done;
-};
-
-// The next item for warp 0 (every lane calls it; all get the same item), or -1 when every
-// range is used up. The own range's next claim is issued one claim ahead (its atomic's
-// latency hidden under an item's work).
-__device__ __forceinline__ int claim_item(Prod &p, unsigned int *__restrict__ work, long long n) {
-    const int lane = threadIdx.x & 31;
-    if (p.q0 < p.q1) return p.q0++;
-    if (p.own) {
-        const int j = blockIdx.x, a = range_start(n, j), len = range_start(n, j + 1) - a;
-        const int idx = (int)__shfl_sync(0xffffffffu, p.pend, 0);
-        if (idx < len) {
-            p.q0 = a + idx;
-            p.q1 = a + min(idx + CLAIM, len);
-            if (lane == 0) p.pend = atomicAdd(&work[j], CLAIM);
-            return p.q0++;
-        }
-        p.own = false;
-    }
-    for (;;) { // the range with the most items left (a warp reads every counter)
-        int best = -1, rem = 0;
-        for (int j = lane; j < (int)gridDim.x; j += 32) {
-            const int len = range_start(n, j + 1) - range_start(n, j);
-            const int r = len - (int)*(volatile unsigned int *)&work[j];
-            if (r > rem) rem = r, best = j;
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const int r2 = __shfl_xor_sync(0xffffffffu, rem, o);
-            const int b2 = __shfl_xor_sync(0xffffffffu, best, o);
-            if (r2 > rem || (r2 == rem && b2 > best)) rem = r2, best = b2;
-        }
-        if (rem <= 0) return -1;
-        unsigned int idx = 0;
-        if (lane == 0) idx = atomicAdd(&work[best], CLAIM);
-        idx = __shfl_sync(0xffffffffu, idx, 0);
-        const int a = range_start(n, best), len = range_start(n, best + 1) - a;
-        if ((int)idx < len) {
-            p.q0 = a + (int)idx;
-            p.q1 = a + min((int)idx + CLAIM, len);
-            return p.q0++;
-        }
-    }
-}
-
 // What a consumer thread needs of the kernel's arguments and its block's shared memory.
 struct Ctx {
     const TensorMap *tm;
@@ -439,9 +421,7 @@ struct Ctx {
     int n_batches;
     unsigned long long *saturated;
     const unsigned int *dseeds;
-    long long n_items;      // items of the launch
-    unsigned int *work;     // items claimed per block range (zeroed before the launch)
-    int *s_item;            // item per ring slot (-1: the end)
+    int it0, it1, n_stages; // the block's items and stages
     u32 ring, wsm, bar0;    // shared addresses: the ring, the weights, the mbarriers
     u32 stg;                // shared address of the output staging
     unsigned char *wgen;    // the weights (generic address)
@@ -455,57 +435,36 @@ struct Ctx {
 // The block's work (every thread; thread 0 also issues the tensor copies), DITHER: the dithered
 // quantiser.
 template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
-    const int n_batches = k.n_batches;
+    const int it0 = k.it0, n_stages = k.n_stages, n_batches = k.n_batches;
     const u32 ring = k.ring, wsm = k.wsm, bar0 = k.bar0;
     const unsigned char *__restrict__ present = k.present;
     const bool tables = k.tables;
     const int tid = threadIdx.x;
     const int wg = tid >> 7, v = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2;
-    // warp 0 claims the items (claim_item) and thread 0 issues the tensor copies: stages 0 ..
-    // NR - 1 now, stage s - 1 + NR at the start of stage s, once every consumer warp has
-    // released the slot of stage s - 1 (issuing from the last warp to release a slot, so that
-    // no warp waits on the others, measured 72.5 % / 55.6 % against 80.9 % / 56.4 % at 16 / 64
-    // beams); each stage's item goes with it in s_item (-1 after the last item: the end)
-    Prod pr;
-    pr.q0 = pr.q1 = 0;
-    pr.item = -1;
-    pr.kc = 0;
-    pr.own = true;
-    pr.done = false;
-    pr.pend = 0;
-    if (tid == 0) pr.pend = atomicAdd(&k.work[blockIdx.x], CLAIM);
-    auto produce = [&](int s) { // warp 0
-        if (pr.done) return;
-        if (pr.kc == 0) pr.item = claim_item(pr, k.work, k.n_items);
-        const int r = s % NR, it = pr.item, kc = pr.kc;
-        if (it < 0) {
-            pr.done = true;
-            if (lane == 0) {
-                k.s_item[r] = -1;
-                mbar_arrive(BW_FULL(r));
-            }
-            return;
-        }
-        pr.kc = (kc + 1) % N_KCH;
-        if (lane == 0) {
-            const int st = it % N_IT, bt = (it / N_IT) % n_batches;
-            const int c = it / (N_IT * n_batches * N_BG);
-            k.s_item[r] = it;
-            mbar_arrive_tx(BW_FULL(r), SLOT);
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                tma_load4(ring + r * SLOT + j * BOX, k.tm, 4 * (128 * st + 32 * j), c, kc * KCH,
-                          bt, BW_FULL(r));
-        }
-    };
-    if (tid < 32)
-        for (int s = 0; s < NR; s++) produce(s);
     auto full_wait = [&](int s) { mbar_wait(BW_FULL(s % NR), (u32)(s / NR) & 1); };
+    // thread 0 issues the tensor copies of the block's items: stages 0 .. NR - 1 now, stage s -
+    // 1 + NR at the start of stage s, once every consumer warp has released the slot of stage s
+    // - 1 (issuing from the last warp to release a slot, so that no warp waits on the others,
+    // measured 72.5 % / 55.6 % against 80.9 % / 56.4 % at 16 / 64 beams). (Work stealing, a
+    // block whose range is used up taking items of the others, measured the same or slower:
+    // 67.4 % against 70.0 % at 64 beams, 84.7 % against 84.6 % at 16, in one run.)
+    auto issue = [&](int s) {
+        const int r = s % NR;
+        const int it = it0 + s / N_KCH, kc = s % N_KCH;
+        const int st = it % N_IT, bt = (it / N_IT) % n_batches;
+        const int c = it / (N_IT * n_batches * N_BG);
+        mbar_arrive_tx(BW_FULL(r), SLOT);
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            tma_load4(ring + r * SLOT + j * BOX, k.tm, 4 * (128 * st + 32 * j), c, kc * KCH, bt,
+                      BW_FULL(r));
+    };
+    if (tid == 0)
+        for (int s = 0; s < NR && s < n_stages; s++) issue(s);
     auto refill = [&](int s) {
-        if (tid < 32 && s >= 1 && !pr.done) {
-            if (lane == 0) mbar_wait(BW_EMPTY((s - 1) % NR), (u32)((s - 1) / NR) & 1);
-            __syncwarp();
-            produce(s - 1 + NR);
+        if (tid == 0 && s >= 1 && s - 1 + NR < n_stages) {
+            mbar_wait(BW_EMPTY((s - 1) % NR), (u32)((s - 1) / NR) & 1);
+            issue(s - 1 + NR);
         }
         __syncwarp();
     };
@@ -586,21 +545,19 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
     // wgmma sits in a divergent path: ptxas serialises them all otherwise), both pols' wgmma
     // per k32 step (one commit group per pol), then the epilogue (pol 0's while pol 1's last
     // wgmma may still run).
-    for (int n = 0;; n++) {
-        refill(n * N_KCH);
-        full_wait(n * N_KCH);
-        const int it = k.s_item[(n * N_KCH) % NR];
-        if (it < 0) break;
+    for (int n = 0; n < k.it1 - it0; n++) {
+        const int it = it0 + n;
         weights_for(it);
         const bool allp = all_present(batch_of(it)); // every antenna of the batch present
 #pragma unroll
         for (int kc = 0; kc < N_KCH; kc++) {
             const int s = n * N_KCH + kc;
-            if (kc > 0) {
-                refill(s);
-                full_wait(s);
-            }
-            if (!allp) zero_absent(ring + (s % NR) * SLOT, kc, present + (size_t)batch_of(it) * N_ANTS);
+            refill(s);
+            full_wait(s);
+            // (the presence address computed here: hoisted above the loop, ptxas serialised
+            // the wgmma, C7520)
+            if (!allp)
+                zero_absent(ring + (s % NR) * SLOT, kc, present + (size_t)batch_of(it) * N_ANTS);
             const int nks = kc < N_KCH - 1 ? KSPS : (NAP - (N_KCH - 1) * KCH) / 16;
             u32 ra[2][2][4]; // [set][pol][register]
 #pragma unroll
@@ -659,15 +616,18 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
                 const float *__restrict__ wscale, const int *__restrict__ slots,
                 const unsigned char *__restrict__ present, int n_batches,
                 unsigned long long *__restrict__ saturated, int dither,
-                const unsigned int *__restrict__ dseeds, unsigned int *__restrict__ work) {
+                const unsigned int *__restrict__ dseeds) {
     extern __shared__ __align__(1024) unsigned char smem[];
     __shared__ __align__(8) u64 bars[2 * NR];
     __shared__ int s_beam[NSG];
     __shared__ float s_os[NSG];
     __shared__ u32 s_seed[MAXB];           // dither seed per batch
     __shared__ unsigned char s_allp[MAXB]; // every antenna of the batch present
-    __shared__ int s_item[NR];
     const long long n_items = (long long)N_CHANNELS * N_BG * n_batches * N_IT;
+    const int it0 = (int)((long long)blockIdx.x * n_items / gridDim.x);
+    const int it1 = (int)((long long)(blockIdx.x + 1) * n_items / gridDim.x);
+    if (it1 <= it0) return;
+    const int n_stages = (it1 - it0) * N_KCH;
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const u32 sbase = (u32)__cvta_generic_to_shared(smem);
@@ -706,9 +666,9 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
     k.n_batches = n_batches;
     k.saturated = saturated;
     k.dseeds = dseeds;
-    k.n_items = n_items;
-    k.work = work;
-    k.s_item = s_item;
+    k.it0 = it0;
+    k.it1 = it1;
+    k.n_stages = n_stages;
     k.ring = ring;
     k.wsm = wsm;
     k.bar0 = bar0;

@@ -124,6 +124,31 @@
 //! thread at the 128 cap), or fewer instructions still. Arrays over 128 antennas: stages that
 //! divide the antennas (144: three of 48, not 128 + 16) and the stages of an item unrolled, so that
 //! no wgmma sits in a divergent path (ptxas serialised every wgmma of those shapes before: C7520).
+//!
+//! Hopper beamformer, third round (H100, 2026-11-22, `gpucbf bench xbgpu-beam`, copy 2984–2988
+//! GB/s, same shape). The headline gain is now 0.025 (outputs of σ ≈ 16 LSB; the old 0.1 gave σ ≈
+//! 66 LSB with about 5.5 % of the values clipped, so every warp took the saturation path; that case
+//! is still printed as "with clipping"). Outputs staged in shared memory (a 160-byte row per beam
+//! slot and warpgroup, conflict-free) and written as 16-byte coalesced rows (no per-output address,
+//! predicate or branch); absent antennas zeroed in the ring slot on a rare path (no per-load
+//! presence selects); descriptors from a per-block base; the dither uniform as one byte permute
+//! (1 + u 2^-15) and an FMA; the first k32 step of an item writes its accumulators without reading
+//! them (so nothing between items holds them: ptxas had serialised the 64-beam kernel's wgmma,
+//! C7520, once more code sat between items; `nvrtc_compiles_all_kernels` now runs ptxas on the
+//! NVRTC output and fails on C7520). Per item and warp about 160 instead of 209 instructions in the
+//! MMA phase and 194 instead of 242 per pol in the epilogue (SASS). **16 beams 84.4–88.5 %, 64
+//! beams 66.9–68.9 %** (final run 87.2 / 68.9 %; with clipping 75.7 / 58.6 %; without dither 88.9
+//! / 76.1 %). Probes at 64 beams: nothing 91.4 %, MMAs without epilogue 89.1 %, epilogue without
+//! MMAs 89.0 %, weights built once 71.7 %: each half alone runs near the memory bound, together
+//! they do not overlap. Tried and dropped (same-run A/B): work stealing (blocks claim items of
+//! their range with an atomic counter, a block whose range is used up takes items of the range with
+//! the most left) 67.4 % against 70.0 % at 64 beams, 84.7 / 84.6 % at 16, although it evened out
+//! the SMs' busy cycles; a pingpong of the two warpgroup pairs at the tensor cores (named barriers)
+//! 67.4 % against 68.4 %; both pols' epilogues interleaved 68.4 %; three A register sets (two k32
+//! steps in flight) 68.3 %. ncu (64 beams, static ranges): SM busy cycles min 610k, mean 632k, max
+//! 803k of 824k elapsed; the slowest SMs set the launch time, yet evening them out (stealing)
+//! raised every SM to ~800k: next, find what the late SMs wait on (their items, DRAM or L2
+//! partitions) before changing the schedule again.
 
 use std::ffi::c_void;
 

@@ -389,8 +389,6 @@ pub struct GpuX {
     wgmma: Option<wgmma::Wgmma>,
     beam_fns: HashMap<(usize, BeamPlan), CudaFunction>,
     beam_wg_fns: HashMap<(usize, BeamWgPlan), CudaFunction>,
-    /// The wgmma beamformer's claim counters (one per block, zeroed before each launch).
-    beam_work: Option<CudaSlice<u32>>,
     smem_optin: usize,
     smem_per_sm: usize,
     batch_beams: usize,
@@ -456,7 +454,6 @@ impl GpuX {
             wgmma,
             beam_fns: HashMap::new(),
             beam_wg_fns: HashMap::new(),
-            beam_work: None,
             smem_optin,
             smem_per_sm,
             batch_beams: DEFAULT_BATCH_BEAMS,

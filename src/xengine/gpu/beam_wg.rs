@@ -271,16 +271,10 @@ impl GpuX {
         if items > i32::MAX as usize {
             return Err(XError::Shape(format!("beamformer launch: {items} items")));
         }
-        let grid = items.min(self.n_sms.max(1));
-        if self.beam_work.as_ref().is_none_or(|w| w.len() < grid) {
-            self.beam_work = Some(self.stream.alloc_zeros::<u32>(grid).map_err(gerr)?);
-        }
-        let work = self.beam_work.as_mut().expect("allocated above");
-        self.stream.memset_zeros(work).map_err(gerr)?;
         let (ptr, _sync) = l.input.device_ptr(&self.stream);
         let tm = input_tensor_map(ptr, &self.shape, nb, plan.kch as u32)?;
         let cfg = LaunchConfig {
-            grid_dim: (grid as u32, 1, 1),
+            grid_dim: (items.min(self.n_sms.max(1)) as u32, 1, 1),
             block_dim: (BEAM_WG_THREADS, 1, 1),
             shared_mem_bytes: plan.smem as u32,
         };
@@ -297,13 +291,12 @@ impl GpuX {
             .arg(&nbi)
             .arg(l.saturated)
             .arg(&d)
-            .arg(l.dseeds)
-            .arg(work);
+            .arg(l.dseeds);
         // SAFETY: matches `beamform_wg` in kernels/beamform_wgmma.cu (tensor map by value, int8
         // out, float2 coef = 2 f32, i32 slots of groups × 2 × (nb0 + nb1) entries, u8 present, u32
-        // dseeds, u32 work of at least grid entries, zeroed); the map covers exactly nb batches of
-        // `input` and the caller checked every buffer for nb batches and n_beams beams; the
-        // plan's shared memory was allowed in `build`.
+        // dseeds); the map covers exactly nb batches of `input` and the caller checked every
+        // buffer for nb batches and n_beams beams; the plan's shared memory was allowed in
+        // `build`.
         unsafe { b.launch(cfg) }.map_err(gerr)?;
         Ok(())
     }
