@@ -534,10 +534,12 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
 #pragma unroll
         for (int j = 0; j < (2 * NS + 31) / 32; j++) {
             const int q = lane + 32 * j, row = v * (NS / 4) + (q >> 3), b16 = 16 * (q & 7);
-            const int beam = k.s_beam[u * NS + row];
-            const uint4 w = ld_shared16(stg_wg + row * STG_ROW + b16);
-            if (q < 2 * NS && beam >= 0 && sb + b16 / 2 < SPECTRA)
-                *(uint4 *)(base + (size_t)beam * (N_CHANNELS * SPECTRA * 2) + b16) = w;
+            if (q < 2 * NS) { // (a warp's rows: 2 NS pieces, fewer than 32 for NS < 16)
+                const int beam = k.s_beam[u * NS + row];
+                const uint4 w = ld_shared16(stg_wg + row * STG_ROW + b16);
+                if (beam >= 0 && sb + b16 / 2 < SPECTRA)
+                    *(uint4 *)(base + (size_t)beam * (N_CHANNELS * SPECTRA * 2) + b16) = w;
+            }
         }
     };
 
