@@ -447,7 +447,8 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
     // - 1 (issuing from the last warp to release a slot, so that no warp waits on the others,
     // measured 72.5 % / 55.6 % against 80.9 % / 56.4 % at 16 / 64 beams). (Work stealing, a
     // block whose range is used up taking items of the others, measured the same or slower:
-    // 67.4 % against 70.0 % at 64 beams, 84.7 % against 84.6 % at 16, in one run.)
+    // 67.4 % against 70.0 % at 64 beams, 84.7 % against 84.6 % at 16, in one run; but that
+    // version spilled 24 bytes, and an earlier one had its wgmma serialised, C7520.)
     auto issue = [&](int s) {
         const int r = s % NR;
         const int it = it0 + s / N_KCH, kc = s % N_KCH;

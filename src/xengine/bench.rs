@@ -143,12 +143,13 @@
 //! they do not overlap. Tried and dropped (same-run A/B): work stealing (blocks claim items of
 //! their range with an atomic counter, a block whose range is used up takes items of the range with
 //! the most left) 67.4 % against 70.0 % at 64 beams, 84.7 / 84.6 % at 16, although it evened out
-//! the SMs' busy cycles; a pingpong of the two warpgroup pairs at the tensor cores (named barriers)
+//! the SMs' busy cycles (that version spilled 24 bytes; the one ncu measured evened out had its
+//! wgmma serialised by ptxas, C7520, so stealing is not settled); a pingpong of the two warpgroup pairs at the tensor cores (named barriers)
 //! 67.4 % against 68.4 %; both pols' epilogues interleaved 68.4 %; three A register sets (two k32
 //! steps in flight) 68.3 %. ncu (64 beams, static ranges): SM busy cycles min 610k, mean 632k, max
-//! 803k of 824k elapsed; the slowest SMs set the launch time, yet evening them out (stealing)
-//! raised every SM to ~800k: next, find what the late SMs wait on (their items, DRAM or L2
-//! partitions) before changing the schedule again.
+//! 803k of 824k elapsed: the slowest SMs set the launch time. Next: stealing in a code shape that
+//! neither spills nor serialises (the claims out of the consumers' registers), or find what the
+//! late SMs wait on.
 
 use std::ffi::c_void;
 
