@@ -30,37 +30,45 @@ __device__ __forceinline__ void split16(int w, u32 &hi, u32 &lo) {
     lo = (u32)(l & 0xff);
 }
 
-// 16-bit weight of (beam, antenna a) at channel c, scaled by q: phase pi*c*D reduced exactly
-// (the product c*D split into a rounded part and its exact remainder) to [-pi, pi], where the
-// hardware sine / cosine are within 4e-7 (the 16-bit weight step is 3e-5 of the largest).
-__device__ __forceinline__ void weight16(int beam, int a, int c, float q,
-                                         const float2 *__restrict__ coef,
-                                         const float *__restrict__ delay, int &wr, int &wi) {
-    wr = wi = 0;
+// 16-bit weight at channel c of an antenna of delay d and coefficient cw, scaled by q: phase
+// pi*c*D reduced exactly (the product c*D split into a rounded part and its exact remainder) to
+// [-pi, pi], where the hardware sine / cosine are within 4e-7 (the 16-bit weight step is 3e-5
+// of the largest).
+__device__ __forceinline__ void weight16_of(float d, float2 cw, int c, float q, int &wr, int &wi) {
+    const float fc = (float)c;
+    const float hi = fc * d, lo = fmaf(fc, d, -hi);
+    const float ph = (hi - 2.0f * rintf(0.5f * hi)) + lo;
+    float sn, cs;
+    __sincosf(ph * 3.14159265358979f, &sn, &cs);
+    wr = max(-32512, min(32512, __float2int_rn((cw.x * cs - cw.y * sn) * q)));
+    wi = max(-32512, min(32512, __float2int_rn((cw.x * sn + cw.y * cs) * q)));
+}
+
+// The delay and coefficient of (beam, antenna a); zeros (a zero weight) for no beam (-1) or an
+// antenna past the array.
+__device__ __forceinline__ void weight_params(int beam, int a, const float2 *__restrict__ coef,
+                                              const float *__restrict__ delay, float &d,
+                                              float2 &cw) {
+    d = 0.0f;
+    cw = make_float2(0.0f, 0.0f);
     if (beam >= 0 && a < N_ANTS) {
         const size_t k = (size_t)beam * N_ANTS + a;
-        const float d = delay[k], fc = (float)c;
-        const float hi = fc * d, lo = fmaf(fc, d, -hi);
-        const float ph = (hi - 2.0f * rintf(0.5f * hi)) + lo;
-        float sn, cs;
-        __sincosf(ph * 3.14159265358979f, &sn, &cs);
-        const float2 cw = coef[k];
-        wr = max(-32512, min(32512, __float2int_rn((cw.x * cs - cw.y * sn) * q)));
-        wi = max(-32512, min(32512, __float2int_rn((cw.x * sn + cw.y * cs) * q)));
+        d = delay[k];
+        cw = coef[k];
     }
 }
 
-// The weight words of (beam, antennas a0, a0 + 1) at channel c, scaled by q: the Re output row
-// (Wr, -Wi per antenna) and the Im output row (Wi, Wr), each as hi and lo int8 planes (w16 =
-// 256 hi + lo), bytes in antenna order: w[0] Re hi, w[1] Re lo, w[2] Im hi, w[3] Im lo.
-__device__ __forceinline__ void weight_words(int beam, int a0, int c, float q,
-                                             const float2 *__restrict__ coef,
-                                             const float *__restrict__ delay, u32 (&w)[4]) {
+// The weight words at channel c of antennas a0, a0 + 1 of a beam, from their delays d and
+// coefficients cw (weight_params), scaled by q: the Re output row (Wr, -Wi per antenna) and the
+// Im output row (Wi, Wr), each as hi and lo int8 planes (w16 = 256 hi + lo), bytes in antenna
+// order: w[0] Re hi, w[1] Re lo, w[2] Im hi, w[3] Im lo.
+__device__ __forceinline__ void weight_words_of(const float (&d)[2], const float2 (&cw)[2], int c,
+                                                float q, u32 (&w)[4]) {
     u32 rh[2], rl[2], nh[2], nl[2], ih[2], il[2];
 #pragma unroll
     for (int e = 0; e < 2; e++) {
         int wr, wi;
-        weight16(beam, a0 + e, c, q, coef, delay, wr, wi);
+        weight16_of(d[e], cw[e], c, q, wr, wi);
         split16(wr, rh[e], rl[e]);
         split16(wi, ih[e], il[e]);
         split16(-wi, nh[e], nl[e]);
@@ -69,6 +77,17 @@ __device__ __forceinline__ void weight_words(int beam, int a0, int c, float q,
     w[1] = rl[0] | (nl[0] << 8) | (rl[1] << 16) | (nl[1] << 24);
     w[2] = ih[0] | (rh[0] << 8) | (ih[1] << 16) | (rh[1] << 24);
     w[3] = il[0] | (rl[0] << 8) | (il[1] << 16) | (rl[1] << 24);
+}
+
+// weight_words_of for (beam, antennas a0, a0 + 1) (beam -1: zeros).
+__device__ __forceinline__ void weight_words(int beam, int a0, int c, float q,
+                                             const float2 *__restrict__ coef,
+                                             const float *__restrict__ delay, u32 (&w)[4]) {
+    float d[2];
+    float2 cw[2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) weight_params(beam, a0 + e, coef, delay, d[e], cw[e]);
+    weight_words_of(d, cw, c, q, w);
 }
 
 // Clamp to +-127 and round half to even (the FP adder rounds v + 1.5 2^23 to an integer, ties

@@ -59,9 +59,29 @@
 #ifndef NR
 #define NR 3
 #endif
+#ifndef STEAL
+#define STEAL 0
+#endif
+#if STEAL && (KCH < N_ANTS)
+#error "STEAL: items of one stage only (KCH >= N_ANTS)"
+#endif
 #ifndef BW_PROBE
 #define BW_PROBE 0 // diagnostic, wrong results: 1 = no wgmma and no epilogue, 2 = weights built
-                   // once, 3 = no epilogue, 4 = no wgmma
+                   // once, 3 = no epilogue, 4 = no wgmma, 5 = timeline (right beams; each
+                   // block's phase cycles written past the saturation counters)
+#endif
+#if BW_PROBE == 5
+// timeline probe: thread 0 of each warpgroup adds the cycles of phase j of its items to
+// s_tl[j] (0 weights, 1 waiting for stage data, 2 MMA phase, 3 waiting for the sums and the
+// previous copy-out, 4 epilogue, 5 copy-out)
+#define TL_MARK(j)                                                                              \
+    do {                                                                                        \
+        const u32 now_ = clock();                                                               \
+        if ((threadIdx.x & 127) == 0) atomicAdd(&k.s_tl[j], (unsigned long long)(now_ - tl_));  \
+        tl_ = now_;                                                                             \
+    } while (0)
+#else
+#define TL_MARK(j) (void)0
 #endif
 
 #define NAP ((N_ANTS + 15) / 16 * 16) // antennas padded to k32 steps
@@ -199,8 +219,12 @@ __device__ __forceinline__ u64 wdesc(u32 lo, int wn, int kg) {
 
 // The weight planes of channel c, beam group bg, and the group's beam table (beam index or -1,
 // output scale); the consumer threads; one thread per (slot, antenna pair) writes a 4-byte
-// word of the Re row and of the Im row in each plane.
-__device__ __forceinline__ void build_weights(unsigned char *w, int *s_beam, float *s_os, int c,
+// word of the Re row and of the Im row in each plane. A thread's (up to WJ) jobs load their
+// parameters first, so that the loads overlap (a job's loads, its beam and then its delays,
+// coefficients and scale, are two global round trips).
+#define WJOBS (NSG * (NAP / 2))
+#define WJ ((WJOBS + CONSUMERS - 1) / CONSUMERS)
+__device__ __noinline__ void build_weights(unsigned char *w, int *s_beam, float *s_os, int c,
                                               int bg, const int *__restrict__ slots,
                                               const float2 *__restrict__ coef,
                                               const float *__restrict__ delay,
@@ -211,16 +235,16 @@ __device__ __forceinline__ void build_weights(unsigned char *w, int *s_beam, flo
         s_beam[tid] = beam;
         s_os[tid] = beam >= 0 ? wscale[beam] / QMAX : 0.0f;
     }
-    for (int idx = tid; idx < NSG * (NAP / 2); idx += CONSUMERS) {
+#pragma unroll
+    for (int i = 0; i < WJ; i++) {
+        const int idx = tid + i * CONSUMERS;
+        if (idx >= WJOBS) break;
         const int jg = idx / (NAP / 2), pa = idx % (NAP / 2);
         const int u = jg / NS, js = jg % NS;
         const int p = js >= NB0, j = js - p * NB0;
         const int beam = slots[bg * NSG + jg];
-        float q = 0.0f;
-        if (beam >= 0) {
-            const float sb = wscale[beam];
-            q = sb > 0.0f ? QMAX / sb : 0.0f;
-        }
+        const float sb = beam >= 0 ? wscale[beam] : 0.0f;
+        const float q = sb > 0.0f ? QMAX / sb : 0.0f;
         u32 ww[4];
         weight_words(beam, 2 * pa, c, q, coef, delay, ww);
         const int wn = p ? WN1 : WN0, lo = wn / 2; // rows of the lo plane from wn / 2
@@ -410,6 +434,21 @@ __device__ __forceinline__ bool warp_all_present(const unsigned char *__restrict
     return __all_sync(0xffffffffu, ok);
 }
 
+// Block b's items [i0, i1) of n of a grid of g blocks; with STEAL its last half (at most 2^14
+// items) from tail0 on is its tail, which blocks whose own items are done may take from the end.
+__device__ __forceinline__ void block_items(int b, int g, long long n, int &i0, int &i1,
+                                            int &tail0) {
+    i0 = (int)((long long)b * n / g);
+    i1 = (int)((long long)(b + 1) * n / g);
+    tail0 = max(i0 + (i1 - i0) / 2, i1 - 16384);
+}
+// A tail word: front in the low 16 bits, end (int16) in the high 16 bits; the word + STEAL_DEC
+// has end - 1 (the front unchanged). A front past the end stays within a few steps (each
+// claimant fails once), so neither field wraps (2^14 items, at most 1024 blocks).
+#define STEAL_DEC 0xffff0000u
+__device__ __forceinline__ int tail_front(u32 w) { return (int)(w & 0xffffu); }
+__device__ __forceinline__ int tail_end(u32 w) { return (int)(short)(w >> 16); }
+
 // What a consumer thread needs of the kernel's arguments and its block's shared memory.
 struct Ctx {
     const TensorMap *tm;
@@ -430,6 +469,16 @@ struct Ctx {
     const u32 *s_seed;
     const unsigned char *s_allp;
     bool tables; // the per-batch tables hold every batch
+#if STEAL
+    u32 *work;    // per block: its tail's (end << 16 | front), items past tail0 (end as int16)
+    int tail0;                // first item of the block's tail
+    long long n_items;
+    int *s_item; // item per ring slot (-1: no more)
+    int *s_cl;   // thread 0's claim state: next own item, kind of the pending claim, victim
+#endif
+#if BW_PROBE == 5
+    unsigned long long *s_tl;
+#endif
 };
 
 // The block's work (every thread; thread 0 also issues the tensor copies), DITHER: the dithered
@@ -449,6 +498,7 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
     // block whose range is used up taking items of the others, measured the same or slower:
     // 67.4 % against 70.0 % at 64 beams, 84.7 % against 84.6 % at 16, in one run; but that
     // version spilled 24 bytes, and an earlier one had its wgmma serialised, C7520.)
+#if !STEAL
     auto issue = [&](int s) {
         const int r = s % NR;
         const int it = it0 + s / N_KCH, kc = s % N_KCH;
@@ -460,6 +510,125 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
             tma_load4(ring + r * SLOT + j * BOX, k.tm, 4 * (128 * st + 32 * j), c, kc * KCH, bt,
                       BW_FULL(r));
     };
+#endif
+#if STEAL
+    // Work stealing (items of one stage): warp 0 claims each item as it issues its copies and
+    // leaves it in s_item for the consumers (-1 after the last). First the block's own items
+    // up to its tail (no atomics), then its tail from the front, one atomic per item issued an
+    // item ahead (pend), then items of other blocks' tails from the end: the block with the
+    // most left (a scan by warp 0), again an item ahead, a new scan once that one is done.
+    u32 pend = 0; // thread 0: the result of the claim issued an item ahead
+    auto tail_of = [&](int b) {
+        int i0, i1, t0;
+        block_items(b, gridDim.x, k.n_items, i0, i1, t0);
+        return t0;
+    };
+    if (tid == 0 && k.s_cl[1] == 1) pend = atomicAdd(&k.work[blockIdx.x], 1u);
+    // warp 0: the victim with the most items left and one of its items, -1 when no block has
+    // any left
+    auto steal = [&]() -> int {
+        for (;;) {
+            int best = -1, brem = 0;
+            // (plain L2 loads, several in flight: the atomic below decides)
+#pragma unroll 4
+            for (int b = lane; b < (int)gridDim.x; b += 32) {
+                const u32 x = __ldcg(&k.work[b]);
+                const int rem = tail_end(x) - tail_front(x);
+                if (rem > brem) {
+                    brem = rem;
+                    best = b;
+                }
+            }
+#pragma unroll
+            for (int o = 16; o; o >>= 1) {
+                const int r2 = __shfl_xor_sync(0xffffffffu, brem, o);
+                const int b2 = __shfl_xor_sync(0xffffffffu, best, o);
+                if (r2 > brem || (r2 == brem && b2 > best)) {
+                    brem = r2;
+                    best = b2;
+                }
+            }
+            if (best < 0) return -1;
+            int item = -2;
+            if (lane == 0) {
+                const u32 x = atomicAdd(&k.work[best], STEAL_DEC);
+                const int f = tail_front(x), e = tail_end(x);
+                if (f < e) {
+                    item = tail_of(best) + e - 1;
+                    k.s_cl[1] = 2;
+                    k.s_cl[2] = best;
+                    pend = atomicAdd(&k.work[best], STEAL_DEC);
+                }
+            }
+            item = __shfl_sync(0xffffffffu, item, 0);
+            if (item != -2) return item; // (else another block took the last one: scan again)
+        }
+    };
+    // warp 0: the next item to issue, -1 when there is none
+    auto claim = [&]() -> int {
+        int item = -1, scan = 0;
+        if (lane == 0) {
+            const int kind = k.s_cl[1];
+            if (kind == 0) { // own items before the tail
+                const int p = k.s_cl[0];
+                item = p;
+                k.s_cl[0] = p + 1;
+                if (p + 1 >= k.tail0) {
+                    k.s_cl[1] = 1;
+                    pend = atomicAdd(&k.work[blockIdx.x], 1u);
+                }
+            } else {
+                const int f = tail_front(pend), e = tail_end(pend);
+                if (f < e) {
+                    const int b = kind == 1 ? (int)blockIdx.x : k.s_cl[2];
+                    item = kind == 1 ? k.tail0 + f : tail_of(b) + e - 1;
+                    pend = atomicAdd(&k.work[b], kind == 1 ? 1u : STEAL_DEC);
+                } else {
+                    scan = 1;
+                }
+            }
+        }
+        if (__shfl_sync(0xffffffffu, scan, 0)) item = steal();
+        return __shfl_sync(0xffffffffu, item, 0);
+    };
+    // lane 0 of warp 0: stage s's copies of item it (or the end marker)
+    auto issue_item = [&](int s, int it) {
+        const int r = s % NR;
+        k.s_item[r] = it;
+        if (it < 0) {
+            mbar_arrive(BW_FULL(r));
+            return;
+        }
+        const int st = it % N_IT, bt = (it / N_IT) % n_batches;
+        const int c = it / (N_IT * n_batches * N_BG);
+        mbar_arrive_tx(BW_FULL(r), SLOT);
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            tma_load4(ring + r * SLOT + j * BOX, k.tm, 4 * (128 * st + 32 * j), c, 0, bt,
+                      BW_FULL(r));
+    };
+    if (tid < 32)
+        for (int s = 0; s < NR; s++) {
+            const int it = claim();
+            if (lane == 0) issue_item(s, it);
+            if (it < 0) {
+                if (lane == 0) k.s_cl[3] = 1;
+                break;
+            }
+        }
+    auto refill = [&](int s) {
+        if (tid < 32 && s >= 1 && !k.s_cl[3]) {
+            if (lane == 0) mbar_wait(BW_EMPTY((s - 1) % NR), (u32)((s - 1) / NR) & 1);
+            __syncwarp();
+            const int it = claim();
+            if (lane == 0) {
+                issue_item(s - 1 + NR, it);
+                if (it < 0) k.s_cl[3] = 1;
+            }
+        }
+        __syncwarp();
+    };
+#else
     if (tid == 0)
         for (int s = 0; s < NR && s < n_stages; s++) issue(s);
     auto refill = [&](int s) {
@@ -469,6 +638,7 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
         }
         __syncwarp();
     };
+#endif
     auto release = [&](int s) {
         __syncwarp();
         if (lane == 0) mbar_arrive(BW_EMPTY(s % NR));
@@ -548,15 +718,37 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
     // wgmma sits in a divergent path: ptxas serialises them all otherwise), both pols' wgmma
     // per k32 step (one commit group per pol), then the epilogue (pol 0's while pol 1's last
     // wgmma may still run).
+#if BW_PROBE == 5
+    u32 tl_ = clock();
+#endif
+#if STEAL
+    for (int n = 0;; n++) {
+        refill(n);
+        full_wait(n);
+        TL_MARK(1);
+        const int it = k.s_item[n % NR];
+        if (it < 0) break;
+#if BW_PROBE == 5
+        if (tid == 0) k.s_cl[4]++;
+#endif
+        weights_for(it);
+        TL_MARK(0);
+#else
     for (int n = 0; n < k.it1 - it0; n++) {
         const int it = it0 + n;
         weights_for(it);
+        TL_MARK(0);
+#endif
         const bool allp = all_present(batch_of(it)); // every antenna of the batch present
 #pragma unroll
         for (int kc = 0; kc < N_KCH; kc++) {
             const int s = n * N_KCH + kc;
+#if !STEAL
             refill(s);
+            TL_MARK(2);
             full_wait(s);
+            TL_MARK(1);
+#endif
             // (the presence address computed here: hoisted above the loop, ptxas serialised
             // the wgmma, C7520)
             if (!allp)
@@ -589,6 +781,7 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
             }
             if (kc < N_KCH - 1) wg_wait<0>();
         }
+        TL_MARK(2);
         const Epi e = epi_of(it);
         wg_sync(wg); // the previous item's staged rows are copied out
 #if NB0 > 0
@@ -597,14 +790,17 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
 #else
         wg_wait<0>();
 #endif
+        TL_MARK(3);
         epi_all<WN0, DITHER>(d0, 0, e);
 #endif
 #if NB1 > 0
         wg_wait<0>();
         epi_all<WN1, DITHER>(d1, NB0, e);
 #endif
+        TL_MARK(4);
         wg_sync(wg); // the item's rows are staged
         copy_out(it);
+        TL_MARK(5);
     }
 }
 
@@ -619,17 +815,38 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
                 const float *__restrict__ wscale, const int *__restrict__ slots,
                 const unsigned char *__restrict__ present, int n_batches,
                 unsigned long long *__restrict__ saturated, int dither,
-                const unsigned int *__restrict__ dseeds) {
+                const unsigned int *__restrict__ dseeds, u32 *__restrict__ work) {
     extern __shared__ __align__(1024) unsigned char smem[];
     __shared__ __align__(8) u64 bars[2 * NR];
     __shared__ int s_beam[NSG];
     __shared__ float s_os[NSG];
     __shared__ u32 s_seed[MAXB];           // dither seed per batch
     __shared__ unsigned char s_allp[MAXB]; // every antenna of the batch present
+#if BW_PROBE == 5
+    __shared__ unsigned long long s_tl[8];
+    const unsigned long long tl_start = clock64();
+    if (threadIdx.x < 8) s_tl[threadIdx.x] = 0;
+#endif
     const long long n_items = (long long)N_CHANNELS * N_BG * n_batches * N_IT;
-    const int it0 = (int)((long long)blockIdx.x * n_items / gridDim.x);
-    const int it1 = (int)((long long)(blockIdx.x + 1) * n_items / gridDim.x);
+    int it0, it1, tail0;
+    block_items(blockIdx.x, gridDim.x, n_items, it0, it1, tail0);
     if (it1 <= it0) return;
+#if STEAL
+    __shared__ int s_item[NR];
+    __shared__ int s_cl[5];
+    if (threadIdx.x == 0) {
+        // this launch's tail (the word of the launch before has nothing left: front >= end)
+        work[blockIdx.x] = (u32)(it1 - tail0) << 16;
+        s_cl[0] = it0;
+        s_cl[1] = it0 < tail0 ? 0 : 1;
+        s_cl[2] = 0;
+        s_cl[3] = 0;
+        s_cl[4] = 0;
+    }
+#else
+    (void)tail0;
+    (void)work;
+#endif
     const int n_stages = (it1 - it0) * N_KCH;
     const int tid = threadIdx.x;
     const int lane = tid & 31;
@@ -682,10 +899,37 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
     k.s_seed = s_seed;
     k.s_allp = s_allp;
     k.tables = tables;
+#if STEAL
+    k.work = work;
+    k.tail0 = tail0;
+    k.n_items = n_items;
+    k.s_item = s_item;
+    k.s_cl = s_cl;
+#endif
+#if BW_PROBE == 5
+    k.s_tl = s_tl;
+#endif
     if (dither)
         consume<true>(k);
     else
         consume<false>(k);
+#if BW_PROBE == 5
+    // the block's timeline past the saturation counters: (SM << 48 | total cycles, items), then
+    // the six phase sums (cycles, summed over the warpgroups)
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        u32 smid;
+        asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
+        unsigned long long *t = saturated + (size_t)n_batches * N_BEAMS + 8 * blockIdx.x;
+        t[0] = ((unsigned long long)smid << 48) | (clock64() - tl_start);
+#if STEAL
+        t[1] = (unsigned long long)s_cl[4];
+#else
+        t[1] = (unsigned long long)(it1 - it0);
+#endif
+        for (int j = 0; j < 6; j++) t[2 + j] = s_tl[j];
+    }
+#endif
 }
 #undef BW_FULL
 #undef BW_EMPTY

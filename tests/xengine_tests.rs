@@ -588,23 +588,27 @@ fn nvrtc_compiles_all_kernels() {
             ] {
                 let shape = XShape::new(na, nc, ns).unwrap();
                 let pol: Vec<i32> = (0..nb).map(|b| (b % split != 0) as i32).collect();
-                let plan = BeamWgPlan::new(&shape, &pol, 227 << 10).unwrap();
-                let d = plan.defines(&shape, nb);
-                let ptx = compile_ptx(
-                    "beamform_wgmma.cu",
-                    gpucbf::xengine::BEAMFORM_WGMMA_SRC,
-                    &d,
-                    gpucbf::xengine::WGMMA_ARCH,
-                )
-                .unwrap_or_else(|e| panic!("{e}"));
-                let text = ptx.to_src();
-                assert!(text.contains(".entry beamform_wg"), "{plan:?}");
-                for n in [4 * plan.nb0, 4 * plan.nb1].into_iter().filter(|&n| n > 0) {
-                    let op = format!("wgmma.mma_async.sync.aligned.m64n{n}k32.s32.s8.s8");
-                    assert!(text.contains(&op), "{plan:?}: {op}");
+                let planned = BeamWgPlan::new(&shape, &pol, 227 << 10).unwrap();
+                // the plan (stealing work where an item is one stage) and static item ranges
+                for steal in [planned.steal, false] {
+                    let plan = BeamWgPlan { steal, ..planned };
+                    let d = plan.defines(&shape, nb);
+                    let ptx = compile_ptx(
+                        "beamform_wgmma.cu",
+                        gpucbf::xengine::BEAMFORM_WGMMA_SRC,
+                        &d,
+                        gpucbf::xengine::WGMMA_ARCH,
+                    )
+                    .unwrap_or_else(|e| panic!("{e}"));
+                    let text = ptx.to_src();
+                    assert!(text.contains(".entry beamform_wg"), "{plan:?}");
+                    for n in [4 * plan.nb0, 4 * plan.nb1].into_iter().filter(|&n| n > 0) {
+                        let op = format!("wgmma.mma_async.sync.aligned.m64n{n}k32.s32.s8.s8");
+                        assert!(text.contains(&op), "{plan:?}: {op}");
+                    }
+                    assert!(text.contains("cp.async.bulk.tensor.4d"), "{plan:?}");
+                    assert_wgmma_not_serialised(&text, &format!("beamform_wg {na} ants {plan:?}"));
                 }
-                assert!(text.contains("cp.async.bulk.tensor.4d"), "{plan:?}");
-                assert_wgmma_not_serialised(&text, &format!("beamform_wg {na} ants {plan:?}"));
             }
         }
         // The NUFFT kernels (src/nufft/tests_gpu.rs compiles more variants).
@@ -1071,6 +1075,7 @@ fn gpu_beamformer_chunk_within_one_lsb() {
         (8, 33, 2, 48, 64, 3),
         (4, 40, 2, 96, 24, 4),
         (8, 5, 1, 16, 3, 130), // more batches than the wgmma kernel's shared tables hold
+        (8, 80, 64, 256, 64, 4), // several items per block: the wgmma kernel steals work
     ] {
         let shape = XShape::new(na, nc, ns)
             .unwrap()
@@ -1096,10 +1101,12 @@ fn gpu_beamformer_chunk_within_one_lsb() {
         let first = 1000;
         // the default kernel, the wgmma kernel where it applies (Hopper, 8-bit), and every warp
         // layout of the mma.sync kernel: one or two m16 fragments per warp in blocks of 4, 8
-        // or 16 warps (the 4-bit case without the register cap of two blocks per SM)
-        let mut runs = vec![(0, 0, BeamKernel::Auto)];
+        // or 16 warps (the 4-bit case without the register cap of two blocks per SM); the wgmma
+        // kernel with work stealing where it applies and with static item ranges
+        let mut runs = vec![(0, 0, BeamKernel::Auto, false)];
         if gpu.wgmma_supported() && bits == 8 {
-            runs.push((0, 0, BeamKernel::Wgmma));
+            runs.push((0, 0, BeamKernel::Wgmma, false));
+            runs.push((0, 0, BeamKernel::Wgmma, true));
         } else {
             let t = BeamTuning {
                 kernel: BeamKernel::Wgmma,
@@ -1110,14 +1117,15 @@ fn gpu_beamformer_chunk_within_one_lsb() {
             assert!(e.is_err(), "the wgmma beamformer where it does not apply");
         }
         for (mw, warps) in [(0, 0), (1, 4), (2, 4), (1, 8), (2, 8), (1, 16)] {
-            runs.push((mw, warps, BeamKernel::Mma));
+            runs.push((mw, warps, BeamKernel::Mma, false));
         }
-        for (mw, warps, kernel) in runs {
+        for (mw, warps, kernel, wg_static) in runs {
             gpu.set_beam_tuning(BeamTuning {
                 min_blocks: if bits == 4 { 1 } else { 0 },
                 mw,
                 warps,
                 kernel,
+                wg_static,
                 ..Default::default()
             })
             .unwrap();
@@ -1141,7 +1149,7 @@ fn gpu_beamformer_chunk_within_one_lsb() {
                     )
                     .unwrap();
                 let what = format!(
-                    "{bits}-bit chunk {na}x{nb}, batch {k}, {kernel:?} mw {mw} warps {warps}"
+                    "{bits}-bit chunk {na}x{nb}, batch {k}, {kernel:?} mw {mw} warps {warps} static {wg_static}"
                 );
                 off += one_lsb_diffs(&got[k * per..(k + 1) * per], &want, &what);
                 if k == 2 {

@@ -459,7 +459,9 @@ impl BeamBench {
         let mut out: CudaSlice<i8> = stream
             .alloc_zeros(shape.beam_output_len(n_beams) * nb)
             .map_err(gerr)?;
-        let mut sat: CudaSlice<u64> = stream.alloc_zeros(n_beams * nb).map_err(gerr)?;
+        // (probe 5 writes 8 words per block past the counters)
+        let tl_words = if tuning.probe == 5 { 8 * 1024 } else { 0 };
+        let mut sat: CudaSlice<u64> = stream.alloc_zeros(n_beams * nb + tl_words).map_err(gerr)?;
         let (g, input, present, dseeds) = (&mut self.g, &self.input, &self.present, &self.dseeds);
         let secs = time_gpu(&stream, 20, || {
             g.beamform_device(
@@ -485,6 +487,7 @@ impl BeamBench {
             2 => " [probe: no weights]",
             3 => " [probe: MMAs, no epilogue]",
             4 => " [probe: no MMA]",
+            5 => " [probe: timeline]",
             _ => "",
         };
         println!(
@@ -497,8 +500,70 @@ impl BeamBench {
             bw / 1e9,
             100.0 * frac,
         );
+        if tuning.probe == 5 {
+            let words = stream.clone_dtoh(&sat).map_err(gerr)?;
+            print_timeline(&words[n_beams * nb..]);
+        }
         Ok(frac)
     }
+}
+
+/// The per-block timeline of a `BW_PROBE` 5 launch (the last of the timed ones): blocks by
+/// total cycles, the phases' cycles per item and warpgroup, mean over all blocks and for the
+/// fastest and slowest fifth.
+fn print_timeline(words: &[u64]) {
+    const PHASES: [&str; 6] = [
+        "weights",
+        "stage wait",
+        "MMA",
+        "sums wait",
+        "epilogue",
+        "copy-out",
+    ];
+    let mut blocks: Vec<(u64, u64, u64, [u64; 6])> = words
+        .chunks_exact(8)
+        .filter(|w| w[1] > 0)
+        .map(|w| {
+            let mut ph = [0u64; 6];
+            ph.copy_from_slice(&w[2..8]);
+            (w[0] & ((1 << 48) - 1), w[0] >> 48, w[1], ph)
+        })
+        .collect();
+    if blocks.is_empty() {
+        println!("  timeline: no blocks");
+        return;
+    }
+    blocks.sort_by_key(|b| b.0);
+    let n = blocks.len();
+    let show = |name: &str, bs: &[(u64, u64, u64, [u64; 6])]| {
+        let items: u64 = bs.iter().map(|b| b.2).sum();
+        let tot: u64 = bs.iter().map(|b| b.0).sum();
+        let mut line = format!(
+            "  {name:8} {:3} blocks, {:7.0} cycles/item:",
+            bs.len(),
+            tot as f64 / items as f64
+        );
+        for (j, p) in PHASES.iter().enumerate() {
+            let c: u64 = bs.iter().map(|b| b.3[j]).sum();
+            // (summed over the 4 warpgroups)
+            line += &format!(" {p} {:.0}", c as f64 / 4.0 / items as f64);
+        }
+        println!("{line}");
+    };
+    println!(
+        "  timeline: block cycles min {} median {} max {}; slowest SMs {:?}; fastest SMs {:?}",
+        blocks[0].0,
+        blocks[n / 2].0,
+        blocks[n - 1].0,
+        blocks[n.saturating_sub(8)..]
+            .iter()
+            .map(|b| b.1)
+            .collect::<Vec<_>>(),
+        blocks[..8.min(n)].iter().map(|b| b.1).collect::<Vec<_>>()
+    );
+    show("all", &blocks);
+    show("fastest", &blocks[..n.div_ceil(5)]);
+    show("slowest", &blocks[n - n.div_ceil(5)..]);
 }
 
 /// Chunk size of the beamformer benchmark's headline lines (batches per launch, as the engine's
@@ -530,8 +595,8 @@ fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
     b8.gain = BEAM_GAIN;
     println!("beamformer limit probes of the default kernel (wrong results, timing only):");
     for nb in [16, 64] {
-        for probe in [1, 2, 3, 4] {
-            if probe == 4 && !b8.g.wgmma_supported() {
+        for probe in [1, 2, 3, 4, 5] {
+            if probe >= 4 && !b8.g.wgmma_supported() {
                 continue;
             }
             b8.run(nb, true, BeamTuning { probe, ..def })?;
@@ -553,6 +618,21 @@ fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
         }
     }
     println!("beamformer variants (same run):");
+    // the wgmma kernel's static item ranges against work stealing (the default where an item is
+    // one stage), each with its timeline
+    let fixed = BeamTuning {
+        wg_static: true,
+        ..def
+    };
+    for nb in [16, 64] {
+        b8.run(nb, true, def)?;
+        b8.run(nb, true, fixed)?;
+        b8.run(nb, true, def)?;
+        b8.run(nb, true, fixed)?;
+        if b8.g.wgmma_supported() {
+            b8.run(nb, true, BeamTuning { probe: 5, ..fixed })?;
+        }
+    }
     {
         let mut b1 = BeamBench::new(8, 1, copy)?;
         for nb in [16, 64] {

@@ -225,7 +225,7 @@ pub struct BeamTuning {
     pub nr: usize,
     /// Persistent grid.
     pub persistent: bool,
-    /// `BeamPlan::probe` / `BeamWgPlan::probe` (4: wgmma kernel only).
+    /// `BeamPlan::probe` / `BeamWgPlan::probe` (4 and 5: wgmma kernel only).
     pub probe: u32,
     /// `BeamPlan::min_blocks` (0: planned, 16 warps per SM: 4 with 4 warps, 2 with 8, 1 with
     /// 16).
@@ -237,6 +237,8 @@ pub struct BeamTuning {
     pub warps: usize,
     /// Which kernel (the others apply to `mma.sync` only).
     pub kernel: BeamKernel,
+    /// wgmma kernel: static item ranges even where the plan steals work.
+    pub wg_static: bool,
 }
 
 impl Default for BeamTuning {
@@ -250,6 +252,7 @@ impl Default for BeamTuning {
             mw: 0,
             warps: 0,
             kernel: BeamKernel::Auto,
+            wg_static: false,
         }
     }
 }
@@ -398,6 +401,9 @@ pub struct GpuX {
     present: CudaSlice<u8>,
     saturated: CudaSlice<u64>,
     input: Option<CudaSlice<i8>>,
+    /// The wgmma beamformer's work-stealing words (one per SM; each launch leaves every word
+    /// with nothing left, as zeros do).
+    beam_work: CudaSlice<u32>,
 }
 
 impl GpuX {
@@ -441,6 +447,7 @@ impl GpuX {
             .alloc_zeros::<u8>(shape.n_baselines())
             .map_err(gerr)?;
         let saturated = stream.alloc_zeros::<u64>(1).map_err(gerr)?;
+        let beam_work = stream.alloc_zeros::<u32>(n_sms.max(1)).map_err(gerr)?;
         Ok(Self {
             shape,
             ctx,
@@ -463,6 +470,7 @@ impl GpuX {
             present,
             saturated,
             input: None,
+            beam_work,
         })
     }
 
@@ -598,8 +606,8 @@ impl GpuX {
     pub fn set_beam_tuning(&mut self, tuning: BeamTuning) -> Result<(), XError> {
         if (tuning.ts != 0 && ![32, 64, 128].contains(&tuning.ts))
             || (tuning.nr != 0 && !(2..=6).contains(&tuning.nr))
-            || tuning.probe > 4
-            || (tuning.probe == 4 && tuning.kernel == BeamKernel::Mma)
+            || tuning.probe > 5
+            || (tuning.probe >= 4 && tuning.kernel == BeamKernel::Mma)
             || tuning.min_blocks > 4
             || tuning.mw > 2
             || ![0, 4, 8, 16].contains(&tuning.warps)
@@ -713,12 +721,13 @@ impl GpuX {
         if let Some(wg) = self.beam_wg_choice(t)? {
             let (f, p) = self.beam_wg_fn(n_beams, wg)?;
             return Ok(format!(
-                "wgmma slots=2x({}+{}) groups={} kch={} nr={} ({} regs, {} B local)",
+                "wgmma slots=2x({}+{}) groups={} kch={} nr={} {} ({} regs, {} B local)",
                 p.nb0,
                 p.nb1,
                 p.groups,
                 p.kch,
                 p.nr,
+                if p.steal { "steal" } else { "static" },
                 f.num_regs().map_err(gerr)?,
                 f.local_size_bytes().map_err(gerr)?
             ));

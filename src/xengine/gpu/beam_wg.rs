@@ -72,8 +72,14 @@ pub struct BeamWgPlan {
     pub nr: usize,
     /// Dynamic shared memory, bytes.
     pub smem: usize,
+    /// Work stealing (`STEAL`: items of one stage only): the second half of each block's items
+    /// may be taken from the end by blocks whose own are done.
+    pub steal: bool,
     /// Diagnostic only (`BW_PROBE`, wrong results): 1 = no wgmma and no epilogue, 2 = weights
-    /// built once, 3 = no epilogue, 4 = no wgmma (the mma.sync kernel's probes 1–3 alike).
+    /// built once, 3 = no epilogue, 4 = no wgmma (the mma.sync kernel's probes 1–3 alike), 5 =
+    /// timeline (right beams; each block writes 8 words past the saturation counters: SM << 48 |
+    /// cycles, items, then the cycles of its weights, stage waits, MMA phase, sums wait,
+    /// epilogue, copy-out, summed over its warpgroups).
     pub probe: u32,
 }
 
@@ -127,6 +133,7 @@ impl BeamWgPlan {
                     kch,
                     nr,
                     smem,
+                    steal: kch >= nap,
                     probe: 0,
                 })
         })
@@ -160,6 +167,7 @@ impl BeamWgPlan {
         d.push(("N_BG", self.groups.to_string()));
         d.push(("KCH", self.kch.to_string()));
         d.push(("NR", self.nr.to_string()));
+        d.push(("STEAL", u8::from(self.steal).to_string()));
         d
     }
 }
@@ -245,6 +253,7 @@ impl GpuX {
     ) -> Result<(CudaFunction, BeamWgPlan), XError> {
         let plan = BeamWgPlan {
             probe: self.beam_tuning.probe,
+            steal: wg.plan.steal && !self.beam_tuning.wg_static,
             ..wg.plan
         };
         if let Some(f) = self.beam_wg_fns.get(&(n_beams, plan)) {
@@ -291,12 +300,13 @@ impl GpuX {
             .arg(&nbi)
             .arg(l.saturated)
             .arg(&d)
-            .arg(l.dseeds);
+            .arg(l.dseeds)
+            .arg(&mut self.beam_work);
         // SAFETY: matches `beamform_wg` in kernels/beamform_wgmma.cu (tensor map by value, int8
         // out, float2 coef = 2 f32, i32 slots of groups × 2 × (nb0 + nb1) entries, u8 present, u32
-        // dseeds); the map covers exactly nb batches of `input` and the caller checked every
-        // buffer for nb batches and n_beams beams; the plan's shared memory was allowed in
-        // `build`.
+        // dseeds, u32 work of one word per block: n_sms words, the grid at most n_sms); the map
+        // covers exactly nb batches of `input` and the caller checked every buffer for nb
+        // batches and n_beams beams; the plan's shared memory was allowed in `build`.
         unsafe { b.launch(cfg) }.map_err(gerr)?;
         Ok(())
     }
