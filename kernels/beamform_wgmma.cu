@@ -10,7 +10,10 @@
 // load holds spectra (2g, 2g + 1) of one antenna, both pols; a PRMT per register picks the
 // pol. So there is no transpose pass: the tensor cores take the input as it arrived. B (the
 // weights, per plane hi / lo and pol) is K-major in shared memory with the 128-byte swizzle
-// ([128-byte K block][row][16-byte chunk XOR row % 8]; the unswizzled core-matrix layout read
+// ([128-byte K block][row][16-byte chunk XOR row % 8]; where the last block would hold only one
+// or two k32 steps it is 32 or 64 bytes wide with the 32- or 64-byte swizzle instead, so that
+// no K padding takes shared memory (80 antennas: 160 bytes a row, not 256); the unswizzled
+// core-matrix layout read
 // about 3x slower), rows 2j (Re: Wr, -Wi per antenna) and 2j + 1 (Im: Wi, Wr) for beam slot j.
 // Row mapping: warp v of a consumer warpgroup owns spectra 16 v .. 16 v + 15 of its 64; row
 // 16 v + g is spectrum 16 v + 2 g and row 16 v + g + 8 spectrum 16 v + 2 g + 1, so that a lane's
@@ -62,6 +65,9 @@
 #ifndef STEAL
 #define STEAL 0
 #endif
+#ifndef STEAL_MIN
+#define STEAL_MIN 3 // a thief takes items of a tail with at least this many left
+#endif
 #if STEAL && (KCH < N_ANTS)
 #error "STEAL: items of one stage only (KCH >= N_ANTS)"
 #endif
@@ -97,9 +103,16 @@
 // (one wgmma takes both planes: half the instructions and A reads of one per plane)
 #define WN0 (4 * NB0)
 #define WN1 (4 * NB1)
-#define KB ((2 * NAP + 127) / 128)  // 128-byte K blocks of a weight row (4 k32 steps each)
-#define WB0 (KB * WN0 * 128)        // bytes of the weights of pol 0 (both planes)
-#define WB1 (KB * WN1 * 128)
+// a weight row: KBF 128-byte K blocks (4 k32 steps each), then, where one or two steps are
+// left, a last block of LW = 32 or 64 bytes (else a last 128-byte block takes the rest)
+#define KSR (KSTEPS % 4)
+#define LW ((KSR == 1 || KSR == 2) ? 32 * KSR : 0)
+#define KBF (LW ? KSTEPS / 4 : (KSTEPS + 3) / 4)
+#define ROWB (KBF * 128 + LW)
+// bytes of a weight plane of wgmma N = wn (both hi / lo planes), 1024-aligned for the swizzle
+#define WPL(wn) (((wn) * ROWB + 1023) / 1024 * 1024)
+#define WB0 WPL(WN0) // bytes of the weights of pol 0
+#define WB1 WPL(WN1)
 #define W_BYTES (2 * (WB0 + WB1))
 // weights of sub-group u, pol p: offset in the weights
 #define WOFF(u, p) ((u) * (WB0 + WB1) + ((p) ? WB0 : 0))
@@ -206,29 +219,43 @@ template <> __device__ __forceinline__ void wg_rs0<128>(int (&d)[64], const u32 
 }
 // END generated
 
-// Byte offset of (row n, byte k) in a weight plane of wgmma N = wn (see the header notes).
+// Byte offset of (row n, byte k) in a weight plane of wgmma N = wn (see the header notes): in
+// a swizzled block of rows of w bytes the 16-byte chunk index XOR bits 7.. of the row's offset
+// (128 bytes: row % 8; 64: (row / 2) % 4; 32: (row / 4) % 2).
 __device__ __forceinline__ int wpos(int wn, int n, int k) {
+    if (LW && (k >> 7) >= KBF) {
+        const int m = LW / 16 - 1;
+        return KBF * wn * 128 + n * LW + ((((k >> 4) & m) ^ ((n * LW >> 7) & m)) << 4) +
+               (k & 15);
+    }
     return (k >> 7) * wn * 128 + n * 128 + ((((k >> 4) & 7) ^ (n & 7)) << 4) + (k & 15);
 }
 // Descriptor of k32 step kg of the weight plane whose descriptor's low word is lo (wgmma N =
-// wn): the step's offset added to the address field (shared addresses < 2^18: no carry out).
+// wn): the step's offset added to the address field (shared addresses < 2^18: no carry out);
+// in the narrow last block the 32- or 64-byte swizzle (layout type 3 / 2, 8-row groups 8 LW
+// bytes apart).
 __device__ __forceinline__ u64 wdesc(u32 lo, int wn, int kg) {
     constexpr u64 hi = make_desc_swz(0) & 0xffffffff00000000ull;
+    if (LW && (kg >> 2) >= KBF) {
+        constexpr u64 hn = ((u64)(LW == 32 ? 3 : 2) << 62) | ((u64)((8 * LW) >> 4) << 32);
+        return hn | (u64)(lo + ((KBF * wn * 128 + 32 * (kg & 3)) >> 4));
+    }
     return hi | (u64)(lo + (((kg >> 2) * wn * 128 + 32 * (kg & 3)) >> 4));
 }
 
 // The weight planes of channel c, beam group bg, and the group's beam table (beam index or -1,
 // output scale); the consumer threads; one thread per (slot, antenna pair) writes a 4-byte
-// word of the Re row and of the Im row in each plane. A thread's (up to WJ) jobs load their
-// parameters first, so that the loads overlap (a job's loads, its beam and then its delays,
-// coefficients and scale, are two global round trips).
+// word of the Re row and of the Im row in each plane. A thread's (up to WJ) jobs are unrolled
+// so that their loads overlap (a job's loads, its beam and then its delays, coefficients and
+// scale, are two global round trips). (With the parameters cached in shared memory instead,
+// no global loads, 64 beams ran the same: 78.0-78.4 % against 78.3-78.4 %.)
 #define WJOBS (NSG * (NAP / 2))
 #define WJ ((WJOBS + CONSUMERS - 1) / CONSUMERS)
 __device__ __noinline__ void build_weights(unsigned char *w, int *s_beam, float *s_os, int c,
-                                              int bg, const int *__restrict__ slots,
-                                              const float2 *__restrict__ coef,
-                                              const float *__restrict__ delay,
-                                              const float *__restrict__ wscale) {
+                                           int bg, const int *__restrict__ slots,
+                                           const float2 *__restrict__ coef,
+                                           const float *__restrict__ delay,
+                                           const float *__restrict__ wscale) {
     const int tid = threadIdx.x;
     if (tid < NSG) {
         const int beam = slots[bg * NSG + tid];
@@ -525,7 +552,8 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
     };
     if (tid == 0 && k.s_cl[1] == 1) pend = atomicAdd(&k.work[blockIdx.x], 1u);
     // warp 0: the victim with the most items left and one of its items, -1 when no block has
-    // any left
+    // STEAL_MIN left (a thief rebuilds its weights for the victim's channel: taking the last
+    // one or two items of a tail costs about as much as it saves)
     auto steal = [&]() -> int {
         for (;;) {
             int best = -1, brem = 0;
@@ -534,7 +562,7 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
             for (int b = lane; b < (int)gridDim.x; b += 32) {
                 const u32 x = __ldcg(&k.work[b]);
                 const int rem = tail_end(x) - tail_front(x);
-                if (rem > brem) {
+                if (rem >= STEAL_MIN && rem > brem) {
                     brem = rem;
                     best = b;
                 }
@@ -666,6 +694,9 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
         const int cbg = it / (N_IT * n_batches);
         if (cbg == cur) return;
         consumers_sync(); // every consumer is done with the old weights
+#if BW_PROBE == 5
+        if (threadIdx.x == 0) k.s_tl[6]++;
+#endif
 #if BW_PROBE == 2
         if (cur < 0)
 #endif
@@ -783,7 +814,9 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
         }
         TL_MARK(2);
         const Epi e = epi_of(it);
-        wg_sync(wg); // the previous item's staged rows are copied out
+        // the previous item's staged rows are copied out (two alternating staging buffers
+        // instead, without this barrier, measured the same: 78.2-78.3 % at 64 beams)
+        wg_sync(wg);
 #if NB0 > 0
 #if NB1 > 0
         wg_wait<1>(); // pol 0's sums are complete (pol 1's last wgmma may still run)
@@ -923,9 +956,9 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
         unsigned long long *t = saturated + (size_t)n_batches * N_BEAMS + 8 * blockIdx.x;
         t[0] = ((unsigned long long)smid << 48) | (clock64() - tl_start);
 #if STEAL
-        t[1] = (unsigned long long)s_cl[4];
+        t[1] = (unsigned long long)s_cl[4] | s_tl[6] << 32;
 #else
-        t[1] = (unsigned long long)(it1 - it0);
+        t[1] = (unsigned long long)(it1 - it0) | s_tl[6] << 32;
 #endif
         for (int j = 0; j < 6; j++) t[2 + j] = s_tl[j];
     }

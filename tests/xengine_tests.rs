@@ -585,12 +585,15 @@ fn nvrtc_compiles_all_kernels() {
                 (130, 2, 48, 7, 1),
                 (144, 4, 256, 20, 2),
                 (208, 2, 64, 32, 2),
+                (96, 2, 64, 24, 2),
+                (20, 2, 32, 8, 1),
             ] {
                 let shape = XShape::new(na, nc, ns).unwrap();
                 let pol: Vec<i32> = (0..nb).map(|b| (b % split != 0) as i32).collect();
                 let planned = BeamWgPlan::new(&shape, &pol, 227 << 10).unwrap();
-                // the plan (stealing work where an item is one stage) and static item ranges
-                for steal in [planned.steal, false] {
+                // work stealing (where an item is one stage) and static item ranges
+                let one_stage = planned.kch >= na.div_ceil(16) * 16;
+                for steal in [true, false].into_iter().filter(|&s| one_stage || !s) {
                     let plan = BeamWgPlan { steal, ..planned };
                     let d = plan.defines(&shape, nb);
                     let ptx = compile_ptx(
@@ -982,6 +985,8 @@ fn gpu_beamformer_within_one_lsb() {
         gpu_vs_cpu_beams(3, 2, 16, 1, batch, false);
         gpu_vs_cpu_beams(33, 3, 160, 40, batch, true);
         gpu_vs_cpu_beams(144, 3, 64, 20, batch, true); // several stages per item
+        gpu_vs_cpu_beams(96, 2, 64, 24, batch, true); // a 64-byte last weight block
+        gpu_vs_cpu_beams(20, 2, 32, 8, batch, false); // the 64-byte block alone
         eprintln!("gpu beams within 1 LSB of cpu: batch {batch}");
     }
 }
@@ -1103,10 +1108,10 @@ fn gpu_beamformer_chunk_within_one_lsb() {
         // layout of the mma.sync kernel: one or two m16 fragments per warp in blocks of 4, 8
         // or 16 warps (the 4-bit case without the register cap of two blocks per SM); the wgmma
         // kernel with work stealing where it applies and with static item ranges
-        let mut runs = vec![(0, 0, BeamKernel::Auto, false)];
+        let mut runs = vec![(0, 0, BeamKernel::Auto, None)];
         if gpu.wgmma_supported() && bits == 8 {
-            runs.push((0, 0, BeamKernel::Wgmma, false));
-            runs.push((0, 0, BeamKernel::Wgmma, true));
+            runs.push((0, 0, BeamKernel::Wgmma, Some(true)));
+            runs.push((0, 0, BeamKernel::Wgmma, Some(false)));
         } else {
             let t = BeamTuning {
                 kernel: BeamKernel::Wgmma,
@@ -1117,15 +1122,15 @@ fn gpu_beamformer_chunk_within_one_lsb() {
             assert!(e.is_err(), "the wgmma beamformer where it does not apply");
         }
         for (mw, warps) in [(0, 0), (1, 4), (2, 4), (1, 8), (2, 8), (1, 16)] {
-            runs.push((mw, warps, BeamKernel::Mma, false));
+            runs.push((mw, warps, BeamKernel::Mma, None));
         }
-        for (mw, warps, kernel, wg_static) in runs {
+        for (mw, warps, kernel, wg_steal) in runs {
             gpu.set_beam_tuning(BeamTuning {
                 min_blocks: if bits == 4 { 1 } else { 0 },
                 mw,
                 warps,
                 kernel,
-                wg_static,
+                wg_steal,
                 ..Default::default()
             })
             .unwrap();
@@ -1149,7 +1154,7 @@ fn gpu_beamformer_chunk_within_one_lsb() {
                     )
                     .unwrap();
                 let what = format!(
-                    "{bits}-bit chunk {na}x{nb}, batch {k}, {kernel:?} mw {mw} warps {warps} static {wg_static}"
+                    "{bits}-bit chunk {na}x{nb}, batch {k}, {kernel:?} mw {mw} warps {warps} steal {wg_steal:?}"
                 );
                 off += one_lsb_diffs(&got[k * per..(k + 1) * per], &want, &what);
                 if k == 2 {

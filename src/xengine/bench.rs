@@ -150,6 +150,33 @@
 //! 803k of 824k elapsed: the slowest SMs set the launch time. Next: stealing in a code shape that
 //! neither spills nor serialises (the claims out of the consumers' registers), or find what the
 //! late SMs wait on.
+//!
+//! Hopper beamformer, fourth round (H100, 2026-11-22, `gpucbf bench xbgpu-beam`, same shape).
+//! A timeline probe (`BW_PROBE` 5: per block its cycles and the phases' cycles per item, printed
+//! after the probe's line) showed the static ranges' tail: at 64 beams most blocks took 783k–
+//! 800k cycles, a few TPCs (SMs 41/56/57/70/71/84/85/98, the same in every run) up to 955k.
+//! **Work stealing** now: the second half of each block's range is a tail (a 32-bit word of
+//! front and end in global memory); the owner claims it from the front, a block whose own items
+//! are done takes items from the end of the tail with the most left (a warp-0 scan), one atomic
+//! per item, each issued an item ahead so that nobody waits on it, and the item of each ring
+//! slot goes to the consumers through shared memory. Blocks then end within 861k–890k; 64 beams
+//! 78.1 % against 68.7–68.8 % static in the same run. At 16 beams stealing lost (85.5–86.4 %
+//! against 88.2–88.8 % static), so the plan steals for 24 slots a sub-group and more. Also: weight
+//! builds with their loads overlapped (+1.5 points at 64 beams), weight rows without K padding
+//! (the last block 32 or 64 bytes wide with that swizzle: 40 instead of 64 KB at 64 beams), and
+//! the ring depth measured (64 beams 2 slots 77.9 %, 3 76.2 %, 4 75.9 %; 16 beams 3 slots 88.4 %,
+//! 2 86.5 %, 4 87.4 %). **16 beams 88.2–88.8 %, 64 beams 77.4–78.1 %** (clipping 82.9 / 71.2 %,
+//! no dither 89.6 / 84.4 %). Probes at 64 beams: nothing 90.6 %, no weight builds 81.7 %, MMAs
+//! without epilogue 82.3 %, epilogue without MMAs 89.1 %. Tried and dropped (same-run A/B): the
+//! weights' delays and coefficients cached in shared memory (no global loads in a build) 78.0–78.4
+//! against 78.3–78.4 %; two staging buffers (one warpgroup barrier less per item) 78.2–78.3 %
+//! against 78.0–78.4 %; thieves taking only tails with at least 1, 2, 3, 4 or 6 items left: all
+//! 78.5–78.7 %. The timeline (probe-perturbed, 7029 cycles an item, 5.5 weight builds a block):
+//! weights 1001 (a build stalls all 16 warps ~20k cycles between two barriers), stage wait and
+//! claims 1550, MMA 1591, sums wait 514, epilogue 1753, copy-out 571. Next: weight builds that do
+//! not stop the block (a second weight buffer, filled ahead: the next items are known from the
+//! ring), fewer epilogue instructions (the dither costs 6 points: 84.4 % without).
+//! `GPUCBF_BENCH_BEAM_SWEEP=1` runs only the wgmma ring-depth / probe sweep.
 
 use std::ffi::c_void;
 
@@ -520,13 +547,20 @@ fn print_timeline(words: &[u64]) {
         "epilogue",
         "copy-out",
     ];
-    let mut blocks: Vec<(u64, u64, u64, [u64; 6])> = words
+    // (cycles, SM, items, phases, weight builds)
+    let mut blocks: Vec<(u64, u64, u64, [u64; 6], u64)> = words
         .chunks_exact(8)
-        .filter(|w| w[1] > 0)
+        .filter(|w| w[1] & 0xffff_ffff > 0)
         .map(|w| {
             let mut ph = [0u64; 6];
             ph.copy_from_slice(&w[2..8]);
-            (w[0] & ((1 << 48) - 1), w[0] >> 48, w[1], ph)
+            (
+                w[0] & ((1 << 48) - 1),
+                w[0] >> 48,
+                w[1] & 0xffff_ffff,
+                ph,
+                w[1] >> 32,
+            )
         })
         .collect();
     if blocks.is_empty() {
@@ -535,12 +569,15 @@ fn print_timeline(words: &[u64]) {
     }
     blocks.sort_by_key(|b| b.0);
     let n = blocks.len();
-    let show = |name: &str, bs: &[(u64, u64, u64, [u64; 6])]| {
+    let show = |name: &str, bs: &[(u64, u64, u64, [u64; 6], u64)]| {
         let items: u64 = bs.iter().map(|b| b.2).sum();
         let tot: u64 = bs.iter().map(|b| b.0).sum();
+        let builds: u64 = bs.iter().map(|b| b.4).sum();
         let mut line = format!(
-            "  {name:8} {:3} blocks, {:7.0} cycles/item:",
+            "  {name:8} {:3} blocks, {:5.1} items and {:4.1} weight builds a block, {:7.0} cycles/item:",
             bs.len(),
+            items as f64 / bs.len() as f64,
+            builds as f64 / bs.len() as f64,
             tot as f64 / items as f64
         );
         for (j, p) in PHASES.iter().enumerate() {
@@ -577,6 +614,25 @@ fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
     let copy = bench_copy(stream)?;
     let def = BeamTuning::default();
     let mut b8 = BeamBench::new(8, BENCH_CHUNK, copy)?;
+    if std::env::var_os("GPUCBF_BENCH_BEAM_SWEEP").is_some() {
+        // (development: only the wgmma kernel's ring slots with and without the weight builds)
+        for nb in [64, 16] {
+            for nr in [2, 3, 4] {
+                for (probe, wg_steal_min) in [(0, 0), (2, 0), (0, 1), (0, 0), (5, 0)] {
+                    let tu = BeamTuning {
+                        nr,
+                        probe,
+                        wg_steal_min,
+                        ..def
+                    };
+                    if let Err(e) = b8.run(nb, true, tu) {
+                        println!("beamformer beams={nb} {tu:?}: not run ({e})");
+                    }
+                }
+            }
+        }
+        return Ok(());
+    }
     let mut b4 = BeamBench::new(4, BENCH_CHUNK, copy)?;
     println!("beamformer, default configuration (BeamTuning::default()), chunk of {BENCH_CHUNK} batches:");
     let mut head = Vec::new();
@@ -618,19 +674,32 @@ fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
         }
     }
     println!("beamformer variants (same run):");
-    // the wgmma kernel's static item ranges against work stealing (the default where an item is
-    // one stage), each with its timeline
-    let fixed = BeamTuning {
-        wg_static: true,
-        ..def
-    };
+    // the wgmma kernel's work stealing against static item ranges (the plan's choice: stealing
+    // for 24 slots a sub-group and more), the other one's timeline
+    let (steal, fixed) = (
+        BeamTuning {
+            wg_steal: Some(true),
+            ..def
+        },
+        BeamTuning {
+            wg_steal: Some(false),
+            ..def
+        },
+    );
     for nb in [16, 64] {
-        b8.run(nb, true, def)?;
+        b8.run(nb, true, steal)?;
         b8.run(nb, true, fixed)?;
-        b8.run(nb, true, def)?;
+        b8.run(nb, true, steal)?;
         b8.run(nb, true, fixed)?;
         if b8.g.wgmma_supported() {
-            b8.run(nb, true, BeamTuning { probe: 5, ..fixed })?;
+            let other = if nb == 64 { fixed } else { steal };
+            b8.run(nb, true, BeamTuning { probe: 5, ..other })?;
+            // ring slots
+            for nr in [2, 3, 4] {
+                if let Err(e) = b8.run(nb, true, BeamTuning { nr, ..def }) {
+                    println!("beamformer beams={nb} wgmma nr={nr}: not run ({e})");
+                }
+            }
         }
     }
     {

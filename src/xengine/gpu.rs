@@ -221,7 +221,7 @@ impl BeamPlan {
 pub struct BeamTuning {
     /// Spectra per tile (0: planned).
     pub ts: usize,
-    /// Raw stages (0: planned).
+    /// Raw stages of the `mma.sync` kernel, ring slots of the wgmma kernel (0: planned).
     pub nr: usize,
     /// Persistent grid.
     pub persistent: bool,
@@ -237,8 +237,11 @@ pub struct BeamTuning {
     pub warps: usize,
     /// Which kernel (the others apply to `mma.sync` only).
     pub kernel: BeamKernel,
-    /// wgmma kernel: static item ranges even where the plan steals work.
-    pub wg_static: bool,
+    /// wgmma kernel: work stealing (`Some(true)`, where an item is one stage) or static item
+    /// ranges (`Some(false)`) whatever the plan's choice (`None`).
+    pub wg_steal: Option<bool>,
+    /// wgmma kernel: the fewest items left in a tail that a thief takes (0: planned).
+    pub wg_steal_min: usize,
 }
 
 impl Default for BeamTuning {
@@ -252,7 +255,8 @@ impl Default for BeamTuning {
             mw: 0,
             warps: 0,
             kernel: BeamKernel::Auto,
-            wg_static: false,
+            wg_steal: None,
+            wg_steal_min: 0,
         }
     }
 }
@@ -611,6 +615,7 @@ impl GpuX {
             || tuning.min_blocks > 4
             || tuning.mw > 2
             || ![0, 4, 8, 16].contains(&tuning.warps)
+            || tuning.wg_steal_min > 64
         {
             return Err(XError::Shape(format!("beam tuning {tuning:?}")));
         }

@@ -75,12 +75,27 @@ pub struct BeamWgPlan {
     /// Work stealing (`STEAL`: items of one stage only): the second half of each block's items
     /// may be taken from the end by blocks whose own are done.
     pub steal: bool,
+    /// The fewest items left in a tail that a thief takes (`STEAL_MIN`; a thief rebuilds its
+    /// weights for the victim's channel).
+    pub steal_min: usize,
     /// Diagnostic only (`BW_PROBE`, wrong results): 1 = no wgmma and no epilogue, 2 = weights
     /// built once, 3 = no epilogue, 4 = no wgmma (the mma.sync kernel's probes 1–3 alike), 5 =
     /// timeline (right beams; each block writes 8 words past the saturation counters: SM << 48 |
     /// cycles, items, then the cycles of its weights, stage waits, MMA phase, sums wait,
     /// epilogue, copy-out, summed over its warpgroups).
     pub probe: u32,
+}
+
+/// Bytes of a weight plane of wgmma N = `wn` for `nap` (padded) antennas: rows of K = 2 nap
+/// bytes as whole 128-byte blocks, except a last block of one or two k32 steps (32 or 64
+/// bytes), rounded up to 1024 bytes (the kernel's `WPL`).
+fn weight_plane(nap: usize, wn: usize) -> usize {
+    let steps = nap / 16;
+    let row = match steps % 4 {
+        1 | 2 => steps / 4 * 128 + 32 * (steps % 4),
+        _ => steps.div_ceil(4) * 128,
+    };
+    (wn * row).div_ceil(1024) * 1024
 }
 
 /// Slots for `n` beams of one pol: 0, or a multiple of 4 up to 16 and of 8 above (the wgmma
@@ -112,8 +127,10 @@ impl BeamWgPlan {
             if nb0 + nb1 > MAX_SLOTS {
                 return None;
             }
-            // two planes x two sub-groups of 2 (nb0 + nb1) rows in 128-byte swizzled K blocks
-            let weights = 1024 * (2 * nap).div_ceil(128) * (nb0 + nb1);
+            // per sub-group and pol a plane of 4 nb rows (Re / Im of the hi and lo planes) of
+            // 128-byte swizzled K blocks, the last one 32 or 64 bytes wide where it holds one
+            // or two k32 steps (kernel: ROWB, WPL)
+            let weights = 2 * (weight_plane(nap, 4 * nb0) + weight_plane(nap, 4 * nb1));
             // output staging: four warpgroups x a 160-byte row per slot of a sub-group
             let staging = 4 * 160 * (nb0 + nb1);
             // stages that divide the antennas first (a shorter last stage puts wgmma in a
@@ -122,8 +139,16 @@ impl BeamWgPlan {
                 .into_iter()
                 .filter(|&k| nap.is_multiple_of(k));
             let kchs = even.chain([nap.min(128), 64, 48, 32, 16]);
+            // ring slots: the measured best first (H100, 80 antennas, 2026-11-22: 16 beams 3
+            // slots 86.3 %, 2 or 4 85.5 %; 64 beams 2 slots 78.0 %, 3 76.1 %, 4 76.0 %: the
+            // longer items of many beams need fewer stages in flight)
+            let rings: [usize; 3] = if nb0 + nb1 >= 24 {
+                [2, 3, 4]
+            } else {
+                [3, 4, 2]
+            };
             kchs.filter(|&k| k <= nap)
-                .flat_map(|kch| (2..=4).rev().map(move |nr| (kch, nr)))
+                .flat_map(|kch| rings.into_iter().map(move |nr| (kch, nr)))
                 .map(|(kch, nr)| (kch, nr, 1024 + nr * 512 * kch + weights + staging))
                 .find(|&(_, _, smem)| smem + STATIC_SMEM <= smem_limit)
                 .map(|(kch, nr, smem)| Self {
@@ -133,7 +158,10 @@ impl BeamWgPlan {
                     kch,
                     nr,
                     smem,
-                    steal: kch >= nap,
+                    // (measured at 80 antennas, H100, same runs: 64 beams 78.3 % stealing
+                    // against 69.5 % static; 16 beams 86.2-86.9 % against 87.7-89.5 %)
+                    steal: kch >= nap && nb0 + nb1 >= 24,
+                    steal_min: 3,
                     probe: 0,
                 })
         })
@@ -168,6 +196,7 @@ impl BeamWgPlan {
         d.push(("KCH", self.kch.to_string()));
         d.push(("NR", self.nr.to_string()));
         d.push(("STEAL", u8::from(self.steal).to_string()));
+        d.push(("STEAL_MIN", self.steal_min.to_string()));
         d
     }
 }
@@ -251,11 +280,30 @@ impl GpuX {
         n_beams: usize,
         wg: &WgTables,
     ) -> Result<(CudaFunction, BeamWgPlan), XError> {
-        let plan = BeamWgPlan {
+        let mut plan = BeamWgPlan {
             probe: self.beam_tuning.probe,
-            steal: wg.plan.steal && !self.beam_tuning.wg_static,
+            steal: match self.beam_tuning.wg_steal {
+                None => wg.plan.steal,
+                Some(s) => s && wg.plan.kch >= self.shape.n_ants.div_ceil(16) * 16,
+            },
             ..wg.plan
         };
+        if self.beam_tuning.wg_steal_min != 0 {
+            plan.steal_min = self.beam_tuning.wg_steal_min;
+        }
+
+        let nr = self.beam_tuning.nr;
+        if nr != 0 && nr != plan.nr {
+            // (ring slots of the tuning: the stages' bytes change, the rest stays)
+            plan.smem = plan.smem + nr * 512 * plan.kch - plan.nr * 512 * plan.kch;
+            plan.nr = nr;
+            if plan.smem + STATIC_SMEM > self.smem_optin {
+                return Err(XError::Shape(format!(
+                    "beam tuning: {nr} ring slots need {} bytes of shared memory",
+                    plan.smem + STATIC_SMEM
+                )));
+            }
+        }
         if let Some(f) = self.beam_wg_fns.get(&(n_beams, plan)) {
             return Ok((f.clone(), plan));
         }
