@@ -26,7 +26,9 @@
 // warpgroups take its two 64-spectrum halves times the group's two sub-groups of beam slots
 // (four warpgroups keep four warps per scheduler: the epilogue is latency-bound with two).
 // Items are ordered channel, group, batch, spectra (weights change only with the channel or
-// group); the grid is persistent, block k walking items [k n / grid, (k + 1) n / grid). A
+// group); the grid is persistent, block k walking items [k n / grid, (k + 1) n / grid), with
+// STEAL (items of one stage) the second half of those from the front while blocks whose own are
+// done take them from the end (the blocks of a few TPCs ran ~20 % slower than the rest). A
 // stage is one item's KCH antennas (all of them for small arrays): four tensor copies (32
 // spectra x KCH antennas each) issued by thread 0 into a ring of NR slots with full / empty
 // mbarriers (a 17th, producer warp would cap the registers at 96: one register-file quarter
@@ -521,10 +523,10 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
     // thread 0 issues the tensor copies of the block's items: stages 0 .. NR - 1 now, stage s -
     // 1 + NR at the start of stage s, once every consumer warp has released the slot of stage s
     // - 1 (issuing from the last warp to release a slot, so that no warp waits on the others,
-    // measured 72.5 % / 55.6 % against 80.9 % / 56.4 % at 16 / 64 beams). (Work stealing, a
-    // block whose range is used up taking items of the others, measured the same or slower:
-    // 67.4 % against 70.0 % at 64 beams, 84.7 % against 84.6 % at 16, in one run; but that
-    // version spilled 24 bytes, and an earlier one had its wgmma serialised, C7520.)
+    // measured 72.5 % / 55.6 % against 80.9 % / 56.4 % at 16 / 64 beams); with STEAL warp 0
+    // claims the items as it issues them (below). (An earlier stealing kernel, claims held in
+    // the consumers' registers, spilled 24 bytes and ran slower than static ranges, 67.4 %
+    // against 70.0 % at 64 beams; this one ran 78.1 % against 68.7 %.)
 #if !STEAL
     auto issue = [&](int s) {
         const int r = s % NR;
