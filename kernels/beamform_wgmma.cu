@@ -477,6 +477,17 @@ __device__ __forceinline__ void block_items(int b, int g, long long n, int &i0, 
 #define STEAL_DEC 0xffff0000u
 __device__ __forceinline__ int tail_front(u32 w) { return (int)(w & 0xffffu); }
 __device__ __forceinline__ int tail_end(u32 w) { return (int)(short)(w >> 16); }
+// atomicAdd on a tail word by lane 0 alone, as one instruction whose result waits in its
+// register until the claim is used an item later. (For an add at a warp-uniform address ptxas
+// emits a warp-aggregated atomic that shuffles the result at once, so the warp waited out the
+// round trip right there, even in inline PTX; the lane index, 0 here, added to the address
+// hides its uniformity.)
+__device__ __forceinline__ u32 tail_add(u32 *w, u32 v) {
+    u32 lane, old;
+    asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane));
+    asm volatile("atom.global.add.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(w + lane), "r"(v));
+    return old;
+}
 
 // What a consumer thread needs of the kernel's arguments and its block's shared memory.
 struct Ctx {
@@ -552,7 +563,7 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
         block_items(b, gridDim.x, k.n_items, i0, i1, t0);
         return t0;
     };
-    if (tid == 0 && k.s_cl[1] == 1) pend = atomicAdd(&k.work[blockIdx.x], 1u);
+    if (tid == 0 && k.s_cl[1] == 1) pend = tail_add(&k.work[blockIdx.x], 1u);
     // warp 0: the victim with the most items left and one of its items, -1 when no block has
     // STEAL_MIN left (a thief rebuilds its weights for the victim's channel: taking the last
     // one or two items of a tail costs about as much as it saves)
@@ -581,13 +592,13 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
             if (best < 0) return -1;
             int item = -2;
             if (lane == 0) {
-                const u32 x = atomicAdd(&k.work[best], STEAL_DEC);
+                const u32 x = tail_add(&k.work[best], STEAL_DEC);
                 const int f = tail_front(x), e = tail_end(x);
                 if (f < e) {
                     item = tail_of(best) + e - 1;
                     k.s_cl[1] = 2;
                     k.s_cl[2] = best;
-                    pend = atomicAdd(&k.work[best], STEAL_DEC);
+                    pend = tail_add(&k.work[best], STEAL_DEC);
                 }
             }
             item = __shfl_sync(0xffffffffu, item, 0);
@@ -605,14 +616,14 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
                 k.s_cl[0] = p + 1;
                 if (p + 1 >= k.tail0) {
                     k.s_cl[1] = 1;
-                    pend = atomicAdd(&k.work[blockIdx.x], 1u);
+                    pend = tail_add(&k.work[blockIdx.x], 1u);
                 }
             } else {
                 const int f = tail_front(pend), e = tail_end(pend);
                 if (f < e) {
                     const int b = kind == 1 ? (int)blockIdx.x : k.s_cl[2];
                     item = kind == 1 ? k.tail0 + f : tail_of(b) + e - 1;
-                    pend = atomicAdd(&k.work[b], kind == 1 ? 1u : STEAL_DEC);
+                    pend = tail_add(&k.work[b], kind == 1 ? 1u : STEAL_DEC);
                 } else {
                     scan = 1;
                 }
