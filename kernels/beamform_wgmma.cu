@@ -538,10 +538,8 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
     // claims the items as it issues them (below). (An earlier stealing kernel, claims held in
     // the consumers' registers, spilled 24 bytes and ran slower than static ranges, 67.4 %
     // against 70.0 % at 64 beams; this one ran 78.1 % against 68.7 %.)
-#if !STEAL
-    auto issue = [&](int s) {
-        const int r = s % NR;
-        const int it = it0 + s / N_KCH, kc = s % N_KCH;
+    // the copies of stage kc of item it into ring slot r (one thread)
+    auto copies = [&](int r, int it, int kc) {
         const int st = it % N_IT, bt = (it / N_IT) % n_batches;
         const int c = it / (N_IT * n_batches * N_BG);
         mbar_arrive_tx(BW_FULL(r), SLOT);
@@ -550,6 +548,8 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
             tma_load4(ring + r * SLOT + j * BOX, k.tm, 4 * (128 * st + 32 * j), c, kc * KCH, bt,
                       BW_FULL(r));
     };
+#if !STEAL
+    auto issue = [&](int s) { copies(s % NR, it0 + s / N_KCH, s % N_KCH); };
 #endif
 #if STEAL
     // Work stealing (items of one stage): warp 0 claims each item as it issues its copies and
@@ -636,17 +636,10 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
     auto issue_item = [&](int s, int it) {
         const int r = s % NR;
         k.s_item[r] = it;
-        if (it < 0) {
+        if (it < 0)
             mbar_arrive(BW_FULL(r));
-            return;
-        }
-        const int st = it % N_IT, bt = (it / N_IT) % n_batches;
-        const int c = it / (N_IT * n_batches * N_BG);
-        mbar_arrive_tx(BW_FULL(r), SLOT);
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            tma_load4(ring + r * SLOT + j * BOX, k.tm, 4 * (128 * st + 32 * j), c, 0, bt,
-                      BW_FULL(r));
+        else
+            copies(r, it, 0);
     };
     if (tid < 32)
         for (int s = 0; s < NR; s++) {
