@@ -514,7 +514,8 @@ struct Ctx {
     int tail0;                // first item of the block's tail
     long long n_items;
     int *s_item; // item per ring slot (-1: no more)
-    int *s_cl;   // thread 0's claim state: next own item, kind of the pending claim, victim
+    int *s_cl;   // thread 0's claim state: next own item, kind of the pending claim, victim,
+                 // (end marker issued, probe item count,) the victim's first tail item
 #endif
 #if BW_PROBE == 5
     unsigned long long *s_tl;
@@ -558,11 +559,6 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
     // item ahead (pend), then items of other blocks' tails from the end: the block with the
     // most left (a scan by warp 0), again an item ahead, a new scan once that one is done.
     u32 pend = 0; // thread 0: the result of the claim issued an item ahead
-    auto tail_of = [&](int b) {
-        int i0, i1, t0;
-        block_items(b, gridDim.x, k.n_items, i0, i1, t0);
-        return t0;
-    };
     if (tid == 0 && k.s_cl[1] == 1) pend = tail_add(&k.work[blockIdx.x], 1u);
     // warp 0: the victim with the most items left and one of its items, -1 when no block has
     // STEAL_MIN left (a thief rebuilds its weights for the victim's channel: taking the last
@@ -595,9 +591,12 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
                 const u32 x = tail_add(&k.work[best], STEAL_DEC);
                 const int f = tail_front(x), e = tail_end(x);
                 if (f < e) {
-                    item = tail_of(best) + e - 1;
+                    int i0, i1, t0;
+                    block_items(best, gridDim.x, k.n_items, i0, i1, t0);
+                    item = t0 + e - 1;
                     k.s_cl[1] = 2;
                     k.s_cl[2] = best;
+                    k.s_cl[5] = t0;
                     pend = tail_add(&k.work[best], STEAL_DEC);
                 }
             }
@@ -622,7 +621,7 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
                 const int f = tail_front(pend), e = tail_end(pend);
                 if (f < e) {
                     const int b = kind == 1 ? (int)blockIdx.x : k.s_cl[2];
-                    item = kind == 1 ? k.tail0 + f : tail_of(b) + e - 1;
+                    item = kind == 1 ? k.tail0 + f : k.s_cl[5] + e - 1;
                     pend = tail_add(&k.work[b], kind == 1 ? 1u : STEAL_DEC);
                 } else {
                     scan = 1;
@@ -872,7 +871,7 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
     if (it1 <= it0) return;
 #if STEAL
     __shared__ int s_item[NR];
-    __shared__ int s_cl[5];
+    __shared__ int s_cl[6];
     if (threadIdx.x == 0) {
         // this launch's tail (the word of the launch before has nothing left: front >= end)
         work[blockIdx.x] = (u32)(it1 - tail0) << 16;
@@ -881,6 +880,7 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
         s_cl[2] = 0;
         s_cl[3] = 0;
         s_cl[4] = 0;
+        s_cl[5] = 0;
     }
 #else
     (void)tail0;
