@@ -35,7 +35,8 @@
 // would hold 5 warps). Absent antennas of a batch (present == 0) are zeroed in the ring slot
 // between two consumer barriers (rare; the copy brings whatever is there). At a change of
 // channel or group the consumers rebuild the weight planes between two named barriers (the
-// copies of the next stages are already in flight).
+// copies of the next stages are already in flight), with PCACHE from the group's delays,
+// coefficients and scales held in shared memory (no global loads in a build).
 // Per k32 step (16 antennas) and warpgroup: one wgmma m64nNk32 per pol, N = 4 NB0 or 4 NB1
 // (the Re / Im rows of the hi plane, then of the lo plane), a commit group each, A in two
 // alternating register sets. Per-batch presence flags and dither seeds are read into shared
@@ -67,6 +68,9 @@
 #ifndef STEAL
 #define STEAL 0
 #endif
+#ifndef PCACHE
+#define PCACHE 0 // 1: the beam group's delays, coefficients and scales in shared memory (N_BG 1)
+#endif
 #ifndef STEAL_MIN
 #define STEAL_MIN 3 // a thief takes items of a tail with at least this many left
 #endif
@@ -79,17 +83,31 @@
                    // block's phase cycles written past the saturation counters)
 #endif
 #if BW_PROBE == 5
-// timeline probe: thread 0 of each warpgroup adds the cycles of phase j of its items to
-// s_tl[j] (0 weights, 1 waiting for stage data, 2 MMA phase, 3 waiting for the sums and the
-// previous copy-out, 4 epilogue, 5 copy-out)
+// timeline probe: thread 0 of warpgroup w adds the cycles of phase j of its items to
+// s_tl[TL_WORDS w + j] (0 weights, 1 waiting for stage data, 2 MMA phase, 3 waiting for the
+// sums and the previous copy-out, 4 epilogue, 5 copy-out; 8 the waits at weight changes, 9 the
+// weight builds; 6 of warpgroup 0: the builds), each its own words (no atomics: the probe
+// perturbs less)
+#define TL_WORDS 10
 #define TL_MARK(j)                                                                              \
     do {                                                                                        \
         const u32 now_ = clock();                                                               \
-        if ((threadIdx.x & 127) == 0) atomicAdd(&k.s_tl[j], (unsigned long long)(now_ - tl_));  \
+        if ((threadIdx.x & 127) == 0) k.s_tl[TL_WORDS * (threadIdx.x >> 7) + (j)] += now_ - tl_; \
         tl_ = now_;                                                                             \
+    } while (0)
+#define PROBE_TL , k.s_tl
+// (the cycles of the waits at a weight change into s_tl[8])
+#define TL_WAIT(stmt)                                                                           \
+    do {                                                                                        \
+        const u32 w0_ = clock();                                                                \
+        stmt;                                                                                   \
+        if ((threadIdx.x & 127) == 0)                                                           \
+            k.s_tl[TL_WORDS * (threadIdx.x >> 7) + 8] += (u32)clock() - w0_;                    \
     } while (0)
 #else
 #define TL_MARK(j) (void)0
+#define PROBE_TL
+#define TL_WAIT(stmt) stmt
 #endif
 
 #define NAP ((N_ANTS + 15) / 16 * 16) // antennas padded to k32 steps
@@ -128,7 +146,10 @@
 #define STG_ROW 160
 #define STG_WG (NS * STG_ROW)
 #define STG_BYTES (4 * STG_WG)
-#define SMEM_BYTES (1024 + NR * SLOT + W_BYTES + STG_BYTES)
+// the parameter cache (PCACHE): per (slot, antenna) of the group the coefficient (float2) and
+// the delay, then per slot its beam, q (the weights' scale) and the output scale
+#define PC_BYTES (PCACHE ? NSG * NAP * 12 + NSG * 12 : 0)
+#define SMEM_BYTES (1024 + NR * SLOT + W_BYTES + STG_BYTES + PC_BYTES)
 
 static_assert(N_ANTS <= 256, "beamform_wg: at most 256 antennas");
 static_assert(SPECTRA % 16 == 0, "SPECTRA must be a multiple of 16");
@@ -138,6 +159,7 @@ static_assert(NB0 % 4 == 0 && NB1 % 4 == 0 && (NB0 <= 16 || NB0 % 8 == 0) &&
                   (NB1 <= 16 || NB1 % 8 == 0),
               "NB0, NB1: whole wgmma N shapes (4 NB of 16 .. 128)");
 static_assert(NR >= 2 && SMEM_BYTES <= 227 * 1024, "NR: 2 .. what fits");
+static_assert(!PCACHE || N_BG == 1, "PCACHE: one beam group");
 
 // wgmma m64nNk32 s8, A from registers (dense m64k32 layout: register 0 row 16 w + g, bytes
 // 4 t .. 4 t + 3; register 1 row + 8; registers 2, 3 the same 16 bytes further in K), B from
@@ -248,41 +270,108 @@ __device__ __forceinline__ u64 wdesc(u32 lo, int wn, int kg) {
 // The weight planes of channel c, beam group bg, and the group's beam table (beam index or -1,
 // output scale); the consumer threads; one thread per (slot, antenna pair) writes a 4-byte
 // word of the Re row and of the Im row in each plane. A thread's (up to WJ) jobs are unrolled
-// so that their loads overlap (a job's loads, its beam and then its delays, coefficients and
-// scale, are two global round trips). (With the parameters cached in shared memory instead,
-// no global loads, 64 beams ran the same: 78.0-78.4 % against 78.3-78.4 %.)
+// so that their loads overlap: two global round trips a build (a job's beam, then its delays,
+// coefficients and scale).
 #define WJOBS (NSG * (NAP / 2))
 #define WJ ((WJOBS + CONSUMERS - 1) / CONSUMERS)
 __device__ __noinline__ void build_weights(unsigned char *w, int *s_beam, float *s_os, int c,
                                            int bg, const int *__restrict__ slots,
                                            const float2 *__restrict__ coef,
                                            const float *__restrict__ delay,
-                                           const float *__restrict__ wscale) {
+                                           const float *__restrict__ wscale,
+                                           const unsigned char *pc
+#if BW_PROBE == 5
+                                           , unsigned long long *s_tl
+#endif
+) {
     const int tid = threadIdx.x;
+#if BW_PROBE == 5
+    const u32 t0 = clock();
+#endif
+#if PCACHE
+    // (no global loads: the parameters from the cache)
+    const float2 *pcw = (const float2 *)pc;
+    const float *pd = (const float *)(pc + NSG * NAP * 8);
+    const int *pbeam = (const int *)(pc + NSG * NAP * 12);
+    const float *pq = (const float *)(pbeam + NSG), *pos = pq + NSG;
+    (void)bg;
+    (void)slots;
+    (void)coef;
+    (void)delay;
+    (void)wscale;
     if (tid < NSG) {
-        const int beam = slots[bg * NSG + tid];
-        s_beam[tid] = beam;
-        s_os[tid] = beam >= 0 ? wscale[beam] / QMAX : 0.0f;
+        s_beam[tid] = pbeam[tid];
+        s_os[tid] = pos[tid];
     }
 #pragma unroll
     for (int i = 0; i < WJ; i++) {
         const int idx = tid + i * CONSUMERS;
-        if (idx >= WJOBS) break;
-        const int jg = idx / (NAP / 2), pa = idx % (NAP / 2);
-        const int u = jg / NS, js = jg % NS;
-        const int p = js >= NB0, j = js - p * NB0;
-        const int beam = slots[bg * NSG + jg];
-        const float sb = beam >= 0 ? wscale[beam] : 0.0f;
-        const float q = sb > 0.0f ? QMAX / sb : 0.0f;
-        u32 ww[4];
-        weight_words(beam, 2 * pa, c, q, coef, delay, ww);
-        const int wn = p ? WN1 : WN0, lo = wn / 2; // rows of the lo plane from wn / 2
-        unsigned char *wp = w + WOFF(u, p);
-        *(u32 *)(wp + wpos(wn, 2 * j, 4 * pa)) = ww[0];
-        *(u32 *)(wp + wpos(wn, lo + 2 * j, 4 * pa)) = ww[1];
-        *(u32 *)(wp + wpos(wn, 2 * j + 1, 4 * pa)) = ww[2];
-        *(u32 *)(wp + wpos(wn, lo + 2 * j + 1, 4 * pa)) = ww[3];
+        if (idx < WJOBS) {
+            const int jg = idx / (NAP / 2), pa = idx % (NAP / 2);
+            const int u = jg / NS, js = jg % NS;
+            const int p = js >= NB0, j = js - p * NB0;
+            const float2 dd = *(const float2 *)(pd + jg * NAP + 2 * pa);
+            const float4 cc = *(const float4 *)(pcw + jg * NAP + 2 * pa);
+            const float d[2] = {dd.x, dd.y};
+            const float2 cw[2] = {make_float2(cc.x, cc.y), make_float2(cc.z, cc.w)};
+            u32 ww[4];
+            weight_words_of(d, cw, c, pq[jg], ww);
+            const int wn = p ? WN1 : WN0, lo = wn / 2; // rows of the lo plane from wn / 2
+            unsigned char *wp = w + WOFF(u, p);
+            *(u32 *)(wp + wpos(wn, 2 * j, 4 * pa)) = ww[0];
+            *(u32 *)(wp + wpos(wn, lo + 2 * j, 4 * pa)) = ww[1];
+            *(u32 *)(wp + wpos(wn, 2 * j + 1, 4 * pa)) = ww[2];
+            *(u32 *)(wp + wpos(wn, lo + 2 * j + 1, 4 * pa)) = ww[3];
+        }
     }
+#else
+    (void)pc;
+    // two rounds of loads, each all at once: the beams of the jobs (and of the table's slot),
+    // then their scales, delays and coefficients (one job after the other, behind a division
+    // each, they had been ten round trips in a row)
+    int beam[WJ];
+#pragma unroll
+    for (int i = 0; i < WJ; i++) {
+        const int idx = tid + i * CONSUMERS;
+        beam[i] = idx < WJOBS ? slots[bg * NSG + idx / (NAP / 2)] : -1;
+    }
+    const int tb = tid < NSG ? slots[bg * NSG + tid] : -1;
+    float sb[WJ], d[WJ][2];
+    float2 cw[WJ][2];
+#pragma unroll
+    for (int i = 0; i < WJ; i++) {
+        const int pa = (tid + i * CONSUMERS) % (NAP / 2);
+        sb[i] = beam[i] >= 0 ? wscale[beam[i]] : 0.0f;
+#pragma unroll
+        for (int e = 0; e < 2; e++) weight_params(beam[i], 2 * pa + e, coef, delay, d[i][e], cw[i][e]);
+    }
+    const float ts = tb >= 0 ? wscale[tb] : 0.0f;
+    if (tid < NSG) {
+        s_beam[tid] = tb;
+        s_os[tid] = tb >= 0 ? ts / QMAX : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < WJ; i++) {
+        const int idx = tid + i * CONSUMERS;
+        if (idx < WJOBS) {
+            const int jg = idx / (NAP / 2), pa = idx % (NAP / 2);
+            const int u = jg / NS, js = jg % NS;
+            const int p = js >= NB0, j = js - p * NB0;
+            const float q = sb[i] > 0.0f ? QMAX / sb[i] : 0.0f;
+            u32 ww[4];
+            weight_words_of(d[i], cw[i], c, q, ww);
+            const int wn = p ? WN1 : WN0, lo = wn / 2; // rows of the lo plane from wn / 2
+            unsigned char *wp = w + WOFF(u, p);
+            *(u32 *)(wp + wpos(wn, 2 * j, 4 * pa)) = ww[0];
+            *(u32 *)(wp + wpos(wn, lo + 2 * j, 4 * pa)) = ww[1];
+            *(u32 *)(wp + wpos(wn, 2 * j + 1, 4 * pa)) = ww[2];
+            *(u32 *)(wp + wpos(wn, lo + 2 * j + 1, 4 * pa)) = ww[3];
+        }
+    }
+#endif
+#if BW_PROBE == 5
+    if ((tid & 127) == 0) s_tl[TL_WORDS * (tid >> 7) + 9] += (u32)clock() - t0;
+#endif
 }
 
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 512;\n" ::: "memory"); }
@@ -504,6 +593,7 @@ struct Ctx {
     u32 ring, wsm, bar0;    // shared addresses: the ring, the weights, the mbarriers
     u32 stg;                // shared address of the output staging
     unsigned char *wgen;    // the weights (generic address)
+    const unsigned char *pc; // the parameter cache (PCACHE)
     int *s_beam;
     float *s_os;
     const u32 *s_seed;
@@ -698,7 +788,7 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
     auto weights_for = [&](int it) {
         const int cbg = it / (N_IT * n_batches);
         if (cbg == cur) return;
-        consumers_sync(); // every consumer is done with the old weights
+        TL_WAIT(consumers_sync()); // every consumer is done with the old weights
 #if BW_PROBE == 5
         if (threadIdx.x == 0) k.s_tl[6]++;
 #endif
@@ -706,9 +796,9 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
         if (cur < 0)
 #endif
             build_weights(k.wgen, k.s_beam, k.s_os, cbg / N_BG, cbg % N_BG, k.slots, k.coef,
-                          k.delay, k.wscale);
+                          k.delay, k.wscale, k.pc PROBE_TL);
         fence_proxy_async(); // generic-proxy writes, read by wgmma
-        consumers_sync();
+        TL_WAIT(consumers_sync());
         cur = cbg;
     };
     auto batch_of = [&](int it) { return (it / N_IT) % n_batches; };
@@ -861,9 +951,9 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
     __shared__ u32 s_seed[MAXB];           // dither seed per batch
     __shared__ unsigned char s_allp[MAXB]; // every antenna of the batch present
 #if BW_PROBE == 5
-    __shared__ unsigned long long s_tl[8];
+    __shared__ unsigned long long s_tl[4 * TL_WORDS];
     const unsigned long long tl_start = clock64();
-    if (threadIdx.x < 8) s_tl[threadIdx.x] = 0;
+    if (threadIdx.x < 4 * TL_WORDS) s_tl[threadIdx.x] = 0;
 #endif
     const long long n_items = (long long)N_CHANNELS * N_BG * n_batches * N_IT;
     int it0, it1, tail0;
@@ -902,6 +992,27 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("prefetch.tensormap [%0];\n" ::"l"((u64)&tm) : "memory");
     }
+#if PCACHE
+    {
+        // the parameter cache (see PC_BYTES)
+        unsigned char *pc = wgen + W_BYTES + STG_BYTES;
+        float2 *pcw = (float2 *)pc;
+        float *pd = (float *)(pc + NSG * NAP * 8);
+        int *pbeam = (int *)(pc + NSG * NAP * 12);
+        float *pq = (float *)(pbeam + NSG), *pos = pq + NSG;
+        for (int idx = tid; idx < NSG * NAP; idx += BW_THREADS) {
+            const int jg = idx / NAP, a = idx % NAP;
+            weight_params(slots[jg], a, coef, delay, pd[idx], pcw[idx]);
+        }
+        if (tid < NSG) {
+            const int beam = slots[tid];
+            const float sb = beam >= 0 ? wscale[beam] : 0.0f;
+            pbeam[tid] = beam;
+            pq[tid] = sb > 0.0f ? QMAX / sb : 0.0f;
+            pos[tid] = beam >= 0 ? sb / QMAX : 0.0f;
+        }
+    }
+#endif
     // the per-batch tables (a warp per batch), so that no item waits on global loads
     const bool tables = n_batches <= MAXB;
     if (tables)
@@ -932,6 +1043,7 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
     k.wsm = wsm;
     k.bar0 = bar0;
     k.stg = wsm + W_BYTES;
+    k.pc = wgen + W_BYTES + STG_BYTES;
     k.wgen = wgen;
     k.s_beam = s_beam;
     k.s_os = s_os;
@@ -959,14 +1071,19 @@ extern "C" __global__ void __launch_bounds__(BW_THREADS, 1)
     if (threadIdx.x == 0) {
         u32 smid;
         asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
-        unsigned long long *t = saturated + (size_t)n_batches * N_BEAMS + 8 * blockIdx.x;
+        unsigned long long *t = saturated + (size_t)n_batches * N_BEAMS + 10 * blockIdx.x;
         t[0] = ((unsigned long long)smid << 48) | (clock64() - tl_start);
 #if STEAL
         t[1] = (unsigned long long)s_cl[4] | s_tl[6] << 32;
 #else
         t[1] = (unsigned long long)(it1 - it0) | s_tl[6] << 32;
 #endif
-        for (int j = 0; j < 6; j++) t[2 + j] = s_tl[j];
+        for (int j = 0; j < TL_WORDS; j++) {
+            if (j == 6 || j == 7) continue;
+            unsigned long long sum = 0;
+            for (int w = 0; w < 4; w++) sum += s_tl[TL_WORDS * w + j];
+            t[j < 6 ? 2 + j : j] = sum;
+        }
     }
 #endif
 }

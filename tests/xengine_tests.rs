@@ -591,10 +591,22 @@ fn nvrtc_compiles_all_kernels() {
                 let shape = XShape::new(na, nc, ns).unwrap();
                 let pol: Vec<i32> = (0..nb).map(|b| (b % split != 0) as i32).collect();
                 let planned = BeamWgPlan::new(&shape, &pol, 227 << 10).unwrap();
-                // work stealing (where an item is one stage) and static item ranges
+                // work stealing (where an item is one stage) and static item ranges, with the
+                // parameter cache (where planned) and without
                 let one_stage = planned.kch >= na.div_ceil(16) * 16;
-                for steal in [true, false].into_iter().filter(|&s| one_stage || !s) {
-                    let plan = BeamWgPlan { steal, ..planned };
+                let mut variants: Vec<(bool, bool)> = [true, false]
+                    .into_iter()
+                    .filter(|&s| one_stage || !s)
+                    .flat_map(|s| [(s, planned.pcache), (s, false)])
+                    .collect();
+                variants.dedup();
+                for (steal, pcache) in variants {
+                    // (the shared memory is the launch's business: only compiled here)
+                    let plan = BeamWgPlan {
+                        steal,
+                        pcache,
+                        ..planned
+                    };
                     let d = plan.defines(&shape, nb);
                     let ptx = compile_ptx(
                         "beamform_wgmma.cu",
@@ -1108,10 +1120,17 @@ fn gpu_beamformer_chunk_within_one_lsb() {
         // layout of the mma.sync kernel: one or two m16 fragments per warp in blocks of 4, 8
         // or 16 warps (the 4-bit case without the register cap of two blocks per SM); the wgmma
         // kernel with work stealing where it applies and with static item ranges
-        let mut runs = vec![(0, 0, BeamKernel::Auto, None)];
+        let mut runs = vec![(0, 0, BeamKernel::Auto, None, None)];
         if gpu.wgmma_supported() && bits == 8 {
-            runs.push((0, 0, BeamKernel::Wgmma, Some(true)));
-            runs.push((0, 0, BeamKernel::Wgmma, Some(false)));
+            // stealing or not, with the planned parameter cache and without
+            for (steal, pcache) in [
+                (true, None),
+                (false, None),
+                (true, Some(false)),
+                (false, Some(false)),
+            ] {
+                runs.push((0, 0, BeamKernel::Wgmma, Some(steal), pcache));
+            }
         } else {
             let t = BeamTuning {
                 kernel: BeamKernel::Wgmma,
@@ -1122,15 +1141,16 @@ fn gpu_beamformer_chunk_within_one_lsb() {
             assert!(e.is_err(), "the wgmma beamformer where it does not apply");
         }
         for (mw, warps) in [(0, 0), (1, 4), (2, 4), (1, 8), (2, 8), (1, 16)] {
-            runs.push((mw, warps, BeamKernel::Mma, None));
+            runs.push((mw, warps, BeamKernel::Mma, None, None));
         }
-        for (mw, warps, kernel, wg_steal) in runs {
+        for (mw, warps, kernel, wg_steal, wg_pcache) in runs {
             gpu.set_beam_tuning(BeamTuning {
                 min_blocks: if bits == 4 { 1 } else { 0 },
                 mw,
                 warps,
                 kernel,
                 wg_steal,
+                wg_pcache,
                 ..Default::default()
             })
             .unwrap();
@@ -1154,7 +1174,7 @@ fn gpu_beamformer_chunk_within_one_lsb() {
                     )
                     .unwrap();
                 let what = format!(
-                    "{bits}-bit chunk {na}x{nb}, batch {k}, {kernel:?} mw {mw} warps {warps} steal {wg_steal:?}"
+                    "{bits}-bit chunk {na}x{nb}, batch {k}, {kernel:?} mw {mw} warps {warps} steal {wg_steal:?} pcache {wg_pcache:?}"
                 );
                 off += one_lsb_diffs(&got[k * per..(k + 1) * per], &want, &what);
                 if k == 2 {

@@ -183,7 +183,23 @@
 //! (static 68.9–69.1 % in the same run; clipping 73.7 %, no dither 85.8 %; ring 2 / 3 / 4 slots
 //! 79.8 / 77.5 / 77.7 %), 16 beams 88.3 % static (stealing 88.2–88.8 % against 89.2–89.8 %: still
 //! static); no weight builds 83.5 %; timeline 6878 cycles an item, blocks within 842k–874k.
-//! `GPUCBF_BENCH_BEAM_SWEEP=1` runs only the wgmma ring-depth / probe sweep.
+//!
+//! Fifth round (H100, 2026-11-23, same shape). The timeline probe now adds each warpgroup's
+//! phase cycles into its own shared words (its 64-bit shared atomics had cost 15 points: 64-66 %
+//! probed against 80-81 % plain; now 77.5 %) and times the weight builds and the barrier waits
+//! around them: a build at 64 beams is ~3.8k cycles issue-bound work (the ~20k of the fourth
+//! round was the probe's own cost), the barriers around it wait ~0-2k. **Parameter cache**
+//! (`PCACHE`, plan default where it fits, one beam group): the group's delays, coefficients and
+//! scales in shared memory (61 KB at 64 beams), so that a build makes no global loads: +0.4 to
+//! +1.7 points at 64 beams in the same runs (80.9-81.5 % against 79.4-81.2 %); the builds'
+//! global loads (without it) now in two rounds, not ten round trips in a row. Tried and
+//! dropped (same-run A/B): a second weight buffer built ahead of the channel change with
+//! mbarriers instead of the two block barriers, 77.6-79.4 % against 80.1-80.8 % at 64 beams
+//! (the block barriers at a build keep the warpgroups aligned, which the two-slot ring needs);
+//! the next stage's copies issued as soon as every warp has released its slot (polled after the
+//! MMAs), 77.0-78.0 % against 79.4-81.1 % (the MMA phase grew by 500 cycles); evict-first L2
+//! hints on the input's copies and streaming output stores: no change.
+//! `GPUCBF_BENCH_BEAM_SWEEP=1` runs only the wgmma parameter-cache / probe sweep.
 
 use std::ffi::c_void;
 
@@ -494,7 +510,7 @@ impl BeamBench {
             .alloc_zeros(shape.beam_output_len(n_beams) * nb)
             .map_err(gerr)?;
         // (probe 5 writes 8 words per block past the counters)
-        let tl_words = if tuning.probe == 5 { 8 * 1024 } else { 0 };
+        let tl_words = if tuning.probe == 5 { 10 * 1024 } else { 0 };
         let mut sat: CudaSlice<u64> = stream.alloc_zeros(n_beams * nb + tl_words).map_err(gerr)?;
         let (g, input, present, dseeds) = (&mut self.g, &self.input, &self.present, &self.dseeds);
         let secs = time_gpu(&stream, 20, || {
@@ -554,9 +570,11 @@ fn print_timeline(words: &[u64]) {
         "epilogue",
         "copy-out",
     ];
-    // (cycles, SM, items, phases, weight builds)
-    let mut blocks: Vec<(u64, u64, u64, [u64; 6], u64)> = words
-        .chunks_exact(8)
+    // (cycles, SM, items, phases, weight builds, cycles in the builds until their loads arrived
+    // and in all)
+    type Block = (u64, u64, u64, [u64; 6], u64, [u64; 2]);
+    let mut blocks: Vec<Block> = words
+        .chunks_exact(10)
         .filter(|w| w[1] & 0xffff_ffff > 0)
         .map(|w| {
             let mut ph = [0u64; 6];
@@ -567,6 +585,7 @@ fn print_timeline(words: &[u64]) {
                 w[1] & 0xffff_ffff,
                 ph,
                 w[1] >> 32,
+                [w[8], w[9]],
             )
         })
         .collect();
@@ -576,7 +595,7 @@ fn print_timeline(words: &[u64]) {
     }
     blocks.sort_by_key(|b| b.0);
     let n = blocks.len();
-    let show = |name: &str, bs: &[(u64, u64, u64, [u64; 6], u64)]| {
+    let show = |name: &str, bs: &[Block]| {
         let items: u64 = bs.iter().map(|b| b.2).sum();
         let tot: u64 = bs.iter().map(|b| b.0).sum();
         let builds: u64 = bs.iter().map(|b| b.4).sum();
@@ -592,6 +611,15 @@ fn print_timeline(words: &[u64]) {
             // (summed over the 4 warpgroups)
             line += &format!(" {p} {:.0}", c as f64 / 4.0 / items as f64);
         }
+        // (each build: summed over the 4 warpgroups)
+        let bl: u64 = bs.iter().map(|b| b.5[0]).sum();
+        let bc: u64 = bs.iter().map(|b| b.5[1]).sum();
+        let nb = (4 * builds).max(1) as f64;
+        line += &format!(
+            "; a build {:.0} cycles (waits {:.0})",
+            bc as f64 / nb,
+            bl as f64 / nb
+        );
         println!("{line}");
     };
     println!(
@@ -622,19 +650,24 @@ fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
     let def = BeamTuning::default();
     let mut b8 = BeamBench::new(8, BENCH_CHUNK, copy)?;
     if std::env::var_os("GPUCBF_BENCH_BEAM_SWEEP").is_some() {
-        // (development: only the wgmma kernel's ring slots with and without the weight builds)
+        // (development: only the wgmma kernel with and without the parameter cache, the
+        // weights built once, the timeline)
         for nb in [64, 16] {
-            for nr in [2, 3, 4] {
-                for (probe, wg_steal_min) in [(0, 0), (2, 0), (0, 1), (0, 0), (5, 0)] {
-                    let tu = BeamTuning {
-                        nr,
-                        probe,
-                        wg_steal_min,
-                        ..def
-                    };
-                    if let Err(e) = b8.run(nb, true, tu) {
-                        println!("beamformer beams={nb} {tu:?}: not run ({e})");
-                    }
+            for (pc, probe) in [
+                (true, 0),
+                (false, 0),
+                (true, 0),
+                (false, 0),
+                (true, 2),
+                (true, 5),
+            ] {
+                let tu = BeamTuning {
+                    wg_pcache: Some(pc),
+                    probe,
+                    ..def
+                };
+                if let Err(e) = b8.run(nb, true, tu) {
+                    println!("beamformer beams={nb} {tu:?}: not run ({e})");
                 }
             }
         }
@@ -701,10 +734,19 @@ fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
         if b8.g.wgmma_supported() {
             let other = if nb == 64 { fixed } else { steal };
             b8.run(nb, true, BeamTuning { probe: 5, ..other })?;
-            // ring slots
+            // ring slots, weight buffers
             for nr in [2, 3, 4] {
                 if let Err(e) = b8.run(nb, true, BeamTuning { nr, ..def }) {
                     println!("beamformer beams={nb} wgmma nr={nr}: not run ({e})");
+                }
+            }
+            for pc in [false, true] {
+                let tu = BeamTuning {
+                    wg_pcache: Some(pc),
+                    ..def
+                };
+                if let Err(e) = b8.run(nb, true, tu) {
+                    println!("beamformer beams={nb} wgmma pcache={pc}: not run ({e})");
                 }
             }
         }

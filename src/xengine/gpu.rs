@@ -242,6 +242,8 @@ pub struct BeamTuning {
     pub wg_steal: Option<bool>,
     /// wgmma kernel: the fewest items left in a tail that a thief takes (0: planned).
     pub wg_steal_min: usize,
+    /// wgmma kernel: the parameter cache on or off (`None`: planned).
+    pub wg_pcache: Option<bool>,
 }
 
 impl Default for BeamTuning {
@@ -257,6 +259,7 @@ impl Default for BeamTuning {
             kernel: BeamKernel::Auto,
             wg_steal: None,
             wg_steal_min: 0,
+            wg_pcache: None,
         }
     }
 }
@@ -726,12 +729,13 @@ impl GpuX {
         if let Some(wg) = self.beam_wg_choice(t)? {
             let (f, p) = self.beam_wg_fn(n_beams, wg)?;
             return Ok(format!(
-                "wgmma slots=2x({}+{}) groups={} kch={} nr={} {} ({} regs, {} B local)",
+                "wgmma slots=2x({}+{}) groups={} kch={} nr={}{} {} ({} regs, {} B local)",
                 p.nb0,
                 p.nb1,
                 p.groups,
                 p.kch,
                 p.nr,
+                if p.pcache { " pcache" } else { "" },
                 if p.steal { "steal" } else { "static" },
                 f.num_regs().map_err(gerr)?,
                 f.local_size_bytes().map_err(gerr)?

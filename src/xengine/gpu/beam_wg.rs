@@ -70,6 +70,9 @@ pub struct BeamWgPlan {
     pub kch: usize,
     /// Ring slots.
     pub nr: usize,
+    /// Parameter cache (`PCACHE`, one group only): the group's delays, coefficients and scales
+    /// in shared memory, so that a weight build makes no global loads.
+    pub pcache: bool,
     /// Dynamic shared memory, bytes.
     pub smem: usize,
     /// Work stealing (`STEAL`: items of one stage only): the second half of each block's items
@@ -80,7 +83,7 @@ pub struct BeamWgPlan {
     pub steal_min: usize,
     /// Diagnostic only (`BW_PROBE`, wrong results): 1 = no wgmma and no epilogue, 2 = weights
     /// built once, 3 = no epilogue, 4 = no wgmma (the mma.sync kernel's probes 1–3 alike), 5 =
-    /// timeline (right beams; each block writes 8 words past the saturation counters: SM << 48 |
+    /// timeline (right beams; each block writes 10 words past the saturation counters: SM << 48 |
     /// cycles, items, then the cycles of its weights, stage waits, MMA phase, sums wait,
     /// epilogue, copy-out, summed over its warpgroups).
     pub probe: u32,
@@ -96,6 +99,19 @@ fn weight_plane(nap: usize, wn: usize) -> usize {
         _ => steps.div_ceil(4) * 128,
     };
     (wn * row).div_ceil(1024) * 1024
+}
+
+/// Bytes of the weights: per sub-group and pol a plane of 4 nb rows (Re / Im of the hi and lo
+/// planes) for `nap` (padded) antennas (the kernel's `W_BYTES`).
+fn weights_bytes(nap: usize, nb0: usize, nb1: usize) -> usize {
+    2 * (weight_plane(nap, 4 * nb0) + weight_plane(nap, 4 * nb1))
+}
+
+/// Bytes of the parameter cache (the kernel's `PC_BYTES`): per (slot, padded antenna) of the
+/// group a coefficient and a delay, per slot its beam and two scales.
+fn pcache_bytes(nap: usize, nb0: usize, nb1: usize) -> usize {
+    let nsg = 2 * (nb0 + nb1);
+    nsg * nap * 12 + nsg * 12
 }
 
 /// Slots for `n` beams of one pol: 0, or a multiple of 4 up to 16 and of 8 above (the wgmma
@@ -130,7 +146,7 @@ impl BeamWgPlan {
             // per sub-group and pol a plane of 4 nb rows (Re / Im of the hi and lo planes) of
             // 128-byte swizzled K blocks, the last one 32 or 64 bytes wide where it holds one
             // or two k32 steps (kernel: ROWB, WPL)
-            let weights = 2 * (weight_plane(nap, 4 * nb0) + weight_plane(nap, 4 * nb1));
+            let weights = weights_bytes(nap, nb0, nb1);
             // output staging: four warpgroups x a 160-byte row per slot of a sub-group
             let staging = 4 * 160 * (nb0 + nb1);
             // stages that divide the antennas first (a shorter last stage puts wgmma in a
@@ -147,16 +163,24 @@ impl BeamWgPlan {
             } else {
                 [3, 4, 2]
             };
+            // the parameter cache where it fits (one group), else none
+            let pc = if groups == 1 {
+                pcache_bytes(nap, nb0, nb1)
+            } else {
+                0
+            };
             kchs.filter(|&k| k <= nap)
                 .flat_map(|kch| rings.into_iter().map(move |nr| (kch, nr)))
-                .map(|(kch, nr)| (kch, nr, 1024 + nr * 512 * kch + weights + staging))
-                .find(|&(_, _, smem)| smem + STATIC_SMEM <= smem_limit)
-                .map(|(kch, nr, smem)| Self {
+                .flat_map(|(kch, nr)| [(kch, nr, pc), (kch, nr, 0)])
+                .map(|(kch, nr, pc)| (kch, nr, pc, 1024 + nr * 512 * kch + weights + staging + pc))
+                .find(|&(_, _, _, smem)| smem + STATIC_SMEM <= smem_limit)
+                .map(|(kch, nr, pc, smem)| Self {
                     nb0,
                     nb1,
                     groups,
                     kch,
                     nr,
+                    pcache: pc > 0,
                     smem,
                     // (measured at 80 antennas, H100, same runs: 64 beams 78.3 % stealing
                     // against 69.5 % static; 16 beams 86.2-86.9 % against 87.7-89.5 %)
@@ -195,6 +219,7 @@ impl BeamWgPlan {
         d.push(("N_BG", self.groups.to_string()));
         d.push(("KCH", self.kch.to_string()));
         d.push(("NR", self.nr.to_string()));
+        d.push(("PCACHE", u8::from(self.pcache).to_string()));
         d.push(("STEAL", u8::from(self.steal).to_string()));
         d.push(("STEAL_MIN", self.steal_min.to_string()));
         d
@@ -292,14 +317,37 @@ impl GpuX {
             plan.steal_min = self.beam_tuning.wg_steal_min;
         }
 
-        let nr = self.beam_tuning.nr;
-        if nr != 0 && nr != plan.nr {
-            // (ring slots of the tuning: the stages' bytes change, the rest stays)
-            plan.smem = plan.smem + nr * 512 * plan.kch - plan.nr * 512 * plan.kch;
-            plan.nr = nr;
+        let (nr, pcache) = (self.beam_tuning.nr, self.beam_tuning.wg_pcache);
+        if (nr != 0 && nr != plan.nr) || pcache.is_some_and(|p| p != plan.pcache) {
+            // (ring slots or the parameter cache of the tuning: their bytes change, the rest
+            // stays)
+            let nap = self.shape.n_ants.div_ceil(16) * 16;
+            let pc = |on: bool| {
+                if on {
+                    pcache_bytes(nap, plan.nb0, plan.nb1)
+                } else {
+                    0
+                }
+            };
+            plan.smem -= plan.nr * 512 * plan.kch + pc(plan.pcache);
+            if nr != 0 {
+                plan.nr = nr;
+            }
+            if let Some(p) = pcache {
+                if p && plan.groups > 1 {
+                    return Err(XError::Shape(format!(
+                        "beam tuning: the parameter cache needs one beam group ({} here)",
+                        plan.groups
+                    )));
+                }
+                plan.pcache = p;
+            }
+            plan.smem += plan.nr * 512 * plan.kch + pc(plan.pcache);
             if plan.smem + STATIC_SMEM > self.smem_optin {
                 return Err(XError::Shape(format!(
-                    "beam tuning: {nr} ring slots need {} bytes of shared memory",
+                    "beam tuning: {} ring slots and parameter cache {} need {} bytes of shared memory",
+                    plan.nr,
+                    plan.pcache,
                     plan.smem + STATIC_SMEM
                 )));
             }
@@ -399,7 +447,8 @@ mod tests {
         // antennas per stage
         let pol: Vec<i32> = (0..64).map(|b| b % 2).collect();
         let p = BeamWgPlan::new(&shape, &pol, 227 << 10).unwrap();
-        assert_eq!((p.nb0, p.nb1, p.groups, p.kch), (16, 16, 1, 80));
+        assert_eq!((p.nb0, p.nb1, p.groups, p.kch, p.nr), (16, 16, 1, 80, 2));
+        assert!(p.pcache, "{p:?}");
         // 144 antennas: stages of 48 (three per item, none shorter), not 128 + 16
         let s144 = XShape::new(144, 16, 256).unwrap();
         assert_eq!(BeamWgPlan::new(&s144, &pol, 227 << 10).unwrap().kch, 48);
