@@ -23,13 +23,6 @@ __device__ __forceinline__ float dither_f(u32 h, int j) {
     return __uint_as_float(__byte_perm(h, 0x3f800000u, 0x7604u | ((u32)j << 4)));
 }
 
-// w = 256 hi + lo exactly, lo in [-128, 127]; returns (hi, lo) as bytes.
-__device__ __forceinline__ void split16(int w, u32 &hi, u32 &lo) {
-    int l = (int)(signed char)(w & 0xff);
-    hi = (u32)(((w - l) >> 8) & 0xff);
-    lo = (u32)(l & 0xff);
-}
-
 // 16-bit weight at channel c of an antenna of delay d and coefficient cw, scaled by q: phase
 // pi*c*D reduced exactly (the product c*D split into a rounded part and its exact remainder) to
 // [-pi, pi], where the hardware sine / cosine are within 4e-7 (the 16-bit weight step is 3e-5
@@ -62,21 +55,22 @@ __device__ __forceinline__ void weight_params(int beam, int a, const float2 *__r
 // coefficients cw (weight_params), scaled by q: the Re output row (Wr, -Wi per antenna) and the
 // Im output row (Wi, Wr), each as hi and lo int8 planes (w16 = 256 hi + lo), bytes in antenna
 // order: w[0] Re hi, w[1] Re lo, w[2] Im hi, w[3] Im lo.
+// (w = 256 hi + lo with lo in [-128, 127]: lo is byte 0 of w, hi byte 1 of w + 128; each
+// word gathered with PRMTs.)
 __device__ __forceinline__ void weight_words_of(const float (&d)[2], const float2 (&cw)[2], int c,
                                                 float q, u32 (&w)[4]) {
-    u32 rh[2], rl[2], nh[2], nl[2], ih[2], il[2];
+    int wr[2], wi[2];
 #pragma unroll
-    for (int e = 0; e < 2; e++) {
-        int wr, wi;
-        weight16_of(d[e], cw[e], c, q, wr, wi);
-        split16(wr, rh[e], rl[e]);
-        split16(wi, ih[e], il[e]);
-        split16(-wi, nh[e], nl[e]);
-    }
-    w[0] = rh[0] | (nh[0] << 8) | (rh[1] << 16) | (nh[1] << 24);
-    w[1] = rl[0] | (nl[0] << 8) | (rl[1] << 16) | (nl[1] << 24);
-    w[2] = ih[0] | (rh[0] << 8) | (ih[1] << 16) | (rh[1] << 24);
-    w[3] = il[0] | (rl[0] << 8) | (il[1] << 16) | (rl[1] << 24);
+    for (int e = 0; e < 2; e++) weight16_of(d[e], cw[e], c, q, wr[e], wi[e]);
+    const u32 r0 = (u32)wr[0], r1 = (u32)wr[1], i0 = (u32)wi[0], i1 = (u32)wi[1];
+    const u32 n0 = 0u - i0, n1 = 0u - i1;
+    // byte 1 of each of x, y at bytes 0, 1 (hi) and byte 0 of each (lo)
+    auto hi2 = [](u32 x, u32 y) { return __byte_perm(x + 128u, y + 128u, 0x0051); };
+    auto lo2 = [](u32 x, u32 y) { return __byte_perm(x, y, 0x0040); };
+    w[0] = __byte_perm(hi2(r0, n0), hi2(r1, n1), 0x5410);
+    w[1] = __byte_perm(lo2(r0, n0), lo2(r1, n1), 0x5410);
+    w[2] = __byte_perm(hi2(i0, r0), hi2(i1, r1), 0x5410);
+    w[3] = __byte_perm(lo2(i0, r0), lo2(i1, r1), 0x5410);
 }
 
 // weight_words_of for (beam, antennas a0, a0 + 1) (beam -1: zeros).

@@ -267,6 +267,22 @@ __device__ __forceinline__ u64 wdesc(u32 lo, int wn, int kg) {
     return hi | (u64)(lo + (((kg >> 2) * wn * 128 + 32 * (kg & 3)) >> 4));
 }
 
+// A job's four words (weight_words_of: slot j of pol p of sub-group u, antenna pair pa) into
+// the weight planes: rows 2 j (Re) and 2 j + 1 (Im) of the hi plane, and the same rows of the
+// lo plane, wn / 2 rows further (a multiple of 8 rows: the same swizzle, wn / 2 rows of the
+// K block's width further).
+__device__ __forceinline__ void store_job(unsigned char *w, int u, int p, int j, int pa,
+                                          const u32 (&ww)[4]) {
+    const int wn = p ? WN1 : WN0, k = 4 * pa;
+    const int dl = wn / 2 * ((LW && (k >> 7) >= KBF) ? LW : 128);
+    unsigned char *wp = w + WOFF(u, p);
+    const int o0 = wpos(wn, 2 * j, k), o1 = wpos(wn, 2 * j + 1, k);
+    *(u32 *)(wp + o0) = ww[0];
+    *(u32 *)(wp + o0 + dl) = ww[1];
+    *(u32 *)(wp + o1) = ww[2];
+    *(u32 *)(wp + o1 + dl) = ww[3];
+}
+
 // The weight planes of channel c, beam group bg, and the group's beam table (beam index or -1,
 // output scale); the consumer threads; one thread per (slot, antenna pair) writes a 4-byte
 // word of the Re row and of the Im row in each plane. A thread's (up to WJ) jobs are unrolled
@@ -316,12 +332,7 @@ __device__ __noinline__ void build_weights(unsigned char *w, int *s_beam, float 
             const float2 cw[2] = {make_float2(cc.x, cc.y), make_float2(cc.z, cc.w)};
             u32 ww[4];
             weight_words_of(d, cw, c, pq[jg], ww);
-            const int wn = p ? WN1 : WN0, lo = wn / 2; // rows of the lo plane from wn / 2
-            unsigned char *wp = w + WOFF(u, p);
-            *(u32 *)(wp + wpos(wn, 2 * j, 4 * pa)) = ww[0];
-            *(u32 *)(wp + wpos(wn, lo + 2 * j, 4 * pa)) = ww[1];
-            *(u32 *)(wp + wpos(wn, 2 * j + 1, 4 * pa)) = ww[2];
-            *(u32 *)(wp + wpos(wn, lo + 2 * j + 1, 4 * pa)) = ww[3];
+            store_job(w, u, p, j, pa, ww);
         }
     }
 #else
@@ -360,12 +371,7 @@ __device__ __noinline__ void build_weights(unsigned char *w, int *s_beam, float 
             const float q = sb[i] > 0.0f ? QMAX / sb[i] : 0.0f;
             u32 ww[4];
             weight_words_of(d[i], cw[i], c, q, ww);
-            const int wn = p ? WN1 : WN0, lo = wn / 2; // rows of the lo plane from wn / 2
-            unsigned char *wp = w + WOFF(u, p);
-            *(u32 *)(wp + wpos(wn, 2 * j, 4 * pa)) = ww[0];
-            *(u32 *)(wp + wpos(wn, lo + 2 * j, 4 * pa)) = ww[1];
-            *(u32 *)(wp + wpos(wn, 2 * j + 1, 4 * pa)) = ww[2];
-            *(u32 *)(wp + wpos(wn, lo + 2 * j + 1, 4 * pa)) = ww[3];
+            store_job(w, u, p, j, pa, ww);
         }
     }
 #endif
