@@ -601,10 +601,12 @@ fn nvrtc_compiles_all_kernels() {
                     .collect();
                 variants.dedup();
                 for (steal, pcache) in variants {
-                    // (the shared memory is the launch's business: only compiled here)
+                    // (the shared memory is the launch's business: only compiled here; a channel
+                    // interleave of 3 where the channels allow)
                     let plan = BeamWgPlan {
                         steal,
                         pcache,
+                        cperm: if nc % 4 == 0 { 4 } else { 1 },
                         ..planned
                     };
                     let d = plan.defines(&shape, nb);
@@ -1120,16 +1122,19 @@ fn gpu_beamformer_chunk_within_one_lsb() {
         // layout of the mma.sync kernel: one or two m16 fragments per warp in blocks of 4, 8
         // or 16 warps (the 4-bit case without the register cap of two blocks per SM); the wgmma
         // kernel with work stealing where it applies and with static item ranges
-        let mut runs = vec![(0, 0, BeamKernel::Auto, None, None)];
+        let mut runs = vec![(0, 0, BeamKernel::Auto, None, None, 0)];
         if gpu.wgmma_supported() && bits == 8 {
-            // stealing or not, with the planned parameter cache and without
-            for (steal, pcache) in [
-                (true, None),
-                (false, None),
-                (true, Some(false)),
-                (false, Some(false)),
+            // stealing or not, with the planned parameter cache and without, with the planned
+            // channel interleave and with one of 4 or 16 where the channels allow (every
+            // channel once: the items' channels permuted)
+            for (steal, pcache, cperm) in [
+                (true, None, 0),
+                (false, None, 0),
+                (true, Some(false), 4),
+                (false, Some(false), 16),
+                (false, None, 4),
             ] {
-                runs.push((0, 0, BeamKernel::Wgmma, Some(steal), pcache));
+                runs.push((0, 0, BeamKernel::Wgmma, Some(steal), pcache, cperm));
             }
         } else {
             let t = BeamTuning {
@@ -1141,9 +1146,9 @@ fn gpu_beamformer_chunk_within_one_lsb() {
             assert!(e.is_err(), "the wgmma beamformer where it does not apply");
         }
         for (mw, warps) in [(0, 0), (1, 4), (2, 4), (1, 8), (2, 8), (1, 16)] {
-            runs.push((mw, warps, BeamKernel::Mma, None, None));
+            runs.push((mw, warps, BeamKernel::Mma, None, None, 0));
         }
-        for (mw, warps, kernel, wg_steal, wg_pcache) in runs {
+        for (mw, warps, kernel, wg_steal, wg_pcache, wg_cperm) in runs {
             gpu.set_beam_tuning(BeamTuning {
                 min_blocks: if bits == 4 { 1 } else { 0 },
                 mw,
@@ -1151,6 +1156,7 @@ fn gpu_beamformer_chunk_within_one_lsb() {
                 kernel,
                 wg_steal,
                 wg_pcache,
+                wg_cperm,
                 ..Default::default()
             })
             .unwrap();
@@ -1174,7 +1180,7 @@ fn gpu_beamformer_chunk_within_one_lsb() {
                     )
                     .unwrap();
                 let what = format!(
-                    "{bits}-bit chunk {na}x{nb}, batch {k}, {kernel:?} mw {mw} warps {warps} steal {wg_steal:?} pcache {wg_pcache:?}"
+                    "{bits}-bit chunk {na}x{nb}, batch {k}, {kernel:?} mw {mw} warps {warps} steal {wg_steal:?} pcache {wg_pcache:?} cperm {wg_cperm}"
                 );
                 off += one_lsb_diffs(&got[k * per..(k + 1) * per], &want, &what);
                 if k == 2 {

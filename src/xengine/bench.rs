@@ -198,8 +198,17 @@
 //! (the block barriers at a build keep the warpgroups aligned, which the two-slot ring needs);
 //! the next stage's copies issued as soon as every warp has released its slot (polled after the
 //! MMAs), 77.0-78.0 % against 79.4-81.1 % (the MMA phase grew by 500 cycles); evict-first L2
-//! hints on the input's copies and streaming output stores: no change.
-//! `GPUCBF_BENCH_BEAM_SWEEP=1` runs only the wgmma parameter-cache / probe sweep.
+//! hints on the input's copies and streaming output stores: no change. Weight words gathered
+//! with PRMTs: a build 3.8k -> 3.2k cycles. **Channel interleave** (`CPERM` P, a divisor of the
+//! channels near the channels a block takes, 4 for 512 channels on 132 SMs): block k's j-th
+//! channel is j C / P + k, so that at any time the blocks read neighbouring channels, i.e.
+//! neighbouring kilobytes of each antenna's row of the input ([batch][antenna][channel]
+//! [spectrum]), not ones 4 KB apart. The memory-only probe 91.2-91.6 % -> 93.6-94.1 %; 16 beams
+//! 86.2-88.9 % -> 92.9-94.4 %; 64 beams static ranges 70.6-71.2 % -> 82.5-83.2 % (the slow TPCs
+//! of the fourth round were this: their channels' reads), above stealing with the interleave
+//! (80.2-81.2 %) and without it (81.1-82.1 %): the plan now steals only where there is no
+//! interleave.
+//! `GPUCBF_BENCH_BEAM_SWEEP=1` runs only the wgmma interleave / stealing sweep.
 
 use std::ffi::c_void;
 
@@ -650,20 +659,20 @@ fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
     let def = BeamTuning::default();
     let mut b8 = BeamBench::new(8, BENCH_CHUNK, copy)?;
     if std::env::var_os("GPUCBF_BENCH_BEAM_SWEEP").is_some() {
-        // (development: only the wgmma kernel with and without the parameter cache, the
-        // weights built once, the timeline)
+        // (development: only the wgmma kernel: the channel interleave, stealing or not)
         for nb in [64, 16] {
-            for (pc, probe) in [
-                (true, 0),
-                (false, 0),
-                (true, 0),
-                (false, 0),
-                (true, 2),
-                (true, 5),
+            for (cp, steal) in [
+                (0, Some(false)),
+                (0, Some(true)),
+                (1, Some(false)),
+                (1, Some(true)),
+                (0, Some(false)),
+                (0, Some(true)),
+                (8, Some(false)),
             ] {
                 let tu = BeamTuning {
-                    wg_pcache: Some(pc),
-                    probe,
+                    wg_cperm: cp,
+                    wg_steal: steal,
                     ..def
                 };
                 if let Err(e) = b8.run(nb, true, tu) {
@@ -714,8 +723,9 @@ fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
         }
     }
     println!("beamformer variants (same run):");
-    // the wgmma kernel's work stealing against static item ranges (the plan's choice: stealing
-    // for 24 slots a sub-group and more), the other one's timeline
+    // the wgmma kernel's work stealing against static item ranges (the plan's choice with a
+    // channel interleave: static), the interleave off (the plan then steals at 24 slots a
+    // sub-group and more), the default's timeline
     let (steal, fixed) = (
         BeamTuning {
             wg_steal: Some(true),
@@ -732,9 +742,9 @@ fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
         b8.run(nb, true, steal)?;
         b8.run(nb, true, fixed)?;
         if b8.g.wgmma_supported() {
-            let other = if nb == 64 { fixed } else { steal };
-            b8.run(nb, true, BeamTuning { probe: 5, ..other })?;
-            // ring slots, weight buffers
+            b8.run(nb, true, BeamTuning { wg_cperm: 1, ..def })?;
+            b8.run(nb, true, BeamTuning { probe: 5, ..def })?;
+            // ring slots, the parameter cache
             for nr in [2, 3, 4] {
                 if let Err(e) = b8.run(nb, true, BeamTuning { nr, ..def }) {
                     println!("beamformer beams={nb} wgmma nr={nr}: not run ({e})");

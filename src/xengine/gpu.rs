@@ -244,6 +244,8 @@ pub struct BeamTuning {
     pub wg_steal_min: usize,
     /// wgmma kernel: the parameter cache on or off (`None`: planned).
     pub wg_pcache: Option<bool>,
+    /// wgmma kernel: the channel interleave (0: planned, 1: none, else at most that).
+    pub wg_cperm: usize,
 }
 
 impl Default for BeamTuning {
@@ -260,6 +262,7 @@ impl Default for BeamTuning {
             wg_steal: None,
             wg_steal_min: 0,
             wg_pcache: None,
+            wg_cperm: 0,
         }
     }
 }
@@ -729,12 +732,13 @@ impl GpuX {
         if let Some(wg) = self.beam_wg_choice(t)? {
             let (f, p) = self.beam_wg_fn(n_beams, wg)?;
             return Ok(format!(
-                "wgmma slots=2x({}+{}) groups={} kch={} nr={}{} {} ({} regs, {} B local)",
+                "wgmma slots=2x({}+{}) groups={} kch={} nr={} cperm={}{} {} ({} regs, {} B local)",
                 p.nb0,
                 p.nb1,
                 p.groups,
                 p.kch,
                 p.nr,
+                p.cperm,
                 if p.pcache { " pcache" } else { "" },
                 if p.steal { "steal" } else { "static" },
                 f.num_regs().map_err(gerr)?,
