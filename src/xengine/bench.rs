@@ -207,7 +207,12 @@
 //! 86.2-88.9 % -> 92.9-94.4 %; 64 beams static ranges 70.6-71.2 % -> 82.5-83.2 % (the slow TPCs
 //! of the fourth round were this: their channels' reads), above stealing with the interleave
 //! (80.2-81.2 %) and without it (81.1-82.1 %): the plan now steals only where there is no
-//! interleave.
+//! interleave. With it the 64-beam kernel is compute-bound (timeline: stage wait 392 of 5257
+//! cycles an item, MMA 1811, epilogue 1812; MMAs alone 93.7 %, epilogue alone 93.7 %, no dither
+//! 89.7 %). Tried and dropped: the sub-groups' warpgroup pairs taking turns at the tensor cores
+//! (named barriers: one pair's MMAs while the other's epilogue), 79.3-79.4 % against 82.0-82.9
+//! % (ring of 3 or 4 without the parameter cache: 77.5-78.1 %); 3 ring slots without the
+//! parameter cache 82.1 % (the same as 2 with it).
 //! `GPUCBF_BENCH_BEAM_SWEEP=1` runs only the wgmma interleave / stealing sweep.
 
 use std::ffi::c_void;
