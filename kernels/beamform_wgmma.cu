@@ -359,7 +359,8 @@ __device__ __noinline__ void build_weights(unsigned char *w, int *s_beam, float 
         const int pa = (tid + i * CONSUMERS) % (NAP / 2);
         sb[i] = beam[i] >= 0 ? wscale[beam[i]] : 0.0f;
 #pragma unroll
-        for (int e = 0; e < 2; e++) weight_params(beam[i], 2 * pa + e, coef, delay, d[i][e], cw[i][e]);
+        for (int e = 0; e < 2; e++)
+            weight_params(beam[i], 2 * pa + e, coef, delay, d[i][e], cw[i][e]);
     }
     const float ts = tb >= 0 ? wscale[tb] : 0.0f;
     if (tid < NSG) {
@@ -818,8 +819,8 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
 #if BW_PROBE == 2
         if (cur < 0)
 #endif
-            build_weights(k.wgen, k.s_beam, k.s_os, chan_of_v(cbg / N_BG), cbg % N_BG, k.slots, k.coef,
-                          k.delay, k.wscale, k.pc PROBE_TL);
+            build_weights(k.wgen, k.s_beam, k.s_os, chan_of_v(cbg / N_BG), cbg % N_BG, k.slots,
+                          k.coef, k.delay, k.wscale, k.pc PROBE_TL);
         fence_proxy_async(); // generic-proxy writes, read by wgmma
         TL_WAIT(consumers_sync());
         cur = cbg;
@@ -833,7 +834,8 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
     const u32 stg_wg = k.stg + wg * STG_WG;
     const u32 stg_lane = stg_wg + (lane & 3) * STG_ROW + 32 * v + 4 * g;
     auto epi_of = [&](int it) -> Epi {
-        const int st = it % N_IT, bt = batch_of(it), c = chan_of_v(it / (N_IT * n_batches * N_BG));
+        const int st = it % N_IT, bt = batch_of(it);
+        const int c = chan_of_v(it / (N_IT * n_batches * N_BG));
         const int s0 = 128 * st + 64 * hf + 16 * v + 2 * g;
         const u32 dseed = tables ? k.s_seed[bt] : k.dseeds[bt];
         Epi e;
@@ -848,7 +850,8 @@ template <bool DITHER> __device__ __forceinline__ void consume(const Ctx &k) {
     // copies rows v NS / 4 .. (v + 1) NS / 4 - 1, a lane 16 bytes at a time (a row: 64 spectra
     // of one beam, 128 bytes; fewer at the end of a batch; none for an empty slot)
     auto copy_out = [&](int it) {
-        const int st = it % N_IT, bt = batch_of(it), c = chan_of_v(it / (N_IT * n_batches * N_BG));
+        const int st = it % N_IT, bt = batch_of(it);
+        const int c = chan_of_v(it / (N_IT * n_batches * N_BG));
         const int sb = 128 * st + 64 * hf;
         signed char *base = k.out + ((size_t)bt * N_BEAMS * N_CHANNELS + c) * SPECTRA * 2 + sb * 2;
 #pragma unroll
