@@ -272,12 +272,14 @@ __device__ __forceinline__ u64 wdesc(u32 lo, int wn, int kg) {
     return hi | (u64)(lo + (((kg >> 2) * wn * 128 + 32 * (kg & 3)) >> 4));
 }
 
-// A job's four words (weight_words_of: slot j of pol p of sub-group u, antenna pair pa) into
-// the weight planes: rows 2 j (Re) and 2 j + 1 (Im) of the hi plane, and the same rows of the
-// lo plane, wn / 2 rows further (a multiple of 8 rows: the same swizzle, wn / 2 rows of the
-// K block's width further).
-__device__ __forceinline__ void store_job(unsigned char *w, int u, int p, int j, int pa,
-                                          const u32 (&ww)[4]) {
+// The four words of job idx (weight_words_of: slot jg of the group, antenna pair pa; the
+// slot is j of pol p of sub-group u) into the weight planes: rows 2 j (Re) and 2 j + 1 (Im) of
+// the hi plane, and the same rows of the lo plane, wn / 2 rows further (a multiple of 8 rows:
+// the same swizzle, wn / 2 rows of the K block's width further).
+__device__ __forceinline__ void store_job(unsigned char *w, int idx, const u32 (&ww)[4]) {
+    const int jg = idx / (NAP / 2), pa = idx % (NAP / 2);
+    const int u = jg / NS, js = jg % NS;
+    const int p = js >= NB0, j = js - p * NB0;
     const int wn = p ? WN1 : WN0, k = 4 * pa;
     const int dl = wn / 2 * ((LW && (k >> 7) >= KBF) ? LW : 128);
     unsigned char *wp = w + WOFF(u, p);
@@ -329,15 +331,13 @@ __device__ __noinline__ void build_weights(unsigned char *w, int *s_beam, float 
         const int idx = tid + i * CONSUMERS;
         if (idx < WJOBS) {
             const int jg = idx / (NAP / 2), pa = idx % (NAP / 2);
-            const int u = jg / NS, js = jg % NS;
-            const int p = js >= NB0, j = js - p * NB0;
             const float2 dd = *(const float2 *)(pd + jg * NAP + 2 * pa);
             const float4 cc = *(const float4 *)(pcw + jg * NAP + 2 * pa);
             const float d[2] = {dd.x, dd.y};
             const float2 cw[2] = {make_float2(cc.x, cc.y), make_float2(cc.z, cc.w)};
             u32 ww[4];
             weight_words_of(d, cw, c, pq[jg], ww);
-            store_job(w, u, p, j, pa, ww);
+            store_job(w, idx, ww);
         }
     }
 #else
@@ -371,13 +371,10 @@ __device__ __noinline__ void build_weights(unsigned char *w, int *s_beam, float 
     for (int i = 0; i < WJ; i++) {
         const int idx = tid + i * CONSUMERS;
         if (idx < WJOBS) {
-            const int jg = idx / (NAP / 2), pa = idx % (NAP / 2);
-            const int u = jg / NS, js = jg % NS;
-            const int p = js >= NB0, j = js - p * NB0;
             const float q = sb[i] > 0.0f ? QMAX / sb[i] : 0.0f;
             u32 ww[4];
             weight_words_of(d[i], cw[i], c, q, ww);
-            store_job(w, u, p, j, pa, ww);
+            store_job(w, idx, ww);
         }
     }
 #endif
