@@ -70,9 +70,9 @@ pub struct BeamWgPlan {
     pub kch: usize,
     /// Ring slots.
     pub nr: usize,
-    /// Channel interleave (`CPERM` P, 1 = none): block k's j-th channel of its P is channel
-    /// j ⌈C / P⌉ + k, so that the blocks read neighbouring channels at the same time (set at
-    /// launch from the SM count: P ≈ C / SMs).
+    /// Channel interleave (`CPERM` P, a divisor of the channels C, 1 = none): block k's j-th
+    /// channel of its P is channel j C / P + k, so that the blocks read neighbouring channels at
+    /// the same time (set at launch from the SM count: P ≈ C / SMs).
     pub cperm: usize,
     /// Parameter cache (`PCACHE`, one group only): the group's delays, coefficients and scales
     /// in shared memory, so that a weight build makes no global loads.
@@ -138,7 +138,7 @@ pub(crate) fn cperm_for(c: usize, g: usize) -> usize {
 
 /// The largest divisor of `c` up to `p` (a tuning's interleave).
 fn cperm_fit(c: usize, p: usize) -> usize {
-    (1..=p.max(1))
+    (1..=p.min(c).max(1))
         .rev()
         .find(|&q| c.is_multiple_of(q))
         .unwrap_or(1)
@@ -503,6 +503,8 @@ mod tests {
             }
             assert!(c.is_multiple_of(cperm_fit(c, 5)));
         }
+        assert_eq!(cperm_fit(512, usize::MAX), 512); // (no search from usize::MAX down)
+        assert_eq!(cperm_fit(512, 6), 4);
         // 144 antennas: stages of 48 (three per item, none shorter), not 128 + 16
         let s144 = XShape::new(144, 16, 256).unwrap();
         assert_eq!(BeamWgPlan::new(&s144, &pol, 227 << 10).unwrap().kch, 48);
