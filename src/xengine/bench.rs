@@ -584,8 +584,8 @@ fn print_timeline(words: &[u64]) {
         "epilogue",
         "copy-out",
     ];
-    // (cycles, SM, items, phases, weight builds, cycles in the builds until their loads arrived
-    // and in all)
+    // (cycles, SM, items, phases, weight builds, cycles of the waits at weight changes and of
+    // the builds)
     type Block = (u64, u64, u64, [u64; 6], u64, [u64; 2]);
     let mut blocks: Vec<Block> = words
         .chunks_exact(10)
@@ -626,13 +626,13 @@ fn print_timeline(words: &[u64]) {
             line += &format!(" {p} {:.0}", c as f64 / 4.0 / items as f64);
         }
         // (each build: summed over the 4 warpgroups)
-        let bl: u64 = bs.iter().map(|b| b.5[0]).sum();
+        let waits: u64 = bs.iter().map(|b| b.5[0]).sum();
         let bc: u64 = bs.iter().map(|b| b.5[1]).sum();
         let nb = (4 * builds).max(1) as f64;
         line += &format!(
             "; a build {:.0} cycles (waits {:.0})",
             bc as f64 / nb,
-            bl as f64 / nb
+            waits as f64 / nb
         );
         println!("{line}");
     };

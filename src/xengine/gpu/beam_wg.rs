@@ -119,6 +119,18 @@ fn pcache_bytes(nap: usize, nb0: usize, nb1: usize) -> usize {
     nsg * nap * 12 + nsg * 12
 }
 
+/// Dynamic shared memory of the kernel (its `SMEM_BYTES`): alignment slack, `nr` ring slots of
+/// `kch` antennas, the weights, the output staging (four warpgroups x a 160-byte row per slot
+/// of a sub-group) and, with `pcache`, the parameter cache.
+fn smem_bytes(nap: usize, nb0: usize, nb1: usize, kch: usize, nr: usize, pcache: bool) -> usize {
+    let pc = if pcache {
+        pcache_bytes(nap, nb0, nb1)
+    } else {
+        0
+    };
+    1024 + nr * 512 * kch + weights_bytes(nap, nb0, nb1) + 4 * 160 * (nb0 + nb1) + pc
+}
+
 /// The channel interleave for `c` channels over `g` blocks: the divisor of `c` nearest (by
 /// ratio) to the channels a block takes, within a factor of 2 of it; 1 where that is under
 /// 1.5 or no divisor is that near.
@@ -173,12 +185,6 @@ impl BeamWgPlan {
             if nb0 + nb1 > MAX_SLOTS {
                 return None;
             }
-            // per sub-group and pol a plane of 4 nb rows (Re / Im of the hi and lo planes) of
-            // 128-byte swizzled K blocks, the last one 32 or 64 bytes wide where it holds one
-            // or two k32 steps (kernel: ROWB, WPL)
-            let weights = weights_bytes(nap, nb0, nb1);
-            // output staging: four warpgroups x a 160-byte row per slot of a sub-group
-            let staging = 4 * 160 * (nb0 + nb1);
             // stages that divide the antennas first (a shorter last stage puts wgmma in a
             // divergent path, and ptxas then serialises them all)
             let even = [128, 112, 96, 80, 64, 48, 32]
@@ -194,23 +200,18 @@ impl BeamWgPlan {
                 [3, 4, 2]
             };
             // the parameter cache where it fits (one group), else none
-            let pc = if groups == 1 {
-                pcache_bytes(nap, nb0, nb1)
-            } else {
-                0
-            };
             kchs.filter(|&k| k <= nap)
                 .flat_map(|kch| rings.into_iter().map(move |nr| (kch, nr)))
-                .flat_map(|(kch, nr)| [(kch, nr, pc), (kch, nr, 0)])
-                .map(|(kch, nr, pc)| (kch, nr, pc, 1024 + nr * 512 * kch + weights + staging + pc))
+                .flat_map(|(kch, nr)| [(kch, nr, groups == 1), (kch, nr, false)])
+                .map(|(kch, nr, pc)| (kch, nr, pc, smem_bytes(nap, nb0, nb1, kch, nr, pc)))
                 .find(|&(_, _, _, smem)| smem + STATIC_SMEM <= smem_limit)
-                .map(|(kch, nr, pc, smem)| Self {
+                .map(|(kch, nr, pcache, smem)| Self {
                     nb0,
                     nb1,
                     groups,
                     kch,
                     nr,
-                    pcache: pc > 0,
+                    pcache,
                     cperm: 1,
                     smem,
                     // (measured at 80 antennas, H100, same runs: 64 beams 78.3 % stealing
@@ -360,17 +361,7 @@ impl GpuX {
 
         let (nr, pcache) = (self.beam_tuning.nr, self.beam_tuning.wg_pcache);
         if (nr != 0 && nr != plan.nr) || pcache.is_some_and(|p| p != plan.pcache) {
-            // (ring slots or the parameter cache of the tuning: their bytes change, the rest
-            // stays)
-            let nap = self.shape.n_ants.div_ceil(16) * 16;
-            let pc = |on: bool| {
-                if on {
-                    pcache_bytes(nap, plan.nb0, plan.nb1)
-                } else {
-                    0
-                }
-            };
-            plan.smem -= plan.nr * 512 * plan.kch + pc(plan.pcache);
+            // (ring slots or the parameter cache of the tuning)
             if nr != 0 {
                 plan.nr = nr;
             }
@@ -383,7 +374,8 @@ impl GpuX {
                 }
                 plan.pcache = p;
             }
-            plan.smem += plan.nr * 512 * plan.kch + pc(plan.pcache);
+            let nap = self.shape.n_ants.div_ceil(16) * 16;
+            plan.smem = smem_bytes(nap, plan.nb0, plan.nb1, plan.kch, plan.nr, plan.pcache);
             if plan.smem + STATIC_SMEM > self.smem_optin {
                 return Err(XError::Shape(format!(
                     "beam tuning: {} ring slots and parameter cache {} need {} bytes of shared memory",
@@ -490,6 +482,11 @@ mod tests {
         let p = BeamWgPlan::new(&shape, &pol, 227 << 10).unwrap();
         assert_eq!((p.nb0, p.nb1, p.groups, p.kch, p.nr), (16, 16, 1, 80, 2));
         assert!(p.pcache, "{p:?}");
+        // 2 slots of 80 antennas, 40 KB of weights, 20 KB of staging, the 61 KB cache
+        assert_eq!(
+            p.smem,
+            1024 + 2 * 40960 + 40960 + 20480 + 64 * 80 * 12 + 64 * 12
+        );
         // the channel interleave: about the channels a block takes, every channel once
         assert_eq!(cperm_for(512, 132), 4);
         assert_eq!(cperm_for(512, 400), 1);
