@@ -1,4 +1,4 @@
-//! Tuning of the DDC kernel (`kernels/ddc.cu`): the work-group size (`WGS`) and outputs per
+//! Tuning of the DDC kernel (`kernels/fengine/ddc.cu`): the work-group size (`WGS`) and outputs per
 //! thread (`UNROLL`) are NVRTC defines. [`autotune`] times every candidate that fits in
 //! shared memory on a synthetic input and keeps the fastest; results are cached per GPU name,
 //! architecture and kernel configuration in a small text file under
@@ -15,7 +15,7 @@ use super::gpu::gerr;
 use super::FError;
 
 /// DDC kernel source.
-pub const DDC_SRC: &str = include_str!("../../kernels/ddc.cu");
+pub const DDC_SRC: &str = crate::kernel_source!("fengine/ddc.cu");
 
 /// Work-group size and outputs per thread of the DDC kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,7 +197,7 @@ pub(crate) fn launch_ddc(
         .arg(&a.bias[0])
         .arg(&a.bias[1])
         .arg(&a.scale);
-    // SAFETY: argument types and order match `ddc` in kernels/ddc.cu. The caller guarantees
+    // SAFETY: argument types and order match `ddc` in kernels/fengine/ddc.cu. The caller guarantees
     // that each launched pol's input holds nvalid samples from byte p·in_stride plus ≥ 64
     // padding bytes, z holds 2·W·S floats and out holds n_out values at p·out_stride.
     unsafe { b.launch(cfg) }.map_err(gerr)?;

@@ -1,6 +1,6 @@
-//! GPU implementation of [`FBackend`] (wideband): `kernels/pfb_fir.cu` (decode + PFB FIR,
+//! GPU implementation of [`FBackend`] (wideband): `kernels/fengine/pfb_fir.cu` (decode + PFB FIR,
 //! writing the unzipped sub-FFT inputs), a batched cuFFT C2C of length N/n, and
-//! `kernels/postproc.cu` (last radix-n pass, real-FFT fix-up, delay/phase/gain, dither,
+//! `kernels/fengine/postproc.cu` (last radix-n pass, real-FFT fix-up, delay/phase/gain, dither,
 //! quantisation). Kernels are compiled with NVRTC per configuration (constants as `-D`).
 //!
 //! The results match [`super::CpuBackend`] to float rounding: the dither hash and the
@@ -33,13 +33,10 @@ use super::weights::pfb_weights;
 use super::{Block, BlockStats, Dither, FConfig, FError, Samples};
 
 /// PFB FIR kernel source (embedded so binaries need no kernel files at run time).
-pub const PFB_FIR_SRC: &str = include_str!("../../kernels/pfb_fir.cu");
+pub const PFB_FIR_SRC: &str = crate::kernel_source!("fengine/pfb_fir.cu");
 /// Post-processing kernel source (the shared dither/quantiser header in front).
-pub const POSTPROC_SRC: &str = concat!(
-    include_str!("../../kernels/quant.cuh"),
-    "#line 1 \"postproc.cu\"\n",
-    include_str!("../../kernels/postproc.cu")
-);
+pub const POSTPROC_SRC: &str =
+    crate::kernel_source!(["fengine/quant.cuh"], "fengine" / "postproc.cu");
 
 const POST_TILE: usize = 32;
 /// Bytes after each pol's input in the device buffer (the decoder reads 8 bytes ahead).

@@ -1,7 +1,7 @@
-//! GPU implementation of [`FBackend`] for narrowband outputs (dsp.md §8): `kernels/ddc.cu`
+//! GPU implementation of [`FBackend`] for narrowband outputs (dsp.md §8): `kernels/fengine/ddc.cu`
 //! (decode + mixer + low-pass FIR + subsampling, tuned by [`super::ddc_tune`]),
-//! `kernels/pfb_fir_complex.cu` (complex-input PFB FIR), a batched cuFFT C2C of length N and
-//! `kernels/postproc_nb.cu` (band-half swap, outer-half discard or none, delay/phase/gain,
+//! `kernels/fengine/pfb_fir_complex.cu` (complex-input PFB FIR), a batched cuFFT C2C of length N and
+//! `kernels/fengine/postproc_nb.cu` (band-half swap, outer-half discard or none, delay/phase/gain,
 //! dither, quantisation). Kernels are compiled with NVRTC per configuration.
 //!
 //! The coarse delay is an input offset (a multiple of S) and each block's DDC runs from each
@@ -34,13 +34,10 @@ use super::weights::pfb_weights;
 use super::{Block, BlockStats, Dither, FConfig, FError, Samples};
 
 /// Complex PFB FIR kernel source.
-pub const PFB_FIR_COMPLEX_SRC: &str = include_str!("../../kernels/pfb_fir_complex.cu");
+pub const PFB_FIR_COMPLEX_SRC: &str = crate::kernel_source!("fengine/pfb_fir_complex.cu");
 /// Narrowband post-processing kernel source.
-pub const POSTPROC_NB_SRC: &str = concat!(
-    include_str!("../../kernels/quant.cuh"),
-    "#line 1 \"postproc_nb.cu\"\n",
-    include_str!("../../kernels/postproc_nb.cu")
-);
+pub const POSTPROC_NB_SRC: &str =
+    crate::kernel_source!(["fengine/quant.cuh"], "fengine" / "postproc_nb.cu");
 
 const FIR_THREADS: u32 = 128;
 const FIR_RUN: usize = 64;

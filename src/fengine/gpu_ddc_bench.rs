@@ -20,7 +20,7 @@ use crate::bitpack;
 use num_complex::Complex32;
 
 /// FMA throughput kernel source (bench only).
-pub const FMA_PEAK_SRC: &str = include_str!("../../kernels/fma_peak.cu");
+pub const FMA_PEAK_SRC: &str = crate::kernel_source!("probe/fma_peak.cu");
 
 const IN_BITS: u32 = 10;
 const CHANNELS: usize = 32768;

@@ -23,7 +23,7 @@ pub(crate) fn dither_key(seed: u64, sequence: u64, pol: usize, spectrum: u64) ->
     mix64(k ^ spectrum.wrapping_mul(0x8cb9_2ba7_2f3d_8dd7))
 }
 
-/// One xor-shift-multiply-xor-shift round: the per-value dither mixer (kernels/quant.cuh
+/// One xor-shift-multiply-xor-shift round: the per-value dither mixer (kernels/fengine/quant.cuh
 /// `dither_mix1`). Its input is the full-entropy key of the (spectrum, pol) stream xor the
 /// channel's salt, so one round is enough; the shifts by 32 are single 32-bit xors on the GPU.
 #[inline(always)]

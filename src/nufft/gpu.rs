@@ -1,4 +1,4 @@
-//! The CUDA backend: `kernels/nufft_spread.cu` (bin sort, output-driven spreading,
+//! The CUDA backend: `kernels/nufft/nufft_spread.cu` (bin sort, output-driven spreading,
 //! interpolation, deconvolution), cuFFT C2C/Z2Z in place on the fine grid.
 //!
 //! Type 1: zero grid → spread → FFT → extract the modes times `1/φ̂`.

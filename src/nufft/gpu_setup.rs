@@ -12,7 +12,7 @@ use num_complex::Complex;
 use super::{NufftError, Real};
 
 /// Kernel source (embedded so binaries need no kernel files at run time).
-pub const NUFFT_SRC: &str = include_str!("../../kernels/nufft_spread.cu");
+pub const NUFFT_SRC: &str = crate::kernel_source!("nufft/nufft_spread.cu");
 
 /// Shared memory the spreading kernel aims to stay under (several blocks per SM).
 const SHARED_TARGET: usize = 64 * 1024;
@@ -23,7 +23,7 @@ pub(super) fn gerr<E: std::fmt::Debug>(e: E) -> NufftError {
     NufftError::Gpu(format!("{e:?}"))
 }
 
-/// Launch geometry of the spreading kernel (see `kernels/nufft_spread.cu`).
+/// Launch geometry of the spreading kernel (see `kernels/nufft/nufft_spread.cu`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SpreadConfig {
     /// Bin (tile interior) size per axis in fine-grid cells (unused axes 1).

@@ -163,7 +163,7 @@ fn splitmix64(mut z: u64) -> u64 {
     z
 }
 
-/// 32-bit integer hash (lowbias32), the same as `hash32` in kernels/beamform.cu.
+/// 32-bit integer hash (lowbias32), the same as `hash32` in kernels/xengine/beamform.cu.
 fn hash32(mut x: u32) -> u32 {
     x ^= x >> 16;
     x = x.wrapping_mul(0x7feb_352d);

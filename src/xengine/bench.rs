@@ -3,7 +3,7 @@
 //! the same GPU for comparison, and beamformer throughput against measured device copy bandwidth.
 //!
 //! Measured 2026-11-22 on an NVIDIA H100 SXM (driver 580.159), `gpucbf bench xbgpu`, same run:
-//! mma.sync 238 / 433 / 489 / 521 TOPS and wgmma (`kernels/correlate_wgmma.cu`, 64 spectra per
+//! mma.sync 238 / 433 / 489 / 521 TOPS and wgmma (`kernels/xengine/correlate_wgmma.cu`, 64 spectra per
 //! stage, 3 operand buffers) 229 / 418 / 472 / 500 TOPS for 64 / 256 / 576 / 1024 antennas;
 //! cuBLASLt int8 GEMM 1422 TOPS (ratios 0.37 and 0.35 at 1024). wgmma limit probes at 576
 //! antennas: no wgmma 728, no global loads 1193 TOPS; variants (2-stage register prefetch,

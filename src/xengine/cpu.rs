@@ -119,7 +119,7 @@ fn correlate_channel(shape: &XShape, batch: &[i8], c: usize, acc: &mut [i64]) {
     }
 }
 
-/// CPU beamformer on prepared tables (the same arithmetic as `kernels/beamform.cu`).
+/// CPU beamformer on prepared tables (the same arithmetic as `kernels/xengine/beamform.cu`).
 pub(crate) fn beamform_cpu(
     shape: &XShape,
     batch: &[i8],

@@ -1,6 +1,6 @@
-//! GPU back end: `kernels/correlate.cu` (tensor cores, int64 accumulation, saturating reduce;
-//! on Hopper the correlation can run `kernels/correlate_wgmma.cu` instead, see [`wgmma`])
-//! and `kernels/beamform.cu`, compiled with NVRTC per shape (constants as `-D` defines).
+//! GPU back end: `kernels/xengine/correlate.cu` (tensor cores, int64 accumulation, saturating reduce;
+//! on Hopper the correlation can run `kernels/xengine/correlate_wgmma.cu` instead, see [`wgmma`])
+//! and `kernels/xengine/beamform.cu`, compiled with NVRTC per shape (constants as `-D` defines).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,18 +22,14 @@ pub use wgmma::{
 };
 
 /// Correlator kernel source (embedded so binaries need no kernel files at run time).
-pub const CORRELATE_SRC: &str = concat!(
-    include_str!("../../kernels/xshape.cuh"),
-    include_str!("../../kernels/corr_common.cuh"),
-    "#line 1 \"correlate.cu\"\n",
-    include_str!("../../kernels/correlate.cu")
+pub const CORRELATE_SRC: &str = crate::kernel_source!(
+    ["xengine/xshape.cuh", "xengine/corr_common.cuh"],
+    "xengine" / "correlate.cu"
 );
 /// Beamformer kernel source.
-pub const BEAMFORM_SRC: &str = concat!(
-    include_str!("../../kernels/xshape.cuh"),
-    include_str!("../../kernels/beam_common.cuh"),
-    "#line 1 \"beamform.cu\"\n",
-    include_str!("../../kernels/beamform.cu")
+pub const BEAMFORM_SRC: &str = crate::kernel_source!(
+    ["xengine/xshape.cuh", "xengine/beam_common.cuh"],
+    "xengine" / "beamform.cu"
 );
 
 const TILE: usize = 64;
@@ -568,7 +564,7 @@ impl GpuX {
         let kpb = kpb as i32;
         let mut b = self.stream.launch_builder(&self.correlate);
         b.arg(input).arg(&mut self.acc).arg(&nb).arg(&kpb);
-        // SAFETY: argument types and order match `correlate` in kernels/correlate.cu; the input
+        // SAFETY: argument types and order match `correlate` in kernels/xengine/correlate.cu; the input
         // holds n_batches whole batches (checked above) and acc has output_len elements.
         unsafe { b.launch(cfg) }.map_err(gerr)?;
         Ok(())
@@ -595,7 +591,7 @@ impl GpuX {
             .arg(&mut self.out)
             .arg(&self.present)
             .arg(&mut self.saturated);
-        // SAFETY: matches `reduce` in kernels/correlate.cu; buffer sizes fixed by the shape.
+        // SAFETY: matches `reduce` in kernels/xengine/correlate.cu; buffer sizes fixed by the shape.
         unsafe { b.launch(cfg) }.map_err(gerr)?;
         Ok(())
     }
@@ -851,7 +847,7 @@ impl GpuX {
             .arg(l.saturated)
             .arg(&d)
             .arg(l.dseeds);
-        // SAFETY: matches `beamform` in kernels/beamform.cu (int8 out, float2 coef = 2 f32,
+        // SAFETY: matches `beamform` in kernels/xengine/beamform.cu (int8 out, float2 coef = 2 f32,
         // int3 groups = 3 i32, u8 present, u32 dseeds); buffer sizes checked above for
         // `nb` batches; the plan's shared memory was allowed on the function above.
         unsafe { b.launch(cfg) }.map_err(gerr)?;

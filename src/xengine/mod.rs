@@ -1,6 +1,6 @@
 //! X-engine compute core: correlator (int8 in, int64 accumulation, saturating int32 dump with
 //! MISSING markers) and single-pol beamformer, each with a CPU reference ([`CpuX`]) and a GPU
-//! implementation ([`GpuX`], tensor cores through `kernels/correlate.cu`, `kernels/beamform.cu`).
+//! implementation ([`GpuX`], tensor cores through `kernels/xengine/correlate.cu`, `kernels/xengine/beamform.cu`).
 //!
 //! Input layout (one batch = the heaps of all F-engines for one timestamp), int8:
 //! `[antenna][channel][spectrum][pol][re/im]`, i.e. each antenna's `feng_raw`

@@ -1,7 +1,7 @@
-//! Hopper beamformer path: `kernels/beamform_wgmma.cu` (`beamform_wg`, warpgroup MMA, sm_90a),
+//! Hopper beamformer path: `kernels/xengine/beamform_wgmma.cu` (`beamform_wg`, warpgroup MMA, sm_90a),
 //! the default on compute capability 9.x for 8-bit input and up to 256 antennas
 //! ([`BeamKernel::Auto`]). The same beams, weights, dither and quantiser as the `mma.sync`
-//! kernel (`kernels/beam_common.cuh` holds the shared arithmetic), but the input goes into the
+//! kernel (`kernels/xengine/beam_common.cuh` holds the shared arithmetic), but the input goes into the
 //! tensor cores as it arrives: tensor copies (TMA) bring 32-spectrum × antenna boxes of the raw
 //! samples into a ring, and each consumer warpgroup builds its A operand (64 spectra × the
 //! antennas' re/im of one pol) in registers with one 8-byte load and a byte permute per
@@ -21,12 +21,13 @@ use super::{correlate_defines, gerr, BeamLaunch, DevTables, GpuX};
 use crate::xengine::{XError, XShape};
 
 /// Source of the Hopper beamformer (the shared shape, sm_90 and beamformer headers in front).
-pub const BEAMFORM_WGMMA_SRC: &str = concat!(
-    include_str!("../../../kernels/xshape.cuh"),
-    include_str!("../../../kernels/sm90.cuh"),
-    include_str!("../../../kernels/beam_common.cuh"),
-    "#line 1 \"beamform_wgmma.cu\"\n",
-    include_str!("../../../kernels/beamform_wgmma.cu")
+pub const BEAMFORM_WGMMA_SRC: &str = crate::kernel_source!(
+    [
+        "xengine/xshape.cuh",
+        "common/sm90.cuh",
+        "xengine/beam_common.cuh"
+    ],
+    "xengine" / "beamform_wgmma.cu"
 );
 
 /// Which beamformer kernel runs.
@@ -36,7 +37,7 @@ pub enum BeamKernel {
     /// antennas), else `mma.sync`.
     #[default]
     Auto,
-    /// The `mma.sync` kernel (`kernels/beamform.cu`), any sm_80+ GPU, 8- or 4-bit input.
+    /// The `mma.sync` kernel (`kernels/xengine/beamform.cu`), any sm_80+ GPU, 8- or 4-bit input.
     Mma,
     /// The wgmma kernel; an error where it does not apply.
     Wgmma,
@@ -431,7 +432,7 @@ impl GpuX {
             .arg(&d)
             .arg(l.dseeds)
             .arg(&mut self.beam_work);
-        // SAFETY: matches `beamform_wg` in kernels/beamform_wgmma.cu (tensor map by value, int8
+        // SAFETY: matches `beamform_wg` in kernels/xengine/beamform_wgmma.cu (tensor map by value, int8
         // out, float2 coef = 2 f32, i32 slots of groups × 2 × (nb0 + nb1) entries, u8 present, u32
         // dseeds, u32 work of one word per block: n_sms words, the grid at most n_sms); the map
         // covers exactly nb batches of `input` and the caller checked every buffer for nb

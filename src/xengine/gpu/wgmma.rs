@@ -1,4 +1,4 @@
-//! Hopper correlator path: `kernels/correlate_wgmma.cu` (warpgroup MMA, sm_90a), compiled with
+//! Hopper correlator path: `kernels/xengine/correlate_wgmma.cu` (warpgroup MMA, sm_90a), compiled with
 //! NVRTC for `compute_90a`. The accumulator and the `reduce` kernel are shared with the
 //! `mma.sync` path, so dumps are identical (both are bit-exact against the CPU reference).
 //!
@@ -37,7 +37,7 @@
 //! cores do no wasted work. Copies are 4-D tensor copies (TMA, 128B swizzle, zero fill past
 //! the array and the launch) into a 5-slot ring, one thread issuing. Four consumer warpgroups
 //! (pol p2 × two 16-antenna halves) make a 32 × 128 antenna tile; the last tile of each row
-//! block is narrowed to the array (widths 32 … 128). Probe (tools/probe/wgmma_sp.cu, H100):
+//! block is narrowed to the array (widths 32 … 128). Probe (kernels/probe/wgmma_sp.cu, H100):
 //! sparse RS m64n256k64 1796 useful TOPS, dense RS 1875, dense SS 1889; 2-D tensor boxes of
 //! 64 rows move 8.7 TB/s L2 → SM on this access pattern against 1.1 TB/s for one bulk copy per
 //! row from one warp. `gpucbf bench xbgpu-corr` (H100, 2026-11-22, cuBLASLt int8 1378 TOPS):
@@ -66,12 +66,13 @@ use super::{correlate_defines, gerr, GpuX, THREADS};
 use crate::xengine::{XError, XShape};
 
 /// Hopper correlator kernel source.
-pub const CORRELATE_WGMMA_SRC: &str = concat!(
-    include_str!("../../../kernels/xshape.cuh"),
-    include_str!("../../../kernels/sm90.cuh"),
-    include_str!("../../../kernels/corr_common.cuh"),
-    "#line 1 \"correlate_wgmma.cu\"\n",
-    include_str!("../../../kernels/correlate_wgmma.cu")
+pub const CORRELATE_WGMMA_SRC: &str = crate::kernel_source!(
+    [
+        "xengine/xshape.cuh",
+        "common/sm90.cuh",
+        "xengine/corr_common.cuh"
+    ],
+    "xengine" / "correlate_wgmma.cu"
 );
 /// NVRTC architecture of the wgmma kernel (arch-specific PTX: runs on sm_90 only).
 pub const WGMMA_ARCH: &str = "compute_90a";
@@ -81,9 +82,9 @@ pub const CORRELATOR_ENV: &str = "GPUCBF_CORRELATOR";
 /// Which correlator kernel a [`GpuX`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CorrKernel {
-    /// `kernels/correlate.cu`: int8 `mma.sync` m16n8k32 (sm_80 and newer).
+    /// `kernels/xengine/correlate.cu`: int8 `mma.sync` m16n8k32 (sm_80 and newer).
     MmaSync,
-    /// `kernels/correlate_wgmma.cu`: int8 `wgmma.mma_async` m64n256k32 (sm_90a, Hopper only).
+    /// `kernels/xengine/correlate_wgmma.cu`: int8 `wgmma.mma_async` m64n256k32 (sm_90a, Hopper only).
     Wgmma,
 }
 
@@ -477,7 +478,7 @@ impl GpuX {
                 .arg(&nb)
                 .arg(&kpb);
             // SAFETY: argument types and order match `correlate_sp` in
-            // kernels/correlate_wgmma.cu (two 128-byte tensor maps by value, int64
+            // kernels/xengine/correlate_wgmma.cu (two 128-byte tensor maps by value, int64
             // accumulator, ints); the maps cover exactly n_batches whole batches of `input`
             // (checked by the caller); acc has output_len elements; the shared memory was
             // allowed in `build`; kpb is a whole number of 64-spectrum stages and the spectra
@@ -499,7 +500,7 @@ impl GpuX {
         let mut b = self.stream.launch_builder(&w.f);
         b.arg(input).arg(&mut self.acc).arg(&nb).arg(&kpb);
         // SAFETY: argument types and order match `correlate_wgmma` in
-        // kernels/correlate_wgmma.cu; the caller checked that the input holds n_batches whole
+        // kernels/xengine/correlate_wgmma.cu; the caller checked that the input holds n_batches whole
         // batches; acc has output_len elements; the shared memory was allowed in `build`.
         unsafe { b.launch(cfg) }.map_err(gerr)?;
         Ok(())
