@@ -143,12 +143,12 @@ mod tests {
         #[derive(Parser)]
         struct F {
             #[command(flatten)]
-            a: crate::fgpu::FgpuArgs,
+            a: crate::engines::fgpu::FgpuArgs,
         }
         #[derive(Parser)]
         struct X {
             #[command(flatten)]
-            a: crate::xbgpu::XbgpuArgs,
+            a: crate::engines::xbgpu::XbgpuArgs,
         }
         let common = ["--adc-sample-rate", "1712e6", "--sync-time", "0"];
         let shared = [

@@ -23,22 +23,16 @@ macro_rules! kernel_source {
     };
 }
 
-pub mod array;
+pub mod apps;
 pub mod bitpack;
 pub mod chunk;
 pub mod cli_util;
+pub mod compute;
 pub mod control;
-pub mod dsim;
-pub mod fengine;
-pub mod fgpu;
+pub mod engines;
 pub mod gpu;
-pub mod imaging;
-pub mod inspect;
 pub mod net;
-pub mod nufft;
 pub mod recvbench;
 pub mod shutdown;
 pub mod spead;
 pub mod telemetry;
-pub mod xbgpu;
-pub mod xengine;

@@ -22,11 +22,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// F-engine: digitiser heaps (UDP or pcap) → channelised F-engine heaps.
-    Fgpu(gpucbf::fgpu::FgpuArgs),
+    Fgpu(gpucbf::engines::fgpu::FgpuArgs),
     /// XB-engine: F-engine heaps (UDP or pcap) → correlation products and beams.
-    Xbgpu(gpucbf::xbgpu::XbgpuArgs),
+    Xbgpu(gpucbf::engines::xbgpu::XbgpuArgs),
     /// Digitiser simulator: SPEAD digitiser heaps to UDP destinations or a pcap file.
-    Dsim(gpucbf::dsim::DsimArgs),
+    Dsim(gpucbf::engines::dsim::DsimArgs),
     /// Print every SPEAD heap of a pcap file or UDP port as one JSON line (items, descriptors).
     SpeadDump {
         /// Read this pcap file.
@@ -64,11 +64,11 @@ enum Command {
     },
     /// Non-uniform FFTs (FINUFFT conventions) on .npy files, and the CPU benchmark.
     #[command(subcommand)]
-    Nufft(gpucbf::nufft::cli::NufftCmd),
+    Nufft(gpucbf::compute::nufft::cli::NufftCmd),
     /// Dirty image (FITS, PNG) of correlator visibilities (.npy dumps or X-engine pcap).
-    Image(gpucbf::imaging::cli::ImageArgs),
+    Image(gpucbf::apps::image::cli::ImageArgs),
     /// Loopback array: dsim → F-engines → XB-engine → visibilities, plots, dirty image.
-    Array(gpucbf::array::ArrayArgs),
+    Array(gpucbf::apps::array::ArrayArgs),
 }
 
 /// Prints a JSON document on stdout; a closed pipe (`| head`) is not an error.
@@ -86,16 +86,16 @@ fn main() -> anyhow::Result<()> {
     init_logging(cli.log_format);
     match cli.command {
         Command::Fgpu(args) => {
-            let summary = gpucbf::fgpu::run(&args)?;
+            let summary = gpucbf::engines::fgpu::run(&args)?;
             print_json(&summary)?;
         }
         Command::Xbgpu(args) => {
-            let summary = gpucbf::xbgpu::run(&args)?;
+            let summary = gpucbf::engines::xbgpu::run(&args)?;
             print_json(&summary)?;
         }
         Command::Dsim(args) => {
             let cfg = args.validate().map_err(anyhow::Error::msg)?;
-            let summary = gpucbf::dsim::run(&cfg)?;
+            let summary = gpucbf::engines::dsim::run(&cfg)?;
             if args.summary {
                 print_json(&summary)?;
             }
@@ -106,7 +106,7 @@ fn main() -> anyhow::Result<()> {
             max_heaps,
             idle_timeout,
         } => {
-            use gpucbf::inspect::{dump, DumpSource};
+            use gpucbf::apps::inspect::{dump, DumpSource};
             let src = match (pcap, udp) {
                 (Some(p), _) => DumpSource::Pcap(p),
                 (None, Some(addr)) => DumpSource::Udp {
@@ -119,7 +119,7 @@ fn main() -> anyhow::Result<()> {
             tracing::info!(?stats, "spead-dump finished");
         }
         Command::PcapInfo { path } => {
-            let s = gpucbf::inspect::summarise(&path)?;
+            let s = gpucbf::apps::inspect::summarise(&path)?;
             print_json(&s)?;
         }
         Command::Bench { what, recv } => match what.as_str() {
@@ -127,24 +127,24 @@ fn main() -> anyhow::Result<()> {
                 gpucbf::recvbench::run(&recv)?;
             }
             "fgpu" => {
-                gpucbf::fengine::bench_gpu()?;
-                gpucbf::fengine::bench_gpu_narrowband()?;
+                gpucbf::compute::fengine::bench_gpu()?;
+                gpucbf::compute::fengine::bench_gpu_narrowband()?;
             }
-            "fgpu-narrowband" => gpucbf::fengine::bench_gpu_narrowband()?,
+            "fgpu-narrowband" => gpucbf::compute::fengine::bench_gpu_narrowband()?,
             "nufft" => bench_nufft()?,
-            "xbgpu-beam" => gpucbf::xengine::bench_gpu_beams()?,
+            "xbgpu-beam" => gpucbf::compute::xengine::bench_gpu_beams()?,
             "xbgpu-corr" => {
-                gpucbf::xengine::bench_gpu_corr(&[64, 256, 576, 1024], 8192)?;
+                gpucbf::compute::xengine::bench_gpu_corr(&[64, 256, 576, 1024], 8192)?;
             }
-            _ => gpucbf::xengine::bench_gpu(&[64, 256, 576, 1024], 8192)?,
+            _ => gpucbf::compute::xengine::bench_gpu(&[64, 256, 576, 1024], 8192)?,
         },
-        Command::Nufft(cmd) => gpucbf::nufft::cli::run(cmd)?,
+        Command::Nufft(cmd) => gpucbf::compute::nufft::cli::run(cmd)?,
         Command::Image(args) => {
-            let summary = gpucbf::imaging::cli::run(&args)?;
+            let summary = gpucbf::apps::image::cli::run(&args)?;
             print_json(&summary)?;
         }
         Command::Array(args) => {
-            let summary = gpucbf::array::run(&args)?;
+            let summary = gpucbf::apps::array::run(&args)?;
             print_json(&summary)?;
         }
     }
@@ -155,7 +155,7 @@ fn main() -> anyhow::Result<()> {
 /// the GPU (data resident) where one exists, then on the CPU and through FINUFFT (Python) on
 /// the same input in the same run, with the ratio. `GPUCBF_NUFFT_BENCH_M` / `_N` shrink it.
 fn bench_nufft() -> anyhow::Result<()> {
-    use gpucbf::nufft::bench::{bench_cpu, finufft_peer};
+    use gpucbf::compute::nufft::bench::{bench_cpu, finufft_peer};
     let env = |k: &str, d: usize| -> anyhow::Result<usize> {
         match std::env::var(k) {
             Ok(v) => v
@@ -170,10 +170,10 @@ fn bench_nufft() -> anyhow::Result<()> {
         1e-5,
     );
     if gpucbf::gpu::gpu_available() {
-        let mut opts = gpucbf::nufft::bench_gpu::GpuBenchOpts::issue_case();
+        let mut opts = gpucbf::compute::nufft::bench_gpu::GpuBenchOpts::issue_case();
         opts.m = m;
         opts.n = n;
-        gpucbf::nufft::bench_gpu::bench_gpu(&opts)?;
+        gpucbf::compute::nufft::bench_gpu::bench_gpu(&opts)?;
     } else {
         println!("nufft bench gpu: no CUDA device, GPU figure skipped");
     }

@@ -143,7 +143,7 @@ fn cpu_seconds(thread: bool) -> f64 {
 #[derive(Parser)]
 struct DsimCli {
     #[command(flatten)]
-    args: crate::dsim::DsimArgs,
+    args: crate::engines::dsim::DsimArgs,
 }
 
 /// Writes the digitiser feed (two pols to 127.0.0.1:`port`) with the dsim library.
@@ -168,7 +168,7 @@ pub fn write_feed(path: &Path, heaps: u64, port: u16) -> anyhow::Result<()> {
         &dest,
     ])?;
     let cfg = cli.args.validate().map_err(anyhow::Error::msg)?;
-    crate::dsim::run(&cfg)?;
+    crate::engines::dsim::run(&cfg)?;
     Ok(())
 }
 
@@ -772,7 +772,7 @@ pub fn run(args: &RecvBenchArgs) -> anyhow::Result<Vec<RecvResult>> {
     println!(
         "feed: {} digitiser heaps per pol, {HEAP_SAMPLES} samples × {BITS} bits, one {}-byte packet per heap; chunks of {CHUNK_SAMPLES} samples; one receive thread per backend, {}; {} trials each, interleaved; load average {load_before} before, {} after",
         args.heaps,
-        crate::dsim::send::data_header_template(0, (HEAP_SAMPLES * BITS as u64 / 8) as usize).len()
+        crate::engines::dsim::send::data_header_template(0, (HEAP_SAMPLES * BITS as u64 / 8) as usize).len()
             + (HEAP_SAMPLES * BITS as u64 / 8) as usize,
         match core {
             Some(c) => format!("pinned to core {c} (--recv-affinity)"),

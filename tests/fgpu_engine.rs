@@ -10,8 +10,8 @@ use std::path::Path;
 
 use common::{scratch_dir, send_digitiser_heaps, HEAP_BYTES, HEAP_SAMPLES};
 use gpucbf::chunk::placement::DigitiserPlacement;
-use gpucbf::fgpu::engine::{open_sink, run_pipelines};
-use gpucbf::fgpu::{parse_wideband, Channelizer, FgpuSummary, Pipeline};
+use gpucbf::engines::fgpu::engine::{open_sink, run_pipelines};
+use gpucbf::engines::fgpu::{parse_wideband, Channelizer, FgpuSummary, Pipeline};
 use gpucbf::net::heapsend::HeapSender;
 use gpucbf::net::pcap::{PcapSink, PcapSource};
 use gpucbf::net::source::PcapFileSource;
@@ -97,7 +97,7 @@ fn noise_feed(dir: &Path, n_heaps: u64) -> (std::path::PathBuf, Vec<Vec<i16>>) {
 
 /// The wideband output of these tests: 64 channels over two destinations, batches of 32
 /// spectra (a step of 4096 samples), 4 taps.
-fn spec() -> gpucbf::fgpu::WidebandSpec {
+fn spec() -> gpucbf::engines::fgpu::WidebandSpec {
     parse_wideband(
         "name=wb,channels=64,dst=127.0.0.1:7150,127.0.0.1:7151,jones_per_batch=2048,taps=4",
     )
@@ -149,20 +149,20 @@ fn read_heaps(fpcap: &Path) -> Vec<gpucbf::spead::Heap> {
 }
 
 /// The compute configuration of [`spec`]'s output (dither seed 5).
-fn delay_cfg() -> gpucbf::fengine::FConfig {
-    let mut cfg = gpucbf::fengine::FConfig::wideband(64, 32);
+fn delay_cfg() -> gpucbf::compute::fengine::FConfig {
+    let mut cfg = gpucbf::compute::fengine::FConfig::wideband(64, 32);
     cfg.taps = 4;
     cfg.dither_seed = 5;
     cfg
 }
 
 /// Controls with gain 0.05 and the delay model (delay, delay rate) per pol from timestamp 0.
-fn delay_control(delays: [(f64, f64); 2]) -> gpucbf::fgpu::control::SharedControl {
-    let mut ctl = gpucbf::fgpu::control::OutputControl::new(64, 0.05);
+fn delay_control(delays: [(f64, f64); 2]) -> gpucbf::engines::fgpu::control::SharedControl {
+    let mut ctl = gpucbf::engines::fgpu::control::OutputControl::new(64, 0.05);
     for (pol, (delay, delay_rate)) in delays.into_iter().enumerate() {
         ctl.push_model(
             pol,
-            gpucbf::fengine::LinearDelayModel {
+            gpucbf::compute::fengine::LinearDelayModel {
                 start: 0,
                 delay,
                 delay_rate,
@@ -179,9 +179,9 @@ fn delay_control(delays: [(f64, f64); 2]) -> gpucbf::fgpu::control::SharedContro
 fn delay_channelizer(
     delays: [(f64, f64); 2],
     packed: bool,
-) -> gpucbf::fgpu::backend::BackendChannelizer<gpucbf::fengine::CpuBackend> {
-    gpucbf::fgpu::backend::BackendChannelizer::new(
-        gpucbf::fengine::CpuBackend::new(delay_cfg()).unwrap(),
+) -> gpucbf::engines::fgpu::backend::BackendChannelizer<gpucbf::compute::fengine::CpuBackend> {
+    gpucbf::engines::fgpu::backend::BackendChannelizer::new(
+        gpucbf::compute::fengine::CpuBackend::new(delay_cfg()).unwrap(),
         10,
         delay_control(delays),
     )
@@ -371,12 +371,13 @@ fn positive_delay_at_the_stream_start_drops_only_the_early_batches() {
     if gpucbf::gpu::gpu_test_guard(
         "positive_delay_at_the_stream_start_drops_only_the_early_batches",
     ) {
-        use gpucbf::fengine::{GpuBackend, PipelineBackend, Pipelined};
+        use gpucbf::compute::fengine::{GpuBackend, PipelineBackend, Pipelined};
         let be = Pipelined::new(PipelineBackend::Wideband(
             GpuBackend::new(delay_cfg()).unwrap(),
         ))
         .unwrap();
-        let chan = gpucbf::fgpu::backend::BackendChannelizer::new(be, 10, delay_control(delays));
+        let chan =
+            gpucbf::engines::fgpu::backend::BackendChannelizer::new(be, 10, delay_control(delays));
         let gpu = run(Box::new(chan), "gpu");
         for ((ts, got), (wts, w)) in gpu.iter().zip(&want) {
             assert_eq!(ts, wts);
@@ -411,7 +412,7 @@ fn batches_whose_delay_model_does_not_evaluate_are_dropped_and_counted() {
         let ctl = delay_control([(21.0, 0.0), (2.0, 0.0)]);
         {
             let mut c = ctl.lock().unwrap();
-            let m = |start: u64, delay: f64| gpucbf::fengine::LinearDelayModel {
+            let m = |start: u64, delay: f64| gpucbf::compute::fengine::LinearDelayModel {
                 start,
                 delay,
                 delay_rate: 0.0,
@@ -424,8 +425,8 @@ fn batches_whose_delay_model_does_not_evaluate_are_dropped_and_counted() {
         ctl
     };
     let chan = |packed: bool| {
-        gpucbf::fgpu::backend::BackendChannelizer::new(
-            gpucbf::fengine::CpuBackend::new(delay_cfg()).unwrap(),
+        gpucbf::engines::fgpu::backend::BackendChannelizer::new(
+            gpucbf::compute::fengine::CpuBackend::new(delay_cfg()).unwrap(),
             10,
             control(),
         )

@@ -11,15 +11,15 @@ use std::sync::{Arc, Mutex};
 
 use common::{scratch_dir, small_feng_placement};
 use gpucbf::chunk::placement::FengPlacement;
-use gpucbf::fgpu::engine::open_sink;
+use gpucbf::compute::xengine::{Beam, BeamSet, CpuX, GpuX, XShape};
+use gpucbf::engines::fgpu::engine::open_sink;
+use gpucbf::engines::xbgpu::engine::{run_pipelines, BPipeline};
+use gpucbf::engines::xbgpu::{Beamformer, Correlator, XPipeline};
 use gpucbf::gpu::gpu_test_guard;
 use gpucbf::net::heapsend::HeapSender;
 use gpucbf::net::pcap::{PcapSink, PcapSource};
 use gpucbf::net::source::PcapFileSource;
 use gpucbf::spead::{ids, Assembler, Heap};
-use gpucbf::xbgpu::engine::{run_pipelines, BPipeline};
-use gpucbf::xbgpu::{Beamformer, Correlator, XPipeline};
-use gpucbf::xengine::{Beam, BeamSet, CpuX, GpuX, XShape};
 
 struct Counting;
 
@@ -131,7 +131,7 @@ fn only_batches_inside_the_received_span_are_fed() {
 }
 
 /// Forwards only the per-batch call of a beamformer: the engine's per-batch path.
-struct PerBatch(gpucbf::xbgpu::Beams);
+struct PerBatch(gpucbf::engines::xbgpu::Beams);
 
 impl Beamformer for PerBatch {
     fn beamform(
@@ -146,7 +146,7 @@ impl Beamformer for PerBatch {
 }
 
 /// Forwards both calls, recording the most batches handed over in one chunk call.
-struct Chunked(gpucbf::xbgpu::Beams, Arc<AtomicUsize>);
+struct Chunked(gpucbf::engines::xbgpu::Beams, Arc<AtomicUsize>);
 
 impl Beamformer for Chunked {
     fn beamform(
@@ -274,7 +274,7 @@ fn chunked_beams_match_the_per_batch_cpu_path() {
         dither: true,
         seed: 99,
     }));
-    let cpu = || gpucbf::xbgpu::Beams::new(Box::new(CpuX::new(shape)), set.clone(), step);
+    let cpu = || gpucbf::engines::xbgpu::Beams::new(Box::new(CpuX::new(shape)), set.clone(), step);
     let want = beam_run(
         &dir,
         &fpcap,
@@ -321,7 +321,8 @@ fn chunked_beams_match_the_per_batch_cpu_path() {
     if !gpu_test_guard("chunked_beams_match_the_per_batch_cpu_path (GPU part)") {
         return;
     }
-    let gpu = gpucbf::xbgpu::Beams::new(Box::new(GpuX::new(shape).unwrap()), set.clone(), step);
+    let gpu =
+        gpucbf::engines::xbgpu::Beams::new(Box::new(GpuX::new(shape).unwrap()), set.clone(), step);
     let most = Arc::new(AtomicUsize::new(0));
     let got = beam_run(
         &dir,

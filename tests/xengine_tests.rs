@@ -1,11 +1,11 @@
 //! X-engine compute core: CPU correlator against a naive reference, CPU beamformer against an
 //! f64 reference, GPU == CPU (bit-exact correlator, ≤ 1 LSB beamformer), NVRTC compilation.
 
-use gpucbf::gpu::{compile_ptx, gpu_test_guard, nvrtc_available};
-use gpucbf::xengine::{
+use gpucbf::compute::xengine::{
     baseline_index, beam_dither, output_offset, unpack4, Beam, BeamKernel, BeamSet, BeamTuning,
     BeamWgPlan, CorrKernel, CorrVariant, CpuX, GpuX, WgmmaVariant, XBackend, XShape, MISSING,
 };
+use gpucbf::gpu::{compile_ptx, gpu_test_guard, nvrtc_available};
 
 struct Rng(u64);
 impl Rng {
@@ -399,18 +399,29 @@ fn nvrtc_compiles_all_kernels() {
                 .unwrap()
                 .with_sample_bits(bits)
                 .unwrap();
-            let d = gpucbf::xengine::correlate_defines(&shape);
-            let ptx = compile_ptx("correlate.cu", gpucbf::xengine::CORRELATE_SRC, &d, arch)
-                .unwrap_or_else(|e| panic!("{e}"));
+            let d = gpucbf::compute::xengine::correlate_defines(&shape);
+            let ptx = compile_ptx(
+                "correlate.cu",
+                gpucbf::compute::xengine::CORRELATE_SRC,
+                &d,
+                arch,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
             let text = ptx.to_src();
             assert!(text.contains("mma.sync.aligned.m16n8k32"), "{arch}");
             assert!(text.contains("cp.async"), "{arch}");
             for nb in [1, 64] {
                 for tiles in [1, 2, 4, 8] {
-                    let plan = gpucbf::xengine::BeamPlan::new(&shape, tiles, 227 << 10).unwrap();
-                    let d = gpucbf::xengine::beamform_defines(&shape, nb, &plan);
-                    let ptx = compile_ptx("beamform.cu", gpucbf::xengine::BEAMFORM_SRC, &d, arch)
-                        .unwrap_or_else(|e| panic!("{e}"));
+                    let plan =
+                        gpucbf::compute::xengine::BeamPlan::new(&shape, tiles, 227 << 10).unwrap();
+                    let d = gpucbf::compute::xengine::beamform_defines(&shape, nb, &plan);
+                    let ptx = compile_ptx(
+                        "beamform.cu",
+                        gpucbf::compute::xengine::BEAMFORM_SRC,
+                        &d,
+                        arch,
+                    )
+                    .unwrap_or_else(|e| panic!("{e}"));
                     assert!(ptx.to_src().contains("mma.sync.aligned.m16n8k32"), "{arch}");
                 }
             }
@@ -428,12 +439,18 @@ fn nvrtc_compiles_all_kernels() {
                     (64, 4, 1),
                     (64, 4, 2),
                 ] {
-                    let mut plan = gpucbf::xengine::BeamPlan::with(&shape, 2, ts, nr).unwrap();
+                    let mut plan =
+                        gpucbf::compute::xengine::BeamPlan::with(&shape, 2, ts, nr).unwrap();
                     plan.probe = probe;
                     plan.min_blocks = if ts == 128 { 1 } else { 2 };
-                    let d = gpucbf::xengine::beamform_defines(&shape, 16, &plan);
-                    compile_ptx("beamform.cu", gpucbf::xengine::BEAMFORM_SRC, &d, arch)
-                        .unwrap_or_else(|e| panic!("{e}"));
+                    let d = gpucbf::compute::xengine::beamform_defines(&shape, 16, &plan);
+                    compile_ptx(
+                        "beamform.cu",
+                        gpucbf::compute::xengine::BEAMFORM_SRC,
+                        &d,
+                        arch,
+                    )
+                    .unwrap_or_else(|e| panic!("{e}"));
                 }
                 // the warp layouts: (tiles, spectra per tile, fragments per warp, warps)
                 for (btb, ts, mw, warps) in [
@@ -444,14 +461,23 @@ fn nvrtc_compiles_all_kernels() {
                     (1, 64, 1, 4),
                     (4, 32, 2, 4),
                 ] {
-                    let plan =
-                        gpucbf::xengine::BeamPlan::with_layout(&shape, btb, ts, 3, mw, warps)
-                            .unwrap();
-                    let d = gpucbf::xengine::beamform_defines(&shape, 64, &plan);
-                    compile_ptx("beamform.cu", gpucbf::xengine::BEAMFORM_SRC, &d, arch)
-                        .unwrap_or_else(|e| panic!("{e}"));
+                    let plan = gpucbf::compute::xengine::BeamPlan::with_layout(
+                        &shape, btb, ts, 3, mw, warps,
+                    )
+                    .unwrap();
+                    let d = gpucbf::compute::xengine::beamform_defines(&shape, 64, &plan);
+                    compile_ptx(
+                        "beamform.cu",
+                        gpucbf::compute::xengine::BEAMFORM_SRC,
+                        &d,
+                        arch,
+                    )
+                    .unwrap_or_else(|e| panic!("{e}"));
                 }
-                assert!(gpucbf::xengine::BeamPlan::with_layout(&shape, 4, 64, 3, 1, 8).is_none());
+                assert!(
+                    gpucbf::compute::xengine::BeamPlan::with_layout(&shape, 4, 64, 3, 1, 8)
+                        .is_none()
+                );
             }
         }
         // The wgmma correlator is sm_90a only (arch-specific PTX).
@@ -528,12 +554,12 @@ fn nvrtc_compiles_all_kernels() {
                 (1024, 16, 256),
             ]) {
                 let shape = XShape::new(na, nc, ns).unwrap();
-                let d = gpucbf::xengine::correlate_wgmma_defines(&shape, v);
+                let d = gpucbf::compute::xengine::correlate_wgmma_defines(&shape, v);
                 let ptx = compile_ptx(
                     "correlate_wgmma.cu",
-                    gpucbf::xengine::CORRELATE_WGMMA_SRC,
+                    gpucbf::compute::xengine::CORRELATE_WGMMA_SRC,
                     &d,
-                    gpucbf::xengine::WGMMA_ARCH,
+                    gpucbf::compute::xengine::WGMMA_ARCH,
                 )
                 .unwrap_or_else(|e| panic!("{e}"));
                 let text = ptx.to_src();
@@ -612,9 +638,9 @@ fn nvrtc_compiles_all_kernels() {
                     let d = plan.defines(&shape, nb);
                     let ptx = compile_ptx(
                         "beamform_wgmma.cu",
-                        gpucbf::xengine::BEAMFORM_WGMMA_SRC,
+                        gpucbf::compute::xengine::BEAMFORM_WGMMA_SRC,
                         &d,
-                        gpucbf::xengine::WGMMA_ARCH,
+                        gpucbf::compute::xengine::WGMMA_ARCH,
                     )
                     .unwrap_or_else(|e| panic!("{e}"));
                     let text = ptx.to_src();
@@ -630,7 +656,7 @@ fn nvrtc_compiles_all_kernels() {
         }
         // The NUFFT kernels (src/nufft/tests_gpu.rs compiles more variants).
         for (dim, ns, f64) in [(2, 6, false), (3, 10, true)] {
-            use gpucbf::nufft::gpu::{nufft_defines, SpreadConfig, NUFFT_SRC};
+            use gpucbf::compute::nufft::gpu::{nufft_defines, SpreadConfig, NUFFT_SRC};
             let c = SpreadConfig::choose(dim, ns, if f64 { 8 } else { 4 }, None, None);
             let d = nufft_defines(dim, ns, ns + 4, f64, &c);
             compile_ptx("nufft_spread.cu", NUFFT_SRC, &d, arch).unwrap_or_else(|e| panic!("{e}"));
@@ -685,23 +711,25 @@ fn kernels_under_test(test: &str) -> Vec<Kern> {
     let mut k = vec![Kern::Mma(CorrVariant::default())];
     let g = GpuX::new(XShape::new(1, 1, 16).unwrap()).expect("GpuX::new");
     if g.wgmma_supported() {
-        if std::env::var(gpucbf::xengine::CORRELATOR_ENV).is_err() {
+        if std::env::var(gpucbf::compute::xengine::CORRELATOR_ENV).is_err() {
             // the measured fastest kernel (src/xengine/gpu/wgmma.rs); this probe shape has 16
             // spectra per batch, which the sparse kernel cannot tile, so it gets ws there
-            let want = if gpucbf::xengine::AUTO_WS_ON_SM90 || gpucbf::xengine::AUTO_SPARSE_ON_SM90 {
+            let want = if gpucbf::compute::xengine::AUTO_WS_ON_SM90
+                || gpucbf::compute::xengine::AUTO_SPARSE_ON_SM90
+            {
                 CorrKernel::Wgmma
             } else {
                 CorrKernel::MmaSync
             };
             assert_eq!(g.correlator_kernel(), want, "default kernel");
-            if gpucbf::xengine::AUTO_WS_ON_SM90 {
+            if gpucbf::compute::xengine::AUTO_WS_ON_SM90 {
                 assert_eq!(
                     g.wgmma_variant(),
                     Some(WgmmaVariant::warp_specialized(2, 4)),
                     "default wgmma variant for 16 spectra per batch"
                 );
             }
-            if gpucbf::xengine::AUTO_SPARSE_ON_SM90 {
+            if gpucbf::compute::xengine::AUTO_SPARSE_ON_SM90 {
                 let g = GpuX::new(XShape::new(3, 1, 256).unwrap()).expect("GpuX::new");
                 assert_eq!(
                     g.wgmma_variant(),

@@ -1,0 +1,9 @@
+//! Tools built on the engines and compute stages.
+//!
+//! * [`array`]: a loopback array (dsim -> F-engines -> XB-engine) in one command.
+//! * [`image`]: dirty images of correlator visibilities.
+//! * [`inspect`]: `pcap-info` and `spead-dump`.
+
+pub mod array;
+pub mod image;
+pub mod inspect;

@@ -1,0 +1,404 @@
+//! Glue between the engine's [`Channelizer`] seam and the F-engine compute backends.
+
+use super::config::{FgpuArgs, WidebandSpec, WindowFunction};
+use super::control::{OutputControl, SharedControl};
+use super::engine::{Channelizer, Completed};
+use crate::compute::fengine::{
+    input_span, Block, CpuBackend, DelaySegment, Dither, FBackend, FConfig, GpuBackend,
+    GpuNarrowband, InputStats, Narrowband, NarrowbandMode, PipelineBackend, Pipelined, PolBlock,
+    Samples, Window,
+};
+use std::collections::VecDeque;
+
+/// The compute configuration of one output.
+pub fn fconfig(spec: &WidebandSpec, args: &FgpuArgs, dither_seed: u64) -> FConfig {
+    FConfig {
+        channels: spec.channels,
+        taps: spec.taps,
+        w_cutoff: spec.w_cutoff,
+        window: match spec.window_function {
+            WindowFunction::Hann => Window::Hann,
+            WindowFunction::Rect => Window::Rect,
+        },
+        out_bits: args.send_sample_bits,
+        dither: if spec.dither {
+            Dither::Uniform
+        } else {
+            Dither::None
+        },
+        dither_seed,
+        feng_id: args.feng_id,
+        n_ants: args.array_size,
+        spectra_per_heap: spec.spectra_per_heap(),
+        narrowband: spec.narrowband.map(|nb| Narrowband {
+            decimation: nb.decimation,
+            centre_frequency: nb.centre_frequency,
+            adc_rate: args.adc_sample_rate,
+            ddc_taps: nb.ddc_taps,
+            weight_pass: nb.weight_pass,
+            mode: match nb.pass_bandwidth {
+                Some(pass_bandwidth) => NarrowbandMode::NoDiscard { pass_bandwidth },
+                None => NarrowbandMode::Discard,
+            },
+        }),
+    }
+}
+
+/// The controls one batch is channelised with. [`Channelizer::input_range`] copies them
+/// (and marks the batch as taken in the shared control) and [`Channelizer::process`] uses the
+/// same copy, so a katcp request landing between the two cannot make them disagree.
+struct Prepared {
+    batch_ts: u64,
+    gains: [Vec<num_complex::Complex32>; 2],
+    segs: [Vec<DelaySegment>; 2],
+    /// Input per pol; `None` when a spectrum's window would start before timestamp 0.
+    ranges: Option<[(u64, u64); 2]>,
+}
+
+/// A batch computed at submission: output, clipped values, digitiser statistics.
+type Computed = (Vec<u8>, [u64; 2], Option<[InputStats; 2]>);
+
+/// A [`Channelizer`] over an [`FBackend`]: gains and delay models from a shared
+/// [`OutputControl`], each spectrum with the delay model in force at its own timestamp;
+/// blocks are cut where either polarisation's coarse delay or delay model changes. Batches
+/// go block by block through [`FBackend::process`] (decoded input), or, when the backend
+/// holds batches in flight ([`FBackend::depth`] > 0), as packed input through
+/// [`FBackend::submit`] / [`FBackend::complete`]; [`Self::with_packed_input`] makes a
+/// backend without that depth take packed input too (computed at submission).
+pub struct BackendChannelizer<B: FBackend + Send> {
+    backend: B,
+    spectra: usize,
+    bits: u32,
+    sbs: u64,
+    /// Coarse-delay resolution (1 wideband, S narrowband).
+    unit: u64,
+    wideband: bool,
+    cfg: crate::compute::fengine::FConfig,
+    pub control: SharedControl,
+    prepared: std::sync::Mutex<Option<Prepared>>,
+    /// Packed input (submit/complete) for a backend without depth.
+    packed: bool,
+    /// Timestamps of the batches submitted and not completed.
+    queued: VecDeque<u64>,
+    /// Batches computed at submission (backends without depth).
+    done: VecDeque<Computed>,
+}
+
+impl<B: FBackend + Send> BackendChannelizer<B> {
+    pub fn new(backend: B, bits: u32, control: SharedControl) -> Self {
+        let cfg = backend.config().clone();
+        BackendChannelizer {
+            spectra: cfg.spectra_per_heap,
+            sbs: cfg.samples_between_spectra() as u64,
+            unit: cfg.subsampling() as u64,
+            wideband: cfg.narrowband.is_none(),
+            cfg,
+            backend,
+            bits,
+            control,
+            prepared: std::sync::Mutex::new(None),
+            packed: false,
+            queued: VecDeque::new(),
+            done: VecDeque::new(),
+        }
+    }
+
+    /// Takes packed input through submit/complete even if the backend has no depth (then
+    /// each batch is computed when it is submitted).
+    pub fn with_packed_input(mut self, on: bool) -> Self {
+        self.packed = on;
+        self
+    }
+
+    /// The controls prepared for `batch_ts` by [`Channelizer::input_range`], or new ones.
+    fn take_prepared(&mut self, batch_ts: u64) -> Result<Prepared, String> {
+        let cached = self
+            .prepared
+            .get_mut()
+            .ok()
+            .and_then(Option::take)
+            .filter(|p| p.batch_ts == batch_ts);
+        match cached {
+            Some(p) => Ok(p),
+            None => self.prepare(batch_ts),
+        }
+    }
+
+    /// The blocks of the batch at `batch_ts`: pol p's `samples` hold its input range from
+    /// `skip[p]` samples on.
+    fn blocks<'a>(
+        &self,
+        prep: &'a Prepared,
+        batch_ts: u64,
+        samples: [Samples<'a>; 2],
+        skip: [usize; 2],
+    ) -> Result<Vec<Block<'a>>, String> {
+        let segs = &prep.segs;
+        let ranges = prep.ranges.ok_or_else(|| {
+            format!("the batch at {batch_ts} needs input from before timestamp 0 (delay): it cannot be made")
+        })?;
+        // Cut points: where either pol's coarse delay or delay model changes.
+        let mut cuts: Vec<usize> = segs.iter().flatten().map(|s| s.first).collect();
+        cuts.push(self.spectra);
+        cuts.sort_unstable();
+        cuts.dedup();
+        let mut blocks = Vec::with_capacity(cuts.len());
+        for w in cuts.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            let mut pols = Vec::with_capacity(2);
+            for p in 0..2 {
+                let seg = segs[p]
+                    .iter()
+                    .rev()
+                    .find(|s| s.first <= a)
+                    .ok_or("no delay segment")?;
+                let k = a - seg.first;
+                // The window of spectrum a, from the segment's input start.
+                let offset = seg
+                    .input_offset(ranges[p].0)
+                    .map(|o| o + k * self.sbs as usize)
+                    .ok_or("input offset before the batch's input range")?;
+                pols.push(PolBlock {
+                    samples: samples[p],
+                    timestamp: ranges[p].0.wrapping_sub(skip[p] as u64),
+                    offset: offset + skip[p],
+                    fine_delay: &seg.fine_delay[k..k + (b - a)],
+                    phase: &seg.phase[k..k + (b - a)],
+                    gains: &prep.gains[p],
+                });
+            }
+            blocks.push(Block {
+                spectra: b - a,
+                first_spectrum: batch_ts / self.sbs + a as u64,
+                out_first: a,
+                pols: [pols[0], pols[1]],
+            });
+        }
+        Ok(blocks)
+    }
+
+    /// Delay segments of input `pol` over the batch at `batch_ts`: each spectrum evaluates
+    /// the model in force at its own timestamp, so a model starting inside the batch takes
+    /// over at the first spectrum whose timestamp is at or after its start.
+    pub(super) fn segments(
+        &self,
+        ctl: &OutputControl,
+        pol: usize,
+        batch_ts: u64,
+    ) -> Result<Vec<DelaySegment>, String> {
+        let mut out = Vec::new();
+        let mut s = 0usize;
+        while s < self.spectra {
+            let t = batch_ts + s as u64 * self.sbs;
+            let end = match ctl.next_start_after(pol, t) {
+                // ns > t, so the run is at least one spectrum long.
+                Some(ns) => ((ns - batch_ts).div_ceil(self.sbs) as usize).min(self.spectra),
+                None => self.spectra,
+            };
+            let segs = ctl
+                .model_at(pol, t)
+                .segments(t, end - s, self.sbs, self.unit, self.wideband)
+                .map_err(|e| e.to_string())?;
+            out.extend(segs.into_iter().map(|mut seg| {
+                seg.first += s;
+                seg
+            }));
+            s = end;
+        }
+        Ok(out)
+    }
+
+    /// Copies the controls for the batch at `batch_ts` and works out its input ranges.
+    fn prepare(&self, batch_ts: u64) -> Result<Prepared, String> {
+        let ctl = {
+            let mut c = self.control.lock().map_err(|_| "control lock poisoned")?;
+            c.mark_taken(batch_ts);
+            c.clone()
+        };
+        let segs = [
+            self.segments(&ctl, 0, batch_ts)?,
+            self.segments(&ctl, 1, batch_ts)?,
+        ];
+        // The decision shared by every backend: a batch any of whose windows would start
+        // before timestamp 0 has no input range (it is skipped and counted, never clamped).
+        let window = |n: usize| self.cfg.input_samples_needed(n);
+        let ranges = match [input_span(&segs[0], window), input_span(&segs[1], window)] {
+            [Some(a), Some(b)] => Some([a, b]),
+            _ => None,
+        };
+        Ok(Prepared {
+            batch_ts,
+            gains: ctl.gains,
+            segs,
+            ranges,
+        })
+    }
+}
+
+impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
+    fn input_range(&self, batch_ts: u64) -> Result<Option<[(u64, u64); 2]>, String> {
+        // A model that does not evaluate is the batch's error: the engine drops the batch
+        // (counted) and goes on.
+        let p = self.prepare(batch_ts)?;
+        let r = p.ranges;
+        if let Ok(mut slot) = self.prepared.lock() {
+            *slot = Some(p);
+        }
+        Ok(r)
+    }
+
+    fn process(
+        &mut self,
+        batch_ts: u64,
+        input: [&[i16]; 2],
+        out: &mut [u8],
+    ) -> Result<[u64; 2], String> {
+        let prep = self.take_prepared(batch_ts)?;
+        let samples = input.map(|data| Samples::Decoded {
+            data,
+            bits: self.bits,
+        });
+        let blocks = self.blocks(&prep, batch_ts, samples, [0, 0])?;
+        let mut sat = [0u64; 2];
+        for block in &blocks {
+            let st = self
+                .backend
+                .process(block, out)
+                .map_err(|e| e.to_string())?;
+            sat[0] += st.saturated[0];
+            sat[1] += st.saturated[1];
+        }
+        Ok(sat)
+    }
+
+    fn pipelined(&self) -> bool {
+        self.packed || self.backend.depth() > 0
+    }
+
+    fn depth(&self) -> usize {
+        self.backend.depth().max(1)
+    }
+
+    fn packed_align(&self) -> usize {
+        // Offsets into the input stay multiples of the subsampling (narrowband).
+        let u = self.unit as usize;
+        let mut a = 8usize;
+        while !a.is_multiple_of(u) {
+            a += 8;
+        }
+        a
+    }
+
+    fn in_flight(&self) -> usize {
+        self.queued.len()
+    }
+
+    fn submit_packed(
+        &mut self,
+        batch_ts: u64,
+        input: [&[u8]; 2],
+        skip: [usize; 2],
+    ) -> Result<(), String> {
+        if self.queued.len() >= self.depth() {
+            return Err(format!(
+                "{} batches already in flight: complete one first",
+                self.queued.len()
+            ));
+        }
+        let prep = self.take_prepared(batch_ts)?;
+        let bits = self.bits;
+        let samples = input.map(|data| Samples::Packed {
+            data,
+            bits,
+            len: data.len() * 8 / bits as usize,
+        });
+        let blocks = self.blocks(&prep, batch_ts, samples, skip)?;
+        let out_len = self.cfg.output_len(self.spectra);
+        if self.backend.depth() > 0 {
+            self.backend
+                .submit(&blocks, out_len)
+                .map_err(|e| e.to_string())?;
+        } else {
+            let mut out = vec![0u8; out_len];
+            let mut sat = [0u64; 2];
+            let mut input: Option<[InputStats; 2]> = None;
+            for block in &blocks {
+                let st = self
+                    .backend
+                    .process(block, &mut out)
+                    .map_err(|e| e.to_string())?;
+                sat[0] += st.saturated[0];
+                sat[1] += st.saturated[1];
+                match (&mut input, st.input) {
+                    (None, i) => input = i,
+                    (Some(acc), Some(i)) => {
+                        for p in 0..2 {
+                            acc[p].merge(&i[p]);
+                        }
+                    }
+                    (Some(_), None) => {}
+                }
+            }
+            self.done.push_back((out, sat, input));
+        }
+        self.queued.push_back(batch_ts);
+        Ok(())
+    }
+
+    fn complete(&mut self, out: &mut [u8], wait: bool) -> Result<Option<Completed>, String> {
+        let Some(&batch_ts) = self.queued.front() else {
+            return Ok(None);
+        };
+        let (clipped, input) = if self.backend.depth() > 0 {
+            match self
+                .backend
+                .complete(out, wait)
+                .map_err(|e| e.to_string())?
+            {
+                Some(st) => (st.saturated, st.input),
+                None => return Ok(None),
+            }
+        } else {
+            let (data, sat, input) = self.done.pop_front().ok_or("no computed batch")?;
+            if data.len() != out.len() {
+                return Err(format!("output of {} bytes for {}", out.len(), data.len()));
+            }
+            out.copy_from_slice(&data);
+            (sat, input)
+        };
+        self.queued.pop_front();
+        Ok(Some(Completed {
+            batch_ts,
+            clipped,
+            input,
+        }))
+    }
+}
+
+/// Builds the channeliser of one output on the requested backend.
+pub fn make_channelizer(
+    spec: &WidebandSpec,
+    args: &FgpuArgs,
+    dither_seed: u64,
+    control: SharedControl,
+) -> anyhow::Result<Box<dyn Channelizer>> {
+    if !args.gain.is_finite() {
+        anyhow::bail!("--gain must be finite");
+    }
+    let cfg = fconfig(spec, args, dither_seed);
+    let use_gpu = crate::cli_util::use_gpu(&args.backend, true)?;
+    let bits = args.dig_sample_bits;
+    let err = |e: crate::compute::fengine::FError| anyhow::anyhow!("output {}: {e}", spec.name);
+    if use_gpu {
+        // Packed input straight to the GPU, several batches in flight.
+        let be = if cfg.narrowband.is_some() {
+            PipelineBackend::Narrowband(GpuNarrowband::new(cfg).map_err(err)?)
+        } else {
+            PipelineBackend::Wideband(GpuBackend::new(cfg).map_err(err)?)
+        };
+        let backend = Pipelined::new(be).map_err(err)?;
+        return Ok(Box::new(BackendChannelizer::new(backend, bits, control)));
+    }
+    let backend = CpuBackend::new(cfg).map_err(|e| anyhow::anyhow!("output {}: {e}", spec.name))?;
+    Ok(Box::new(BackendChannelizer::new(backend, bits, control)))
+}

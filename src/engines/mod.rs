@@ -1,0 +1,9 @@
+//! The engine processes: command line -> typed configuration -> run.
+//!
+//! * [`dsim`]: digitiser simulator (signal -> packed heaps -> paced send).
+//! * [`fgpu`]: F-engine (digitiser heaps -> channelised F-engine heaps).
+//! * [`xbgpu`]: XB-engine (F-engine heaps -> correlation products and beams).
+
+pub mod dsim;
+pub mod fgpu;
+pub mod xbgpu;
