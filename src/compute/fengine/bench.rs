@@ -86,8 +86,8 @@ pub fn bench_cpu(cfg: FConfig, spectra: usize, bits: u32, iters: usize) -> Resul
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Narrowband, NarrowbandMode};
     use super::*;
+    use crate::compute::fengine::{Narrowband, NarrowbandMode};
 
     /// Not a unit test: prints CPU throughput for the report. Run with
     /// `cargo test --lib fengine::bench -- --ignored --nocapture` (for representative

@@ -23,57 +23,71 @@
 //!   unzipped-FFT split (dsp.md §5) is a GPU memory-pass optimisation with the same result.
 //! * The narrowband coarse delay may be any multiple of S (the GPU needs chunk alignment).
 
-mod backend;
 mod bench;
-mod ddc;
-mod ddc_tune;
-mod decode;
-mod delay;
+mod cpu;
+mod design;
 mod gpu;
-mod gpu_batches;
 mod gpu_bench;
-mod gpu_ddc;
 mod gpu_ddc_bench;
-mod gpu_pipeline;
-mod pfb;
-mod postproc;
-mod remez;
-mod stats;
-mod weights;
 
 #[cfg(test)]
-mod test_util;
+mod reference;
 #[cfg(test)]
-mod tests_gpu;
-#[cfg(test)]
-mod tests_gpu_ddc;
-#[cfg(test)]
-mod tests_gpu_pipeline;
-#[cfg(test)]
-mod tests_narrowband;
-#[cfg(test)]
-mod tests_wideband;
+mod tests;
 
-pub use backend::{CpuBackend, FBackend};
 pub use bench::bench_cpu;
-pub use ddc::{ddc_weights, ddc_weights_discard, ddc_weights_no_discard, MixerFrequency};
-pub use ddc_tune::{DdcTuning, DDC_SRC};
-pub use decode::{decode, decode_f32};
-pub use delay::{input_span, DelaySegment, LinearDelayModel};
-pub use gpu::{BlockParams, GpuBackend, Tuning, PFB_FIR_SRC, POSTPROC_SRC};
-pub use gpu_batches::Pipelined;
+pub use cpu::ddc::{ddc_weights, ddc_weights_discard, ddc_weights_no_discard, MixerFrequency};
+pub use cpu::decode::{decode, decode_f32};
+pub use cpu::postproc::{dither_value, quantise};
+pub use cpu::stats::InputStats;
+pub use cpu::CpuBackend;
+pub use design::delay::{input_span, DelaySegment, LinearDelayModel};
+pub use design::remez::{remez, Band};
+pub use design::weights::{pfb_weights, Window};
+pub use gpu::batches::Pipelined;
+pub use gpu::ddc_tune::{DdcTuning, DDC_SRC};
+pub use gpu::narrowband::{DdcTuningChoice, GpuNarrowband, PFB_FIR_COMPLEX_SRC, POSTPROC_NB_SRC};
+pub use gpu::pipeline::{GpuPipeline, PipelineBackend, PipelineShape};
+pub use gpu::wideband::{BlockParams, GpuBackend, Tuning, PFB_FIR_SRC, POSTPROC_SRC};
 pub use gpu_bench::bench_gpu;
 #[cfg(test)]
 pub(crate) use gpu_bench::noise as bench_noise;
-pub use gpu_ddc::{DdcTuningChoice, GpuNarrowband, PFB_FIR_COMPLEX_SRC, POSTPROC_NB_SRC};
 pub use gpu_ddc_bench::bench_gpu_narrowband;
-pub use gpu_pipeline::{GpuPipeline, PipelineBackend, PipelineShape};
-pub use postproc::{dither_value, quantise};
-pub use remez::{remez, Band};
-pub use stats::InputStats;
-pub use weights::{pfb_weights, Window};
 
 use num_complex::Complex32;
+
+/// Computes F-engine output blocks. Implementations: [`CpuBackend`] (reference); a GPU
+/// backend plugs in beside it.
+pub trait FBackend {
+    fn config(&self) -> &FConfig;
+
+    /// Channelises `block` into `out`, laid out as (heap, channel, spectrum-in-heap, pol,
+    /// re/im) for `out.len() / (channels·2·bytes_per_value)` spectra; the block fills
+    /// spectra [block.out_first, block.out_first + block.spectra).
+    fn process(&mut self, block: &Block, out: &mut [u8]) -> Result<BlockStats, FError>;
+
+    /// Batches this backend can hold in flight through [`Self::submit`] and
+    /// [`Self::complete`] (0: none, [`Self::process`] only).
+    fn depth(&self) -> usize {
+        0
+    }
+
+    /// Queues one batch: `blocks` cover output spectra 0.. of an `out_len`-byte output in
+    /// order (cut where a coarse delay changes) and all read the same packed input slices.
+    /// At most [`Self::depth`] batches may be queued and not completed.
+    fn submit(&mut self, _blocks: &[Block], _out_len: usize) -> Result<(), FError> {
+        Err(FError::BadParameter {
+            what: "submit",
+            why: "this backend computes block by block (process) only".into(),
+        })
+    }
+
+    /// The oldest queued batch, written to `out`, with its counters; `wait`: wait for it
+    /// (else `None` while it is still being computed). `None` when nothing is queued.
+    fn complete(&mut self, _out: &mut [u8], _wait: bool) -> Result<Option<BlockStats>, FError> {
+        Ok(None)
+    }
+}
 
 /// Largest supported channel count (katgpucbf's largest mode is 32768).
 pub const MAX_CHANNELS: usize = 1 << 22;

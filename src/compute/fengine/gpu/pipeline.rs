@@ -23,10 +23,10 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, PinnedHostSlice};
 
-use super::gpu::{gerr, BlockParams, DeviceBlock, GpuBackend, StagedCompute};
-use super::gpu_ddc::GpuNarrowband;
-use super::stats::InputStats;
-use super::{BlockStats, FBackend, FConfig, FError};
+use super::narrowband::GpuNarrowband;
+use super::wideband::{gerr, BlockParams, DeviceBlock, GpuBackend, StagedCompute};
+use crate::compute::fengine::cpu::stats::InputStats;
+use crate::compute::fengine::{BlockStats, FBackend, FConfig, FError};
 
 /// One device block with its pinned host staging.
 struct Slot {
@@ -187,7 +187,7 @@ impl GpuPipeline {
         let tail_samples = cfg.input_samples_needed(shape.chunk_spectra) - chunk_samples;
         let tail_bytes = (tail_samples * bits).div_ceil(8);
         let pad = if cfg.narrowband.is_some() {
-            super::gpu_ddc::IN_PAD
+            super::narrowband::IN_PAD
         } else {
             0
         };

@@ -1,47 +1,21 @@
-//! The [`FBackend`] seam and its multi-threaded CPU implementation.
+//! The CPU implementation of [`FBackend`] (the reference: multi-threaded with rayon) and its
+//! stages: sample decode, PFB FIR and FFT, post-processing, narrowband DDC, input statistics.
 
-use super::ddc::{ddc_weights, Ddc, MixerFrequency};
-use super::decode::{decode_f32, validate as validate_samples};
-use super::pfb::{channelise_complex, channelise_real, duplicate_weights, Transform, Work};
-use super::postproc::{dither_key, Post};
-use super::stats::InputStats;
-use super::weights::pfb_weights;
-use super::{Block, BlockStats, Dither, FConfig, FError};
+pub(super) mod ddc;
+pub(super) mod decode;
+pub(super) mod pfb;
+pub(super) mod postproc;
+pub(super) mod stats;
+
+use super::design::weights::pfb_weights;
+use super::{Block, BlockStats, Dither, FBackend, FConfig, FError};
+use ddc::{ddc_weights, Ddc, MixerFrequency};
+use decode::{decode_f32, validate as validate_samples};
 use num_complex::Complex32;
+use pfb::{channelise_complex, channelise_real, duplicate_weights, Transform, Work};
+use postproc::{dither_key, Post};
 use rayon::prelude::*;
-
-/// Computes F-engine output blocks. Implementations: [`CpuBackend`] (reference); a GPU
-/// backend plugs in beside it.
-pub trait FBackend {
-    fn config(&self) -> &FConfig;
-
-    /// Channelises `block` into `out`, laid out as (heap, channel, spectrum-in-heap, pol,
-    /// re/im) for `out.len() / (channels·2·bytes_per_value)` spectra; the block fills
-    /// spectra [block.out_first, block.out_first + block.spectra).
-    fn process(&mut self, block: &Block, out: &mut [u8]) -> Result<BlockStats, FError>;
-
-    /// Batches this backend can hold in flight through [`Self::submit`] and
-    /// [`Self::complete`] (0: none, [`Self::process`] only).
-    fn depth(&self) -> usize {
-        0
-    }
-
-    /// Queues one batch: `blocks` cover output spectra 0.. of an `out_len`-byte output in
-    /// order (cut where a coarse delay changes) and all read the same packed input slices.
-    /// At most [`Self::depth`] batches may be queued and not completed.
-    fn submit(&mut self, _blocks: &[Block], _out_len: usize) -> Result<(), FError> {
-        Err(FError::BadParameter {
-            what: "submit",
-            why: "this backend computes block by block (process) only".into(),
-        })
-    }
-
-    /// The oldest queued batch, written to `out`, with its counters; `wait`: wait for it
-    /// (else `None` while it is still being computed). `None` when nothing is queued.
-    fn complete(&mut self, _out: &mut [u8], _wait: bool) -> Result<Option<BlockStats>, FError> {
-        Ok(None)
-    }
-}
+use stats::InputStats;
 
 /// CPU backend: rayon over tiles of spectra; FIR, FFT and post-processing fused per tile.
 pub struct CpuBackend {

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
-use super::gpu::gerr;
-use super::FError;
+use super::wideband::gerr;
+use crate::compute::fengine::FError;
 
 /// DDC kernel source.
 pub const DDC_SRC: &str = crate::kernel_source!("fengine/ddc.cu");

@@ -22,16 +22,17 @@ use cudarc::driver::{
 #[cfg(test)]
 use num_complex::Complex32;
 
-use super::backend::{validate_block, FBackend};
-use super::ddc::{ddc_weights, Ddc, MixerFrequency};
 use super::ddc_tune::{
     autotune, candidates, launch_ddc, load_ddc, valid_tuning, DdcLaunch, DdcTuning,
 };
-use super::gpu::{
+use super::wideband::{
     arch_for, ensure, gerr, upload_pinned_pols, DeviceBlock, HostParams, StagedCompute, WorkBuffers,
 };
-use super::weights::pfb_weights;
-use super::{Block, BlockStats, Dither, FConfig, FError, Samples};
+use crate::compute::fengine::cpu::ddc::{ddc_weights, Ddc, MixerFrequency};
+use crate::compute::fengine::cpu::validate_block;
+use crate::compute::fengine::design::weights::pfb_weights;
+use crate::compute::fengine::FBackend;
+use crate::compute::fengine::{Block, BlockStats, Dither, FConfig, FError, Samples};
 
 /// Complex PFB FIR kernel source.
 pub const PFB_FIR_COMPLEX_SRC: &str = crate::kernel_source!("fengine/pfb_fir_complex.cu");
@@ -43,7 +44,7 @@ const FIR_THREADS: u32 = 128;
 const FIR_RUN: usize = 64;
 const POST_TILE: usize = 32;
 /// Bytes after each pol's staged input (the DDC decoder reads whole runs of ≤ 64 bytes).
-pub(super) const IN_PAD: usize = 128;
+pub(crate) const IN_PAD: usize = 128;
 /// Largest DDC taps per phase (W = ceil(taps/S)) the kernel unrolls.
 pub const MAX_DDC_TAPS_PER_PHASE: usize = 64;
 /// Largest PFB tap count the complex FIR unrolls.

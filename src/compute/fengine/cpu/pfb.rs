@@ -4,7 +4,7 @@
 //! FFT of length 2N keeping bins 0..N (the Nyquist bin is dropped). Complex (narrowband):
 //! the same FIR on complex samples with step = N, then a complex FFT of length N.
 
-use super::FError;
+use crate::compute::fengine::FError;
 use num_complex::Complex32;
 use realfft::{RealFftPlanner, RealToComplex};
 use rustfft::{Fft, FftPlanner};

@@ -2,10 +2,10 @@
 //! three-stream pipeline against one large block on the single-stream backend (skipped
 //! without a GPU, required with GPUCBF_REQUIRE_GPU=1).
 
-use super::gpu::{BlockParams, GpuBackend};
-use super::gpu_pipeline::{GpuPipeline, PipelineShape};
-use super::test_util::*;
-use super::*;
+use crate::compute::fengine::gpu::pipeline::{GpuPipeline, PipelineShape};
+use crate::compute::fengine::gpu::wideband::{BlockParams, GpuBackend};
+use crate::compute::fengine::reference::*;
+use crate::compute::fengine::*;
 use crate::gpu;
 
 const BITS: u32 = 10;
@@ -248,7 +248,7 @@ fn gpu_fir_decoders_match_cpu_for_all_bit_widths() {
     if !gpu::gpu_test_guard("gpu_fir_decoders_match_cpu_for_all_bit_widths") {
         return;
     }
-    use super::pfb::fir_real;
+    use crate::compute::fengine::cpu::pfb::fir_real;
     let spectra = 24;
     for channels in [8usize, 64] {
         let mut cfg = FConfig::wideband(channels, 8);
@@ -290,9 +290,11 @@ fn gpu_fir_decoders_match_cpu_for_all_bit_widths() {
 /// check refuses chunks shorter than that footprint.
 #[test]
 fn gpu_pipeline_narrowband_matches_one_block() {
-    use super::ddc_tune::candidates;
-    use super::gpu_ddc::{ddc_taps_per_phase, DdcTuningChoice, GpuNarrowband};
-    use super::gpu_pipeline::PipelineBackend;
+    use crate::compute::fengine::gpu::ddc_tune::candidates;
+    use crate::compute::fengine::gpu::narrowband::{
+        ddc_taps_per_phase, DdcTuningChoice, GpuNarrowband,
+    };
+    use crate::compute::fengine::gpu::pipeline::PipelineBackend;
     for no_discard in [false, true] {
         let mut cfg = FConfig::wideband(64, 8);
         cfg.dither_seed = 5;

@@ -2,10 +2,12 @@
 //! and GPU results against the CPU backend on the same input (skipped without a GPU,
 //! required with GPUCBF_REQUIRE_GPU=1).
 
-use super::gpu::{fir_defines, postproc_defines, GpuBackend, Tuning, PFB_FIR_SRC, POSTPROC_SRC};
-use super::pfb::fir_real;
-use super::test_util::*;
-use super::*;
+use crate::compute::fengine::cpu::pfb::fir_real;
+use crate::compute::fengine::gpu::wideband::{
+    fir_defines, postproc_defines, GpuBackend, Tuning, PFB_FIR_SRC, POSTPROC_SRC,
+};
+use crate::compute::fengine::reference::*;
+use crate::compute::fengine::*;
 use crate::gpu;
 use num_complex::Complex32;
 use std::f64::consts::PI;

@@ -2,7 +2,7 @@
 //! 2–16 bits. Each sample lies within 3 consecutive bytes; it is loaded as a 24-bit
 //! big-endian word, shifted to the top of an i32 and arithmetically shifted back down.
 
-use super::{FError, Samples};
+use crate::compute::fengine::{FError, Samples};
 use rayon::prelude::*;
 
 const PAR_CHUNK: usize = 1 << 16;

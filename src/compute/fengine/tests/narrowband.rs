@@ -1,9 +1,10 @@
 //! Narrowband (DDC + complex PFB) tests: tone placement, leakage and alias rejection,
 //! delay phase, the float64 reference, and error handling.
 
-use super::ddc::ddc_weights;
-use super::test_util::*;
-use super::*;
+use crate::compute::fengine::cpu::ddc::ddc_weights;
+use crate::compute::fengine::design::delay;
+use crate::compute::fengine::reference::*;
+use crate::compute::fengine::*;
 use num_complex::{Complex32, Complex64};
 use rand::RngExt;
 use std::f64::consts::PI;

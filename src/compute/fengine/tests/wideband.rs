@@ -1,8 +1,8 @@
 //! Wideband end-to-end tests of the CPU backend against analytic expectations and the
 //! independent float64 reference in `test_util`.
 
-use super::test_util::*;
-use super::*;
+use crate::compute::fengine::reference::*;
+use crate::compute::fengine::*;
 use num_complex::{Complex32, Complex64};
 use rand::RngExt;
 use std::f64::consts::PI;
@@ -17,7 +17,7 @@ fn cfg(channels: usize, sph: usize) -> FConfig {
 }
 
 fn phase_err(a: f64, b: f64) -> f64 {
-    super::delay::wrap_angle(a - b).abs()
+    crate::compute::fengine::design::delay::wrap_angle(a - b).abs()
 }
 
 /// Tone at the centre of channel k: |X| = A·Σw/2·|g|, phase = θ + arg g (window starts on

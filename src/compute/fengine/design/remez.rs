@@ -7,7 +7,7 @@
 //! the Lagrange interpolant on the current extremal set and exchanges it for the extrema of
 //! the new weighted error. Even lengths (type II) use H(f) = cos(πf)·P(f).
 
-use super::FError;
+use crate::compute::fengine::FError;
 use std::f64::consts::PI;
 
 /// One band: edges in Hz (same units as `fs`), desired amplitude, weight.

@@ -7,8 +7,8 @@
 //! (cycles × 2^64; wrapping drops whole cycles), so it is exact for any timestamp up to the
 //! rounding of f itself, which is exact for integral frequencies and rates.
 
-use super::remez::{remez, Band};
-use super::{FError, Narrowband, NarrowbandMode};
+use crate::compute::fengine::design::remez::{remez, Band};
+use crate::compute::fengine::{FError, Narrowband, NarrowbandMode};
 use num_complex::Complex32;
 use rayon::prelude::*;
 use std::f64::consts::PI;
@@ -279,8 +279,8 @@ unsafe fn dot2_fma(x: &[f32], a: &[f32], b: &[f32]) -> (f32, f32) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::remez::amplitude;
     use super::*;
+    use crate::compute::fengine::design::remez::amplitude;
 
     #[test]
     fn mixer_fixed_point_is_exact() {

@@ -1,6 +1,6 @@
 //! PFB FIR weights (dsp.md §3.1, katgpucbf `generate_pfb_weights`).
 
-use super::FError;
+use crate::compute::fengine::FError;
 
 /// Window applied to the sinc prototype.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

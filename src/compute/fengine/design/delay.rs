@@ -7,7 +7,7 @@
 //! spectra stay on the regular grid; each gets one delay for all its samples, and a block
 //! is cut wherever the coarse delay changes.
 
-use super::FError;
+use crate::compute::fengine::FError;
 use std::f64::consts::PI;
 
 /// Wraps an angle into [−π, π).

@@ -4,14 +4,16 @@
 //! decimation 8 and 16, discard and no-discard — plus the DDC autotuner's cache (skipped
 //! without a GPU, required with GPUCBF_REQUIRE_GPU=1).
 
-use super::ddc::{ddc_weights, Ddc, MixerFrequency};
-use super::ddc_tune::{self, cache_key, cache_lookup, cache_store, DdcTuning, DDC_SRC};
-use super::gpu_ddc::{
+use crate::compute::fengine::cpu::ddc::{ddc_weights, Ddc, MixerFrequency};
+use crate::compute::fengine::gpu::ddc_tune::{
+    self, cache_key, cache_lookup, cache_store, DdcTuning, DDC_SRC,
+};
+use crate::compute::fengine::gpu::narrowband::{
     ddc_taps_per_phase, fir_complex_defines, postproc_nb_defines, DdcTuningChoice, GpuNarrowband,
     PFB_FIR_COMPLEX_SRC, POSTPROC_NB_SRC,
 };
-use super::test_util::*;
-use super::*;
+use crate::compute::fengine::reference::*;
+use crate::compute::fengine::*;
 use crate::gpu;
 use num_complex::Complex32;
 use std::f64::consts::PI;

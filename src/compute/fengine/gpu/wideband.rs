@@ -26,11 +26,12 @@ use cudarc::driver::{
 };
 use num_complex::Complex32;
 
-use super::backend::{validate_block, FBackend};
-use super::postproc::dither_key;
-use super::stats::InputStats;
-use super::weights::pfb_weights;
-use super::{Block, BlockStats, Dither, FConfig, FError, Samples};
+use crate::compute::fengine::cpu::postproc::dither_key;
+use crate::compute::fengine::cpu::stats::InputStats;
+use crate::compute::fengine::cpu::validate_block;
+use crate::compute::fengine::design::weights::pfb_weights;
+use crate::compute::fengine::FBackend;
+use crate::compute::fengine::{Block, BlockStats, Dither, FConfig, FError, Samples};
 
 /// PFB FIR kernel source (embedded so binaries need no kernel files at run time).
 pub const PFB_FIR_SRC: &str = crate::kernel_source!("fengine/pfb_fir.cu");
@@ -42,7 +43,7 @@ const POST_TILE: usize = 32;
 /// Bytes after each pol's input in the device buffer (the decoder reads 8 bytes ahead).
 const IN_PAD: usize = 16;
 
-pub(super) fn gerr<E: std::fmt::Debug>(e: E) -> FError {
+pub(crate) fn gerr<E: std::fmt::Debug>(e: E) -> FError {
     FError::Gpu(format!("{e:?}"))
 }
 
@@ -82,7 +83,7 @@ pub fn default_unzip(channels: usize) -> usize {
 }
 
 /// NVRTC virtual architecture for a device of compute capability `major.minor`.
-pub(super) fn arch_for(major: i32, minor: i32) -> Result<&'static str, FError> {
+pub(crate) fn arch_for(major: i32, minor: i32) -> Result<&'static str, FError> {
     Ok(match (major, minor) {
         (8, 0) => "compute_80",
         (8, 6) => "compute_86",
@@ -99,7 +100,7 @@ pub(super) fn arch_for(major: i32, minor: i32) -> Result<&'static str, FError> {
 }
 
 /// Grows `buf` to at least `len` elements (contents are not kept).
-pub(super) fn ensure<T: DeviceRepr + ValidAsZeroBits>(
+pub(crate) fn ensure<T: DeviceRepr + ValidAsZeroBits>(
     stream: &Arc<CudaStream>,
     buf: &mut CudaSlice<T>,
     len: usize,
@@ -112,7 +113,7 @@ pub(super) fn ensure<T: DeviceRepr + ValidAsZeroBits>(
 
 /// Queues the upload of staged (delay, keys, gains) host parameters into the device buffers,
 /// growing the per-spectrum ones as needed.
-pub(super) fn upload_params(
+pub(crate) fn upload_params(
     stream: &Arc<CudaStream>,
     host: (&[f32], &[u64], &[f32]),
     dev: (
@@ -134,14 +135,14 @@ pub(super) fn upload_params(
 
 /// Host staging of one block's post-processing parameters (both GPU backends): delay and
 /// dither keys per (spectrum, pol), gains per (pol, channel), in the kernels' layout.
-pub(super) struct HostParams {
+pub(crate) struct HostParams {
     delay: Vec<f32>,
     keys: Vec<u64>,
     gains: Vec<f32>,
 }
 
 impl HostParams {
-    pub(super) fn new(channels: usize) -> Self {
+    pub(crate) fn new(channels: usize) -> Self {
         HostParams {
             delay: vec![],
             keys: vec![],
@@ -151,7 +152,7 @@ impl HostParams {
 
     /// Fills the staging from `block` (validated) and queues its upload into the device
     /// buffers `dev` = (delay, keys, gains).
-    pub(super) fn upload(
+    pub(crate) fn upload(
         &mut self,
         cfg: &FConfig,
         block: &Block,
@@ -172,7 +173,7 @@ impl HostParams {
 
 /// Bench: queues the copies of both pols' input from pinned host buffers into `input` (pol
 /// p at p·`stride` bytes, at most `room[p]` bytes each).
-pub(super) fn upload_pinned_pols(
+pub(crate) fn upload_pinned_pols(
     stream: &Arc<CudaStream>,
     input: &mut CudaSlice<u8>,
     stride: usize,

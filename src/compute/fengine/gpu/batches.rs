@@ -16,11 +16,12 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, PinnedHostSlice};
 
-use super::backend::{validate_block, FBackend};
-use super::gpu::{ensure, gerr, BlockParams, DeviceBlock, StagedCompute};
-use super::gpu_pipeline::PipelineBackend;
-use super::stats::InputStats;
-use super::{Block, BlockStats, FConfig, FError, Samples};
+use super::pipeline::PipelineBackend;
+use super::wideband::{ensure, gerr, BlockParams, DeviceBlock, StagedCompute};
+use crate::compute::fengine::cpu::stats::InputStats;
+use crate::compute::fengine::cpu::validate_block;
+use crate::compute::fengine::FBackend;
+use crate::compute::fengine::{Block, BlockStats, FConfig, FError, Samples};
 
 /// Batches a [`Pipelined`] backend holds in flight.
 pub const DEPTH: usize = 4;
