@@ -24,6 +24,7 @@ macro_rules! kernel_source {
 }
 
 pub mod apps;
+pub mod bench;
 pub mod bitpack;
 pub mod chunk;
 pub mod cli_util;
@@ -32,7 +33,6 @@ pub mod control;
 pub mod engines;
 pub mod gpu;
 pub mod net;
-pub mod recvbench;
 pub mod shutdown;
 pub mod spead;
 pub mod telemetry;

@@ -60,11 +60,11 @@ enum Command {
         what: String,
         /// Options of `bench recv`.
         #[command(flatten)]
-        recv: gpucbf::recvbench::RecvBenchArgs,
+        recv: gpucbf::bench::recv::RecvBenchArgs,
     },
     /// Non-uniform FFTs (FINUFFT conventions) on .npy files, and the CPU benchmark.
     #[command(subcommand)]
-    Nufft(gpucbf::compute::nufft::cli::NufftCmd),
+    Nufft(gpucbf::apps::nufft::NufftCmd),
     /// Dirty image (FITS, PNG) of correlator visibilities (.npy dumps or X-engine pcap).
     Image(gpucbf::apps::image::cli::ImageArgs),
     /// Loopback array: dsim → F-engines → XB-engine → visibilities, plots, dirty image.
@@ -124,21 +124,21 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Bench { what, recv } => match what.as_str() {
             "recv" => {
-                gpucbf::recvbench::run(&recv)?;
+                gpucbf::bench::recv::run(&recv)?;
             }
             "fgpu" => {
-                gpucbf::compute::fengine::bench_gpu()?;
-                gpucbf::compute::fengine::bench_gpu_narrowband()?;
+                gpucbf::bench::fgpu::bench_gpu()?;
+                gpucbf::bench::fgpu_narrowband::bench_gpu_narrowband()?;
             }
-            "fgpu-narrowband" => gpucbf::compute::fengine::bench_gpu_narrowband()?,
+            "fgpu-narrowband" => gpucbf::bench::fgpu_narrowband::bench_gpu_narrowband()?,
             "nufft" => bench_nufft()?,
-            "xbgpu-beam" => gpucbf::compute::xengine::bench_gpu_beams()?,
+            "xbgpu-beam" => gpucbf::bench::xbgpu::bench_gpu_beams()?,
             "xbgpu-corr" => {
-                gpucbf::compute::xengine::bench_gpu_corr(&[64, 256, 576, 1024], 8192)?;
+                gpucbf::bench::xbgpu::bench_gpu_corr(&[64, 256, 576, 1024], 8192)?;
             }
-            _ => gpucbf::compute::xengine::bench_gpu(&[64, 256, 576, 1024], 8192)?,
+            _ => gpucbf::bench::xbgpu::bench_gpu(&[64, 256, 576, 1024], 8192)?,
         },
-        Command::Nufft(cmd) => gpucbf::compute::nufft::cli::run(cmd)?,
+        Command::Nufft(cmd) => gpucbf::apps::nufft::run(cmd)?,
         Command::Image(args) => {
             let summary = gpucbf::apps::image::cli::run(&args)?;
             print_json(&summary)?;
@@ -155,7 +155,7 @@ fn main() -> anyhow::Result<()> {
 /// the GPU (data resident) where one exists, then on the CPU and through FINUFFT (Python) on
 /// the same input in the same run, with the ratio. `GPUCBF_NUFFT_BENCH_M` / `_N` shrink it.
 fn bench_nufft() -> anyhow::Result<()> {
-    use gpucbf::compute::nufft::bench::{bench_cpu, finufft_peer};
+    use gpucbf::bench::nufft::{bench_cpu, finufft_peer};
     let env = |k: &str, d: usize| -> anyhow::Result<usize> {
         match std::env::var(k) {
             Ok(v) => v
@@ -170,10 +170,10 @@ fn bench_nufft() -> anyhow::Result<()> {
         1e-5,
     );
     if gpucbf::gpu::gpu_available() {
-        let mut opts = gpucbf::compute::nufft::bench_gpu::GpuBenchOpts::issue_case();
+        let mut opts = gpucbf::bench::nufft_gpu::GpuBenchOpts::issue_case();
         opts.m = m;
         opts.n = n;
-        gpucbf::compute::nufft::bench_gpu::bench_gpu(&opts)?;
+        gpucbf::bench::nufft_gpu::bench_gpu(&opts)?;
     } else {
         println!("nufft bench gpu: no CUDA device, GPU figure skipped");
     }

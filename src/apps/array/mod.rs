@@ -353,10 +353,10 @@ pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
                 .map(|p| Complex32::new(p[0] as f32, p[1] as f32)),
         );
     }
-    crate::compute::nufft::npy::write_npy(
+    crate::apps::npy::write_npy(
         &dir.join("visibilities.npy"),
         &[dumps.len(), c, nbl, 4],
-        &crate::compute::nufft::npy::NpyData::C64(vis),
+        &crate::apps::npy::NpyData::C64(vis),
     )
     .map_err(|e| anyhow::anyhow!("visibilities.npy: {e}"))?;
     let products = image::write_products(dir, &dumps, n, c, fs, &positions)?;

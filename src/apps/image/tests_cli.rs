@@ -6,7 +6,7 @@ use num_complex::Complex32;
 
 use super::cli::{load_pcap, run, ImageArgs, WeightingArg};
 use super::*;
-use crate::compute::nufft::npy::{write_npy, NpyData};
+use crate::apps::npy::{write_npy, NpyData};
 use crate::net::pcap::PcapSink;
 use crate::net::PacketSink;
 use crate::spead::{ids, HeapBuilder};

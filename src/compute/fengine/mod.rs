@@ -23,19 +23,15 @@
 //!   unzipped-FFT split (dsp.md §5) is a GPU memory-pass optimisation with the same result.
 //! * The narrowband coarse delay may be any multiple of S (the GPU needs chunk alignment).
 
-mod bench;
-mod cpu;
-mod design;
-mod gpu;
-mod gpu_bench;
-mod gpu_ddc_bench;
+pub(crate) mod cpu;
+pub(crate) mod design;
+pub(crate) mod gpu;
 
 #[cfg(test)]
 mod reference;
 #[cfg(test)]
 mod tests;
 
-pub use bench::bench_cpu;
 pub use cpu::ddc::{ddc_weights, ddc_weights_discard, ddc_weights_no_discard, MixerFrequency};
 pub use cpu::decode::{decode, decode_f32};
 pub use cpu::postproc::{dither_value, quantise};
@@ -49,10 +45,6 @@ pub use gpu::ddc_tune::{DdcTuning, DDC_SRC};
 pub use gpu::narrowband::{DdcTuningChoice, GpuNarrowband, PFB_FIR_COMPLEX_SRC, POSTPROC_NB_SRC};
 pub use gpu::pipeline::{GpuPipeline, PipelineBackend, PipelineShape};
 pub use gpu::wideband::{BlockParams, GpuBackend, Tuning, PFB_FIR_SRC, POSTPROC_SRC};
-pub use gpu_bench::bench_gpu;
-#[cfg(test)]
-pub(crate) use gpu_bench::noise as bench_noise;
-pub use gpu_ddc_bench::bench_gpu_narrowband;
 
 use num_complex::Complex32;
 

@@ -20,22 +20,12 @@
 //! fine grid (rustfft, one rayon-parallel pass per axis), and deconvolution by the kernel's
 //! Fourier transform (Gauss–Legendre quadrature).
 
-pub mod bench;
-pub mod bench_gpu;
-pub mod cli;
-mod cpu;
-mod deconv;
-mod fft;
+pub(crate) mod cpu;
 pub mod gpu;
-mod gpu_setup;
 pub mod kernel;
-pub mod npy;
 mod plan;
-mod spread;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_gpu;
 
 pub use cpu::{CpuPlan, StageTimes};
 pub use gpu::GpuPlan;

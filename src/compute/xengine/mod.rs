@@ -15,12 +15,10 @@
 //! `a2(a2+1)/2 + a1` (a1 ≤ a2) and product `p1 + 2·p2`, value Σ x[a1,p1]·conj(x[a2,p2]).
 
 mod beam;
-pub mod bench;
-mod cpu;
-mod gpu;
+pub(crate) mod cpu;
+pub(crate) mod gpu;
 
 pub use beam::{batch_dither_seed, beam_dither, Beam, BeamSet, BeamStats, BeamTables};
-pub use bench::{bench_gpu, bench_gpu_beams, bench_gpu_corr};
 pub use cpu::CpuX;
 pub use gpu::{
     beamform_defines, correlate_defines, BeamKernel, BeamPlan, BeamTuning, BeamWgPlan, CorrVariant,

@@ -6,7 +6,8 @@ use super::backend::*;
 use super::config::FgpuArgs;
 use super::control::{OutputControl, SharedControl};
 use super::engine::Channelizer;
-use crate::compute::fengine::{bench_noise as noise, CpuBackend};
+use crate::bench::fgpu::noise;
+use crate::compute::fengine::CpuBackend;
 use crate::engines::fgpu::parse_wideband;
 use clap::Parser;
 

@@ -1,11 +1,11 @@
 //! The CPU implementation of [`FBackend`] (the reference: multi-threaded with rayon) and its
 //! stages: sample decode, PFB FIR and FFT, post-processing, narrowband DDC, input statistics.
 
-pub(super) mod ddc;
-pub(super) mod decode;
-pub(super) mod pfb;
-pub(super) mod postproc;
-pub(super) mod stats;
+pub(crate) mod ddc;
+pub(crate) mod decode;
+pub(crate) mod pfb;
+pub(crate) mod postproc;
+pub(crate) mod stats;
 
 use super::design::weights::pfb_weights;
 use super::{Block, BlockStats, Dither, FBackend, FConfig, FError};

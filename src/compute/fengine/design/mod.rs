@@ -1,6 +1,6 @@
 //! Design of the F-engine's fixed inputs: PFB FIR weights (windowed sinc), the DDC's
 //! Parks–McClellan low-pass filter, and the linear delay model evaluated per spectrum.
 
-pub(super) mod delay;
-pub(super) mod remez;
-pub(super) mod weights;
+pub(crate) mod delay;
+pub(crate) mod remez;
+pub(crate) mod weights;

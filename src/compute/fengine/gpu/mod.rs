@@ -2,8 +2,8 @@
 //! `kernels/fengine/` (wideband PFB FIR + cuFFT + post-processing, narrowband DDC + complex
 //! PFB + post-processing), the DDC autotuner, batches in flight and the three-stream pipeline.
 
-pub(super) mod batches;
-pub(super) mod ddc_tune;
-pub(super) mod narrowband;
-pub(super) mod pipeline;
-pub(super) mod wideband;
+pub(crate) mod batches;
+pub(crate) mod ddc_tune;
+pub(crate) mod narrowband;
+pub(crate) mod pipeline;
+pub(crate) mod wideband;

@@ -13,8 +13,8 @@ use cudarc::driver::{
 use super::beam::BeamTables;
 use super::{present_baselines, BeamSet, BeamStats, XBackend, XError, XShape};
 
-mod beam_wg;
-mod wgmma;
+pub(crate) mod beam_wg;
+pub(crate) mod wgmma;
 pub use beam_wg::{BeamKernel, BeamWgPlan, BEAMFORM_WGMMA_SRC, BEAM_WG_MAX_ANTS};
 pub use wgmma::{
     correlate_wgmma_defines, sparse_tile, sparse_tiles, CorrKernel, WgmmaVariant,

@@ -1,10 +1,12 @@
 //! Accuracy tests against plainly written direct sums, and error handling.
 
+mod gpu;
+
 use num_complex::Complex;
 use rayon::prelude::*;
 
-use super::bench::SplitMix64;
 use super::*;
+use crate::bench::nufft::SplitMix64;
 
 pub(super) type C64 = Complex<f64>;
 

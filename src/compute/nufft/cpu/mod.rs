@@ -1,16 +1,20 @@
 //! The CPU backend: spread → FFT → deconvolve (type 1) and its reverse (type 2).
 
+pub(crate) mod deconv;
+pub(crate) mod fft;
+pub(crate) mod spread;
+
 use std::time::{Duration, Instant};
 
 use num_complex::Complex;
 use rayon::prelude::*;
 
-use super::deconv;
-use super::fft::FftNd;
 use super::kernel::{Kernel, KernelParams};
 use super::plan::PlanShape;
-use super::spread::{self, SortedPoints};
 use super::{NufftBackend, NufftError, NufftType, Options, Real};
+
+use fft::FftNd;
+use spread::SortedPoints;
 
 /// Wall time of the stages of the last `set_points` / `execute`.
 #[derive(Clone, Copy, Debug, Default)]

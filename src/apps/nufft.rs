@@ -12,8 +12,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use num_complex::Complex;
 
-use super::npy::{read_npy, write_npy, NpyData};
-use super::{make_plan, Backend, NufftType, Options, Real};
+use crate::apps::npy::{read_npy, write_npy, NpyData};
+use crate::compute::nufft::{make_plan, Backend, NufftType, Options, Real};
 
 /// NUFFT subcommands.
 #[derive(Subcommand, Debug)]
@@ -180,7 +180,7 @@ pub fn run(cmd: NufftCmd) -> Result<()> {
         }
         NufftCmd::Bench(a) => {
             if !a.gpu_only {
-                super::bench::bench_cpu(
+                crate::bench::nufft::bench_cpu(
                     a.m,
                     a.n,
                     a.eps,
@@ -191,7 +191,7 @@ pub fn run(cmd: NufftCmd) -> Result<()> {
                 )?;
             }
             if a.gpu || a.gpu_only {
-                super::bench_gpu::bench_gpu(&super::bench_gpu::GpuBenchOpts {
+                crate::bench::nufft_gpu::bench_gpu(&crate::bench::nufft_gpu::GpuBenchOpts {
                     m: a.m,
                     n: a.n,
                     eps: a.eps,
@@ -277,8 +277,8 @@ fn transform<T: Real>(
 
 #[cfg(test)]
 mod unit {
-    use super::*;
-    use crate::compute::nufft::bench::SplitMix64;
+    use crate::apps::nufft::*;
+    use crate::bench::nufft::SplitMix64;
     use clap::Parser;
 
     #[derive(Parser)]

@@ -14,9 +14,9 @@ use std::sync::Mutex;
 use num_complex::Complex;
 use rayon::prelude::*;
 
-use super::kernel::Kernel;
-use super::plan::check_coords;
-use super::{fast_floor, NufftError, Real, MAX_NS};
+use crate::compute::nufft::kernel::Kernel;
+use crate::compute::nufft::plan::check_coords;
+use crate::compute::nufft::{fast_floor, NufftError, Real, MAX_NS};
 
 /// Most points per chunk (FINUFFT's subproblem size is of the same order).
 pub const MAX_CHUNK: usize = 8192;
@@ -413,7 +413,7 @@ pub fn interp<T: Real>(
 #[cfg(test)]
 mod unit {
     use super::*;
-    use crate::compute::nufft::bench::SplitMix64;
+    use crate::bench::nufft::SplitMix64;
 
     /// Large enough for the multi-block parallel scatter: the result must be a stable
     /// permutation into bin order carrying the right grid coordinates.

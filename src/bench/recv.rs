@@ -827,7 +827,7 @@ pub fn run(args: &RecvBenchArgs) -> anyhow::Result<Vec<RecvResult>> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::bench::recv::*;
 
     /// The peer script: `--peer-script` alone when given (an error naming it when it is not
     /// there), else next to the executable before the source tree; an error names every

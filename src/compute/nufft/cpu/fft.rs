@@ -8,7 +8,7 @@ use num_complex::Complex;
 use rayon::prelude::*;
 use rustfft::{Fft, FftDirection, FftPlanner};
 
-use super::Real;
+use crate::compute::nufft::Real;
 
 /// Columns gathered per task for strided axes.
 const COLS: usize = 16;

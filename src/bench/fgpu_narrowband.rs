@@ -10,13 +10,13 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
-use super::gpu::narrowband::{ddc_taps_per_phase, GpuNarrowband};
-use super::gpu::wideband::{gerr, StagedCompute};
-use super::gpu_bench::{bandwidths, noise, pinned_from, pipelined, time_gpu};
-use super::{
+use crate::bench::fgpu::{bandwidths, noise, pinned_from, pipelined, time_gpu};
+use crate::bitpack;
+use crate::compute::fengine::gpu::narrowband::{ddc_taps_per_phase, GpuNarrowband};
+use crate::compute::fengine::gpu::wideband::{gerr, StagedCompute};
+use crate::compute::fengine::{
     Block, Dither, FBackend, FConfig, FError, Narrowband, NarrowbandMode, PolBlock, Samples,
 };
-use crate::bitpack;
 use num_complex::Complex32;
 
 /// FMA throughput kernel source (bench only).
@@ -131,7 +131,7 @@ pub fn bench_gpu_narrowband() -> Result<(), FError> {
         let (copy, fma, h2d) = match bounds {
             Some(b) => b,
             None => {
-                let arch = super::gpu::wideband::arch_for(
+                let arch = crate::compute::fengine::gpu::wideband::arch_for(
                     stream
                         .context()
                         .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)

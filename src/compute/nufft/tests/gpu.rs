@@ -2,11 +2,11 @@
 //! accuracy against direct sums and agreement with the CPU backend. GPU tests skip with a
 //! notice without a GPU and fail with `GPUCBF_REQUIRE_GPU=1`.
 
-use super::gpu::{nufft_defines, SpreadConfig, NUFFT_SRC, SHARED_MAX};
-use super::kernel::{Kernel, KernelParams};
-use super::tests::*;
 use super::*;
-use crate::compute::nufft::bench::SplitMix64;
+use crate::bench::nufft::SplitMix64;
+use crate::compute::nufft::gpu::{nufft_defines, SpreadConfig, NUFFT_SRC, SHARED_MAX};
+use crate::compute::nufft::kernel::{Kernel, KernelParams};
+use crate::compute::nufft::*;
 use crate::gpu::{compile_ptx, gpu_test_guard, nvrtc_test_guard};
 
 /// Every (dim, ns, precision) the plans can ask for fits the shared-memory cap, and the

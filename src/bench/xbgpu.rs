@@ -220,7 +220,7 @@ use std::ffi::c_void;
 use cudarc::cublaslt::{result as lt, sys as ltsys};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
-use super::{
+use crate::compute::xengine::{
     Beam, BeamKernel, BeamSet, BeamTuning, CorrVariant, GpuX, WgmmaVariant, XError, XShape,
 };
 
@@ -239,7 +239,10 @@ fn gerr<E: std::fmt::Debug>(e: E) -> XError {
 /// for timing, only that it is not all zero).
 fn random_input(n: usize) -> Vec<i8> {
     let block: Vec<i8> = (0..(4u64 << 20).min(n as u64))
-        .map(|i| (super::beam_dither(1, 0, 0, i as usize, 0, 1 << 23, 1).0 * 254.0).round() as i8)
+        .map(|i| {
+            (crate::compute::xengine::beam_dither(1, 0, 0, i as usize, 0, 1 << 23, 1).0 * 254.0)
+                .round() as i8
+        })
         .collect();
     let mut v = Vec::with_capacity(n);
     while v.len() < n {
@@ -315,7 +318,7 @@ fn bench_correlator(n_ants: usize, samples: usize, kern: Kern, bits: u32) -> Res
     let mut out = vec![0i32; shape.output_len()];
     let present = vec![true; n_ants];
     let t0 = std::time::Instant::now();
-    super::XBackend::dump(&mut g, &present, &mut out)?;
+    crate::compute::xengine::XBackend::dump(&mut g, &present, &mut out)?;
     let dump_s = t0.elapsed().as_secs_f64();
     println!(
         "correlator n_ants={n_ants:5} channels={n_channels:4} samples/launch={samples} {label:22}: {:8.3} ms/launch, {tops:7.1} TOPS (dump incl. D2H {:.1} ms)",
@@ -476,7 +479,7 @@ impl BeamBench {
             .clone_htod(&vec![1u8; n_ants * n_batches])
             .map_err(gerr)?;
         let seeds: Vec<u32> = (0..n_batches as u64)
-            .map(|k| super::batch_dither_seed(7, k))
+            .map(|k| crate::compute::xengine::batch_dither_seed(7, k))
             .collect();
         let dseeds = stream.clone_htod(&seeds).map_err(gerr)?;
         Ok(Self {
@@ -531,7 +534,7 @@ impl BeamBench {
             g.beamform_device(
                 &dt,
                 n_beams,
-                super::gpu::BeamLaunch {
+                crate::compute::xengine::gpu::BeamLaunch {
                     input,
                     n_batches: nb,
                     present,

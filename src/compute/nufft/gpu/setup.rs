@@ -9,7 +9,7 @@ use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
 use num_complex::Complex;
 
-use super::{NufftError, Real};
+use crate::compute::nufft::{NufftError, Real};
 
 /// Kernel source (embedded so binaries need no kernel files at run time).
 pub const NUFFT_SRC: &str = crate::kernel_source!("nufft/nufft_spread.cu");

@@ -8,10 +8,12 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
 use cudarc::driver::{CudaSlice, CudaStream, PinnedHostSlice};
 
-use super::gpu::pipeline::{GpuPipeline, PipelineShape};
-use super::gpu::wideband::{gerr, BlockParams, GpuBackend, StagedCompute, Tuning};
-use super::{Block, Dither, FBackend, FConfig, FError, PolBlock, Samples};
 use crate::bitpack;
+use crate::compute::fengine::gpu::pipeline::{GpuPipeline, PipelineShape};
+use crate::compute::fengine::gpu::wideband::{
+    gerr, BlockParams, GpuBackend, StagedCompute, Tuning,
+};
+use crate::compute::fengine::{Block, Dither, FBackend, FConfig, FError, PolBlock, Samples};
 use num_complex::Complex32;
 
 /// Input sample width and taps of the benchmark (MeerKAT digitiser, katgpucbf default).
@@ -357,7 +359,7 @@ fn pct(x: f64, bound: f64) -> f64 {
 fn sweep(b: &Bench, bw: &Bandwidths) -> Result<(), FError> {
     let m = b.m;
     let samples = b.samples();
-    let unzip = super::gpu::wideband::default_unzip(b.cfg.channels);
+    let unzip = crate::compute::fengine::gpu::wideband::default_unzip(b.cfg.channels);
     let mut be = GpuBackend::with_unzip(b.cfg.clone(), unzip)?;
     let mut out = vec![0u8; b.cfg.output_len(m)];
     be.process(&b.block(), &mut out)?;
@@ -605,7 +607,7 @@ fn sweep_at(channels: usize) -> bool {
 
 /// End to end at one configuration for other chunk sizes and slot counts.
 fn pipeline_variants(b: &Bench) -> Result<(), FError> {
-    let unzip = super::gpu::wideband::default_unzip(b.cfg.channels);
+    let unzip = crate::compute::fengine::gpu::wideband::default_unzip(b.cfg.channels);
     let mut line =
         String::from("    pipeline chunk samples/slots (steady % of alone, uploads % of alone):");
     for (chunk, slots) in [

@@ -10,6 +10,8 @@
 //! The plan keeps its points, strengths and output on the device; the trait methods copy
 //! from and to host slices around the `*_resident` methods the benchmark times.
 
+pub(crate) mod setup;
+
 use std::sync::Arc;
 
 use cudarc::cufft::CudaFft;
@@ -19,14 +21,14 @@ use cudarc::driver::{
 };
 use num_complex::Complex;
 
-use super::gpu_setup::{
-    arch_for, compile_cached, ensure, ensure_i32, exec_fft_inplace, fft_type, gerr, grid_1d, reals,
-    reals_mut,
-};
-pub use super::gpu_setup::{nufft_defines, SpreadConfig, NUFFT_SRC, SHARED_MAX};
 use super::kernel::{Kernel, KernelParams};
 use super::plan::{check_coords, PlanShape};
 use super::{NufftBackend, NufftError, NufftType, Options, Real};
+use setup::{
+    arch_for, compile_cached, ensure, ensure_i32, exec_fft_inplace, fft_type, gerr, grid_1d, reals,
+    reals_mut,
+};
+pub use setup::{nufft_defines, SpreadConfig, NUFFT_SRC, SHARED_MAX};
 
 /// Kernels of one compiled configuration.
 struct Funcs {

@@ -9,9 +9,9 @@ use std::time::Instant;
 use num_complex::Complex;
 use rayon::prelude::*;
 
-use super::bench::{sample_error, BenchError, SplitMix64};
-use super::gpu::GpuPlan;
-use super::{NufftError, NufftType, Options};
+use crate::bench::nufft::{sample_error, BenchError, SplitMix64};
+use crate::compute::nufft::gpu::GpuPlan;
+use crate::compute::nufft::{NufftError, NufftType, Options};
 
 /// Target throughput of the resident execute (issue #5).
 pub const TARGET_POINTS_PER_S: f64 = 2e9;

@@ -5,8 +5,8 @@
 use num_complex::Complex;
 use rayon::prelude::*;
 
-use super::kernel::KernelParams;
-use super::Real;
+use crate::compute::nufft::kernel::KernelParams;
+use crate::compute::nufft::Real;
 
 /// Per-axis correction factors `1/φ̂(k)` for `i = 0..n` (mode `k = i − ⌊n/2⌋`).
 pub fn weights<T: Real>(p: &KernelParams, nf: usize, n: usize) -> Vec<T> {

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use num_complex::Complex;
 
-use super::npy::{write_npy, NpyData, NpyError};
-use super::{CpuPlan, NufftBackend, NufftError, NufftType, Options, StageTimes};
+use crate::apps::npy::{write_npy, NpyData, NpyError};
+use crate::compute::nufft::{CpuPlan, NufftBackend, NufftError, NufftType, Options, StageTimes};
 
 /// SplitMix64: a tiny deterministic generator for test and benchmark inputs.
 #[derive(Clone, Debug)]

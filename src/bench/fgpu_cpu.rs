@@ -1,7 +1,7 @@
 //! CPU throughput measurement (to be wired into `gpucbf bench fgpu`).
 
-use super::{Block, CpuBackend, FBackend, FConfig, FError, PolBlock, Samples};
 use crate::bitpack;
+use crate::compute::fengine::{Block, CpuBackend, FBackend, FConfig, FError, PolBlock, Samples};
 use num_complex::Complex32;
 use std::time::Instant;
 
@@ -86,7 +86,7 @@ pub fn bench_cpu(cfg: FConfig, spectra: usize, bits: u32, iters: usize) -> Resul
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::bench::fgpu_cpu::*;
     use crate::compute::fengine::{Narrowband, NarrowbandMode};
 
     /// Not a unit test: prints CPU throughput for the report. Run with
