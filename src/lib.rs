@@ -25,14 +25,13 @@ macro_rules! kernel_source {
 
 pub mod apps;
 pub mod bench;
-pub mod bitpack;
 pub mod chunk;
-pub mod cli_util;
 pub mod compute;
 pub mod control;
 pub mod engines;
 pub mod gpu;
+pub mod mem;
 pub mod net;
-pub mod shutdown;
+pub mod npy;
 pub mod spead;
 pub mod telemetry;

@@ -10,7 +10,8 @@ use std::path::Path;
 
 use common::{scratch_dir, send_digitiser_heaps, HEAP_BYTES, HEAP_SAMPLES};
 use gpucbf::chunk::placement::DigitiserPlacement;
-use gpucbf::engines::fgpu::engine::{open_sink, run_pipelines};
+use gpucbf::engines::common::send::open_sink;
+use gpucbf::engines::fgpu::engine::run_pipelines;
 use gpucbf::engines::fgpu::{parse_wideband, Channelizer, FgpuSummary, Pipeline};
 use gpucbf::net::heapsend::HeapSender;
 use gpucbf::net::pcap::{PcapSink, PcapSource};
@@ -62,7 +63,7 @@ fn write_heaps(
     let mut s = HeapSender::new(sink, dsts, 2, 2, 8192, None);
     send_digitiser_heaps(&mut s, heaps, 2, skip, |h, pol| {
         let mut payload = vec![0u8; HEAP_BYTES];
-        gpucbf::bitpack::pack(&samples(h, pol), 10, &mut payload);
+        gpucbf::spead::bitpack::pack(&samples(h, pol), 10, &mut payload);
         payload
     });
 }

@@ -3,7 +3,7 @@
 
 use std::net::Ipv4Addr;
 
-use gpucbf::engines::fgpu::engine::open_source;
+use gpucbf::engines::common::recv::open_source;
 
 #[cfg(not(feature = "dpdk"))]
 #[test]
@@ -23,7 +23,7 @@ fn recv_dpdk_with_bad_endpoints_is_an_error() {
     assert!(e.to_string().contains("not endpoints"), "{e}");
 }
 
-use gpucbf::engines::fgpu::engine::{open_source_with, RecvOptions};
+use gpucbf::engines::common::recv::{open_source_with, RecvOptions};
 
 fn ibv(src: &str, interface: Ipv4Addr) -> String {
     let opts = RecvOptions {

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use common::{scratch_dir, small_feng_placement};
 use gpucbf::chunk::placement::FengPlacement;
 use gpucbf::compute::xengine::{Beam, BeamSet, CpuX, GpuX, XShape};
-use gpucbf::engines::fgpu::engine::open_sink;
+use gpucbf::engines::common::send::open_sink;
 use gpucbf::engines::xbgpu::engine::{run_pipelines, BPipeline};
 use gpucbf::engines::xbgpu::{Beamformer, Correlator, XPipeline};
 use gpucbf::gpu::gpu_test_guard;

@@ -3,10 +3,9 @@
 //! * [`array`]: a loopback array (dsim -> F-engines -> XB-engine) in one command.
 //! * [`image`]: dirty images of correlator visibilities.
 //! * [`inspect`]: `pcap-info` and `spead-dump`.
-//! * [`nufft`]: `gpucbf nufft`, NUFFTs on `.npy` files ([`npy`]).
+//! * [`nufft`]: `gpucbf nufft`, NUFFTs on `.npy` files ([`crate::npy`]).
 
 pub mod array;
 pub mod image;
 pub mod inspect;
-pub mod npy;
 pub mod nufft;

@@ -12,8 +12,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use num_complex::Complex;
 
-use crate::apps::npy::{read_npy, write_npy, NpyData};
 use crate::compute::nufft::{make_plan, Backend, NufftType, Options, Real};
+use crate::npy::{read_npy, write_npy, NpyData};
 
 /// NUFFT subcommands.
 #[derive(Subcommand, Debug)]
@@ -278,7 +278,7 @@ fn transform<T: Real>(
 #[cfg(test)]
 mod unit {
     use crate::apps::nufft::*;
-    use crate::bench::nufft::SplitMix64;
+    use crate::compute::nufft::SplitMix64;
     use clap::Parser;
 
     #[derive(Parser)]

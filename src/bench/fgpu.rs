@@ -8,12 +8,13 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
 use cudarc::driver::{CudaSlice, CudaStream, PinnedHostSlice};
 
-use crate::bitpack;
 use crate::compute::fengine::gpu::pipeline::{GpuPipeline, PipelineShape};
 use crate::compute::fengine::gpu::wideband::{
     gerr, BlockParams, GpuBackend, StagedCompute, Tuning,
 };
+use crate::compute::fengine::sample_noise;
 use crate::compute::fengine::{Block, Dither, FBackend, FConfig, FError, PolBlock, Samples};
+use crate::spead::bitpack;
 use num_complex::Complex32;
 
 /// Input sample width and taps of the benchmark (MeerKAT digitiser, katgpucbf default).
@@ -42,19 +43,6 @@ pub(super) fn time_gpu(
     f: impl FnMut() -> Result<(), FError>,
 ) -> Result<f64, FError> {
     crate::gpu::time_on_stream(stream, reps, f, gerr)
-}
-
-/// Deterministic pseudo-noise samples within `bits` (xorshift, roughly ±200).
-pub(crate) fn noise(n: usize, seed: u64) -> Vec<i16> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x >> 40) % 401) as i16 - 200
-        })
-        .collect()
 }
 
 pub(super) fn pinned_from(
@@ -143,7 +131,7 @@ impl Bench {
         let needed = cfg.input_samples_needed(m);
         let packed = (0..2u64)
             .map(|p| {
-                let s = noise(needed, 0x1234_5678 + p);
+                let s = sample_noise(needed, 0x1234_5678 + p);
                 let mut b = vec![0u8; bitpack::packed_len(needed, IN_BITS)];
                 bitpack::pack(&s, IN_BITS, &mut b);
                 b

@@ -1,7 +1,7 @@
 //! CPU throughput measurement (to be wired into `gpucbf bench fgpu`).
 
-use crate::bitpack;
 use crate::compute::fengine::{Block, CpuBackend, FBackend, FConfig, FError, PolBlock, Samples};
+use crate::spead::bitpack;
 use num_complex::Complex32;
 use std::time::Instant;
 

@@ -10,13 +10,14 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
-use crate::bench::fgpu::{bandwidths, noise, pinned_from, pipelined, time_gpu};
-use crate::bitpack;
+use crate::bench::fgpu::{bandwidths, pinned_from, pipelined, time_gpu};
 use crate::compute::fengine::gpu::narrowband::{ddc_taps_per_phase, GpuNarrowband};
 use crate::compute::fengine::gpu::wideband::{gerr, StagedCompute};
+use crate::compute::fengine::sample_noise;
 use crate::compute::fengine::{
     Block, Dither, FBackend, FConfig, FError, Narrowband, NarrowbandMode, PolBlock, Samples,
 };
+use crate::spead::bitpack;
 use num_complex::Complex32;
 
 /// FMA throughput kernel source (bench only).
@@ -95,7 +96,7 @@ pub fn bench_gpu_narrowband() -> Result<(), FError> {
         let needed = cfg.input_samples_needed(m);
         let packed: Vec<Vec<u8>> = (0..2u64)
             .map(|p| {
-                let s = noise(needed, 0x5eed_0000 + p);
+                let s = sample_noise(needed, 0x5eed_0000 + p);
                 let mut b = vec![0u8; bitpack::packed_len(needed, IN_BITS)];
                 bitpack::pack(&s, IN_BITS, &mut b);
                 b

@@ -5,28 +5,10 @@ use std::time::{Duration, Instant};
 
 use num_complex::Complex;
 
-use crate::apps::npy::{write_npy, NpyData, NpyError};
-use crate::compute::nufft::{CpuPlan, NufftBackend, NufftError, NufftType, Options, StageTimes};
-
-/// SplitMix64: a tiny deterministic generator for test and benchmark inputs.
-#[derive(Clone, Debug)]
-pub struct SplitMix64(pub u64);
-
-impl SplitMix64 {
-    /// Next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[lo, hi)`.
-    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64)
-    }
-}
+use crate::compute::nufft::{
+    CpuPlan, NufftBackend, NufftError, NufftType, Options, SplitMix64, StageTimes,
+};
+use crate::npy::{write_npy, NpyData, NpyError};
 
 /// Result of [`bench_cpu`].
 #[derive(Clone, Debug)]

@@ -9,8 +9,9 @@ use std::time::Instant;
 use num_complex::Complex;
 use rayon::prelude::*;
 
-use crate::bench::nufft::{sample_error, BenchError, SplitMix64};
+use crate::bench::nufft::{sample_error, BenchError};
 use crate::compute::nufft::gpu::GpuPlan;
+use crate::compute::nufft::SplitMix64;
 use crate::compute::nufft::{NufftError, NufftType, Options};
 
 /// Target throughput of the resident execute (issue #5).

@@ -11,12 +11,9 @@
 //! * [`placement`] holds the engines' placement rules (digitiser → fgpu, F-engine → xbgpu).
 //! * [`memory`]: where chunk bytes live (hugepages, CUDA-registered when a GPU exists).
 
-pub mod memory;
 pub mod placement;
 
-pub use memory::{Backing, ChunkMem, MemPolicy};
-
-use crate::net::source::{PacketSource, Poll};
+use crate::mem::{ChunkMem, MemPolicy};
 use crate::spead::PacketView;
 
 /// Where a packet's payload goes.
@@ -419,58 +416,3 @@ pub struct ChunkQueues {
 /// Called by the receive thread after each batch of packets with the counters so far and
 /// the queue depths (live metrics); runs on the receive thread, so it must be cheap.
 pub type RecvMonitor = Box<dyn FnMut(&ChunkStats, ChunkQueues) + Send>;
-
-/// Runs the receive thread: packets → chunks → `tx`, until end of input or shutdown.
-pub fn spawn_receiver<P: Placement + 'static>(
-    src: Box<dyn PacketSource>,
-    placement: P,
-    tx: crossbeam_channel::Sender<Chunk>,
-    recycle: crossbeam_channel::Receiver<Chunk>,
-) -> std::thread::JoinHandle<anyhow::Result<ChunkStats>> {
-    spawn_receiver_monitored(src, placement, tx, recycle, Box::new(|_, _| {}))
-}
-
-/// [`spawn_receiver`], reporting its counters to `monitor` as it goes.
-pub fn spawn_receiver_monitored<P: Placement + 'static>(
-    mut src: Box<dyn PacketSource>,
-    placement: P,
-    tx: crossbeam_channel::Sender<Chunk>,
-    recycle: crossbeam_channel::Receiver<Chunk>,
-    mut monitor: RecvMonitor,
-) -> std::thread::JoinHandle<anyhow::Result<ChunkStats>> {
-    std::thread::Builder::new()
-        .name("recv".into())
-        .spawn(move || {
-            let mut asm = ChunkAssembler::new(placement, 2);
-            let mut out = Vec::new();
-            let queues = |asm: &ChunkAssembler<P>| ChunkQueues {
-                ready: tx.len(),
-                free: asm.free_chunks() + recycle.len(),
-            };
-            loop {
-                while let Ok(c) = recycle.try_recv() {
-                    asm.recycle(c);
-                }
-                let poll = src.recv_batch(&mut |p| {
-                    let _ = asm.push(p, &mut out);
-                })?;
-                for c in out.drain(..) {
-                    if tx.send(c).is_err() {
-                        monitor(&asm.stats, queues(&asm));
-                        return Ok(asm.stats);
-                    }
-                }
-                monitor(&asm.stats, queues(&asm));
-                if poll == Poll::End || crate::shutdown::requested() {
-                    break;
-                }
-            }
-            asm.flush(&mut out);
-            for c in out.drain(..) {
-                let _ = tx.send(c);
-            }
-            monitor(&asm.stats, queues(&asm));
-            Ok(asm.stats)
-        })
-        .expect("spawn receive thread")
-}

@@ -152,7 +152,7 @@ fn serve_client(
         }
         w.flush()?;
         if halt {
-            crate::shutdown::request();
+            crate::control::shutdown::request();
             return Ok(());
         }
     }

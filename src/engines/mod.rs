@@ -1,9 +1,11 @@
 //! The engine processes: command line -> typed configuration -> run.
 //!
+//! * [`common`]: receive, send, shutdown and command-line pieces shared by the engines.
 //! * [`dsim`]: digitiser simulator (signal -> packed heaps -> paced send).
 //! * [`fgpu`]: F-engine (digitiser heaps -> channelised F-engine heaps).
 //! * [`xbgpu`]: XB-engine (F-engine heaps -> correlation products and beams).
 
+pub mod common;
 pub mod dsim;
 pub mod fgpu;
 pub mod xbgpu;

@@ -470,7 +470,7 @@ pub struct IbvSource {
     flows: Vec<*mut c_void>,
     endpoints: Vec<SocketAddrV4>,
     /// The receive ring (hugepages when reserved; registered with the NIC).
-    mem: crate::chunk::ChunkMem,
+    mem: crate::mem::ChunkMem,
     buffer_size: usize,
     lkey: u32,
     sges: Vec<IbvSge>,
@@ -513,9 +513,9 @@ impl IbvSource {
             mr: std::ptr::null_mut(),
             flows: Vec::new(),
             endpoints: cfg.endpoints.clone(),
-            mem: crate::chunk::ChunkMem::alloc(
+            mem: crate::mem::ChunkMem::alloc(
                 cfg.buffers.saturating_mul(cfg.buffer_size),
-                &crate::chunk::MemPolicy {
+                &crate::mem::MemPolicy {
                     hugepages: true,
                     cuda: None,
                 },

@@ -6,6 +6,7 @@
 //! * [`descriptor`]: item descriptors (name, description, shape, format / numpy dtype).
 
 pub mod assemble;
+pub mod bitpack;
 pub mod descriptor;
 pub mod encode;
 pub mod packet;

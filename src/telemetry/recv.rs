@@ -116,7 +116,7 @@ impl RecvMetrics {
         self.last = s.clone();
     }
 
-    /// As a receive-thread monitor ([`crate::chunk::spawn_receiver_monitored`]).
+    /// As a receive-thread monitor ([`crate::engines::common::recv::spawn_receiver_monitored`]).
     pub fn into_monitor(mut self) -> crate::chunk::RecvMonitor {
         Box::new(move |s, q| self.publish(s, q))
     }

@@ -114,7 +114,7 @@ fn wait_ready(logs: &[std::path::PathBuf], marker: &str, timeout: Duration) -> a
             if text.contains("Error:") {
                 anyhow::bail!("{} failed to start: see the log", log.display());
             }
-            if t0.elapsed() > timeout || crate::shutdown::requested() {
+            if t0.elapsed() > timeout || crate::control::shutdown::requested() {
                 anyhow::bail!(
                     "{} did not report `{marker}` within {:?}: see the log",
                     log.display(),
@@ -167,7 +167,7 @@ fn receive_dumps(
 
 /// Runs the array; returns the summary it also writes to `summary.json`.
 pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
-    crate::shutdown::install();
+    crate::control::shutdown::install();
     if args.antennas == 0 || args.antennas > 64 {
         anyhow::bail!("--antennas must be 1..=64");
     }
@@ -181,7 +181,7 @@ pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
         anyhow::bail!("--channels must be a power of two in 64..=32768");
     }
     // A bad --backend is refused here, not by every child engine.
-    crate::cli_util::use_gpu(&args.backend, true)?;
+    crate::engines::common::cli::use_gpu(&args.backend, true)?;
     let exe = std::env::current_exe()?;
     let dir = &args.output;
     std::fs::create_dir_all(dir.join("logs"))?;
@@ -304,7 +304,7 @@ pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
         match d.try_wait()? {
             Some(_) => dsim_summary = wait_json(d, "dsim", Duration::from_secs(5)),
             None => {
-                if crate::shutdown::requested() {
+                if crate::control::shutdown::requested() {
                     stop(&mut d);
                 }
                 dsim = Some(d);
@@ -353,10 +353,10 @@ pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
                 .map(|p| Complex32::new(p[0] as f32, p[1] as f32)),
         );
     }
-    crate::apps::npy::write_npy(
+    crate::npy::write_npy(
         &dir.join("visibilities.npy"),
         &[dumps.len(), c, nbl, 4],
-        &crate::apps::npy::NpyData::C64(vis),
+        &crate::npy::NpyData::C64(vis),
     )
     .map_err(|e| anyhow::anyhow!("visibilities.npy: {e}"))?;
     let products = image::write_products(dir, &dumps, n, c, fs, &positions)?;

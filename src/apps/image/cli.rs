@@ -10,7 +10,7 @@ use super::{
     default_layout, dirty_image, n_baselines, parse_layout, write_fits, write_image_png,
     ImagingParams, Observation, Visibilities, Weighting, MEERKAT_LAT_RAD, MEERKAT_LON_RAD,
 };
-use crate::apps::npy::{read_npy, NpyData};
+use crate::npy::{read_npy, NpyData};
 
 /// Weighting names on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

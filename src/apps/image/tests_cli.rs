@@ -6,9 +6,9 @@ use num_complex::Complex32;
 
 use super::cli::{load_pcap, run, ImageArgs, WeightingArg};
 use super::*;
-use crate::apps::npy::{write_npy, NpyData};
 use crate::net::pcap::PcapSink;
 use crate::net::PacketSink;
+use crate::npy::{write_npy, NpyData};
 use crate::spead::{ids, HeapBuilder};
 
 fn tmp(name: &str) -> std::path::PathBuf {

@@ -426,3 +426,16 @@ pub struct BlockStats {
     /// Digitiser statistics per pol (wideband only, like katgpucbf).
     pub input: Option<[InputStats; 2]>,
 }
+
+/// Deterministic pseudo-noise samples within `bits` (xorshift, roughly ±200).
+pub(crate) fn sample_noise(n: usize, seed: u64) -> Vec<i16> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) % 401) as i16 - 200
+        })
+        .collect()
+}

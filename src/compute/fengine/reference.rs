@@ -2,7 +2,7 @@
 //! F-engine written straight from the equations (direct DFTs, no FFT library).
 
 use super::{FConfig, PolBlock, Samples};
-use crate::bitpack;
+use crate::spead::bitpack;
 use num_complex::{Complex32, Complex64};
 use rand::{RngExt, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;

@@ -21,6 +21,7 @@
 //! Fourier transform (Gauss–Legendre quadrature).
 
 pub(crate) mod cpu;
+mod deconv;
 pub mod gpu;
 pub mod kernel;
 mod plan;
@@ -290,5 +291,25 @@ pub fn next_smooth_even(n: usize) -> usize {
             return m;
         }
         m += 2;
+    }
+}
+
+/// SplitMix64: a tiny deterministic generator for test and benchmark inputs.
+#[derive(Clone, Debug)]
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[lo, hi)`.
+    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64)
     }
 }

@@ -5,7 +5,7 @@
 
 use rayon::prelude::*;
 
-use super::cpu::deconv;
+use super::deconv;
 use super::kernel::KernelParams;
 use super::{next_smooth_even, NufftError, NufftType, Options, Real, MAX_EPS, UPSAMPFAC_RANGE};
 

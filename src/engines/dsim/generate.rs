@@ -5,7 +5,7 @@
 use rayon::prelude::*;
 
 use super::signal::{mix64, unit, StreamSignal, Timebase};
-use crate::bitpack;
+use crate::spead::bitpack;
 
 /// Packed heaps for a run of consecutive heap indices of one stream.
 pub struct Window {
@@ -177,7 +177,7 @@ mod tests {
         // 0.999·511 = 510.489; + dither in [−0.5, 0.5) rounds to 510 or 511, never clips.
         assert_eq!(w.saturated[0], 0);
         let mut x = vec![0i16; 4096];
-        crate::bitpack::unpack(w.heap(0), 10, &mut x);
+        crate::spead::bitpack::unpack(w.heap(0), 10, &mut x);
         assert!(x.iter().all(|&v| v == 510 || v == 511));
         assert!(x.iter().filter(|&&v| v == 511).count() > 1000);
         let sig = StreamSignal {

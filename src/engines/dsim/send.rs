@@ -90,7 +90,7 @@ fn make_sink(cfg: &DsimConfig) -> anyhow::Result<Box<dyn PacketSink>> {
 
 /// Generates and sends; returns when `--heaps` are done or on SIGINT/SIGTERM.
 pub fn run(cfg: &DsimConfig) -> anyhow::Result<DsimSummary> {
-    crate::shutdown::install();
+    crate::control::shutdown::install();
     let n_streams = cfg.dests.len();
     let hs = cfg.heap_samples as u64;
     let heaps_per_period = cfg.period / hs;
@@ -239,7 +239,7 @@ pub fn run(cfg: &DsimConfig) -> anyhow::Result<DsimSummary> {
     let total = cfg.heaps.map(|n| n * n_streams as u64);
     let mut slot = 0u64; // (heap index, stream) pairs in send order
     'outer: loop {
-        if crate::shutdown::requested() {
+        if crate::control::shutdown::requested() {
             info!("stop requested");
             break;
         }

@@ -386,7 +386,7 @@ pub fn make_channelizer(
         anyhow::bail!("--gain must be finite");
     }
     let cfg = fconfig(spec, args, dither_seed);
-    let use_gpu = crate::cli_util::use_gpu(&args.backend, true)?;
+    let use_gpu = crate::engines::common::cli::use_gpu(&args.backend, true)?;
     let bits = args.dig_sample_bits;
     let err = |e: crate::compute::fengine::FError| anyhow::anyhow!("output {}: {e}", spec.name);
     if use_gpu {

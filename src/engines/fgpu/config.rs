@@ -4,7 +4,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 
 use clap::Args;
 
-use crate::cli_util::{engine_args, parse_dither, parse_kv, parse_num};
+use crate::engines::common::cli::{engine_args, parse_dither, parse_kv, parse_num};
 
 /// PFB window function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,6 @@
 //! timeline, channelise batch by batch through a [`Channelizer`] backend, send F-engine
 //! heaps (ICD §4.2). Batches touched by missing input are not sent (counted).
 
-use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 
 use serde::Serialize;
@@ -12,11 +11,10 @@ use super::config::WidebandSpec;
 use super::store::SampleStore;
 use crate::chunk::placement::DigitiserPlacement;
 use crate::chunk::Chunk;
+use crate::engines::common::recv::{open_source_with, RecvOptions};
+use crate::engines::common::send::open_sink;
 use crate::net::heapsend::HeapSender;
-use crate::net::pcap::PcapSink;
-use crate::net::source::{PacketSource, PcapFileSource, UdpRecvSource};
-use crate::net::udp::UdpSink;
-use crate::net::PacketSink;
+use crate::net::source::PacketSource;
 use crate::spead::{ids, Descriptor};
 
 /// A channeliser backend for one output: the compute behind the engine.
@@ -396,125 +394,6 @@ pub fn descriptors(cps: usize, spectra_per_heap: usize, sample_bits: u32) -> Vec
     ]
 }
 
-/// How an engine receives (`--recv-interface`, `--recv-dpdk`, `--recv-ibv`).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RecvOptions<'a> {
-    /// Local interface address (multicast joins; for `--recv-ibv` the RDMA port).
-    pub interface: Option<Ipv4Addr>,
-    /// DPDK EAL arguments (`--recv-dpdk`).
-    pub dpdk: Option<&'a str>,
-    /// Raw-packet ibverbs receive (`--recv-ibv`).
-    pub ibv: bool,
-}
-
-/// Opens the input: an existing file is a pcap replay, anything else an endpoint list.
-/// With `dpdk` (EAL arguments, `--recv-dpdk`) the packets come through DPDK instead, and
-/// `src` lists the endpoints to keep (`all` or an empty string: every UDP datagram).
-pub fn open_source(
-    src: &str,
-    interface: Ipv4Addr,
-    dpdk: Option<&str>,
-) -> anyhow::Result<Box<dyn PacketSource>> {
-    open_source_with(
-        src,
-        &RecvOptions {
-            interface: Some(interface),
-            dpdk,
-            ibv: false,
-        },
-    )
-}
-
-/// [`open_source`] with every receive option; `--recv-ibv` steers the endpoints in `src`
-/// to a raw-packet queue pair on the RDMA port behind the interface.
-pub fn open_source_with(
-    src: &str,
-    opts: &RecvOptions<'_>,
-) -> anyhow::Result<Box<dyn PacketSource>> {
-    let interface = opts.interface.unwrap_or(Ipv4Addr::UNSPECIFIED);
-    if opts.dpdk.is_some() && opts.ibv {
-        anyhow::bail!("--recv-dpdk and --recv-ibv are alternatives: give one");
-    }
-    if let Some(eal) = opts.dpdk {
-        let eps = if src.is_empty() || src == "all" {
-            Vec::new()
-        } else {
-            crate::net::parse_endpoints(src)
-                .map_err(|e| anyhow::anyhow!("--recv-dpdk: source {src:?} is not endpoints: {e}"))?
-        };
-        return open_dpdk(eal, eps);
-    }
-    if opts.ibv {
-        let eps = crate::net::parse_endpoints(src)
-            .map_err(|e| anyhow::anyhow!("--recv-ibv: source {src:?} is not endpoints: {e}"))?;
-        return open_ibv(eps, interface);
-    }
-    if Path::new(src).is_file() {
-        return Ok(Box::new(PcapFileSource::open(Path::new(src), Vec::new())?));
-    }
-    let eps = crate::net::parse_endpoints(src)
-        .map_err(|e| anyhow::anyhow!("source {src:?} is neither a file nor endpoints: {e}"))?;
-    Ok(Box::new(UdpRecvSource::new(&eps, interface, 128 << 20)?))
-}
-
-#[cfg(feature = "ibverbs")]
-fn open_ibv(
-    eps: Vec<std::net::SocketAddrV4>,
-    interface: Ipv4Addr,
-) -> anyhow::Result<Box<dyn PacketSource>> {
-    let s = crate::net::ibv_recv::IbvRecvSource::open(eps, interface)
-        .map_err(|e| anyhow::anyhow!("--recv-ibv: {e}"))?;
-    Ok(Box::new(s))
-}
-
-#[cfg(not(feature = "ibverbs"))]
-fn open_ibv(
-    _eps: Vec<std::net::SocketAddrV4>,
-    _interface: Ipv4Addr,
-) -> anyhow::Result<Box<dyn PacketSource>> {
-    anyhow::bail!(
-        "--recv-ibv: this gpucbf binary was built without ibverbs support (rebuild with `cargo build --features ibverbs`)"
-    )
-}
-
-#[cfg(feature = "dpdk")]
-fn open_dpdk(eal: &str, eps: Vec<std::net::SocketAddrV4>) -> anyhow::Result<Box<dyn PacketSource>> {
-    Ok(Box::new(crate::net::dpdk::DpdkSource::new(eal, eps)?))
-}
-
-#[cfg(not(feature = "dpdk"))]
-fn open_dpdk(
-    _eal: &str,
-    _eps: Vec<std::net::SocketAddrV4>,
-) -> anyhow::Result<Box<dyn PacketSource>> {
-    anyhow::bail!(
-        "--recv-dpdk: this gpucbf binary was built without DPDK support (rebuild with `cargo build --features dpdk`; needs libdpdk-dev)"
-    )
-}
-
-/// Opens the output sink (a pcap file if asked).
-pub fn open_sink(
-    pcap: Option<&Path>,
-    interface: Ipv4Addr,
-    ttl: u32,
-) -> anyhow::Result<Box<dyn PacketSink>> {
-    Ok(match pcap {
-        Some(p) => {
-            let ip = if interface.is_unspecified() {
-                Ipv4Addr::LOCALHOST
-            } else {
-                interface
-            };
-            Box::new(PcapSink::create(
-                p,
-                SocketAddrV4::new(ip, 7148),
-                ttl.min(255) as u8,
-            )?)
-        }
-        None => Box::new(UdpSink::new(interface, ttl, 1 << 20)?),
-    })
-}
-
 /// What a run did.
 #[derive(Debug, Clone, Serialize)]
 pub struct FgpuSummary {
@@ -548,8 +427,13 @@ pub fn run_pipelines_monitored(
 ) -> anyhow::Result<FgpuSummary> {
     let (tx, rx) = crossbeam_channel::bounded::<Chunk>(4);
     let (back_tx, back_rx) = crossbeam_channel::bounded::<Chunk>(8);
-    let receiver =
-        crate::chunk::spawn_receiver_monitored(src, placement.clone(), tx, back_rx, monitor);
+    let receiver = crate::engines::common::recv::spawn_receiver_monitored(
+        src,
+        placement.clone(),
+        tx,
+        back_rx,
+        monitor,
+    );
     // Pipelined (GPU) outputs take the packed samples as received; the store decodes only
     // for the others, or to count the digitiser statistics when no wideband output
     // measures them on the GPU.
@@ -616,7 +500,7 @@ pub fn run_pipelines_monitored(
 
 /// `gpucbf fgpu`: builds the outputs from the command line and runs the engine.
 pub fn run(args: &super::FgpuArgs) -> anyhow::Result<FgpuSummary> {
-    crate::shutdown::install();
+    crate::control::shutdown::install();
     if !(args.adc_sample_rate.is_finite() && args.adc_sample_rate > 0.0) {
         anyhow::bail!("--adc-sample-rate must be positive");
     }

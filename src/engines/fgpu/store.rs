@@ -4,9 +4,9 @@
 //! which decode on the device). A store that keeps only packed samples takes its digitiser
 //! statistics from the channelisers ([`SampleStore::add_dig_stats`]).
 
-use crate::bitpack;
 use crate::chunk::placement::DigitiserPlacement;
 use crate::chunk::{Chunk, SpanMissing};
+use crate::spead::bitpack;
 
 /// Digitiser statistics per polarisation.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -6,7 +6,7 @@ use super::backend::*;
 use super::config::FgpuArgs;
 use super::control::{OutputControl, SharedControl};
 use super::engine::Channelizer;
-use crate::bench::fgpu::noise;
+use crate::compute::fengine::sample_noise;
 use crate::compute::fengine::CpuBackend;
 use crate::engines::fgpu::parse_wideband;
 use clap::Parser;
@@ -79,8 +79,8 @@ fn narrowband_gpu_channelizer_matches_cpu() {
         let batch_ts = 1u64 << 36;
         let ranges = cpu.input_range(batch_ts).unwrap().unwrap();
         assert_eq!(Ok(Some(ranges)), gpu.input_range(batch_ts));
-        let input =
-            [0, 1].map(|p| noise((ranges[p].1 - ranges[p].0) as usize, 0x1234 + 2 * p as u64));
+        let input = [0, 1]
+            .map(|p| sample_noise((ranges[p].1 - ranges[p].0) as usize, 0x1234 + 2 * p as u64));
         let len = 256 * spec.spectra_per_heap() * 4;
         let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
         let sa = cpu
@@ -145,13 +145,13 @@ fn batch_input(
 ) -> ([Vec<i16>; 2], [Vec<u8>; 2]) {
     let dec = [0, 1].map(|p| {
         let (lo, hi) = ranges[p];
-        noise((hi - lo) as usize, seed + p as u64)
+        sample_noise((hi - lo) as usize, seed + p as u64)
     });
     let packed = [0, 1].map(|p| {
-        let mut all = noise(skip[p], 99);
+        let mut all = sample_noise(skip[p], 99);
         all.extend_from_slice(&dec[p]);
-        let mut b = vec![0u8; crate::bitpack::packed_len(all.len(), 10)];
-        crate::bitpack::pack(&all, 10, &mut b);
+        let mut b = vec![0u8; crate::spead::bitpack::packed_len(all.len(), 10)];
+        crate::spead::bitpack::pack(&all, 10, &mut b);
         b
     });
     (dec, packed)

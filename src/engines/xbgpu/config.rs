@@ -4,7 +4,7 @@ use std::net::SocketAddrV4;
 
 use clap::Args;
 
-use crate::cli_util::{engine_args, parse_dither, parse_kv};
+use crate::engines::common::cli::{engine_args, parse_dither, parse_kv};
 
 /// One correlation-products output.
 #[derive(Debug, Clone, PartialEq)]

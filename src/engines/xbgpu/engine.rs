@@ -416,8 +416,13 @@ pub fn run_pipelines(
 ) -> anyhow::Result<XbgpuSummary> {
     let (tx, rx) = crossbeam_channel::bounded::<Chunk>(4);
     let (back_tx, back_rx) = crossbeam_channel::bounded::<Chunk>(8);
-    let receiver =
-        crate::chunk::spawn_receiver_monitored(src, placement.clone(), tx, back_rx, monitor);
+    let receiver = crate::engines::common::recv::spawn_receiver_monitored(
+        src,
+        placement.clone(),
+        tx,
+        back_rx,
+        monitor,
+    );
     let n = placement.n_ants;
     let slot = crate::chunk::Placement::slot_bytes(&placement);
     let bpc = placement.batches_per_chunk;

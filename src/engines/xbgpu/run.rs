@@ -13,7 +13,8 @@ use super::engine::{
 use crate::chunk::placement::FengPlacement;
 use crate::compute::xengine::{Beam, BeamSet, CpuX, GpuX, XBackend, XShape};
 use crate::control::{Device, SensorSet, SensorType, Status};
-use crate::engines::fgpu::engine::{open_sink, open_source_with};
+use crate::engines::common::recv::open_source_with;
+use crate::engines::common::send::open_sink;
 use crate::net::heapsend::HeapSender;
 use crate::net::SharedSink;
 use crate::spead::{ids, Descriptor};
@@ -126,7 +127,7 @@ impl Beamformer for Beams {
 }
 
 fn backend(kind: &str, shape: XShape) -> anyhow::Result<Box<dyn XBackend + Send>> {
-    Ok(if crate::cli_util::use_gpu(kind, true)? {
+    Ok(if crate::engines::common::cli::use_gpu(kind, true)? {
         Box::new(GpuX::new(shape).map_err(|e| anyhow::anyhow!("GPU backend: {e}"))?)
     } else {
         Box::new(CpuX::new(shape))
@@ -322,7 +323,7 @@ fn beam_descriptors(cps: usize, sph: usize) -> Vec<Descriptor> {
 
 /// Runs `gpucbf xbgpu`.
 pub fn run(args: &XbgpuArgs) -> anyhow::Result<XbgpuSummary> {
-    crate::shutdown::install();
+    crate::control::shutdown::install();
     args.validate().map_err(anyhow::Error::msg)?;
     if !(args.adc_sample_rate.is_finite() && args.adc_sample_rate > 0.0) {
         anyhow::bail!("--adc-sample-rate must be positive");
@@ -476,7 +477,7 @@ pub fn run(args: &XbgpuArgs) -> anyhow::Result<XbgpuSummary> {
     };
     let src = open_source_with(
         &args.src,
-        &crate::engines::fgpu::engine::RecvOptions {
+        &crate::engines::common::recv::RecvOptions {
             interface: Some(args.recv_interface),
             dpdk: args.recv_dpdk.as_deref(),
             ibv: args.recv_ibv,

@@ -156,7 +156,7 @@ pub fn decode(samples: &Samples, start: usize, out: &mut [i16]) -> Result<(), FE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bitpack;
+    use crate::spead::bitpack;
 
     #[test]
     fn matches_bitpack_all_widths_and_offsets() {

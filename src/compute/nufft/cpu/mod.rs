@@ -1,6 +1,5 @@
 //! The CPU backend: spread → FFT → deconvolve (type 1) and its reverse (type 2).
 
-pub(crate) mod deconv;
 pub(crate) mod fft;
 pub(crate) mod spread;
 
@@ -9,6 +8,7 @@ use std::time::{Duration, Instant};
 use num_complex::Complex;
 use rayon::prelude::*;
 
+use super::deconv;
 use super::kernel::{Kernel, KernelParams};
 use super::plan::PlanShape;
 use super::{NufftBackend, NufftError, NufftType, Options, Real};

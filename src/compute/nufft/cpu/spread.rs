@@ -413,7 +413,7 @@ pub fn interp<T: Real>(
 #[cfg(test)]
 mod unit {
     use super::*;
-    use crate::bench::nufft::SplitMix64;
+    use crate::compute::nufft::SplitMix64;
 
     /// Large enough for the multi-block parallel scatter: the result must be a stable
     /// permutation into bin order carrying the right grid coordinates.

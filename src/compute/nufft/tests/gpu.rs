@@ -3,9 +3,9 @@
 //! notice without a GPU and fail with `GPUCBF_REQUIRE_GPU=1`.
 
 use super::*;
-use crate::bench::nufft::SplitMix64;
 use crate::compute::nufft::gpu::{nufft_defines, SpreadConfig, NUFFT_SRC, SHARED_MAX};
 use crate::compute::nufft::kernel::{Kernel, KernelParams};
+use crate::compute::nufft::SplitMix64;
 use crate::compute::nufft::*;
 use crate::gpu::{compile_ptx, gpu_test_guard, nvrtc_test_guard};
 

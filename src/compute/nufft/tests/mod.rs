@@ -6,7 +6,7 @@ use num_complex::Complex;
 use rayon::prelude::*;
 
 use super::*;
-use crate::bench::nufft::SplitMix64;
+use crate::compute::nufft::SplitMix64;
 
 pub(super) type C64 = Complex<f64>;
 

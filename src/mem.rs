@@ -287,7 +287,7 @@ impl Drop for ChunkMem {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::mem::*;
 
     #[test]
     fn pages_fallback_is_zeroed_writable_and_unpinned() {

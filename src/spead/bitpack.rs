@@ -91,7 +91,7 @@ pub fn unpack(data: &[u8], bits: u32, out: &mut [i16]) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::spead::bitpack::*;
 
     #[test]
     fn ten_bit_known_pattern() {

@@ -112,7 +112,7 @@ pub(crate) use engine_args;
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::engines::common::cli::*;
 
     #[test]
     fn kv_lists_numbers_and_backends() {
