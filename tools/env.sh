@@ -7,7 +7,7 @@ if [ -n "$cu13" ]; then
   export LD_LIBRARY_PATH="$cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export GPUCBF_CUDA_INCLUDE="$cu13/include"
 fi
-export GPUCBF_BIN="$root/target/release/gpucbf"
+export GPUCBF_BIN="${CARGO_TARGET_DIR:-$root/target}/release/gpucbf"
 # Cargo features of the release binary that the tools build (README, CI): the kernel-bypass
 # receive paths. GPUCBF_FEATURES= (empty) builds without them.
 export GPUCBF_FEATURES="${GPUCBF_FEATURES-dpdk,ibverbs}"
