@@ -127,10 +127,10 @@ fn main() -> anyhow::Result<()> {
                 gpucbf::bench::recv::run(&recv)?;
             }
             "fgpu" => {
-                gpucbf::bench::fgpu::bench_gpu()?;
-                gpucbf::bench::fgpu_narrowband::bench_gpu_narrowband()?;
+                gpucbf::bench::fgpu::wideband::bench_gpu()?;
+                gpucbf::bench::fgpu::narrowband::bench_gpu_narrowband()?;
             }
-            "fgpu-narrowband" => gpucbf::bench::fgpu_narrowband::bench_gpu_narrowband()?,
+            "fgpu-narrowband" => gpucbf::bench::fgpu::narrowband::bench_gpu_narrowband()?,
             "nufft" => bench_nufft()?,
             "xbgpu-beam" => gpucbf::bench::xbgpu::bench_gpu_beams()?,
             "xbgpu-corr" => {
@@ -155,7 +155,7 @@ fn main() -> anyhow::Result<()> {
 /// the GPU (data resident) where one exists, then on the CPU and through FINUFFT (Python) on
 /// the same input in the same run, with the ratio. `GPUCBF_NUFFT_BENCH_M` / `_N` shrink it.
 fn bench_nufft() -> anyhow::Result<()> {
-    use gpucbf::bench::nufft::{bench_cpu, finufft_peer};
+    use gpucbf::bench::nufft::{cpu::bench_cpu, peer::finufft_peer};
     let env = |k: &str, d: usize| -> anyhow::Result<usize> {
         match std::env::var(k) {
             Ok(v) => v
@@ -170,10 +170,10 @@ fn bench_nufft() -> anyhow::Result<()> {
         1e-5,
     );
     if gpucbf::gpu::gpu_available() {
-        let mut opts = gpucbf::bench::nufft_gpu::GpuBenchOpts::issue_case();
+        let mut opts = gpucbf::bench::nufft::gpu::GpuBenchOpts::issue_case();
         opts.m = m;
         opts.n = n;
-        gpucbf::bench::nufft_gpu::bench_gpu(&opts)?;
+        gpucbf::bench::nufft::gpu::bench_gpu(&opts)?;
     } else {
         println!("nufft bench gpu: no CUDA device, GPU figure skipped");
     }

@@ -180,7 +180,7 @@ pub fn run(cmd: NufftCmd) -> Result<()> {
         }
         NufftCmd::Bench(a) => {
             if !a.gpu_only {
-                crate::bench::nufft::bench_cpu(
+                crate::bench::nufft::cpu::bench_cpu(
                     a.m,
                     a.n,
                     a.eps,
@@ -191,7 +191,7 @@ pub fn run(cmd: NufftCmd) -> Result<()> {
                 )?;
             }
             if a.gpu || a.gpu_only {
-                crate::bench::nufft_gpu::bench_gpu(&crate::bench::nufft_gpu::GpuBenchOpts {
+                crate::bench::nufft::gpu::bench_gpu(&crate::bench::nufft::gpu::GpuBenchOpts {
                     m: a.m,
                     n: a.n,
                     eps: a.eps,

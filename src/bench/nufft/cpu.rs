@@ -5,10 +5,9 @@ use std::time::{Duration, Instant};
 
 use num_complex::Complex;
 
-use crate::compute::nufft::{
-    CpuPlan, NufftBackend, NufftError, NufftType, Options, SplitMix64, StageTimes,
-};
-use crate::npy::{write_npy, NpyData, NpyError};
+use super::BenchError;
+use crate::compute::nufft::{CpuPlan, NufftBackend, NufftType, Options, SplitMix64, StageTimes};
+use crate::npy::{write_npy, NpyData};
 
 /// Result of [`bench_cpu`].
 #[derive(Clone, Debug)]
@@ -31,17 +30,6 @@ pub struct BenchReport {
     pub cpu_time: Duration,
     /// Relative ℓ2 error over `check_modes` modes against an f64 direct sum (NaN if none).
     pub sample_rel_err: f64,
-}
-
-/// Errors of the benchmark.
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    #[error(transparent)]
-    Nufft(#[from] NufftError),
-    #[error(transparent)]
-    Npy(#[from] NpyError),
-    #[error("--save-dir {0}: {1}")]
-    SaveDir(std::path::PathBuf, std::io::Error),
 }
 
 /// Runs f32 2-D type 1 (`isign = +1`) with `m` uniform points in `[-π, π)²` and unit-variance
@@ -178,60 +166,4 @@ pub(super) fn sample_error(
         den += exact.norm_sqr();
     }
     (num / den).sqrt()
-}
-
-/// The FINUFFT cross-check script (also `tools/nufft_check.py`), carried in the binary so
-/// `gpucbf bench nufft` can run the peer on the same input from anywhere.
-const NUFFT_CHECK_PY: &str =
-    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tools/nufft_check.py"));
-
-/// Python interpreter for the FINUFFT peer: `$GPUCBF_PYTHON`, else the repo venv
-/// (`.venv/bin/python` under the working directory), else `python3`.
-fn peer_python() -> String {
-    if let Ok(p) = std::env::var("GPUCBF_PYTHON") {
-        return p;
-    }
-    let venv = Path::new(".venv/bin/python");
-    if venv.exists() {
-        return venv.display().to_string();
-    }
-    "python3".into()
-}
-
-/// Points/s that FINUFFT reached on the input saved in `dir` (the issue's "same problem, same
-/// run"), or why it could not run.
-pub fn finufft_peer(dir: &Path, eps: f64, threads: usize) -> Result<(f64, String), String> {
-    let script = dir.join("nufft_check.py");
-    std::fs::write(&script, NUFFT_CHECK_PY).map_err(|e| format!("{}: {e}", script.display()))?;
-    let py = peer_python();
-    let out = std::process::Command::new(&py)
-        .arg(&script)
-        .arg("--bench-dir")
-        .arg(dir)
-        .arg("--threads")
-        .arg(threads.to_string())
-        .arg("--eps")
-        .arg(format!("{eps:e}"))
-        .output()
-        .map_err(|e| format!("{py}: {e} (set GPUCBF_PYTHON to a Python with finufft)"))?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let last = err.lines().last().unwrap_or("").to_string();
-        return Err(format!(
-            "{py} nufft_check.py failed ({}): {last}",
-            out.status
-        ));
-    }
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("finufft "))
-        .ok_or_else(|| format!("no finufft line in the peer's output: {text}"))?;
-    let rate = line
-        .split(" = ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse::<f64>().ok())
-        .ok_or_else(|| format!("cannot read points/s from: {line}"))?;
-    Ok((rate, text))
 }

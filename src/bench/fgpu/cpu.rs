@@ -86,7 +86,7 @@ pub fn bench_cpu(cfg: FConfig, spectra: usize, bits: u32, iters: usize) -> Resul
 
 #[cfg(test)]
 mod tests {
-    use crate::bench::fgpu_cpu::*;
+    use crate::bench::fgpu::cpu::*;
     use crate::compute::fengine::{Narrowband, NarrowbandMode};
 
     /// Not a unit test: prints CPU throughput for the report. Run with

@@ -9,7 +9,8 @@ use std::time::Instant;
 use num_complex::Complex;
 use rayon::prelude::*;
 
-use crate::bench::nufft::{sample_error, BenchError};
+use super::cpu::sample_error;
+use super::BenchError;
 use crate::compute::nufft::gpu::GpuPlan;
 use crate::compute::nufft::SplitMix64;
 use crate::compute::nufft::{NufftError, NufftType, Options};

@@ -3,14 +3,15 @@
 //! 8-bit output) for decimation 8 and 16, discard and no-discard, each as a fraction of the
 //! bound measured in the same run: min(device copy bandwidth / bytes moved per input sample,
 //! measured FMA rate / DDC FMAs per input sample). End to end from pinned host memory
-//! through the three-stream [`super::GpuPipeline`] (chunks of 2^26 samples per pol) against
+//! through the three-stream [`GpuPipeline`](crate::compute::fengine::gpu::pipeline::GpuPipeline) (chunks of 2^26 samples per pol) against
 //! the measured pinned host→device bandwidth, next to the single-stream figure.
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
-use crate::bench::fgpu::{bandwidths, pinned_from, pipelined, time_gpu};
+use super::measure::{bandwidths, pinned_from, pipelined, time_gpu};
+use super::IN_BITS;
 use crate::compute::fengine::gpu::narrowband::{ddc_taps_per_phase, GpuNarrowband};
 use crate::compute::fengine::gpu::wideband::{gerr, StagedCompute};
 use crate::compute::fengine::sample_noise;
@@ -23,7 +24,6 @@ use num_complex::Complex32;
 /// FMA throughput kernel source (bench only).
 pub const FMA_PEAK_SRC: &str = crate::kernel_source!("probe/fma_peak.cu");
 
-const IN_BITS: u32 = 10;
 const CHANNELS: usize = 32768;
 /// Input samples per pol per block (≈ 2^27).
 const SAMPLES_PER_POL: usize = 1 << 27;
