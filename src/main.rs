@@ -48,20 +48,7 @@ enum Command {
         path: PathBuf,
     },
     /// Benchmarks (`gpucbf bench xbgpu | fgpu | recv | nufft`).
-    Bench {
-        /// What to benchmark: `xbgpu` (X-engine correlator, beamformer, cuBLASLt int8 GEMM;
-        /// `xbgpu-beam`: only the beamformer against copy bandwidth; `xbgpu-corr`: only the
-        /// correlator kernels, their limit probes and cuBLASLt),
-        /// `fgpu` (GPU F-engine: wideband resident and end-to-end throughput, bandwidths,
-        /// then the narrowband lines), `fgpu-narrowband` (only the narrowband lines),
-        /// `recv` (packets/s of the file, UDP loopback and DPDK sources vs spead2) or `nufft`
-        /// (GPU 2-D type 1, 1e8 points, 4096², eps 1e-5, f32; `gpucbf nufft bench` has options).
-        #[arg(value_parser = ["xbgpu", "xbgpu-beam", "xbgpu-corr", "fgpu", "fgpu-narrowband", "recv", "nufft"])]
-        what: String,
-        /// Options of `bench recv`.
-        #[command(flatten)]
-        recv: gpucbf::bench::recv::RecvBenchArgs,
-    },
+    Bench(gpucbf::bench::BenchArgs),
     /// Non-uniform FFTs (FINUFFT conventions) on .npy files, and the CPU benchmark.
     #[command(subcommand)]
     Nufft(gpucbf::apps::nufft::NufftCmd),
@@ -122,22 +109,7 @@ fn main() -> anyhow::Result<()> {
             let s = gpucbf::apps::inspect::summarise(&path)?;
             print_json(&s)?;
         }
-        Command::Bench { what, recv } => match what.as_str() {
-            "recv" => {
-                gpucbf::bench::recv::run(&recv)?;
-            }
-            "fgpu" => {
-                gpucbf::bench::fgpu::wideband::bench_gpu()?;
-                gpucbf::bench::fgpu::narrowband::bench_gpu_narrowband()?;
-            }
-            "fgpu-narrowband" => gpucbf::bench::fgpu::narrowband::bench_gpu_narrowband()?,
-            "nufft" => bench_nufft()?,
-            "xbgpu-beam" => gpucbf::bench::xbgpu::bench_gpu_beams()?,
-            "xbgpu-corr" => {
-                gpucbf::bench::xbgpu::bench_gpu_corr(&[64, 256, 576, 1024], 8192)?;
-            }
-            _ => gpucbf::bench::xbgpu::bench_gpu(&[64, 256, 576, 1024], 8192)?,
-        },
+        Command::Bench(args) => gpucbf::bench::run(args)?,
         Command::Nufft(cmd) => gpucbf::apps::nufft::run(cmd)?,
         Command::Image(args) => {
             let summary = gpucbf::apps::image::cli::run(&args)?;
@@ -148,50 +120,5 @@ fn main() -> anyhow::Result<()> {
             print_json(&summary)?;
         }
     }
-    Ok(())
-}
-
-/// `gpucbf bench nufft`: the issue's problem (2-D type 1, 1e8 points, 4096², eps 1e-5, f32) on
-/// the GPU (data resident) where one exists, then on the CPU and through FINUFFT (Python) on
-/// the same input in the same run, with the ratio. `GPUCBF_NUFFT_BENCH_M` / `_N` shrink it.
-fn bench_nufft() -> anyhow::Result<()> {
-    use gpucbf::bench::nufft::{cpu::bench_cpu, peer::finufft_peer};
-    let env = |k: &str, d: usize| -> anyhow::Result<usize> {
-        match std::env::var(k) {
-            Ok(v) => v
-                .parse()
-                .map_err(|_| anyhow::anyhow!("{k}={v}: expected a whole number")),
-            Err(_) => Ok(d),
-        }
-    };
-    let (m, n, eps) = (
-        env("GPUCBF_NUFFT_BENCH_M", 100_000_000)?,
-        env("GPUCBF_NUFFT_BENCH_N", 4096)?,
-        1e-5,
-    );
-    if gpucbf::gpu::gpu_available() {
-        let mut opts = gpucbf::bench::nufft::gpu::GpuBenchOpts::issue_case();
-        opts.m = m;
-        opts.n = n;
-        gpucbf::bench::nufft::gpu::bench_gpu(&opts)?;
-    } else {
-        println!("nufft bench gpu: no CUDA device, GPU figure skipped");
-    }
-    let dir = std::env::temp_dir().join(format!("gpucbf-nufft-bench-{}", std::process::id()));
-    let ours = bench_cpu(m, n, eps, 2.0, 2, 8, Some(&dir))?;
-    let rate = ours.m as f64 / ours.total.as_secs_f64();
-    match finufft_peer(&dir, eps, rayon::current_num_threads()) {
-        Ok((theirs, text)) => {
-            print!("{text}");
-            println!(
-                "cpu ratio gpucbf / finufft = {:.3e} / {:.3e} points/s = {:.2}",
-                rate,
-                theirs,
-                rate / theirs
-            );
-        }
-        Err(e) => println!("finufft peer not run: {e}"),
-    }
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

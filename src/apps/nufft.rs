@@ -23,7 +23,7 @@ pub enum NufftCmd {
     /// Type 2 (modes → points): c_j = Σ_k f[k] exp(isign·i·k·x_j).
     Type2(Type2Args),
     /// Throughput benchmark (2-D type 1, f32): CPU, and with --gpu / --gpu-only the GPU.
-    Bench(BenchArgs),
+    Bench(crate::bench::nufft::NufftBenchArgs),
 }
 
 /// Point coordinates and common options.
@@ -84,47 +84,6 @@ pub struct Type2Args {
     isign: i32,
 }
 
-/// `nufft bench`.
-#[derive(Args, Debug)]
-pub struct BenchArgs {
-    /// Number of points.
-    #[arg(long, default_value_t = 10_000_000)]
-    m: usize,
-    /// Modes per axis (n × n).
-    #[arg(long, default_value_t = 2048)]
-    n: usize,
-    /// Tolerance.
-    #[arg(long, default_value_t = 1e-5)]
-    eps: f64,
-    /// Upsampling factor.
-    #[arg(long, default_value_t = 2.0)]
-    upsampfac: f64,
-    /// Repeats (best is reported).
-    #[arg(long, default_value_t = 2)]
-    repeats: usize,
-    /// Modes checked against a direct sum.
-    #[arg(long, default_value_t = 8)]
-    check_modes: usize,
-    /// Directory to write x.npy, y.npy, c.npy and f.npy into.
-    #[arg(long)]
-    save_dir: Option<PathBuf>,
-    /// Also run the GPU benchmark (data resident on the device).
-    #[arg(long)]
-    gpu: bool,
-    /// Run only the GPU benchmark (skips the CPU run).
-    #[arg(long)]
-    gpu_only: bool,
-    /// GPU: also time the spreading for several bin sizes and batches.
-    #[arg(long)]
-    tune: bool,
-    /// GPU: spreading bin size (cells per axis; default chosen by the plan).
-    #[arg(long)]
-    bin: Option<usize>,
-    /// GPU: points per shared-memory batch (default chosen by the plan).
-    #[arg(long)]
-    batch: Option<usize>,
-}
-
 /// Runs a NUFFT subcommand.
 pub fn run(cmd: NufftCmd) -> Result<()> {
     match cmd {
@@ -178,32 +137,7 @@ pub fn run(cmd: NufftCmd) -> Result<()> {
             };
             write_npy(&a.common.out, &[len], &out)?;
         }
-        NufftCmd::Bench(a) => {
-            if !a.gpu_only {
-                crate::bench::nufft::cpu::bench_cpu(
-                    a.m,
-                    a.n,
-                    a.eps,
-                    a.upsampfac,
-                    a.repeats,
-                    a.check_modes,
-                    a.save_dir.as_deref(),
-                )?;
-            }
-            if a.gpu || a.gpu_only {
-                crate::bench::nufft::gpu::bench_gpu(&crate::bench::nufft::gpu::GpuBenchOpts {
-                    m: a.m,
-                    n: a.n,
-                    eps: a.eps,
-                    upsampfac: a.upsampfac,
-                    reps: a.repeats.max(3),
-                    check_modes: a.check_modes,
-                    tune: a.tune,
-                    bin: a.bin,
-                    batch: a.batch,
-                })?;
-            }
-        }
+        NufftCmd::Bench(a) => crate::bench::nufft::run_bench(&a)?,
     }
     Ok(())
 }
