@@ -109,7 +109,9 @@ fn main() -> anyhow::Result<()> {
             let s = gpucbf::apps::inspect::summarise(&path)?;
             print_json(&s)?;
         }
-        Command::Bench(args) => gpucbf::bench::run(args)?,
+        Command::Bench(args) => {
+            gpucbf::bench::run(args)?;
+        }
         Command::Nufft(cmd) => gpucbf::apps::nufft::run(cmd)?,
         Command::Image(args) => {
             let summary = gpucbf::apps::image::cli::run(&args)?;

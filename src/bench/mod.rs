@@ -1,7 +1,13 @@
 //! `gpucbf bench ...`: one harness per subject, each measured against a bound or a peer in
 //! the same run (device copy bandwidth, cuBLASLt int8 GEMM, FMA rate, spead2, FINUFFT).
 
+#![warn(missing_docs, unreachable_pub)]
+
+use std::path::PathBuf;
+
+use anyhow::Context;
 use clap::{Args, Subcommand};
+use serde::Serialize;
 
 pub mod fgpu;
 pub mod nufft;
@@ -13,9 +19,13 @@ const XBGPU_ANTS: [usize; 4] = [64, 256, 576, 1024];
 /// Samples per correlator launch of those lines.
 const XBGPU_SAMPLES_PER_LAUNCH: usize = 8192;
 
-/// `gpucbf bench`: which benchmark to run.
+/// `gpucbf bench`: which benchmark to run, and where its report goes.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
+    /// Also write the run's report (its figures, the bounds measured in the same run and the
+    /// ratios) as JSON to FILE.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub json: Option<PathBuf>,
     /// What to benchmark.
     #[command(subcommand)]
     pub cmd: BenchCmd,
@@ -42,25 +52,49 @@ pub enum BenchCmd {
     Nufft,
 }
 
-/// Runs the benchmark `args` names; it prints its lines as it goes.
-pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    match args.cmd {
-        BenchCmd::Xbgpu => xbgpu::bench_gpu(&XBGPU_ANTS, XBGPU_SAMPLES_PER_LAUNCH)?,
-        BenchCmd::XbgpuBeam => xbgpu::bench_gpu_beams()?,
-        BenchCmd::XbgpuCorr => {
-            xbgpu::bench_gpu_corr(&XBGPU_ANTS, XBGPU_SAMPLES_PER_LAUNCH)?;
+/// A benchmark's report: the figures it printed, the bounds it measured in the same run
+/// and the ratios, as `--json` writes it (`"bench"` names the benchmark).
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "bench", rename_all = "kebab-case")]
+pub enum Report {
+    /// `gpucbf bench xbgpu`.
+    Xbgpu(xbgpu::XbgpuReport),
+    /// `gpucbf bench xbgpu-beam`.
+    XbgpuBeam(xbgpu::BeamReport),
+    /// `gpucbf bench xbgpu-corr`.
+    XbgpuCorr(xbgpu::CorrReport),
+    /// `gpucbf bench fgpu`.
+    Fgpu(fgpu::FgpuReport),
+    /// `gpucbf bench fgpu-narrowband`.
+    FgpuNarrowband(fgpu::narrowband::NarrowbandReport),
+    /// `gpucbf bench recv`.
+    Recv(recv::RecvReport),
+    /// `gpucbf bench nufft`.
+    Nufft(Box<nufft::NufftReport>),
+}
+
+/// Runs the benchmark `args` names (it prints its lines as it goes), writes its report to
+/// `--json FILE` if given, and returns it.
+pub fn run(args: BenchArgs) -> anyhow::Result<Report> {
+    let report = match args.cmd {
+        BenchCmd::Xbgpu => Report::Xbgpu(xbgpu::bench_gpu(&XBGPU_ANTS, XBGPU_SAMPLES_PER_LAUNCH)?),
+        BenchCmd::XbgpuBeam => Report::XbgpuBeam(xbgpu::bench_gpu_beams()?),
+        BenchCmd::XbgpuCorr => Report::XbgpuCorr(xbgpu::bench_gpu_corr(
+            &XBGPU_ANTS,
+            XBGPU_SAMPLES_PER_LAUNCH,
+        )?),
+        BenchCmd::Fgpu => Report::Fgpu(fgpu::bench_fgpu()?),
+        BenchCmd::FgpuNarrowband => {
+            Report::FgpuNarrowband(fgpu::narrowband::bench_gpu_narrowband()?)
         }
-        BenchCmd::Fgpu => {
-            fgpu::wideband::bench_gpu()?;
-            fgpu::narrowband::bench_gpu_narrowband()?;
-        }
-        BenchCmd::FgpuNarrowband => fgpu::narrowband::bench_gpu_narrowband()?,
-        BenchCmd::Recv(a) => {
-            recv::run(&a)?;
-        }
-        BenchCmd::Nufft => nufft::run_issue_case()?,
+        BenchCmd::Recv(a) => Report::Recv(recv::run(&a)?),
+        BenchCmd::Nufft => Report::Nufft(Box::new(nufft::run_issue_case()?)),
+    };
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, text + "\n").with_context(|| format!("--json {}", path.display()))?;
     }
-    Ok(())
+    Ok(report)
 }
 
 #[cfg(test)]
@@ -150,5 +184,56 @@ mod tests {
         assert_eq!(r.feed.as_deref(), Some(std::path::Path::new("f.pcap")));
         // the recv options belong to recv alone
         assert!(parse("bench xbgpu --trials 1").is_err());
+    }
+
+    /// `--json FILE` belongs to `bench` and may come before or after the benchmark's name.
+    #[test]
+    fn json_is_global_to_bench() {
+        for a in [
+            "bench --json r.json recv --trials 1",
+            "bench recv --trials 1 --json r.json",
+        ] {
+            let b = parse(a).unwrap();
+            assert_eq!(
+                b.json.as_deref(),
+                Some(std::path::Path::new("r.json")),
+                "{a}"
+            );
+            assert!(matches!(b.cmd, BenchCmd::Recv(_)), "{a}");
+        }
+        assert_eq!(parse("bench nufft").unwrap().json, None);
+        let b = parse("bench xbgpu-corr --json x.json").unwrap();
+        assert_eq!(b.json.as_deref(), Some(std::path::Path::new("x.json")));
+    }
+
+    /// A report is tagged with its benchmark's name and carries the figures it printed.
+    #[test]
+    fn report_names_its_bench() {
+        let cpu = nufft::cpu::bench_cpu(2000, 16, 1e-5, 2.0, 1, 2, None).unwrap();
+        let r = Report::Nufft(Box::new(nufft::NufftReport {
+            m: 2000,
+            n: 16,
+            eps: 1e-5,
+            gpu: None,
+            cpu,
+            finufft: None,
+            finufft_error: Some("not run here".into()),
+        }));
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["bench"], "nufft");
+        assert_eq!(v["cpu"]["m"], 2000);
+        assert!(v["cpu"]["points_per_s"].as_f64().unwrap() > 0.0);
+        assert!(v["cpu"]["sample_rel_err"].as_f64().unwrap() < 1e-3);
+        assert!(v["gpu"].is_null());
+        let line = fgpu::cpu::bench_cpu(
+            crate::compute::fengine::FConfig::wideband(256, 32),
+            32,
+            10,
+            1,
+        )
+        .unwrap();
+        let v = serde_json::to_value(&line).unwrap();
+        assert_eq!(v["kind"], "wideband");
+        assert!(v["gsps_per_pol"].as_f64().unwrap() > 0.0);
     }
 }

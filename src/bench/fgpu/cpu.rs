@@ -1,9 +1,33 @@
-//! CPU throughput measurement (to be wired into `gpucbf bench fgpu`).
+//! The CPU line of `gpucbf bench fgpu`: throughput of the CPU F-engine backend.
 
 use crate::compute::fengine::{Block, CpuBackend, FBackend, FConfig, FError, PolBlock, Samples};
 use crate::spead::bitpack;
 use num_complex::Complex32;
+use serde::Serialize;
 use std::time::Instant;
+
+/// The CPU line: one configuration on the CPU backend.
+#[derive(Debug, Clone, Serialize)]
+pub struct CpuLine {
+    /// `wideband` or `narrowband`.
+    pub kind: &'static str,
+    /// Channels.
+    pub channels: usize,
+    /// PFB taps.
+    pub taps: usize,
+    /// Spectra per block.
+    pub spectra: usize,
+    /// Blocks timed.
+    pub iters: usize,
+    /// Input sample width.
+    pub bits: u32,
+    /// Threads of the rayon pool.
+    pub threads: usize,
+    /// ADC gigasamples per second per pol, wall clock.
+    pub gsps_per_pol: f64,
+    /// The same per second of process CPU time (user + system, all threads).
+    pub gsps_per_pol_per_cpu_second: f64,
+}
 
 /// Process CPU time (user + system) in seconds, all threads.
 fn cpu_seconds() -> f64 {
@@ -24,7 +48,7 @@ fn cpu_seconds() -> f64 {
 /// in ADC GS/s per polarisation (input samples consumed per second per pol, the unit of
 /// dsp.md §13). Also printed: GS/s per pol per core from the process CPU time, which is
 /// robust against other load on a shared machine.
-pub fn bench_cpu(cfg: FConfig, spectra: usize, bits: u32, iters: usize) -> Result<f64, FError> {
+pub fn bench_cpu(cfg: FConfig, spectra: usize, bits: u32, iters: usize) -> Result<CpuLine, FError> {
     let mut be = CpuBackend::new(cfg.clone())?;
     let need = cfg.input_samples_needed(spectra);
     let raw: Vec<i16> = (0..need)
@@ -81,7 +105,17 @@ pub fn bench_cpu(cfg: FConfig, spectra: usize, bits: u32, iters: usize) -> Resul
         cfg.taps,
         samples / cpu / 1e9
     );
-    Ok(gsps)
+    Ok(CpuLine {
+        kind,
+        channels: cfg.channels,
+        taps: cfg.taps,
+        spectra,
+        iters,
+        bits,
+        threads: cores,
+        gsps_per_pol: gsps,
+        gsps_per_pol_per_cpu_second: samples / cpu / 1e9,
+    })
 }
 
 #[cfg(test)]
@@ -89,8 +123,22 @@ mod tests {
     use crate::bench::fgpu::cpu::*;
     use crate::compute::fengine::{Narrowband, NarrowbandMode};
 
+    /// A small block: the line's figures are positive and its configuration is the one asked
+    /// for.
+    #[test]
+    fn cpu_line_reports_what_it_ran() {
+        let l = bench_cpu(FConfig::wideband(256, 32), 32, 10, 2).unwrap();
+        assert_eq!(
+            (l.kind, l.channels, l.taps, l.spectra, l.iters, l.bits),
+            ("wideband", 256, 16, 32, 2, 10)
+        );
+        assert!(l.gsps_per_pol > 0.0 && l.gsps_per_pol.is_finite(), "{l:?}");
+        assert!(l.gsps_per_pol_per_cpu_second > 0.0, "{l:?}");
+        assert_eq!(l.threads, rayon::current_num_threads());
+    }
+
     /// Not a unit test: prints CPU throughput for the report. Run with
-    /// `cargo test --lib fengine::bench -- --ignored --nocapture` (for representative
+    /// `cargo test --release --lib bench::fgpu::cpu -- --ignored --nocapture` (for representative
     /// numbers add `--config 'profile.dev.package.gpucbf.opt-level=3'` and the same for
     /// `overflow-checks=false`, `debug-assertions=false`; `RAYON_NUM_THREADS` picks cores).
     #[test]

@@ -11,6 +11,7 @@ use crate::compute::fengine::gpu::pipeline::{GpuPipeline, PipelineShape};
 use crate::compute::fengine::gpu::wideband::{gerr, BlockParams};
 use crate::compute::fengine::{FConfig, FError};
 use num_complex::Complex32;
+use serde::Serialize;
 
 /// Device blocks in flight in the pipeline.
 const PIPE_SLOTS: usize = 4;
@@ -39,14 +40,20 @@ pub(super) fn pinned_from(
 }
 
 /// Measured bandwidths, bytes per second.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Bandwidths {
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Bandwidths {
     /// Device-to-device copy (bytes read + written).
-    pub(super) copy: f64,
-    pub(super) h2d: f64,
-    pub(super) d2h: f64,
+    #[serde(rename = "copy_bytes_per_s")]
+    pub copy: f64,
+    /// Pinned host→device.
+    #[serde(rename = "h2d_bytes_per_s")]
+    pub h2d: f64,
+    /// Device→pinned host.
+    #[serde(rename = "d2h_bytes_per_s")]
+    pub d2h: f64,
     /// Host→device while a device→host copy of 0.8× its size runs on another stream.
-    pub(super) h2d_duplex: f64,
+    #[serde(rename = "h2d_duplex_bytes_per_s")]
+    pub h2d_duplex: f64,
 }
 
 pub(super) fn bandwidths(stream: &Arc<CudaStream>) -> Result<Bandwidths, FError> {
@@ -96,23 +103,28 @@ pub(super) fn bandwidths(stream: &Arc<CudaStream>) -> Result<Bandwidths, FError>
 }
 
 /// Input samples per second (both pols) through a [`GpuPipeline`].
-#[derive(Debug, Clone, Copy)]
-pub(super) struct PipeRates {
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PipeRates {
     /// All PIPE_WINDOWS × PIPE_CHUNKS chunks from the first upload's start to the last
     /// download's end (the pipeline's drain, one chunk's compute and download, included).
-    pub(super) window: f64,
+    #[serde(rename = "window_samples_per_s")]
+    pub window: f64,
     /// Steady state, the median over the windows: chunks per second between the ends of
     /// the downloads of a window's first and last chunks (the first window's fill left
     /// out).
-    pub(super) steady: f64,
+    #[serde(rename = "steady_samples_per_s")]
+    pub steady: f64,
     /// The lowest and highest window of `steady`.
-    pub(super) steady_range: (f64, f64),
+    #[serde(rename = "steady_range_samples_per_s")]
+    pub steady_range: (f64, f64),
     /// The uploads inside the pipeline over the same chunks (median over the windows),
     /// i.e. the host→device rate the pipeline got while everything else ran.
-    pub(super) uploads: f64,
+    #[serde(rename = "uploads_samples_per_s")]
+    pub uploads: f64,
     /// The same uploads with nothing else running, right after (median of PIPE_WINDOWS
     /// repeats): the bound.
-    pub(super) alone: f64,
+    #[serde(rename = "alone_samples_per_s")]
+    pub alone: f64,
 }
 
 /// End to end through a [`GpuPipeline`] of `cfg` (wideband or narrowband) with chunks of

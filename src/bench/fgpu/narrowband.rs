@@ -20,6 +20,83 @@ use crate::compute::fengine::{
 };
 use crate::spead::bitpack;
 use num_complex::Complex32;
+use serde::Serialize;
+
+/// One narrowband line: a decimation and mode, resident, end to end and the DDC alone.
+#[derive(Debug, Clone, Serialize)]
+pub struct NarrowbandLine {
+    /// Decimation factor.
+    pub decimation: usize,
+    /// No-discard mode (else discard).
+    pub no_discard: bool,
+    /// Subsampling factor of the PFB input.
+    pub subsampling: f64,
+    /// DDC filter taps.
+    pub ddc_taps: usize,
+    /// Spectra per resident block.
+    pub spectra: usize,
+    /// Resident throughput, input samples per second (both pols).
+    pub resident_samples_per_s: f64,
+    /// Its bound: the lesser of the memory and FMA bounds.
+    pub bound_samples_per_s: f64,
+    /// Copy bandwidth / bytes moved per input sample.
+    pub memory_bound_samples_per_s: f64,
+    /// FMA rate / DDC FMAs per input sample.
+    pub fma_bound_samples_per_s: f64,
+    /// Bytes moved per input sample.
+    pub bytes_per_sample: f64,
+    /// DDC FMAs per input sample.
+    pub fmas_per_sample: f64,
+    /// Resident / bound.
+    pub resident_fraction: f64,
+    /// End to end through the pipeline, steady state.
+    pub pipelined_samples_per_s: f64,
+    /// End-to-end bound: host→device bandwidth / input bytes per sample.
+    pub end_to_end_bound_samples_per_s: f64,
+    /// Pipelined / end-to-end bound.
+    pub pipelined_fraction: f64,
+    /// The pipeline's uploads with nothing else running.
+    pub uploads_alone_samples_per_s: f64,
+    /// Pipelined / uploads alone.
+    pub pipelined_fraction_of_alone: f64,
+    /// Spectra per pipeline chunk.
+    pub chunk_spectra: usize,
+    /// Upload, compute, download on one stream.
+    pub single_stream_samples_per_s: f64,
+    /// Single stream / end-to-end bound.
+    pub single_stream_fraction: f64,
+    /// The DDC kernel alone.
+    pub ddc_samples_per_s: f64,
+    /// Its bound (its own bytes at the copy bandwidth, or the FMA bound).
+    pub ddc_bound_samples_per_s: f64,
+    /// DDC / its bound.
+    pub ddc_fraction: f64,
+    /// DDC tuning: work-group size.
+    pub ddc_wgs: u32,
+    /// DDC tuning: unroll.
+    pub ddc_unroll: u32,
+    /// Seconds the DDC tuning took.
+    pub ddc_tuning_s: f64,
+    /// Microseconds per block of each stage: DDC, FIR, FFT, post-processing.
+    pub stage_us: [f64; 4],
+}
+
+/// Report of `gpucbf bench fgpu-narrowband` (and the narrowband part of `fgpu`).
+#[derive(Debug, Clone, Serialize)]
+pub struct NarrowbandReport {
+    /// Device copy bandwidth (read + write), bytes per second.
+    pub copy_bytes_per_s: f64,
+    /// f32 FMAs per second.
+    pub fma_per_s: f64,
+    /// Pinned host→device bandwidth, bytes per second.
+    pub h2d_bytes_per_s: f64,
+    /// Channels.
+    pub channels: usize,
+    /// Input sample width.
+    pub in_bits: u32,
+    /// One per decimation and mode.
+    pub lines: Vec<NarrowbandLine>,
+}
 
 /// FMA throughput kernel source (bench only).
 pub const FMA_PEAK_SRC: &str = crate::kernel_source!("probe/fma_peak.cu");
@@ -83,12 +160,13 @@ fn nb_config(decimation: usize, no_discard: bool, adc: f64) -> FConfig {
 }
 
 /// Runs the narrowband benchmark and prints one line (plus a stage line) per mode.
-pub fn bench_gpu_narrowband() -> Result<(), FError> {
+pub fn bench_gpu_narrowband() -> Result<NarrowbandReport, FError> {
     if !crate::gpu::gpu_available() {
         return Err(FError::Gpu("bench fgpu needs a CUDA device".into()));
     }
     let adc = 1712e6;
     let mut bounds: Option<(f64, f64, f64)> = None;
+    let mut lines = Vec::new();
     for (decimation, no_discard) in [(8usize, false), (16, false), (8, true), (16, true)] {
         let cfg = nb_config(decimation, no_discard, adc);
         let sbs = cfg.samples_between_spectra();
@@ -235,6 +313,43 @@ pub fn bench_gpu_narrowband() -> Result<(), FError> {
             t_fft * 1e6,
             t_post * 1e6
         );
+        lines.push(NarrowbandLine {
+            decimation,
+            no_discard,
+            subsampling: s,
+            ddc_taps: cfg.ddc_taps(),
+            spectra: m,
+            resident_samples_per_s: res,
+            bound_samples_per_s: bound,
+            memory_bound_samples_per_s: mem_bound,
+            fma_bound_samples_per_s: cmp_bound,
+            bytes_per_sample: bytes,
+            fmas_per_sample: fmas,
+            resident_fraction: res / bound,
+            pipelined_samples_per_s: e2e_pipe,
+            end_to_end_bound_samples_per_s: e2e_bound,
+            pipelined_fraction: e2e_pipe / e2e_bound,
+            uploads_alone_samples_per_s: copies_alone,
+            pipelined_fraction_of_alone: e2e_pipe / copies_alone,
+            chunk_spectra: c,
+            single_stream_samples_per_s: samples / t_e2e,
+            single_stream_fraction: samples / t_e2e / e2e_bound,
+            ddc_samples_per_s: ddc_rate,
+            ddc_bound_samples_per_s: ddc_bound,
+            ddc_fraction: ddc_rate / ddc_bound,
+            ddc_wgs: tuning.wgs,
+            ddc_unroll: tuning.unroll,
+            ddc_tuning_s: tune_secs,
+            stage_us: [t_ddc * 1e6, t_fir * 1e6, t_fft * 1e6, t_post * 1e6],
+        });
     }
-    Ok(())
+    let (copy, fma, h2d) = bounds.unwrap_or_default();
+    Ok(NarrowbandReport {
+        copy_bytes_per_s: copy,
+        fma_per_s: fma,
+        h2d_bytes_per_s: h2d,
+        channels: CHANNELS,
+        in_bits: IN_BITS,
+        lines,
+    })
 }

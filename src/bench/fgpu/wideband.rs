@@ -14,6 +14,59 @@ use crate::compute::fengine::sample_noise;
 use crate::compute::fengine::{Block, Dither, FBackend, FConfig, FError, PolBlock, Samples};
 use crate::spead::bitpack;
 use num_complex::Complex32;
+use serde::Serialize;
+
+/// One wideband line: a channel count and unzip factor, resident and end to end.
+#[derive(Debug, Clone, Serialize)]
+pub struct WidebandLine {
+    /// Channels.
+    pub channels: usize,
+    /// Unzip factor of the FFT.
+    pub unzip: usize,
+    /// Spectra per resident block.
+    pub spectra: usize,
+    /// Resident throughput, real input samples per second (both pols).
+    pub resident_samples_per_s: f64,
+    /// Its bound: copy bandwidth / bytes moved per sample.
+    pub resident_bound_samples_per_s: f64,
+    /// Resident / bound.
+    pub resident_fraction: f64,
+    /// Upload, compute, download one after the other on one stream, samples per second.
+    pub single_stream_samples_per_s: f64,
+    /// End to end through the three-stream pipeline.
+    pub pipeline: PipeRates,
+    /// Pipeline steady state / the same uploads alone (its bound).
+    pub pipeline_fraction_of_alone: f64,
+    /// Pipeline steady state / the 1 GiB host→device bandwidth per sample.
+    pub pipeline_fraction_of_h2d: f64,
+    /// Pipeline steady state / the duplex host→device bandwidth per sample.
+    pub pipeline_fraction_of_duplex: f64,
+    /// FIR microseconds per block.
+    pub fir_us: f64,
+    /// FFT microseconds per block.
+    pub fft_us: f64,
+    /// Post-processing microseconds per block.
+    pub post_us: f64,
+    /// Each kernel's bytes per second as a fraction of the copy bandwidth: FIR, FFT, post.
+    pub stage_copy_fractions: [f64; 3],
+    /// Resident microseconds per block (all kernels).
+    pub resident_us: f64,
+}
+
+/// Report of the wideband part of `gpucbf bench fgpu`.
+#[derive(Debug, Clone, Serialize)]
+pub struct WidebandReport {
+    /// The bounds, measured once at the start.
+    pub bandwidths: Bandwidths,
+    /// PFB taps.
+    pub taps: usize,
+    /// Input sample width.
+    pub in_bits: u32,
+    /// Bytes the resident kernels move per input sample (FIR + FFT + post).
+    pub resident_bytes_per_sample: f64,
+    /// One per channel count and unzip factor.
+    pub lines: Vec<WidebandLine>,
+}
 
 /// PFB taps of the benchmark (katgpucbf default).
 const TAPS: usize = 16;
@@ -394,7 +447,7 @@ fn pipeline_variants(b: &Bench) -> Result<(), FError> {
 /// Runs the benchmark and prints one line per (channels, unzip), with each figure as a
 /// fraction of its bound. GPUCBF_BENCH_VARIANTS (set) adds FIR, post-processing and
 /// pipeline variants; GPUCBF_BENCH_SWEEP the older tuning sweep (see [`sweep_at`]).
-pub fn bench_gpu() -> Result<(), FError> {
+pub fn bench_gpu() -> Result<WidebandReport, FError> {
     if !crate::gpu::gpu_available() {
         return Err(FError::Gpu("bench fgpu needs a CUDA device".into()));
     }
@@ -402,6 +455,7 @@ pub fn bench_gpu() -> Result<(), FError> {
     let total_b = FIR_B + FFT_B + POST_B;
     let variants_wanted = std::env::var_os("GPUCBF_BENCH_VARIANTS").is_some();
     let in_b = IN_BITS as f64 / 8.0;
+    let mut lines = Vec::new();
     for channels in [1024usize, 4096, 32768] {
         let b = Bench::new(channels);
         let (m, samples) = (b.m, b.samples());
@@ -493,6 +547,28 @@ pub fn bench_gpu() -> Result<(), FError> {
                 (t_fir + t_fft + t_post) * 1e6,
                 t_res * 1e6
             );
+            lines.push(WidebandLine {
+                channels,
+                unzip,
+                spectra: m,
+                resident_samples_per_s: res,
+                resident_bound_samples_per_s: res_bound,
+                resident_fraction: res / res_bound,
+                single_stream_samples_per_s: samples / t_serial,
+                pipeline: e2e,
+                pipeline_fraction_of_alone: e2e.steady / e2e.alone,
+                pipeline_fraction_of_h2d: e2e.steady / (bw.h2d / in_b),
+                pipeline_fraction_of_duplex: e2e.steady / duplex,
+                fir_us: t_fir * 1e6,
+                fft_us: t_fft * 1e6,
+                post_us: t_post * 1e6,
+                stage_copy_fractions: [
+                    gbs(FIR_B, t_fir) / bw.copy,
+                    gbs(FFT_B, t_fft) / bw.copy,
+                    gbs(POST_B, t_post) / bw.copy,
+                ],
+                resident_us: t_res * 1e6,
+            });
         }
         if sweep_at(channels) {
             sweep(&b, &bw.unwrap_or_default())?;
@@ -501,5 +577,11 @@ pub fn bench_gpu() -> Result<(), FError> {
             pipeline_variants(&b)?;
         }
     }
-    Ok(())
+    Ok(WidebandReport {
+        bandwidths: bw.unwrap_or_default(),
+        taps: TAPS,
+        in_bits: IN_BITS,
+        resident_bytes_per_sample: total_b,
+        lines,
+    })
 }

@@ -4,32 +4,58 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use num_complex::Complex;
+use serde::Serialize;
 
 use super::BenchError;
 use crate::compute::nufft::{CpuPlan, NufftBackend, NufftType, Options, SplitMix64, StageTimes};
 use crate::npy::{write_npy, NpyData};
 
+/// Seconds of each stage of the best repeat.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct StageSeconds {
+    /// Folding, binning and sorting the points.
+    pub sort: f64,
+    /// Spreading.
+    pub spread: f64,
+    /// Fine-grid FFT.
+    pub fft: f64,
+    /// Deconvolution and copy of the modes.
+    pub deconv: f64,
+}
+
 /// Result of [`bench_cpu`].
-#[derive(Clone, Debug)]
-pub struct BenchReport {
+#[derive(Clone, Debug, Serialize)]
+pub struct CpuReport {
     /// Points.
     pub m: usize,
     /// Modes per axis.
     pub n: usize,
+    /// Requested tolerance.
+    pub eps: f64,
+    /// Upsampling factor.
+    pub upsampfac: f64,
     /// Fine grid per axis.
     pub nf: usize,
     /// Kernel width.
     pub ns: usize,
-    /// Best plan + set_points + execute time over the repeats.
-    pub total: Duration,
-    /// Stage times of the best repeat.
-    pub stages: StageTimes,
-    /// `m / total`.
+    /// Threads of the rayon pool.
+    pub threads: usize,
+    /// Repeats (the best is reported).
+    pub repeats: usize,
+    /// Best plan + set_points + execute seconds over the repeats.
+    pub total_s: f64,
+    /// Stage seconds of the best repeat.
+    pub stages: StageSeconds,
+    /// `m / total_s`.
     pub points_per_s: f64,
-    /// Process CPU time (user + system, all threads) of the best repeat.
-    pub cpu_time: Duration,
-    /// Relative ℓ2 error over `check_modes` modes against an f64 direct sum (NaN if none).
-    pub sample_rel_err: f64,
+    /// Process CPU seconds (user + system, all threads) of the best repeat.
+    pub cpu_time_s: f64,
+    /// `m / cpu_time_s`.
+    pub points_per_cpu_s: f64,
+    /// Modes checked against an f64 direct sum.
+    pub check_modes: usize,
+    /// Their relative ℓ2 error (none if no mode was checked).
+    pub sample_rel_err: Option<f64>,
 }
 
 /// Runs f32 2-D type 1 (`isign = +1`) with `m` uniform points in `[-π, π)²` and unit-variance
@@ -44,7 +70,7 @@ pub fn bench_cpu(
     repeats: usize,
     check_modes: usize,
     save_dir: Option<&Path>,
-) -> Result<BenchReport, BenchError> {
+) -> Result<CpuReport, BenchError> {
     let mut rng = SplitMix64(12345);
     let pi = std::f64::consts::PI;
     let x: Vec<f32> = (0..m).map(|_| rng.uniform(-pi, pi) as f32).collect();
@@ -79,16 +105,27 @@ pub fn bench_cpu(
     }
     let (total, stages, nf, ns, cpu_time) = best.expect("at least one repeat ran");
     let sample_rel_err = sample_error(&x, &y, &c, &out, n, check_modes, &mut rng);
-    let r = BenchReport {
+    let r = CpuReport {
         m,
         n,
+        eps,
+        upsampfac,
         nf,
         ns,
-        total,
-        stages,
+        threads: rayon::current_num_threads(),
+        repeats: repeats.max(1),
+        total_s: total.as_secs_f64(),
+        stages: StageSeconds {
+            sort: stages.sort.as_secs_f64(),
+            spread: stages.spread.as_secs_f64(),
+            fft: stages.fft.as_secs_f64(),
+            deconv: stages.deconv.as_secs_f64(),
+        },
         points_per_s: m as f64 / total.as_secs_f64(),
-        cpu_time,
-        sample_rel_err,
+        cpu_time_s: cpu_time.as_secs_f64(),
+        points_per_cpu_s: m as f64 / cpu_time.as_secs_f64(),
+        check_modes,
+        sample_rel_err: (check_modes > 0).then_some(sample_rel_err),
     };
     println!(
         "nufft bench cpu: 2-D type 1 f32, M = {m}, {n}x{n} modes, eps = {eps:e}, upsampfac = {upsampfac}, \

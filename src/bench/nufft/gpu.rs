@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use num_complex::Complex;
 use rayon::prelude::*;
+use serde::Serialize;
 
 use super::cpu::sample_error;
 use super::BenchError;
@@ -17,6 +18,88 @@ use crate::compute::nufft::{NufftError, NufftType, Options};
 
 /// Target throughput of the resident execute (issue #5).
 pub const TARGET_POINTS_PER_S: f64 = 2e9;
+
+/// The spreading kernel's launch geometry.
+#[derive(Clone, Debug, Serialize)]
+pub struct SpreadGeometry {
+    /// Bin size per axis (cells).
+    pub bin: [usize; 2],
+    /// Groups (tiles) per block.
+    pub groups: usize,
+    /// Threads per group.
+    pub group_threads: usize,
+    /// Points staged in shared memory at once, per group.
+    pub batch: usize,
+    /// Subproblems.
+    pub subproblems: usize,
+    /// Most points per subproblem.
+    pub sub: usize,
+}
+
+/// One line of the `--tune` sweep: the spreading alone at one bin size and batch.
+#[derive(Clone, Debug, Serialize)]
+pub struct TuneLine {
+    /// Bin size (cells per axis).
+    pub bin: usize,
+    /// Points per batch.
+    pub batch: usize,
+    /// Groups per block (none if the configuration was refused).
+    pub groups: Option<usize>,
+    /// Threads per group.
+    pub group_threads: Option<usize>,
+    /// Milliseconds of the spreading alone.
+    pub spread_ms: Option<f64>,
+    /// Points per second of the spreading alone.
+    pub spread_points_per_s: Option<f64>,
+    /// Why the configuration was refused.
+    pub error: Option<String>,
+}
+
+/// Result of [`bench_gpu`].
+#[derive(Clone, Debug, Serialize)]
+pub struct GpuReport {
+    /// The device's name.
+    pub device: String,
+    /// The architecture the kernels were built for.
+    pub arch: &'static str,
+    /// Points.
+    pub m: usize,
+    /// Modes per axis.
+    pub n: usize,
+    /// Requested tolerance.
+    pub eps: f64,
+    /// Upsampling factor.
+    pub upsampfac: f64,
+    /// Fine grid per axis.
+    pub nf: usize,
+    /// Kernel width.
+    pub ns: usize,
+    /// The spreading kernel's geometry.
+    pub spreading: SpreadGeometry,
+    /// Setup seconds (not in the rates): input generation, plan (NVRTC + cuFFT), upload and
+    /// first sort.
+    pub setup_s: [f64; 3],
+    /// Milliseconds of the resident execute (zero + spread + FFT + deconvolution).
+    pub execute_ms: f64,
+    /// Points per second of the resident execute.
+    pub points_per_s: f64,
+    /// The target it is measured against.
+    pub target_points_per_s: f64,
+    /// `points_per_s` / target.
+    pub target_ratio: f64,
+    /// Milliseconds of the spreading alone.
+    pub spread_ms: f64,
+    /// Milliseconds of zeroing the grid, the FFT and the deconvolution.
+    pub zero_fft_deconv_ms: [f64; 3],
+    /// Milliseconds of the sort (plan time).
+    pub sort_ms: f64,
+    /// Points per second of sort + execute.
+    pub sort_and_execute_points_per_s: f64,
+    /// Relative ℓ2 error over the checked modes against an f64 direct sum.
+    pub sample_rel_err: Option<f64>,
+    /// The `--tune` sweep.
+    pub tune: Vec<TuneLine>,
+}
 
 /// Options of [`bench_gpu`].
 #[derive(Clone, Debug)]
@@ -94,8 +177,8 @@ fn timed(
     )
 }
 
-/// Runs the benchmark and prints its lines; returns resident-execute points/s.
-pub fn bench_gpu(o: &GpuBenchOpts) -> Result<f64, BenchError> {
+/// Runs the benchmark and prints its lines.
+pub fn bench_gpu(o: &GpuBenchOpts) -> Result<GpuReport, BenchError> {
     let (m, n) = (o.m, o.n);
     let t = Instant::now();
     let (x, y, c) = random_input(m);
@@ -128,6 +211,7 @@ pub fn bench_gpu(o: &GpuBenchOpts) -> Result<f64, BenchError> {
     let fft = timed(&mut plan, reps, |p| p.fft_resident())?;
     let deconv = timed(&mut plan, reps, |p| p.deconv_resident())?;
     let cfg = plan.spread_config();
+    let subproblems = plan.subproblems();
     let nf = plan.fine_grid()[0];
     let ns = plan.kernel_params().ns;
     println!(
@@ -161,6 +245,7 @@ pub fn bench_gpu(o: &GpuBenchOpts) -> Result<f64, BenchError> {
         m as f64 / sort,
         m as f64 / (sort + exec)
     );
+    let mut sample_rel_err = None;
     if o.check_modes > 0 {
         plan.execute_resident()?;
         let mut out = vec![Complex::<f32>::default(); n * n];
@@ -171,7 +256,9 @@ pub fn bench_gpu(o: &GpuBenchOpts) -> Result<f64, BenchError> {
             "  relative l2 error on {} random modes vs f64 direct sum: {err:.2e} (eps {:e})",
             o.check_modes, o.eps
         );
+        sample_rel_err = Some(err);
     }
+    let mut tune = Vec::new();
     if o.tune {
         println!("  tune: spread alone (ms, points/s) by bin size and batch");
         for bin in [8, 16, 32] {
@@ -180,6 +267,15 @@ pub fn bench_gpu(o: &GpuBenchOpts) -> Result<f64, BenchError> {
                     Ok(()) => {}
                     Err(e) => {
                         println!("    bin {bin:2} batch {batch:3}: {e}");
+                        tune.push(TuneLine {
+                            bin,
+                            batch,
+                            groups: None,
+                            group_threads: None,
+                            spread_ms: None,
+                            spread_points_per_s: None,
+                            error: Some(e.to_string()),
+                        });
                         continue;
                     }
                 }
@@ -196,8 +292,45 @@ pub fn bench_gpu(o: &GpuBenchOpts) -> Result<f64, BenchError> {
                     s * 1e3,
                     m as f64 / s
                 );
+                tune.push(TuneLine {
+                    bin,
+                    batch,
+                    groups: Some(c.groups),
+                    group_threads: Some(c.group_threads),
+                    spread_ms: Some(s * 1e3),
+                    spread_points_per_s: Some(m as f64 / s),
+                    error: None,
+                });
             }
         }
     }
-    Ok(pps)
+    Ok(GpuReport {
+        device,
+        arch: plan.arch(),
+        m,
+        n,
+        eps: o.eps,
+        upsampfac: o.upsampfac,
+        nf,
+        ns,
+        spreading: SpreadGeometry {
+            bin: [cfg.bin[0], cfg.bin[1]],
+            groups: cfg.groups,
+            group_threads: cfg.group_threads,
+            batch: cfg.batch,
+            subproblems,
+            sub: cfg.sub,
+        },
+        setup_s: [t_gen, t_plan, t_up],
+        execute_ms: exec * 1e3,
+        points_per_s: pps,
+        target_points_per_s: TARGET_POINTS_PER_S,
+        target_ratio: pps / TARGET_POINTS_PER_S,
+        spread_ms: spread * 1e3,
+        zero_fft_deconv_ms: [zero * 1e3, fft * 1e3, deconv * 1e3],
+        sort_ms: sort * 1e3,
+        sort_and_execute_points_per_s: m as f64 / (sort + exec),
+        sample_rel_err,
+        tune,
+    })
 }

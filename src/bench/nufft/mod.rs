@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use serde::Serialize;
 
 use crate::compute::nufft::NufftError;
 use crate::npy::NpyError;
@@ -15,15 +16,48 @@ pub mod peer;
 /// Errors of the benchmark.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
+    /// Planning or running the transform.
     #[error(transparent)]
     Nufft(#[from] NufftError),
+    /// Writing the saved input.
     #[error(transparent)]
     Npy(#[from] NpyError),
+    /// Creating `--save-dir`.
     #[error("--save-dir {0}: {1}")]
     SaveDir(std::path::PathBuf, std::io::Error),
     /// A size variable (`GPUCBF_NUFFT_BENCH_M` / `_N`) that is not a whole number.
     #[error("{0}={1}: expected a whole number")]
     Env(String, String),
+}
+
+/// FINUFFT on the CPU benchmark's input, in the same run.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerReport {
+    /// Its points per second.
+    pub points_per_s: f64,
+    /// gpucbf's CPU points per second / FINUFFT's.
+    pub cpu_ratio: f64,
+    /// The peer's output, as printed.
+    pub output: String,
+}
+
+/// Report of `gpucbf bench nufft`.
+#[derive(Debug, Clone, Serialize)]
+pub struct NufftReport {
+    /// Points.
+    pub m: usize,
+    /// Modes per axis.
+    pub n: usize,
+    /// Requested tolerance.
+    pub eps: f64,
+    /// The GPU benchmark (none without a CUDA device).
+    pub gpu: Option<gpu::GpuReport>,
+    /// The CPU benchmark.
+    pub cpu: cpu::CpuReport,
+    /// FINUFFT on the same input (none if it did not run).
+    pub finufft: Option<PeerReport>,
+    /// Why FINUFFT did not run.
+    pub finufft_error: Option<String>,
 }
 
 /// `nufft bench`.
@@ -108,24 +142,26 @@ fn env_size(k: &str, d: usize) -> Result<usize, BenchError> {
 /// `gpucbf bench nufft`: the issue's problem (2-D type 1, 1e8 points, 4096², eps 1e-5, f32) on
 /// the GPU (data resident) where one exists, then on the CPU and through FINUFFT (Python) on
 /// the same input in the same run, with the ratio. `GPUCBF_NUFFT_BENCH_M` / `_N` shrink it.
-pub fn run_issue_case() -> Result<(), BenchError> {
+pub fn run_issue_case() -> Result<NufftReport, BenchError> {
     let (m, n, eps) = (
         env_size("GPUCBF_NUFFT_BENCH_M", 100_000_000)?,
         env_size("GPUCBF_NUFFT_BENCH_N", 4096)?,
         1e-5,
     );
-    if crate::gpu::gpu_available() {
+    let gpu = if crate::gpu::gpu_available() {
         let mut opts = gpu::GpuBenchOpts::issue_case();
         opts.m = m;
         opts.n = n;
-        gpu::bench_gpu(&opts)?;
+        Some(gpu::bench_gpu(&opts)?)
     } else {
         println!("nufft bench gpu: no CUDA device, GPU figure skipped");
-    }
+        None
+    };
     let dir = std::env::temp_dir().join(format!("gpucbf-nufft-bench-{}", std::process::id()));
     let ours = cpu::bench_cpu(m, n, eps, 2.0, 2, 8, Some(&dir))?;
-    let rate = ours.m as f64 / ours.total.as_secs_f64();
-    match peer::finufft_peer(&dir, eps, rayon::current_num_threads()) {
+    let rate = ours.points_per_s;
+    let (finufft, finufft_error) = match peer::finufft_peer(&dir, eps, rayon::current_num_threads())
+    {
         Ok((theirs, text)) => {
             print!("{text}");
             println!(
@@ -134,9 +170,26 @@ pub fn run_issue_case() -> Result<(), BenchError> {
                 theirs,
                 rate / theirs
             );
+            let peer = PeerReport {
+                points_per_s: theirs,
+                cpu_ratio: rate / theirs,
+                output: text,
+            };
+            (Some(peer), None)
         }
-        Err(e) => println!("finufft peer not run: {e}"),
-    }
+        Err(e) => {
+            println!("finufft peer not run: {e}");
+            (None, Some(e.to_string()))
+        }
+    };
     let _ = std::fs::remove_dir_all(&dir);
-    Ok(())
+    Ok(NufftReport {
+        m,
+        n,
+        eps,
+        gpu,
+        cpu: ours,
+        finufft,
+        finufft_error,
+    })
 }

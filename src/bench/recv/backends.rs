@@ -329,7 +329,7 @@ pub(super) fn child(
     }
 }
 
-pub(super) fn run_only(args: &RecvBenchArgs, backend: &str) -> anyhow::Result<()> {
+pub(super) fn run_only(args: &RecvBenchArgs, backend: &str) -> anyhow::Result<RecvResult> {
     let feed = args
         .feed
         .as_deref()
@@ -350,5 +350,5 @@ pub(super) fn run_only(args: &RecvBenchArgs, backend: &str) -> anyhow::Result<()
         other => anyhow::bail!("unknown or unbuilt backend {other}"),
     };
     println!("{}", serde_json::to_string(&r)?);
-    Ok(())
+    Ok(r)
 }

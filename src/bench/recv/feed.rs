@@ -17,7 +17,7 @@ struct DsimCli {
 }
 
 /// Writes the digitiser feed (two pols to 127.0.0.1:`port`) with the dsim library.
-pub fn write_feed(path: &Path, heaps: u64, port: u16) -> anyhow::Result<()> {
+pub(super) fn write_feed(path: &Path, heaps: u64, port: u16) -> anyhow::Result<()> {
     let dest = format!("127.0.0.1:{port}");
     let cli = DsimCli::try_parse_from([
         "dsim",
@@ -76,8 +76,10 @@ pub(super) fn send_all(payloads: &[Vec<u8>], dst: SocketAddrV4, gso: bool) -> an
 
 /// The two loopback feeds: the same datagrams on the wire, sent with or without GSO.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Feed {
+pub(super) enum Feed {
+    /// UDP GSO: runs of equal-size packets as super-datagrams.
     Gso,
+    /// One sendmmsg message per datagram.
     Plain,
 }
 

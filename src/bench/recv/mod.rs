@@ -26,14 +26,14 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use serde::Serialize;
 
 mod backends;
 mod feed;
 mod spead2;
 
 use backends::{bench_file, bench_udp, child, run_only};
-pub use feed::write_feed;
-use feed::Feed;
+use feed::{write_feed, Feed};
 use spead2::bench_spead2;
 
 const HEAP_SAMPLES: u64 = 4096;
@@ -89,15 +89,19 @@ pub struct RecvBenchArgs {
 /// One trial of one backend.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct RecvResult {
+    /// Backend.
     pub backend: String,
     /// Packets placed into chunks (data packets only).
     pub packets: u64,
+    /// Wall-clock seconds the trial took to receive them.
     pub seconds: f64,
+    /// `packets / seconds`.
     pub packets_per_second: f64,
     /// CPU time the receiving thread(s) used over the same span (user + system).
     pub cpu_seconds: f64,
     /// Packets per CPU-second: the rate per core, whatever else the machine was doing.
     pub packets_per_cpu_second: f64,
+    /// What the trial did (passes, losses, counters), as the table prints it.
     pub note: String,
 }
 
@@ -123,6 +127,73 @@ impl RecvResult {
     }
 }
 
+/// The feed and the conditions of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct FeedInfo {
+    /// Digitiser heaps per polarisation.
+    pub heaps_per_pol: u64,
+    /// Samples per heap.
+    pub heap_samples: u64,
+    /// Sample width.
+    pub sample_bits: u32,
+    /// Bytes per packet (one per heap).
+    pub packet_bytes: usize,
+    /// Samples per chunk.
+    pub chunk_samples: u64,
+    /// The core every receive thread was pinned to.
+    pub recv_affinity: Option<usize>,
+    /// Trials per backend.
+    pub trials: usize,
+    /// /proc/loadavg (1, 5, 15 minutes) before the trials.
+    pub load_before: String,
+    /// The same after.
+    pub load_after: String,
+}
+
+/// Median, min and max over the trials.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Spread {
+    /// Median.
+    pub median: f64,
+    /// Lowest.
+    pub min: f64,
+    /// Highest.
+    pub max: f64,
+}
+
+/// One row of the table: a backend's rates over its trials, against its peer.
+#[derive(Debug, Clone, Serialize)]
+pub struct BackendLine {
+    /// Backend.
+    pub backend: String,
+    /// Packets per second, wall clock (none if no trial ran).
+    pub packets_per_s: Option<Spread>,
+    /// Packets per CPU-second of the receiving thread(s).
+    pub packets_per_cpu_s: Option<Spread>,
+    /// What the rates are measured against: the spead2 peer on the same transport, or the
+    /// 840k packets/s kernel-bypass target.
+    pub versus: Option<String>,
+    /// Median wall-clock rate / the peer's (or the target).
+    pub versus_wall: Option<f64>,
+    /// Median per-CPU-second rate / the peer's (or the target).
+    pub versus_cpu: Option<f64>,
+    /// The last trial's note.
+    pub note: Option<String>,
+    /// Why it did not run, or why a later trial failed.
+    pub failure: Option<String>,
+}
+
+/// Report of `gpucbf bench recv`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecvReport {
+    /// The feed (none for an `--only` child run).
+    pub feed: Option<FeedInfo>,
+    /// The table's rows, in order.
+    pub backends: Vec<BackendLine>,
+    /// Every trial of every backend.
+    pub trials: Vec<RecvResult>,
+}
+
 /// Median, min and max of the trials' rates.
 fn summary(rates: &mut [f64]) -> (f64, f64, f64) {
     rates.sort_by(f64::total_cmp);
@@ -143,10 +214,14 @@ fn loadavg() -> String {
 
 /// Runs every backend `--trials` times (interleaved) and prints each one's median rate,
 /// spread, and ratio against its peer on the same transport.
-pub fn run(args: &RecvBenchArgs) -> anyhow::Result<Vec<RecvResult>> {
+pub fn run(args: &RecvBenchArgs) -> anyhow::Result<RecvReport> {
     if let Some(b) = &args.only {
-        run_only(args, b)?;
-        return Ok(Vec::new());
+        let r = run_only(args, b)?;
+        return Ok(RecvReport {
+            feed: None,
+            backends: Vec::new(),
+            trials: vec![r],
+        });
     }
     let pcap = args
         .dir
@@ -218,17 +293,30 @@ pub fn run(args: &RecvBenchArgs) -> anyhow::Result<Vec<RecvResult>> {
             .position(|(b, _)| *b == n)
             .and_then(|k| stats(k, cpu))
     };
+    let heap_bytes = (HEAP_SAMPLES * BITS as u64 / 8) as usize;
+    let feed = FeedInfo {
+        heaps_per_pol: args.heaps,
+        heap_samples: HEAP_SAMPLES,
+        sample_bits: BITS,
+        packet_bytes: crate::engines::dsim::send::data_header_template(0, heap_bytes).len()
+            + heap_bytes,
+        chunk_samples: CHUNK_SAMPLES,
+        recv_affinity: core,
+        trials: args.trials.max(1),
+        load_before,
+        load_after: loadavg(),
+    };
     println!(
-        "feed: {} digitiser heaps per pol, {HEAP_SAMPLES} samples × {BITS} bits, one {}-byte packet per heap; chunks of {CHUNK_SAMPLES} samples; one receive thread per backend, {}; {} trials each, interleaved; load average {load_before} before, {} after",
-        args.heaps,
-        crate::engines::dsim::send::data_header_template(0, (HEAP_SAMPLES * BITS as u64 / 8) as usize).len()
-            + (HEAP_SAMPLES * BITS as u64 / 8) as usize,
+        "feed: {} digitiser heaps per pol, {HEAP_SAMPLES} samples × {BITS} bits, one {}-byte packet per heap; chunks of {CHUNK_SAMPLES} samples; one receive thread per backend, {}; {} trials each, interleaved; load average {} before, {} after",
+        feed.heaps_per_pol,
+        feed.packet_bytes,
         match core {
             Some(c) => format!("pinned to core {c} (--recv-affinity)"),
             None => "not pinned".into(),
         },
-        args.trials.max(1),
-        loadavg()
+        feed.trials,
+        feed.load_before,
+        feed.load_after
     );
     println!("UDP loopback: ours and spead2 drain the identical wire stream from the same sender: udp-loopback/spead2-udp a GSO feed (UDP_SEGMENT super-datagrams the kernel cuts into the same 1 datagram per heap; our socket takes them coalesced with UDP_GRO, spead2's gets them split), udp-nogso/spead2-udp-nogso one sendmmsg message per datagram (nothing to coalesce)");
     println!("packets/s: wall clock; packets/CPU-s: per CPU-second of the receiving thread(s), the rate per core whatever else the machine runs; median [min-max] over the trials");
@@ -237,12 +325,21 @@ pub fn run(args: &RecvBenchArgs) -> anyhow::Result<Vec<RecvResult>> {
         "backend", "packets/s", "packets/CPU-s", "vs peer (wall, CPU)"
     );
     let mut all = Vec::new();
+    let mut backends = Vec::new();
     for (k, (name, _)) in runs.iter().enumerate() {
         let (Some(w), Some(c)) = (stats(k, false), stats(k, true)) else {
-            println!(
-                "{name:<14} not run: {}",
-                failures[k].as_deref().unwrap_or("no trials")
-            );
+            let why = failures[k].as_deref().unwrap_or("no trials");
+            println!("{name:<14} not run: {why}");
+            backends.push(BackendLine {
+                backend: name.to_string(),
+                packets_per_s: None,
+                packets_per_cpu_s: None,
+                versus: None,
+                versus_wall: None,
+                versus_cpu: None,
+                note: None,
+                failure: Some(why.to_string()),
+            });
             continue;
         };
         let peer = match *name {
@@ -251,17 +348,18 @@ pub fn run(args: &RecvBenchArgs) -> anyhow::Result<Vec<RecvResult>> {
             "udp-nogso" => Some("spead2-udp-nogso"),
             _ => None,
         };
-        let vs = match (*name, peer) {
-            ("dpdk-net_ring", _) => format!(
-                "{:.2}x, {:.2}x 840k target",
-                w.0 / BYPASS_TARGET,
-                c.0 / BYPASS_TARGET
-            ),
+        // (what against, wall-clock ratio, per-CPU-second ratio)
+        let versus = match (*name, peer) {
+            ("dpdk-net_ring", _) => Some(("840k target", w.0 / BYPASS_TARGET, c.0 / BYPASS_TARGET)),
             (_, Some(p)) => match (by_name(p, false), by_name(p, true)) {
-                (Some(pw), Some(pc)) => format!("{:.2}x, {:.2}x {p}", w.0 / pw.0, c.0 / pc.0),
-                _ => "-".into(),
+                (Some(pw), Some(pc)) => Some((p, w.0 / pw.0, c.0 / pc.0)),
+                _ => None,
             },
-            _ => "-".into(),
+            _ => None,
+        };
+        let vs = match versus {
+            Some((what, rw, rc)) => format!("{rw:.2}x, {rc:.2}x {what}"),
+            None => "-".into(),
         };
         let fmt = |s: (f64, f64, f64)| format!("{:.0} [{:.0}-{:.0}]", s.0, s.1, s.2);
         let note = trials[k].last().map(|r| r.note.as_str()).unwrap_or("");
@@ -269,7 +367,26 @@ pub fn run(args: &RecvBenchArgs) -> anyhow::Result<Vec<RecvResult>> {
         if let Some(e) = &failures[k] {
             println!("{name:<14} a later trial failed: {e}");
         }
+        let spread = |s: (f64, f64, f64)| Spread {
+            median: s.0,
+            min: s.1,
+            max: s.2,
+        };
+        backends.push(BackendLine {
+            backend: name.to_string(),
+            packets_per_s: Some(spread(w)),
+            packets_per_cpu_s: Some(spread(c)),
+            versus: versus.map(|v| v.0.to_string()),
+            versus_wall: versus.map(|v| v.1),
+            versus_cpu: versus.map(|v| v.2),
+            note: Some(note.to_string()),
+            failure: failures[k].clone(),
+        });
         all.extend(trials[k].iter().cloned());
     }
-    Ok(all)
+    Ok(RecvReport {
+        feed: Some(feed),
+        backends,
+        trials: all,
+    })
 }

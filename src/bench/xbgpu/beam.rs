@@ -4,9 +4,91 @@
 //! timeline. `GPUCBF_BENCH_BEAM_SWEEP=1` runs only the wgmma interleave / stealing sweep.
 
 use cudarc::driver::{CudaSlice, CudaStream};
+use serde::Serialize;
 
 use super::{gerr, random_input, time_gpu};
 use crate::compute::xengine::{Beam, BeamKernel, BeamSet, BeamTuning, GpuX, XError, XShape};
+
+/// One beamformer line: a configuration timed over a chunk.
+#[derive(Debug, Clone, Serialize)]
+pub struct BeamLine {
+    /// Input sample width.
+    pub bits: u32,
+    /// Antennas.
+    pub n_ants: usize,
+    /// Beams (alternating pol).
+    pub beams: usize,
+    /// Whether the quantiser dithers.
+    pub dither: bool,
+    /// Quantiser gain.
+    pub gain: f64,
+    /// The kernel, its configuration and resources, as printed.
+    pub kernel: String,
+    /// Batches per launch.
+    pub chunk: usize,
+    /// Megabytes read and written per batch.
+    pub mb_per_batch: f64,
+    /// Milliseconds per launch (chunk).
+    pub ms_per_chunk: f64,
+    /// Milliseconds per batch.
+    pub ms_per_batch: f64,
+    /// Gigabytes per second moved.
+    pub gb_per_s: f64,
+    /// `gb_per_s` as a fraction of the device copy bandwidth.
+    pub copy_fraction: f64,
+    /// The limit probe, if the line is one (wrong results, timing only).
+    pub probe: Option<&'static str>,
+}
+
+/// A headline figure: the default configuration's fraction of the copy bandwidth.
+#[derive(Debug, Clone, Serialize)]
+pub struct BeamHeadline {
+    /// Input sample width.
+    pub bits: u32,
+    /// Beams.
+    pub beams: usize,
+    /// Fraction of the copy bandwidth.
+    pub copy_fraction: f64,
+}
+
+/// Report of `gpucbf bench xbgpu-beam`.
+#[derive(Debug, Clone, Serialize)]
+pub struct BeamReport {
+    /// The bound: device copy bandwidth (read + write), gigabytes per second.
+    pub copy_gb_per_s: f64,
+    /// Every beamformer line, in the order printed.
+    pub lines: Vec<BeamLine>,
+    /// The configurations that could not run, as printed.
+    pub not_run: Vec<String>,
+    /// The summary line: the default configuration at 8 and 4 bits, 16 and 64 beams.
+    pub summary: Vec<BeamHeadline>,
+    /// The target fraction of the copy bandwidth.
+    pub target_fraction: f64,
+}
+
+impl BeamReport {
+    /// Records a line; returns its fraction of the copy bandwidth.
+    fn add(&mut self, l: BeamLine) -> f64 {
+        let f = l.copy_fraction;
+        self.lines.push(l);
+        f
+    }
+
+    /// Records a measurement that may fail without ending the benchmark: its line, or
+    /// `label: not run (error)`, printed.
+    fn add_or_note(&mut self, r: Result<BeamLine, XError>, label: impl FnOnce() -> String) {
+        match r {
+            Ok(l) => {
+                self.add(l);
+            }
+            Err(e) => {
+                let t = format!("{}: not run ({e})", label());
+                println!("{t}");
+                self.not_run.push(t);
+            }
+        }
+    }
+}
 
 /// Device-to-device copy bandwidth (read + write bytes per second).
 fn bench_copy(stream: &std::sync::Arc<CudaStream>) -> Result<f64, XError> {
@@ -76,7 +158,12 @@ impl BeamBench {
     /// One measurement with `n_beams` beams of alternating pol: one launch over the whole
     /// chunk; prints bytes moved per batch, time per batch and the fraction of the copy
     /// bandwidth, and returns that fraction.
-    fn run(&mut self, n_beams: usize, dither: bool, tuning: BeamTuning) -> Result<f64, XError> {
+    fn run(
+        &mut self,
+        n_beams: usize,
+        dither: bool,
+        tuning: BeamTuning,
+    ) -> Result<BeamLine, XError> {
         let shape = self.shape;
         let n_ants = shape.n_ants;
         let bits = shape.sample_bits;
@@ -128,14 +215,15 @@ impl BeamBench {
         let per_batch = secs / nb as f64;
         let bw = bytes / per_batch;
         let frac = bw / self.copy_bw;
-        let what = match tuning.probe {
-            1 => " [probe: no MMA, no epilogue]",
-            2 => " [probe: no weights]",
-            3 => " [probe: MMAs, no epilogue]",
-            4 => " [probe: no MMA]",
-            5 => " [probe: timeline]",
-            _ => "",
+        let probe = match tuning.probe {
+            1 => Some("no MMA, no epilogue"),
+            2 => Some("no weights"),
+            3 => Some("MMAs, no epilogue"),
+            4 => Some("no MMA"),
+            5 => Some("timeline"),
+            _ => None,
         };
+        let what = probe.map(|p| format!(" [probe: {p}]")).unwrap_or_default();
         println!(
             "beamformer {bits}-bit n_ants={n_ants} beams={n_beams:2} dither={} gain={} {kernel} chunk={nb:2}: {:.2} MB in+out per batch, {:.4} ms/chunk, {:.4} ms/batch, {:.1} GB/s = {:.1} % of copy bandwidth{what}",
             u8::from(dither),
@@ -150,7 +238,21 @@ impl BeamBench {
             let words = stream.clone_dtoh(&sat).map_err(gerr)?;
             print_timeline(&words[n_beams * nb..]);
         }
-        Ok(frac)
+        Ok(BeamLine {
+            bits,
+            n_ants,
+            beams: n_beams,
+            dither,
+            gain: self.gain,
+            kernel,
+            chunk: nb,
+            mb_per_batch: bytes / 1e6,
+            ms_per_chunk: secs * 1e3,
+            ms_per_batch: per_batch * 1e3,
+            gb_per_s: bw / 1e9,
+            copy_fraction: frac,
+            probe,
+        })
     }
 }
 
@@ -241,8 +343,15 @@ const BENCH_CHUNK: usize = 16;
 /// Device copy bandwidth, then the beamformer with the default configuration (16 and 64 beams,
 /// 8- and 4-bit input, over a chunk of 16 batches), the limit probes, one batch per launch and
 /// the other configurations, each as a fraction of the copy bandwidth; last a summary line.
-pub(super) fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
+pub(super) fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<BeamReport, XError> {
     let copy = bench_copy(stream)?;
+    let mut r = BeamReport {
+        copy_gb_per_s: copy / 1e9,
+        lines: Vec::new(),
+        not_run: Vec::new(),
+        summary: Vec::new(),
+        target_fraction: 0.8,
+    };
     let def = BeamTuning::default();
     let mut b8 = BeamBench::new(8, BENCH_CHUNK, copy)?;
     if std::env::var_os("GPUCBF_BENCH_BEAM_SWEEP").is_some() {
@@ -262,19 +371,19 @@ pub(super) fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XEr
                     wg_steal: steal,
                     ..def
                 };
-                if let Err(e) = b8.run(nb, true, tu) {
-                    println!("beamformer beams={nb} {tu:?}: not run ({e})");
-                }
+                r.add_or_note(b8.run(nb, true, tu), || {
+                    format!("beamformer beams={nb} {tu:?}")
+                });
             }
         }
-        return Ok(());
+        return Ok(r);
     }
     let mut b4 = BeamBench::new(4, BENCH_CHUNK, copy)?;
     println!("beamformer, default configuration (BeamTuning::default()), chunk of {BENCH_CHUNK} batches:");
     let mut head = Vec::new();
     for (bits, b) in [(8, &mut b8), (4, &mut b4)] {
         for nb in [16, 64] {
-            head.push((bits, nb, b.run(nb, true, def)?));
+            head.push((bits, nb, r.add(b.run(nb, true, def)?)));
         }
     }
     println!(
@@ -282,7 +391,7 @@ pub(super) fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XEr
     );
     b8.gain = BEAM_GAIN_CLIP;
     for nb in [16, 64] {
-        b8.run(nb, true, def)?;
+        r.add(b8.run(nb, true, def)?);
     }
     b8.gain = BEAM_GAIN;
     println!("beamformer limit probes of the default kernel (wrong results, timing only):");
@@ -291,7 +400,7 @@ pub(super) fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XEr
             if probe >= 4 && !b8.g.wgmma_supported() {
                 continue;
             }
-            b8.run(nb, true, BeamTuning { probe, ..def })?;
+            r.add(b8.run(nb, true, BeamTuning { probe, ..def })?);
         }
     }
     // the mma.sync kernel (the default where wgmma does not apply), its probes and variants
@@ -301,12 +410,12 @@ pub(super) fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XEr
     };
     println!("beamformer, mma.sync kernel:");
     for nb in [16, 64] {
-        b8.run(nb, true, mma)?;
+        r.add(b8.run(nb, true, mma)?);
     }
     println!("beamformer limit probes of the mma.sync kernel (wrong results, timing only):");
     for nb in [16, 64] {
         for probe in [1, 3] {
-            b8.run(nb, true, BeamTuning { probe, ..mma })?;
+            r.add(b8.run(nb, true, BeamTuning { probe, ..mma })?);
         }
     }
     println!("beamformer variants (same run):");
@@ -324,38 +433,38 @@ pub(super) fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XEr
         },
     );
     for nb in [16, 64] {
-        b8.run(nb, true, steal)?;
-        b8.run(nb, true, fixed)?;
-        b8.run(nb, true, steal)?;
-        b8.run(nb, true, fixed)?;
+        r.add(b8.run(nb, true, steal)?);
+        r.add(b8.run(nb, true, fixed)?);
+        r.add(b8.run(nb, true, steal)?);
+        r.add(b8.run(nb, true, fixed)?);
         if b8.g.wgmma_supported() {
-            b8.run(nb, true, BeamTuning { wg_cperm: 1, ..def })?;
-            b8.run(nb, true, BeamTuning { probe: 5, ..def })?;
+            r.add(b8.run(nb, true, BeamTuning { wg_cperm: 1, ..def })?);
+            r.add(b8.run(nb, true, BeamTuning { probe: 5, ..def })?);
             // ring slots, the parameter cache
             for nr in [2, 3, 4] {
-                if let Err(e) = b8.run(nb, true, BeamTuning { nr, ..def }) {
-                    println!("beamformer beams={nb} wgmma nr={nr}: not run ({e})");
-                }
+                r.add_or_note(b8.run(nb, true, BeamTuning { nr, ..def }), || {
+                    format!("beamformer beams={nb} wgmma nr={nr}")
+                });
             }
             for pc in [false, true] {
                 let tu = BeamTuning {
                     wg_pcache: Some(pc),
                     ..def
                 };
-                if let Err(e) = b8.run(nb, true, tu) {
-                    println!("beamformer beams={nb} wgmma pcache={pc}: not run ({e})");
-                }
+                r.add_or_note(b8.run(nb, true, tu), || {
+                    format!("beamformer beams={nb} wgmma pcache={pc}")
+                });
             }
         }
     }
     {
         let mut b1 = BeamBench::new(8, 1, copy)?;
         for nb in [16, 64] {
-            b1.run(nb, true, def)?;
+            r.add(b1.run(nb, true, def)?);
         }
     }
     for nb in [16, 64] {
-        b8.run(nb, false, def)?;
+        r.add(b8.run(nb, false, def)?);
         // (fragments per warp, warps per block, spectra per tile, raw stages, min blocks)
         let variants: &[(usize, usize, usize, usize, u32)] = if nb == 16 {
             &[
@@ -382,11 +491,11 @@ pub(super) fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XEr
                 min_blocks,
                 ..mma
             };
-            if let Err(e) = b8.run(nb, true, tu) {
-                println!(
-                    "beamformer beams={nb} mw={mw} warps={warps} ts={ts} nr={nr} minb={min_blocks}: not run ({e})"
-                );
-            }
+            r.add_or_note(b8.run(nb, true, tu), || {
+                format!(
+                    "beamformer beams={nb} mw={mw} warps={warps} ts={ts} nr={nr} minb={min_blocks}"
+                )
+            });
         }
     }
     drop((b8, b4));
@@ -399,11 +508,19 @@ pub(super) fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XEr
         copy / 1e9,
         line.join(", ")
     );
-    Ok(())
+    r.summary = head
+        .into_iter()
+        .map(|(bits, beams, copy_fraction)| BeamHeadline {
+            bits,
+            beams,
+            copy_fraction,
+        })
+        .collect();
+    Ok(r)
 }
 
 /// Only the beamformer part of [`super::bench_gpu`] (`gpucbf bench xbgpu-beam`).
-pub fn bench_gpu_beams() -> Result<(), XError> {
+pub fn bench_gpu_beams() -> Result<BeamReport, XError> {
     if !crate::gpu::gpu_available() {
         return Err(XError::Gpu("no usable CUDA device".into()));
     }

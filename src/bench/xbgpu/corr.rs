@@ -7,8 +7,88 @@ use std::ffi::c_void;
 use cudarc::cublaslt::{result as lt, sys as ltsys};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 
+use serde::Serialize;
+
 use super::{gerr, random_input, time_gpu};
 use crate::compute::xengine::{CorrVariant, GpuX, WgmmaVariant, XError, XShape};
+
+/// One correlator line: a kernel at one array size, timed over a launch.
+#[derive(Debug, Clone, Serialize)]
+pub struct CorrLine {
+    /// What the line measures beyond the kernel (`probe no wgmma`, `long launch`, `4-bit
+    /// input`: the text before it); none for the kernels' own lines.
+    pub what: Option<String>,
+    /// Antennas.
+    pub n_ants: usize,
+    /// Channels (16384 / antennas).
+    pub channels: usize,
+    /// Samples per launch.
+    pub samples_per_launch: usize,
+    /// Input sample width.
+    pub sample_bits: u32,
+    /// The kernel and its variant, as printed.
+    pub kernel: String,
+    /// Milliseconds per launch.
+    pub ms_per_launch: f64,
+    /// Tera-operations per second (8 real operations per complex multiply-add over the
+    /// a1 ≤ a2 triangle, 4 pol products).
+    pub tops: f64,
+    /// Milliseconds of one dump, the copy to the host included.
+    pub dump_ms: f64,
+}
+
+/// The cuBLASLt int8 GEMM: the correlator's bound on the same GPU.
+#[derive(Debug, Clone, Serialize)]
+pub struct GemmLine {
+    /// m = n = k.
+    pub mnk: usize,
+    /// Milliseconds per GEMM.
+    pub ms: f64,
+    /// Tera-operations per second (2 m n k per GEMM).
+    pub tops: f64,
+}
+
+/// Each kernel's TOPS at one antenna count, and as a fraction of the GEMM.
+#[derive(Debug, Clone, Serialize)]
+pub struct CorrAnts {
+    /// Antennas.
+    pub n_ants: usize,
+    /// mma.sync kernel.
+    pub mma_sync_tops: f64,
+    /// wgmma kernel (Hopper only).
+    pub wgmma_tops: Option<f64>,
+    /// Warp-specialised wgmma kernel (Hopper only).
+    pub wgmma_ws_tops: Option<f64>,
+    /// Sparse-operand wgmma kernel (Hopper only).
+    pub wgmma_sp_tops: Option<f64>,
+    /// mma.sync / GEMM.
+    pub mma_sync_of_gemm: Option<f64>,
+    /// wgmma / GEMM.
+    pub wgmma_of_gemm: Option<f64>,
+    /// wgmma-ws / GEMM.
+    pub wgmma_ws_of_gemm: Option<f64>,
+    /// wgmma-sp / GEMM.
+    pub wgmma_sp_of_gemm: Option<f64>,
+}
+
+/// Report of `gpucbf bench xbgpu-corr`.
+#[derive(Debug, Clone, Serialize)]
+pub struct CorrReport {
+    /// Whether the wgmma kernels ran (compute capability 9.x).
+    pub wgmma: bool,
+    /// Every correlator line, in the order printed.
+    pub lines: Vec<CorrLine>,
+    /// The bound: the cuBLASLt int8 GEMM, if it ran.
+    pub gemm: Option<GemmLine>,
+    /// Why the GEMM did not run.
+    pub gemm_error: Option<String>,
+    /// The kernels per antenna count.
+    pub by_ants: Vec<CorrAnts>,
+    /// The best correlator TOPS over kernels and antenna counts.
+    pub best_tops: f64,
+    /// `best_tops` / GEMM TOPS.
+    pub best_of_gemm: Option<f64>,
+}
 
 /// A correlator kernel to time: mma.sync with its variant, or wgmma (Hopper).
 #[derive(Clone, Copy, Debug)]
@@ -17,13 +97,16 @@ pub(super) enum Kern {
     Wgmma(WgmmaVariant),
 }
 
-/// One correlator measurement: returns TOPS.
+/// One correlator measurement, its line printed after `prefix` (which says what it is, if
+/// anything beyond the kernel).
 pub(super) fn bench_correlator(
+    prefix: &str,
     n_ants: usize,
     samples: usize,
     kern: Kern,
     bits: u32,
-) -> Result<f64, XError> {
+) -> Result<CorrLine, XError> {
+    print!("{prefix}");
     let spectra = 256;
     let n_channels = (16384 / n_ants).max(1);
     let shape = XShape::new(n_ants, n_channels, spectra)?.with_sample_bits(bits)?;
@@ -86,11 +169,22 @@ pub(super) fn bench_correlator(
         t * 1e3,
         dump_s * 1e3
     );
-    Ok(tops)
+    let what = prefix.trim_end_matches(": ").trim_end();
+    Ok(CorrLine {
+        what: (!what.is_empty()).then(|| what.to_string()),
+        n_ants,
+        channels: n_channels,
+        samples_per_launch: samples,
+        sample_bits: bits,
+        kernel: label,
+        ms_per_launch: t * 1e3,
+        tops,
+        dump_ms: dump_s * 1e3,
+    })
 }
 
 /// Plain int8 GEMM m=n=k through cuBLASLt (A transposed, the layout cuBLASLt's int8 path wants).
-fn bench_gemm(stream: &std::sync::Arc<CudaStream>, mnk: usize) -> Result<f64, XError> {
+fn bench_gemm(stream: &std::sync::Arc<CudaStream>, mnk: usize) -> Result<GemmLine, XError> {
     // SAFETY: probing only dlopens the library.
     if !unsafe { ltsys::is_culib_present() } {
         return Err(XError::Gpu("cuBLASLt (libcublasLt.so) not found".into()));
@@ -187,16 +281,24 @@ fn bench_gemm(stream: &std::sync::Arc<CudaStream>, mnk: usize) -> Result<f64, XE
         "cuBLASLt int8 GEMM m=n=k={mnk} (s8 in, s32 out): {:8.3} ms, {tops:7.1} TOPS",
         t * 1e3
     );
-    Ok(tops)
+    Ok(GemmLine {
+        mnk,
+        ms: t * 1e3,
+        tops,
+    })
 }
 
-/// The correlator part of [`super::bench_gpu`] (`gpucbf bench xbgpu-corr`): every kernel per antenna
-/// count, the limit probes, the cuBLASLt GEMM and the ratios; returns the stream of a probe
-/// engine for further benchmarks.
-pub fn bench_gpu_corr(
+/// The correlator part of [`super::bench_gpu`] (`gpucbf bench xbgpu-corr`): every kernel per
+/// antenna count, the limit probes, the cuBLASLt GEMM and the ratios.
+pub fn bench_gpu_corr(ants: &[usize], samples_per_launch: usize) -> Result<CorrReport, XError> {
+    Ok(bench_corr(ants, samples_per_launch)?.0)
+}
+
+/// [`bench_gpu_corr`], also returning the stream of a probe engine for further benchmarks.
+pub(super) fn bench_corr(
     ants: &[usize],
     samples_per_launch: usize,
-) -> Result<std::sync::Arc<CudaStream>, XError> {
+) -> Result<(CorrReport, std::sync::Arc<CudaStream>), XError> {
     if !crate::gpu::gpu_available() {
         return Err(XError::Gpu("no usable CUDA device".into()));
     }
@@ -205,15 +307,22 @@ pub fn bench_gpu_corr(
     let ws = WgmmaVariant::warp_specialized(2, 4);
     let wsc = WgmmaVariant::warp_specialized_cluster(2, 4);
     let sp = WgmmaVariant::sparse(4, 5);
+    let mut lines = Vec::new();
+    let mut line = |prefix: &str, n: usize, samples: usize, kern: Kern| -> Result<f64, XError> {
+        let l = bench_correlator(prefix, n, samples, kern, 8)?;
+        let tops = l.tops;
+        lines.push(l);
+        Ok(tops)
+    };
     // per antenna count: (mma.sync, wgmma, wgmma-ws, wgmma-sp) TOPS
     let mut tops = Vec::new();
     for &n in ants {
-        let m = bench_correlator(n, samples, Kern::Mma(CorrVariant::default()), 8)?;
+        let m = line("", n, samples, Kern::Mma(CorrVariant::default()))?;
         let (w, x, c) = if wgmma {
             (
-                bench_correlator(n, samples, Kern::Wgmma(WgmmaVariant::default()), 8)?,
-                bench_correlator(n, samples, Kern::Wgmma(ws), 8)?,
-                bench_correlator(n, samples, Kern::Wgmma(sp), 8)?,
+                line("", n, samples, Kern::Wgmma(WgmmaVariant::default()))?,
+                line("", n, samples, Kern::Wgmma(ws))?,
+                line("", n, samples, Kern::Wgmma(sp))?,
             )
         } else {
             (0.0, 0.0, 0.0)
@@ -246,17 +355,15 @@ pub fn bench_gpu_corr(
             (WgmmaVariant { probe: 1, ..sp }, "sp no wgmma"),
             (WgmmaVariant { probe: 2, ..sp }, "sp no copies"),
         ] {
-            print!("probe {what:17}: ");
-            bench_correlator(576, samples, Kern::Wgmma(v), 8)?;
+            line(&format!("probe {what:17}: "), 576, samples, Kern::Wgmma(v))?;
         }
         // tuning alternatives (ring slots), the 2-CTA cluster form of ws
         for (cwg, nr) in [(4, 3), (4, 4), (2, 3)] {
-            bench_correlator(576, samples, Kern::Wgmma(WgmmaVariant::sparse(cwg, nr)), 8)?;
+            line("", 576, samples, Kern::Wgmma(WgmmaVariant::sparse(cwg, nr)))?;
         }
-        bench_correlator(576, samples, Kern::Wgmma(wsc), 8)?;
+        line("", 576, samples, Kern::Wgmma(wsc))?;
         for v in [ws, sp] {
-            print!("long launch: ");
-            bench_correlator(576, 65536, Kern::Wgmma(v), 8)?;
+            line("long launch: ", 576, 65536, Kern::Wgmma(v))?;
         }
     } else {
         println!("wgmma correlator: not compute capability 9.x, not measured");
@@ -265,21 +372,25 @@ pub fn bench_gpu_corr(
     // conj_perm ALU work, without MMAs, and with MMAs alone.
     let n = 576;
     for (probe, what) in [(1, "no conj_perm"), (2, "no MMA"), (3, "MMA only")] {
-        print!("probe {what:17}: ");
-        bench_correlator(
+        line(
+            &format!("probe {what:17}: "),
             n,
             samples,
             Kern::Mma(CorrVariant {
                 probe,
                 ..CorrVariant::default()
             }),
-            8,
         )?;
     }
     let probe = GpuX::new(XShape::new(1, 1, 16)?)?;
     let stream = probe.stream().clone();
-    match bench_gemm(&stream, 8192) {
-        Ok(gemm) => {
+    let best = tops
+        .iter()
+        .map(|t| t.1.max(t.2).max(t.3).max(t.4))
+        .fold(0f64, f64::max);
+    let (gemm, gemm_error) = match bench_gemm(&stream, 8192) {
+        Ok(g) => {
+            let gemm = g.tops;
             for (n, m, w, x, c) in &tops {
                 print!(
                     "n_ants={n:5}: mma.sync {m:7.1} TOPS = {:.2} of cuBLASLt",
@@ -296,16 +407,43 @@ pub fn bench_gpu_corr(
                 }
                 println!();
             }
-            let best = tops
-                .iter()
-                .map(|t| t.1.max(t.2).max(t.3).max(t.4))
-                .fold(0f64, f64::max);
             println!(
                 "best correlator / cuBLASLt int8 GEMM = {best:.1} / {gemm:.1} = {:.2}",
                 best / gemm
             );
+            (Some(g), None)
         }
-        Err(e) => println!("cuBLASLt int8 GEMM unavailable: {e}"),
-    }
-    Ok(stream)
+        Err(e) => {
+            println!("cuBLASLt int8 GEMM unavailable: {e}");
+            (None, Some(e.to_string()))
+        }
+    };
+    let of_gemm = |t: f64| gemm.as_ref().map(|g| t / g.tops);
+    let by_ants = tops
+        .iter()
+        .map(|&(n_ants, m, w, x, c)| {
+            let hopper = |t: f64| wgmma.then_some(t);
+            CorrAnts {
+                n_ants,
+                mma_sync_tops: m,
+                wgmma_tops: hopper(w),
+                wgmma_ws_tops: hopper(x),
+                wgmma_sp_tops: hopper(c),
+                mma_sync_of_gemm: of_gemm(m),
+                wgmma_of_gemm: hopper(w).and_then(of_gemm),
+                wgmma_ws_of_gemm: hopper(x).and_then(of_gemm),
+                wgmma_sp_of_gemm: hopper(c).and_then(of_gemm),
+            }
+        })
+        .collect();
+    let report = CorrReport {
+        wgmma,
+        lines,
+        best_of_gemm: of_gemm(best),
+        gemm,
+        gemm_error,
+        by_ants,
+        best_tops: best,
+    };
+    Ok((report, stream))
 }

@@ -6,6 +6,7 @@
 //! figure taught the kernels is in `docs/bench-log.md`.
 
 use cudarc::driver::CudaStream;
+use serde::Serialize;
 
 use crate::compute::xengine::{CorrVariant, XError};
 
@@ -13,9 +14,20 @@ pub mod beam;
 pub mod corr;
 
 use beam::bench_beams;
-pub use beam::bench_gpu_beams;
-pub use corr::bench_gpu_corr;
-use corr::{bench_correlator, Kern};
+pub use beam::{bench_gpu_beams, BeamReport};
+use corr::{bench_corr, bench_correlator, Kern};
+pub use corr::{bench_gpu_corr, CorrLine, CorrReport};
+
+/// Report of `gpucbf bench xbgpu`.
+#[derive(Debug, Clone, Serialize)]
+pub struct XbgpuReport {
+    /// The correlator part (as `xbgpu-corr`).
+    pub correlator: CorrReport,
+    /// The beamformer part (as `xbgpu-beam`).
+    pub beamformer: BeamReport,
+    /// The mma.sync correlator on 4-bit input.
+    pub four_bit_correlator: Vec<CorrLine>,
+}
 
 fn gerr<E: std::fmt::Debug>(e: E) -> XError {
     XError::Gpu(format!("{e:?}"))
@@ -48,13 +60,18 @@ fn time_gpu(
 }
 
 /// Runs the X-engine benchmarks on GPU 0 and prints the results (see module docs).
-pub fn bench_gpu(ants: &[usize], samples_per_launch: usize) -> Result<(), XError> {
-    let stream = bench_gpu_corr(ants, samples_per_launch)?;
+pub fn bench_gpu(ants: &[usize], samples_per_launch: usize) -> Result<XbgpuReport, XError> {
+    let (correlator, stream) = bench_corr(ants, samples_per_launch)?;
     let samples = samples_per_launch.div_ceil(256).max(1) * 256;
-    bench_beams(&stream)?;
+    let beamformer = bench_beams(&stream)?;
+    let mut four_bit_correlator = Vec::new();
     for n in [256, 576] {
-        print!("4-bit input: ");
-        bench_correlator(n, samples, Kern::Mma(CorrVariant::default()), 4)?;
+        let kern = Kern::Mma(CorrVariant::default());
+        four_bit_correlator.push(bench_correlator("4-bit input: ", n, samples, kern, 4)?);
     }
-    Ok(())
+    Ok(XbgpuReport {
+        correlator,
+        beamformer,
+        four_bit_correlator,
+    })
 }
