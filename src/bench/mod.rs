@@ -41,7 +41,7 @@ pub enum BenchCmd {
     /// Only the correlator kernels, their limit probes and cuBLASLt.
     XbgpuCorr,
     /// GPU F-engine: wideband resident and end-to-end throughput, bandwidths, then the
-    /// narrowband lines.
+    /// narrowband lines and a line of the CPU backend.
     Fgpu,
     /// Only the narrowband lines of `fgpu`.
     FgpuNarrowband,

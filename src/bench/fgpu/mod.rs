@@ -1,9 +1,10 @@
 //! `gpucbf bench fgpu` and `fgpu-narrowband`: the GPU F-engine (wideband, then narrowband)
-//! resident and end to end, each against a bound measured in the same run.
+//! resident and end to end, each against a bound measured in the same run, then one line of
+//! the CPU backend.
 
 use serde::Serialize;
 
-use crate::compute::fengine::FError;
+use crate::compute::fengine::{FConfig, FError};
 
 pub mod cpu;
 pub mod measure;
@@ -13,6 +14,15 @@ pub mod wideband;
 /// Input sample width of the benchmarks (MeerKAT digitiser, katgpucbf default).
 const IN_BITS: u32 = 10;
 
+/// The CPU line's configuration: wideband 4096 channels, 256 spectra per heap, the GPU
+/// benchmark's 16 taps and 10-bit input; blocks of 256 spectra (2^21 samples per pol), timed
+/// over `CPU_ITERS` blocks after one warm-up block.
+const CPU_CHANNELS: usize = 4096;
+/// Spectra per block of the CPU line.
+const CPU_SPECTRA: usize = 256;
+/// Blocks timed for the CPU line.
+const CPU_ITERS: usize = 4;
+
 /// Report of `gpucbf bench fgpu`.
 #[derive(Debug, Clone, Serialize)]
 pub struct FgpuReport {
@@ -20,14 +30,19 @@ pub struct FgpuReport {
     pub wideband: wideband::WidebandReport,
     /// The narrowband lines.
     pub narrowband: narrowband::NarrowbandReport,
+    /// The CPU backend at one wideband configuration.
+    pub cpu: cpu::CpuLine,
 }
 
-/// `gpucbf bench fgpu`: the wideband lines, then the narrowband lines.
+/// `gpucbf bench fgpu`: the wideband lines, the narrowband lines, then the CPU line.
 pub fn bench_fgpu() -> Result<FgpuReport, FError> {
     let wideband = wideband::bench_gpu()?;
     let narrowband = narrowband::bench_gpu_narrowband()?;
+    let cfg = FConfig::wideband(CPU_CHANNELS, CPU_SPECTRA);
+    let cpu = cpu::bench_cpu(cfg, CPU_SPECTRA, IN_BITS, CPU_ITERS)?;
     Ok(FgpuReport {
         wideband,
         narrowband,
+        cpu,
     })
 }
