@@ -3,8 +3,10 @@
 //! 8-bit output) for decimation 8 and 16, discard and no-discard, each as a fraction of the
 //! bound measured in the same run: min(device copy bandwidth / bytes moved per input sample,
 //! measured FMA rate / DDC FMAs per input sample). End to end from pinned host memory
-//! through the three-stream [`GpuPipeline`](crate::compute::fengine::gpu::pipeline::GpuPipeline) (chunks of 2^26 samples per pol) against
-//! the measured pinned host→device bandwidth, next to the single-stream figure.
+//! through the three-stream
+//! [`GpuPipeline`](crate::compute::fengine::gpu::pipeline::GpuPipeline) (chunks of 2^26
+//! samples per pol) against the measured pinned host→device bandwidth, next to the
+//! single-stream figure.
 
 use std::sync::Arc;
 

@@ -445,8 +445,9 @@ fn pipeline_variants(b: &Bench) -> Result<(), FError> {
 }
 
 /// Runs the benchmark and prints one line per (channels, unzip), with each figure as a
-/// fraction of its bound. GPUCBF_BENCH_VARIANTS (set) adds FIR, post-processing and
-/// pipeline variants; GPUCBF_BENCH_SWEEP the older tuning sweep (see [`sweep_at`]).
+/// fraction of its bound; returns them. GPUCBF_BENCH_VARIANTS (set) adds FIR,
+/// post-processing and pipeline variants; GPUCBF_BENCH_SWEEP the older tuning sweep (=1 at
+/// 4096 channels, =all at every channel count). Variants and sweeps are printed only.
 pub fn bench_gpu() -> Result<WidebandReport, FError> {
     if !crate::gpu::gpu_available() {
         return Err(FError::Gpu("bench fgpu needs a CUDA device".into()));
