@@ -9,13 +9,17 @@ use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
 use cudarc::driver::{CudaSlice, CudaStream, PinnedHostSlice};
 
 use crate::compute::fengine::gpu::pipeline::{GpuPipeline, PipelineShape};
-use crate::compute::fengine::gpu::wideband::{
-    gerr, BlockParams, GpuBackend, StagedCompute, Tuning,
-};
+use crate::compute::fengine::gpu::wideband::{BlockParams, GpuBackend, StagedCompute, Tuning};
 use crate::compute::fengine::sample_noise;
 use crate::compute::fengine::{Block, Dither, FBackend, FConfig, FError, PolBlock, Samples};
+use crate::gpu::GpuError;
 use crate::spead::bitpack;
 use num_complex::Complex32;
+
+/// A CUDA library error as an [`FError`] (the compute backends convert with `?`).
+pub(crate) fn gerr<E: Into<GpuError>>(e: E) -> FError {
+    FError::Gpu(e.into())
+}
 
 /// Input sample width and taps of the benchmark (MeerKAT digitiser, katgpucbf default).
 const IN_BITS: u32 = 10;
@@ -625,7 +629,9 @@ fn pipeline_variants(b: &Bench) -> Result<(), FError> {
 /// pipeline variants; GPUCBF_BENCH_SWEEP the older tuning sweep (see [`sweep_at`]).
 pub fn bench_gpu() -> Result<(), FError> {
     if !crate::gpu::gpu_available() {
-        return Err(FError::Gpu("bench fgpu needs a CUDA device".into()));
+        return Err(FError::Gpu(GpuError::Unsupported(
+            "bench fgpu needs a CUDA device".into(),
+        )));
     }
     let mut bw: Option<Bandwidths> = None;
     let total_b = FIR_B + FFT_B + POST_B;

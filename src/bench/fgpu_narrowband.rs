@@ -10,13 +10,15 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
+use crate::bench::fgpu::gerr;
 use crate::bench::fgpu::{bandwidths, pinned_from, pipelined, time_gpu};
 use crate::compute::fengine::gpu::narrowband::{ddc_taps_per_phase, GpuNarrowband};
-use crate::compute::fengine::gpu::wideband::{gerr, StagedCompute};
+use crate::compute::fengine::gpu::wideband::StagedCompute;
 use crate::compute::fengine::sample_noise;
 use crate::compute::fengine::{
     Block, Dither, FBackend, FConfig, FError, Narrowband, NarrowbandMode, PolBlock, Samples,
 };
+use crate::gpu::GpuError;
 use crate::spead::bitpack;
 use num_complex::Complex32;
 
@@ -85,7 +87,9 @@ fn nb_config(decimation: usize, no_discard: bool, adc: f64) -> FConfig {
 /// Runs the narrowband benchmark and prints one line (plus a stage line) per mode.
 pub fn bench_gpu_narrowband() -> Result<(), FError> {
     if !crate::gpu::gpu_available() {
-        return Err(FError::Gpu("bench fgpu needs a CUDA device".into()));
+        return Err(FError::Gpu(GpuError::Unsupported(
+            "bench fgpu needs a CUDA device".into(),
+        )));
     }
     let adc = 1712e6;
     let mut bounds: Option<(f64, f64, f64)> = None;

@@ -223,6 +223,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use crate::compute::xengine::{
     Beam, BeamKernel, BeamSet, BeamTuning, CorrVariant, GpuX, WgmmaVariant, XError, XShape,
 };
+use crate::gpu::GpuError;
 
 /// A correlator kernel to time: mma.sync with its variant, or wgmma (Hopper).
 #[derive(Clone, Copy, Debug)]
@@ -232,7 +233,7 @@ enum Kern {
 }
 
 fn gerr<E: std::fmt::Debug>(e: E) -> XError {
-    XError::Gpu(format!("{e:?}"))
+    XError::Gpu(GpuError::Failed(format!("{e:?}")))
 }
 
 /// Random int8 in [−127, 127], generated as a 4 MiB block and tiled (content does not matter
@@ -332,7 +333,9 @@ fn bench_correlator(n_ants: usize, samples: usize, kern: Kern, bits: u32) -> Res
 fn bench_gemm(stream: &std::sync::Arc<CudaStream>, mnk: usize) -> Result<f64, XError> {
     // SAFETY: probing only dlopens the library.
     if !unsafe { ltsys::is_culib_present() } {
-        return Err(XError::Gpu("cuBLASLt (libcublasLt.so) not found".into()));
+        return Err(XError::Gpu(GpuError::Unsupported(
+            "cuBLASLt (libcublasLt.so) not found".into(),
+        )));
     }
     let (m, n, k) = (mnk, mnk, mnk);
     let a = stream.clone_htod(&random_input(m * k)).map_err(gerr)?;
@@ -826,7 +829,7 @@ fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<(), XError> {
 /// Only the beamformer part of [`bench_gpu`] (`gpucbf bench xbgpu-beam`).
 pub fn bench_gpu_beams() -> Result<(), XError> {
     if !crate::gpu::gpu_available() {
-        return Err(XError::Gpu("no usable CUDA device".into()));
+        return Err(XError::Gpu(GpuError::NoDevice));
     }
     let probe = GpuX::new(XShape::new(1, 1, 16)?)?;
     bench_beams(probe.stream())
@@ -852,7 +855,7 @@ pub fn bench_gpu_corr(
     samples_per_launch: usize,
 ) -> Result<std::sync::Arc<CudaStream>, XError> {
     if !crate::gpu::gpu_available() {
-        return Err(XError::Gpu("no usable CUDA device".into()));
+        return Err(XError::Gpu(GpuError::NoDevice));
     }
     let samples = samples_per_launch.div_ceil(256).max(1) * 256;
     let wgmma = GpuX::new(XShape::new(1, 1, 16)?)?.wgmma_supported();

@@ -4,11 +4,14 @@
 //! NVRTC tests ([`gpu_test_guard`], [`nvrtc_test_guard`]).
 
 mod device;
+mod error;
 mod guard;
 mod nvrtc;
 mod timing;
 
 pub use device::gpu_available;
+pub(crate) use error::impl_from_cuda_errors;
+pub use error::GpuError;
 pub use guard::{gpu_test_guard, nvrtc_test_guard};
 pub use nvrtc::{compile_ptx, cuda_include_dirs, nvrtc_available};
 pub use timing::time_on_stream;

@@ -1,6 +1,10 @@
 //! Kernel compilation with NVRTC (CUDA C++ to PTX at run time, constants as `-D` defines).
 //! NVRTC is loaded on first use; without it every call fails cleanly, no panic.
 
+use cudarc::nvrtc::Ptx;
+
+use super::GpuError;
+
 /// True if NVRTC can be loaded (for compiling kernels without a GPU).
 pub fn nvrtc_available() -> bool {
     // SAFETY: only attempts to dlopen libnvrtc.
@@ -33,15 +37,16 @@ pub fn cuda_include_dirs() -> Vec<String> {
 }
 
 /// Compiles CUDA C++ `src` to PTX with NVRTC for `arch` (e.g. `"compute_90"`), with the
-/// given `-D` defines. Fails cleanly (no panic) when NVRTC is not installed.
+/// given `-D` defines. Fails cleanly (no panic) when NVRTC is not installed; a rejected
+/// kernel's error keeps NVRTC's log ([`GpuError::log`]).
 pub fn compile_ptx(
     name: &str,
     src: &str,
     defines: &[(&str, String)],
     arch: &'static str,
-) -> Result<cudarc::nvrtc::Ptx, String> {
+) -> Result<Ptx, GpuError> {
     if !nvrtc_available() {
-        return Err("NVRTC (libnvrtc.so.13) is not available: install the CUDA 13 toolkit or the nvidia-cuda-nvrtc wheel and put its lib dir on LD_LIBRARY_PATH".into());
+        return Err(GpuError::NvrtcMissing);
     }
     let mut options: Vec<String> = defines.iter().map(|(k, v)| format!("-D{k}={v}")).collect();
     options.push("-std=c++17".into());
@@ -52,6 +57,9 @@ pub fn compile_ptx(
         name: Some(name.to_string()),
         ..Default::default()
     };
-    cudarc::nvrtc::compile_ptx_with_opts(src, opts)
-        .map_err(|e| format!("NVRTC failed to compile {name} for {arch}: {e:?}"))
+    cudarc::nvrtc::compile_ptx_with_opts(src, opts).map_err(|source| GpuError::Compile {
+        name: name.to_string(),
+        arch,
+        source,
+    })
 }

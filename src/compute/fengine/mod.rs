@@ -122,8 +122,10 @@ pub enum FError {
     #[error("output buffer: expected {expected} bytes, got {got}")]
     BadOutputLength { expected: usize, got: usize },
     #[error("GPU backend: {0}")]
-    Gpu(String),
+    Gpu(#[from] crate::gpu::GpuError),
 }
+
+crate::gpu::impl_from_cuda_errors!(FError);
 
 /// Whether and how uniform dither is added before quantisation (dsp.md §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

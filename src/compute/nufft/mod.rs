@@ -172,8 +172,10 @@ pub enum NufftError {
     #[error("set_points must be called before execute")]
     NoPoints,
     #[error("GPU NUFFT backend: {0}")]
-    Gpu(String),
+    Gpu(#[from] crate::gpu::GpuError),
 }
+
+crate::gpu::impl_from_cuda_errors!(NufftError);
 
 /// A NUFFT plan: fixed type, modes and options; points are set, then executed on
 /// strengths (type 1) or modes (type 2), possibly many times.

@@ -55,8 +55,10 @@ pub enum XError {
     Beam(String),
     /// The GPU or NVRTC failed.
     #[error("GPU: {0}")]
-    Gpu(String),
+    Gpu(#[from] crate::gpu::GpuError),
 }
+
+crate::gpu::impl_from_cuda_errors!(XError);
 
 /// Problem shape of one X-engine (one substream of channels).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

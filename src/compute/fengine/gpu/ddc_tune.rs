@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
-use super::wideband::gerr;
 use crate::compute::fengine::FError;
+use crate::gpu::GpuError;
 
 /// DDC kernel source.
 pub const DDC_SRC: &str = crate::kernel_source!("fengine/ddc.cu");
@@ -138,12 +138,10 @@ pub(crate) fn load_ddc(
     in_bits: u32,
     t: DdcTuning,
 ) -> Result<CudaFunction, FError> {
-    let ptx = crate::gpu::compile_ptx("ddc.cu", DDC_SRC, &ddc_defines(s, w, in_bits, t), arch)
-        .map_err(FError::Gpu)?;
-    ctx.load_module(ptx)
-        .map_err(gerr)?
+    let ptx = crate::gpu::compile_ptx("ddc.cu", DDC_SRC, &ddc_defines(s, w, in_bits, t), arch)?;
+    ctx.load_module(ptx)?
         .load_function("ddc")
-        .map_err(gerr)
+        .map_err(FError::from)
 }
 
 /// Arguments of one DDC launch (both pols share the weights and the phase step).
@@ -200,7 +198,7 @@ pub(crate) fn launch_ddc(
     // SAFETY: argument types and order match `ddc` in kernels/fengine/ddc.cu. The caller guarantees
     // that each launched pol's input holds nvalid samples from byte p·in_stride plus ≥ 64
     // padding bytes, z holds 2·W·S floats and out holds n_out values at p·out_stride.
-    unsafe { b.launch(cfg) }.map_err(gerr)?;
+    unsafe { b.launch(cfg) }?;
     Ok(())
 }
 
@@ -216,7 +214,7 @@ pub(crate) fn autotune(
     cache: Option<&Path>,
 ) -> Result<DdcTuning, FError> {
     let ctx = stream.context().clone();
-    let name = ctx.name().map_err(gerr)?;
+    let name = ctx.name()?;
     let key = cache_key(&name, arch, s, w, in_bits);
     if let Some(t) = cache.and_then(|p| cache_lookup(p, &key)) {
         if valid_tuning(s, w, t) {
@@ -244,15 +242,15 @@ pub(crate) fn autotune(
             (x >> 24) as u8
         })
         .collect();
-    let input = stream.clone_htod(&host).map_err(gerr)?;
-    let z = stream.clone_htod(&vec![0.01f32; 2 * w * s]).map_err(gerr)?;
-    let mut out = stream.alloc_zeros(n_out).map_err(gerr)?;
+    let input = stream.clone_htod(&host)?;
+    let z = stream.clone_htod(&vec![0.01f32; 2 * w * s])?;
+    let mut out = stream.alloc_zeros(n_out)?;
     let mut best: Option<(f64, DdcTuning)> = None;
     for t in cands {
         let Ok(f) = load_ddc(&ctx, arch, s, w, in_bits, t) else {
             continue;
         };
-        if f.max_threads_per_block().map_err(gerr)? < t.wgs as i32 {
+        if f.max_threads_per_block()? < t.wgs as i32 {
             continue; // too many registers for this work-group size
         }
         let mut run = || {
@@ -276,7 +274,7 @@ pub(crate) fn autotune(
                 },
             )
         };
-        let Ok(secs) = crate::gpu::time_on_stream(stream, 5, &mut run, gerr) else {
+        let Ok(secs) = crate::gpu::time_on_stream(stream, 5, &mut run, FError::from) else {
             continue;
         };
         if best.is_none_or(|(b, _)| secs < b) {
@@ -284,9 +282,9 @@ pub(crate) fn autotune(
         }
     }
     let Some((_, t)) = best else {
-        return Err(FError::Gpu(
+        return Err(FError::Gpu(GpuError::Failed(
             "no DDC kernel configuration could be compiled and launched".into(),
-        ));
+        )));
     };
     if let Some(p) = cache {
         // Best effort: an unwritable cache only costs tuning again next time.

@@ -32,6 +32,7 @@ use crate::compute::fengine::cpu::validate_block;
 use crate::compute::fengine::design::weights::pfb_weights;
 use crate::compute::fengine::FBackend;
 use crate::compute::fengine::{Block, BlockStats, Dither, FConfig, FError, Samples};
+use crate::gpu::GpuError;
 
 /// PFB FIR kernel source (embedded so binaries need no kernel files at run time).
 pub const PFB_FIR_SRC: &str = crate::kernel_source!("fengine/pfb_fir.cu");
@@ -42,10 +43,6 @@ pub const POSTPROC_SRC: &str =
 const POST_TILE: usize = 32;
 /// Bytes after each pol's input in the device buffer (the decoder reads 8 bytes ahead).
 const IN_PAD: usize = 16;
-
-pub(crate) fn gerr<E: std::fmt::Debug>(e: E) -> FError {
-    FError::Gpu(format!("{e:?}"))
-}
 
 /// NVRTC defines for `pfb_fir` (`in_bits` 0 = int16 input, else packed width).
 pub fn fir_defines(cfg: &FConfig, unzip: usize, in_bits: u32) -> Vec<(&'static str, String)> {
@@ -92,9 +89,9 @@ pub(crate) fn arch_for(major: i32, minor: i32) -> Result<&'static str, FError> {
         (m, _) if m >= 8 => "compute_80",
         (m, _) if m >= 6 => "compute_60",
         _ => {
-            return Err(FError::Gpu(format!(
+            return Err(FError::Gpu(GpuError::Unsupported(format!(
                 "compute capability {major}.{minor} is too old (need 6.0 or newer)"
-            )))
+            ))))
         }
     })
 }
@@ -106,7 +103,7 @@ pub(crate) fn ensure<T: DeviceRepr + ValidAsZeroBits>(
     len: usize,
 ) -> Result<(), FError> {
     if buf.len() < len {
-        *buf = stream.alloc_zeros::<T>(len).map_err(gerr)?;
+        *buf = stream.alloc_zeros::<T>(len)?;
     }
     Ok(())
 }
@@ -126,10 +123,10 @@ pub(crate) fn upload_params(
     ensure(stream, delay, h_delay.len())?;
     ensure(stream, keys, h_keys.len())?;
     let mut d = delay.slice_mut(..h_delay.len());
-    stream.memcpy_htod(h_delay, &mut d).map_err(gerr)?;
+    stream.memcpy_htod(h_delay, &mut d)?;
     let mut k = keys.slice_mut(..h_keys.len());
-    stream.memcpy_htod(h_keys, &mut k).map_err(gerr)?;
-    stream.memcpy_htod(h_gains, gains).map_err(gerr)?;
+    stream.memcpy_htod(h_keys, &mut k)?;
+    stream.memcpy_htod(h_gains, gains)?;
     Ok(())
 }
 
@@ -190,7 +187,7 @@ pub(crate) fn upload_pinned_pols(
             });
         }
         let mut dst = input.slice_mut(p * stride..p * stride + len);
-        stream.memcpy_htod(*h, &mut dst).map_err(gerr)?;
+        stream.memcpy_htod(*h, &mut dst)?;
     }
     Ok(())
 }
@@ -311,15 +308,15 @@ impl DeviceBlock {
             bytes: 0,
         };
         Ok(DeviceBlock {
-            input: stream.alloc_zeros(16).map_err(gerr)?,
+            input: stream.alloc_zeros(16)?,
             in_stride: 0,
             staged: [zero; 2],
-            out: stream.alloc_zeros(4).map_err(gerr)?,
-            gains: stream.alloc_zeros(4 * channels).map_err(gerr)?,
-            delay: stream.alloc_zeros(4).map_err(gerr)?,
-            keys: stream.alloc_zeros(2).map_err(gerr)?,
-            in_stats: stream.alloc_zeros(4).map_err(gerr)?,
-            sat: stream.alloc_zeros(2).map_err(gerr)?,
+            out: stream.alloc_zeros(4)?,
+            gains: stream.alloc_zeros(4 * channels)?,
+            delay: stream.alloc_zeros(4)?,
+            keys: stream.alloc_zeros(2)?,
+            in_stats: stream.alloc_zeros(4)?,
+            sat: stream.alloc_zeros(2)?,
         })
     }
 
@@ -467,10 +464,10 @@ impl GpuBackend {
     pub fn with_unzip(cfg: FConfig, unzip: usize) -> Result<Self, FError> {
         cfg.validate()?;
         if cfg.narrowband.is_some() {
-            return Err(FError::Gpu(
+            return Err(FError::Gpu(GpuError::Unsupported(
                 "narrowband outputs are not implemented on the GPU backend yet: use --backend cpu"
                     .into(),
-            ));
+            )));
         }
         let n = cfg.pfb_channels();
         if ![1, 2, 4].contains(&unzip) || n / unzip < 2 {
@@ -486,10 +483,10 @@ impl GpuBackend {
             });
         }
         if !crate::gpu::gpu_available() {
-            return Err(FError::Gpu("no usable CUDA device".into()));
+            return Err(FError::Gpu(GpuError::NoDevice));
         }
-        let ctx = CudaContext::new(0).map_err(gerr)?;
-        let attr = |a| ctx.attribute(a).map_err(gerr);
+        let ctx = CudaContext::new(0)?;
+        let attr = |a| ctx.attribute(a).map_err(FError::from);
         let arch = arch_for(
             attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
@@ -498,11 +495,11 @@ impl GpuBackend {
         // the pipeline's copy streams). Creating it first puts the context in multi-stream
         // mode, so every buffer below tracks its last reader and writer with events and
         // uses on other streams wait for them.
-        let stream = ctx.new_stream().map_err(gerr)?;
+        let stream = ctx.new_stream()?;
         let sm_count =
             attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize;
         let w = pfb_weights(cfg.pfb_step(), cfg.taps, cfg.w_cutoff, cfg.window)?;
-        let weights = stream.clone_htod(&w).map_err(gerr)?;
+        let weights = stream.clone_htod(&w)?;
         let mut be = GpuBackend {
             unzip,
             arch,
@@ -512,8 +509,8 @@ impl GpuBackend {
             post_fns: HashMap::new(),
             plans: HashMap::new(),
             weights,
-            fir_out: stream.alloc_zeros(1).map_err(gerr)?,
-            fft_out: stream.alloc_zeros(1).map_err(gerr)?,
+            fir_out: stream.alloc_zeros(1)?,
+            fft_out: stream.alloc_zeros(1)?,
             blk: DeviceBlock::new(&stream, cfg.channels)?,
             params: HostParams::new(cfg.channels),
             cfg,
@@ -608,14 +605,8 @@ impl GpuBackend {
         defines.push(("POST_FAST_SINCOS", u32::from(key.1).to_string()));
         defines.push(("POST_PREFETCH", u32::from(key.2).to_string()));
         defines.push(("POST_MIN_BLOCKS", key.3.to_string()));
-        let ptx = crate::gpu::compile_ptx("postproc.cu", POSTPROC_SRC, &defines, self.arch)
-            .map_err(FError::Gpu)?;
-        let f = self
-            .ctx
-            .load_module(ptx)
-            .map_err(gerr)?
-            .load_function("postproc")
-            .map_err(gerr)?;
+        let ptx = crate::gpu::compile_ptx("postproc.cu", POSTPROC_SRC, &defines, self.arch)?;
+        let f = self.ctx.load_module(ptx)?.load_function("postproc")?;
         self.post_fns.insert(key, f.clone());
         Ok(f)
     }
@@ -649,14 +640,8 @@ impl GpuBackend {
         defines.push(("FIR_STCS", u32::from(key.3).to_string()));
         defines.push(("FIR_MAX_THREADS", bounds.0.to_string()));
         defines.push(("FIR_MIN_BLOCKS", bounds.1.to_string()));
-        let ptx = crate::gpu::compile_ptx("pfb_fir.cu", PFB_FIR_SRC, &defines, self.arch)
-            .map_err(FError::Gpu)?;
-        let f = self
-            .ctx
-            .load_module(ptx)
-            .map_err(gerr)?
-            .load_function("pfb_fir")
-            .map_err(gerr)?;
+        let ptx = crate::gpu::compile_ptx("pfb_fir.cu", PFB_FIR_SRC, &defines, self.arch)?;
+        let f = self.ctx.load_module(ptx)?.load_function("pfb_fir")?;
         self.fir_fns.insert(key, f.clone());
         Ok(f)
     }
@@ -709,7 +694,7 @@ impl GpuBackend {
         self.blk.in_stride = stride;
         for (p, (d, s)) in parts.iter().enumerate() {
             let mut dst = self.blk.input.slice_mut(p * stride..p * stride + d.len());
-            self.stream.memcpy_htod(*d, &mut dst).map_err(gerr)?;
+            self.stream.memcpy_htod(*d, &mut dst)?;
             self.blk.staged[p] = *s;
         }
         Ok(())
@@ -761,7 +746,7 @@ impl GpuBackend {
             // SAFETY: argument types and order match `pfb_fir`; each pol's staged input holds
             // first + (m + taps − 1)·2N samples plus IN_PAD bytes, the weights hold taps·2N
             // floats and fir_out holds m·2N complex values.
-            unsafe { b.launch(cfg) }.map_err(gerr)?;
+            unsafe { b.launch(cfg) }?;
         }
         Ok(())
     }
@@ -773,9 +758,9 @@ impl GpuBackend {
         if waves == 0 {
             return Ok(self.tuning.fir_run.max(1));
         }
-        let per_sm = f
-            .occupancy_max_active_blocks_per_multiprocessor(self.tuning.fir_threads, 0, None)
-            .map_err(gerr)? as usize;
+        let per_sm =
+            f.occupancy_max_active_blocks_per_multiprocessor(self.tuning.fir_threads, 0, None)?
+                as usize;
         let resident = per_sm.max(1) * self.sm_count;
         let runs = (waves * resident / cols.max(1)).clamp(1, m.max(1));
         Ok(m.div_ceil(runs).max(1))
@@ -798,13 +783,11 @@ impl GpuBackend {
                 cufftType::CUFFT_C2C,
                 batch as i32,
                 self.stream.clone(),
-            )
-            .map_err(gerr)?;
+            )?;
             self.plans.insert(batch, plan);
         }
         let plan = &self.plans[&batch];
-        plan.exec_c2c(&mut self.fir_out, &mut self.fft_out, FftDirection::Forward)
-            .map_err(gerr)?;
+        plan.exec_c2c(&mut self.fir_out, &mut self.fft_out, FftDirection::Forward)?;
         Ok(())
     }
 
@@ -846,7 +829,7 @@ impl GpuBackend {
         // device output covers spectra out_first..out_first + m (ensured by the caller),
         // gains hold 2·C, delay and keys 2·m entries (device allocations, so the kernel's
         // 16-byte loads of both pols' delay and keys are aligned).
-        unsafe { b.launch(cfg) }.map_err(gerr)?;
+        unsafe { b.launch(cfg) }?;
         Ok(())
     }
 
@@ -854,12 +837,8 @@ impl GpuBackend {
     fn read_stats(&self, m: usize) -> Result<BlockStats, FError> {
         let mut st = [0u64; 4];
         let mut sat = [0u64; 2];
-        self.stream
-            .memcpy_dtoh(&self.blk.in_stats, &mut st)
-            .map_err(gerr)?;
-        self.stream
-            .memcpy_dtoh(&self.blk.sat, &mut sat)
-            .map_err(gerr)?;
+        self.stream.memcpy_dtoh(&self.blk.in_stats, &mut st)?;
+        self.stream.memcpy_dtoh(&self.blk.sat, &mut sat)?;
         let samples = (m * self.cfg.pfb_step()) as u64;
         let input = [0, 1].map(|p| InputStats {
             sum_sq: st[p],
@@ -880,8 +859,7 @@ impl GpuBackend {
         let len = m * 2 * self.cfg.pfb_channels();
         let mut v = vec![float2 { x: 0.0, y: 0.0 }; len];
         self.stream
-            .memcpy_dtoh(&self.fir_out.slice(..len), &mut v)
-            .map_err(gerr)?;
+            .memcpy_dtoh(&self.fir_out.slice(..len), &mut v)?;
         Ok(v.iter().map(|c| Complex32::new(c.x, c.y)).collect())
     }
 
@@ -897,7 +875,7 @@ impl GpuBackend {
         let len = HostSlice::len(dst).min(self.blk.out.len());
         self.stream
             .memcpy_dtoh(&self.blk.out.slice(..len), dst)
-            .map_err(gerr)
+            .map_err(FError::from)
     }
 }
 
@@ -967,10 +945,10 @@ impl StagedCompute for GpuBackend {
     }
 
     fn reset_counters(&mut self) -> Result<(), FError> {
+        self.stream.memset_zeros(&mut self.blk.in_stats)?;
         self.stream
-            .memset_zeros(&mut self.blk.in_stats)
-            .map_err(gerr)?;
-        self.stream.memset_zeros(&mut self.blk.sat).map_err(gerr)
+            .memset_zeros(&mut self.blk.sat)
+            .map_err(FError::from)
     }
 
     fn launch_stages(&mut self, m: usize, out_first: usize) -> Result<(), FError> {
@@ -994,12 +972,11 @@ impl FBackend for GpuBackend {
         if block.out_first != 0 || m != n_out {
             // Only part of `out` is written: keep the rest as the caller had it.
             let mut d = self.blk.out.slice_mut(..out.len());
-            self.stream.memcpy_htod(&*out, &mut d).map_err(gerr)?;
+            self.stream.memcpy_htod(&*out, &mut d)?;
         }
         self.compute(m, block.out_first)?;
         self.stream
-            .memcpy_dtoh(&self.blk.out.slice(..out.len()), out)
-            .map_err(gerr)?;
+            .memcpy_dtoh(&self.blk.out.slice(..out.len()), out)?;
         self.read_stats(m)
     }
 }

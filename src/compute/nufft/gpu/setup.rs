@@ -19,10 +19,6 @@ const SHARED_TARGET: usize = 64 * 1024;
 /// Hard cap (below the A100's 163 KiB opt-in; the H100 has 227 KiB).
 pub const SHARED_MAX: usize = 160 * 1024;
 
-pub(super) fn gerr<E: std::fmt::Debug>(e: E) -> NufftError {
-    NufftError::Gpu(format!("{e:?}"))
-}
-
 /// Launch geometry of the spreading kernel (see `kernels/nufft/nufft_spread.cu`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SpreadConfig {
@@ -132,8 +128,7 @@ pub(super) fn compile_cached(
     if let Some(p) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return Ok(p.clone());
     }
-    let ptx = crate::gpu::compile_ptx("nufft_spread.cu", NUFFT_SRC, defines, arch)
-        .map_err(NufftError::Gpu)?;
+    let ptx = crate::gpu::compile_ptx("nufft_spread.cu", NUFFT_SRC, defines, arch)?;
     cache
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -142,7 +137,7 @@ pub(super) fn compile_cached(
 }
 
 pub(super) fn arch_for(ctx: &Arc<CudaContext>) -> Result<&'static str, NufftError> {
-    let attr = |a| ctx.attribute(a).map_err(gerr);
+    let attr = |a| ctx.attribute(a).map_err(NufftError::from);
     let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     Ok(if major >= 9 {
         "compute_90"
@@ -212,7 +207,7 @@ pub(super) fn ensure<T: Real>(
     len: usize,
 ) -> Result<(), NufftError> {
     if buf.len() < len {
-        *buf = stream.alloc_zeros::<T>(len).map_err(gerr)?;
+        *buf = stream.alloc_zeros::<T>(len)?;
     }
     Ok(())
 }
@@ -223,7 +218,7 @@ pub(super) fn ensure_i32(
     len: usize,
 ) -> Result<(), NufftError> {
     if buf.len() < len {
-        *buf = stream.alloc_zeros::<i32>(len).map_err(gerr)?;
+        *buf = stream.alloc_zeros::<i32>(len)?;
     }
     Ok(())
 }

@@ -12,6 +12,7 @@ use cudarc::driver::{
 
 use super::beam::BeamTables;
 use super::{present_baselines, BeamSet, BeamStats, XBackend, XError, XShape};
+use crate::gpu::GpuError;
 
 pub(crate) mod beam_wg;
 pub(crate) mod wgmma;
@@ -96,10 +97,6 @@ const BEAM_TILE: usize = 16;
 const BEAM_HALF: usize = 8;
 /// At most 65536 samples (4096 k-steps of 16) per block keep the int32 tensor-core sums exact.
 const MAX_KSTEPS_PER_BLOCK: usize = 4096;
-
-fn gerr<E: std::fmt::Debug>(e: E) -> XError {
-    XError::Gpu(format!("{e:?}"))
-}
 
 /// NVRTC defines for the correlator kernel of `shape`.
 pub fn correlate_defines(shape: &XShape) -> Vec<(&'static str, String)> {
@@ -290,9 +287,9 @@ fn arch_for(major: i32, minor: i32) -> Result<&'static str, XError> {
         (9, 0) => "compute_90",
         (m, _) if m >= 8 => "compute_80", // newer: PTX for sm_80 JITs forward
         _ => {
-            return Err(XError::Gpu(format!(
+            return Err(XError::Gpu(GpuError::Unsupported(format!(
                 "compute capability {major}.{minor}: the correlator needs sm_80 or newer (cp.async, mma.sync s8)"
-            )))
+            ))))
         }
     })
 }
@@ -306,17 +303,14 @@ fn build_correlator(
 ) -> Result<(CudaFunction, CudaFunction), XError> {
     let mut defines = correlate_defines(shape);
     defines.extend(variant.defines());
-    let ptx = crate::gpu::compile_ptx("correlate.cu", CORRELATE_SRC, &defines, arch)
-        .map_err(XError::Gpu)?;
-    let module = ctx.load_module(ptx).map_err(gerr)?;
-    let correlate = module.load_function("correlate").map_err(gerr)?;
-    correlate
-        .set_attribute(
-            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            variant.smem(shape.sample_bits) as i32,
-        )
-        .map_err(gerr)?;
-    let reduce = module.load_function("reduce").map_err(gerr)?;
+    let ptx = crate::gpu::compile_ptx("correlate.cu", CORRELATE_SRC, &defines, arch)?;
+    let module = ctx.load_module(ptx)?;
+    let correlate = module.load_function("correlate")?;
+    correlate.set_attribute(
+        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        variant.smem(shape.sample_bits) as i32,
+    )?;
+    let reduce = module.load_function("reduce")?;
     Ok((correlate, reduce))
 }
 
@@ -416,24 +410,21 @@ impl GpuX {
     /// Opens device 0 and compiles the correlator for `shape`. Fails cleanly without a GPU.
     pub fn new(shape: XShape) -> Result<Self, XError> {
         if !crate::gpu::gpu_available() {
-            return Err(XError::Gpu("no usable CUDA device".into()));
+            return Err(XError::Gpu(GpuError::NoDevice));
         }
-        let ctx = CudaContext::new(0).map_err(gerr)?;
-        let major = ctx
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
-            .map_err(gerr)?;
-        let minor = ctx
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
-            .map_err(gerr)?;
-        let n_sms = ctx
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(gerr)? as usize;
+        let ctx = CudaContext::new(0)?;
+        let major =
+            ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor =
+            ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let n_sms =
+            ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
         let smem_optin = ctx
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
-            .map_err(gerr)? as usize;
-        let smem_per_sm = ctx
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
-            .map_err(gerr)? as usize;
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
+            as usize;
+        let smem_per_sm = ctx.attribute(
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+        )? as usize;
         let arch = arch_for(major, minor)?;
         let variant = CorrVariant::default();
         let (correlate, reduce) = build_correlator(&ctx, &shape, arch, variant)?;
@@ -443,17 +434,11 @@ impl GpuX {
             None => None,
         };
         let stream = ctx.default_stream();
-        let acc = stream
-            .alloc_zeros::<i64>(shape.output_len())
-            .map_err(gerr)?;
-        let out = stream
-            .alloc_zeros::<i32>(shape.output_len())
-            .map_err(gerr)?;
-        let present = stream
-            .alloc_zeros::<u8>(shape.n_baselines())
-            .map_err(gerr)?;
-        let saturated = stream.alloc_zeros::<u64>(1).map_err(gerr)?;
-        let beam_work = stream.alloc_zeros::<u32>(n_sms.max(1)).map_err(gerr)?;
+        let acc = stream.alloc_zeros::<i64>(shape.output_len())?;
+        let out = stream.alloc_zeros::<i32>(shape.output_len())?;
+        let present = stream.alloc_zeros::<u8>(shape.n_baselines())?;
+        let saturated = stream.alloc_zeros::<u64>(1)?;
+        let beam_work = stream.alloc_zeros::<u32>(n_sms.max(1))?;
         Ok(Self {
             shape,
             ctx,
@@ -566,19 +551,15 @@ impl GpuX {
         b.arg(input).arg(&mut self.acc).arg(&nb).arg(&kpb);
         // SAFETY: argument types and order match `correlate` in kernels/xengine/correlate.cu; the input
         // holds n_batches whole batches (checked above) and acc has output_len elements.
-        unsafe { b.launch(cfg) }.map_err(gerr)?;
+        unsafe { b.launch(cfg) }?;
         Ok(())
     }
 
     /// Queues the reduce into the device output buffer; returns nothing until [`Self::dump`].
     fn launch_reduce(&mut self, present_ants: &[bool]) -> Result<(), XError> {
         let pb = present_baselines(present_ants);
-        self.stream
-            .memcpy_htod(&pb, &mut self.present)
-            .map_err(gerr)?;
-        self.stream
-            .memset_zeros(&mut self.saturated)
-            .map_err(gerr)?;
+        self.stream.memcpy_htod(&pb, &mut self.present)?;
+        self.stream.memset_zeros(&mut self.saturated)?;
         let n = self.shape.output_len() / 2;
         let blocks = n.div_ceil(256).min(8 * self.n_sms.max(1) * 8) as u32;
         let cfg = LaunchConfig {
@@ -592,7 +573,7 @@ impl GpuX {
             .arg(&self.present)
             .arg(&mut self.saturated);
         // SAFETY: matches `reduce` in kernels/xengine/correlate.cu; buffer sizes fixed by the shape.
-        unsafe { b.launch(cfg) }.map_err(gerr)?;
+        unsafe { b.launch(cfg) }?;
         Ok(())
     }
 
@@ -691,15 +672,13 @@ impl GpuX {
             BEAMFORM_SRC,
             &beamform_defines(&self.shape, n_beams, &plan),
             self.arch,
-        )
-        .map_err(XError::Gpu)?;
-        let m = self.ctx.load_module(ptx).map_err(gerr)?;
-        let f = m.load_function("beamform").map_err(gerr)?;
+        )?;
+        let m = self.ctx.load_module(ptx)?;
+        let f = m.load_function("beamform")?;
         f.set_attribute(
             CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             plan.smem as i32,
-        )
-        .map_err(gerr)?;
+        )?;
         self.beam_fns.insert(key, f.clone());
         Ok(f)
     }
@@ -712,10 +691,7 @@ impl GpuX {
         plan: BeamPlan,
     ) -> Result<(i32, i32), XError> {
         let f = self.beam_fn(n_beams, plan)?;
-        Ok((
-            f.num_regs().map_err(gerr)?,
-            f.local_size_bytes().map_err(gerr)?,
-        ))
+        Ok((f.num_regs()?, f.local_size_bytes()?))
     }
 
     /// The beamformer kernel that runs for tables `t` with `n_beams` beams, its configuration and
@@ -737,8 +713,8 @@ impl GpuX {
                 p.cperm,
                 if p.pcache { " pcache" } else { "" },
                 if p.steal { "steal" } else { "static" },
-                f.num_regs().map_err(gerr)?,
-                f.local_size_bytes().map_err(gerr)?
+                f.num_regs()?,
+                f.local_size_bytes()?
             ));
         }
         let plan = self.beam_plan(t.n_tiles)?;
@@ -771,11 +747,11 @@ impl GpuX {
             .map(|c| c.chunks(2).map(|w| w[0].hypot(w[1])).fold(0f32, f32::max))
             .collect();
         Ok(DevTables {
-            coef: self.stream.clone_htod(&t.coef).map_err(gerr)?,
-            delay: self.stream.clone_htod(&t.delay).map_err(gerr)?,
-            wscale: self.stream.clone_htod(&wscale).map_err(gerr)?,
-            order: self.stream.clone_htod(&order).map_err(gerr)?,
-            groups: self.stream.clone_htod(&groups).map_err(gerr)?,
+            coef: self.stream.clone_htod(&t.coef)?,
+            delay: self.stream.clone_htod(&t.delay)?,
+            wscale: self.stream.clone_htod(&wscale)?,
+            order: self.stream.clone_htod(&order)?,
+            groups: self.stream.clone_htod(&groups)?,
             n_groups: n_groups as i32,
             n_tiles: n_groups.div_ceil(2),
             wg: self.wg_tables(&t.pol)?,
@@ -813,7 +789,7 @@ impl GpuX {
         // contiguous range of items
         let per_sm = (self.smem_per_sm / (plan.smem + 1024)).clamp(1, 4);
         // and as the registers allow (65536 per SM, allocated per warp in units of 256)
-        let regs = f.num_regs().map_err(gerr)?.max(1) as usize;
+        let regs = f.num_regs()?.max(1) as usize;
         let per_sm = per_sm.min((65536 / (regs.div_ceil(8) * 8 * 32 * plan.warps)).max(1));
         let per_sm = per_sm.min(64 / plan.warps);
         let blocks = if self.beam_tuning.persistent {
@@ -850,7 +826,7 @@ impl GpuX {
         // SAFETY: matches `beamform` in kernels/xengine/beamform.cu (int8 out, float2 coef = 2 f32,
         // int3 groups = 3 i32, u8 present, u32 dseeds); buffer sizes checked above for
         // `nb` batches; the plan's shared memory was allowed on the function above.
-        unsafe { b.launch(cfg) }.map_err(gerr)?;
+        unsafe { b.launch(cfg) }?;
         Ok(())
     }
 
@@ -893,11 +869,11 @@ impl GpuX {
             .iter()
             .map(|&k| super::beam::batch_dither_seed(beams.seed, k))
             .collect();
-        let dmask = self.stream.clone_htod(&mask).map_err(gerr)?;
-        let dseeds = self.stream.clone_htod(&seeds).map_err(gerr)?;
+        let dmask = self.stream.clone_htod(&mask)?;
+        let dseeds = self.stream.clone_htod(&seeds)?;
         let inp = self.upload_input(chunk)?;
-        let mut dout = self.stream.alloc_zeros::<i8>(out.len()).map_err(gerr)?;
-        let mut sat = self.stream.alloc_zeros::<u64>(n * nb).map_err(gerr)?;
+        let mut dout = self.stream.alloc_zeros::<i8>(out.len())?;
+        let mut sat = self.stream.alloc_zeros::<u64>(n * nb)?;
         let r = self.beamform_device(
             &dt,
             nb,
@@ -913,9 +889,9 @@ impl GpuX {
         );
         self.input = Some(inp);
         r?;
-        self.stream.memcpy_dtoh(&dout, out).map_err(gerr)?;
-        let saturated = self.stream.clone_dtoh(&sat).map_err(gerr)?;
-        self.stream.synchronize().map_err(gerr)?;
+        self.stream.memcpy_dtoh(&dout, out)?;
+        let saturated = self.stream.clone_dtoh(&sat)?;
+        self.stream.synchronize()?;
         Ok(present_ants
             .chunks(na)
             .zip(saturated.chunks(nb))
@@ -929,9 +905,9 @@ impl GpuX {
     fn upload_input(&mut self, input: &[i8]) -> Result<CudaSlice<i8>, XError> {
         let mut buf = match self.input.take() {
             Some(b) if b.len() == input.len() => b,
-            _ => self.stream.alloc_zeros::<i8>(input.len()).map_err(gerr)?,
+            _ => self.stream.alloc_zeros::<i8>(input.len())?,
         };
-        self.stream.memcpy_htod(input, &mut buf).map_err(gerr)?;
+        self.stream.memcpy_htod(input, &mut buf)?;
         Ok(buf)
     }
 }
@@ -963,12 +939,10 @@ impl XBackend for GpuX {
             });
         }
         self.launch_reduce(present_ants)?;
-        self.stream.memcpy_dtoh(&self.out, out).map_err(gerr)?;
+        self.stream.memcpy_dtoh(&self.out, out)?;
         let mut sat = [0u64];
-        self.stream
-            .memcpy_dtoh(&self.saturated, &mut sat)
-            .map_err(gerr)?;
-        self.stream.synchronize().map_err(gerr)?;
+        self.stream.memcpy_dtoh(&self.saturated, &mut sat)?;
+        self.stream.synchronize()?;
         Ok(sat[0])
     }
 
@@ -983,8 +957,9 @@ impl XBackend for GpuX {
         // the same path as a chunk of one batch (its checks cover the buffer sizes, the
         // presence length and the beam set)
         let mut st = self.beamform_launch(batch, present_ants, beams, &[batch_index], out)?;
-        st.pop()
-            .ok_or_else(|| XError::Gpu("beamformer returned no statistics".into()))
+        st.pop().ok_or_else(|| {
+            XError::Gpu(GpuError::Failed("beamformer returned no statistics".into()))
+        })
     }
 
     fn beamform_batches(
