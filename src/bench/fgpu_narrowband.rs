@@ -136,7 +136,7 @@ pub fn bench_gpu_narrowband() -> Result<(), FError> {
         let (copy, fma, h2d) = match bounds {
             Some(b) => b,
             None => {
-                let arch = crate::compute::fengine::gpu::wideband::arch_for(
+                let arch = crate::gpu::nvrtc_arch(
                     stream
                         .context()
                         .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)

@@ -28,6 +28,14 @@ pub enum GpuError {
         /// NVRTC's error, with the log.
         source: CompileError,
     },
+    /// The device is older than the kernels support (see `gpu::arch`).
+    #[error("compute capability {major}.{minor} is too old: the kernels need 8.0 or newer")]
+    TooOld {
+        /// Compute capability, major.
+        major: i32,
+        /// Compute capability, minor.
+        minor: i32,
+    },
     /// A CUDA driver call failed.
     #[error("{0:?}")]
     Driver(#[from] cudarc::driver::DriverError),

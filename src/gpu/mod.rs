@@ -3,13 +3,15 @@
 //! with NVRTC ([`compile_ptx`]), kernel timing ([`time_on_stream`]) and the guards of GPU and
 //! NVRTC tests ([`gpu_test_guard`], [`nvrtc_test_guard`]).
 
+mod arch;
 mod device;
 mod error;
 mod guard;
 mod nvrtc;
 mod timing;
 
-pub use device::gpu_available;
+pub use arch::{compute_capability, device_arch, nvrtc_arch, SM90A};
+pub use device::{gpu_available, open_device};
 pub(crate) use error::impl_from_cuda_errors;
 pub use error::GpuError;
 pub use guard::{gpu_test_guard, nvrtc_test_guard};

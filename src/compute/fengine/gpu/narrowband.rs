@@ -14,7 +14,6 @@ use std::sync::Arc;
 
 use cudarc::cufft::sys::{cufftType, float2};
 use cudarc::cufft::{CudaFft, FftDirection};
-use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, HostSlice, LaunchConfig, PinnedHostSlice,
     PushKernelArg,
@@ -26,14 +25,13 @@ use super::ddc_tune::{
     autotune, candidates, launch_ddc, load_ddc, valid_tuning, DdcLaunch, DdcTuning,
 };
 use super::wideband::{
-    arch_for, ensure, upload_pinned_pols, DeviceBlock, HostParams, StagedCompute, WorkBuffers,
+    ensure, upload_pinned_pols, DeviceBlock, HostParams, StagedCompute, WorkBuffers,
 };
 use crate::compute::fengine::cpu::ddc::{ddc_weights, Ddc, MixerFrequency};
 use crate::compute::fengine::cpu::validate_block;
 use crate::compute::fengine::design::weights::pfb_weights;
 use crate::compute::fengine::FBackend;
 use crate::compute::fengine::{Block, BlockStats, Dither, FConfig, FError, Samples};
-use crate::gpu::GpuError;
 
 /// Complex PFB FIR kernel source.
 pub const PFB_FIR_COMPLEX_SRC: &str = crate::kernel_source!("fengine/pfb_fir_complex.cu");
@@ -195,15 +193,8 @@ impl GpuNarrowband {
             zh[2 * k] = zr[k];
             zh[2 * k + 1] = zi[k];
         }
-        if !crate::gpu::gpu_available() {
-            return Err(FError::Gpu(GpuError::NoDevice));
-        }
-        let ctx = CudaContext::new(0)?;
-        let attr = |a| ctx.attribute(a).map_err(FError::from);
-        let arch = arch_for(
-            attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-            attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-        )?;
+        let ctx = crate::gpu::open_device(0)?;
+        let arch = crate::gpu::device_arch(&ctx)?;
         let load = |name: &str, src: &str, defines: &[(&str, String)]| {
             let ptx = crate::gpu::compile_ptx(&format!("{name}.cu"), src, defines, arch)?;
             ctx.load_module(ptx)?

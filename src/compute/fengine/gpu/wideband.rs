@@ -79,23 +79,6 @@ pub fn default_unzip(channels: usize) -> usize {
     }
 }
 
-/// NVRTC virtual architecture for a device of compute capability `major.minor`.
-pub(crate) fn arch_for(major: i32, minor: i32) -> Result<&'static str, FError> {
-    Ok(match (major, minor) {
-        (8, 0) => "compute_80",
-        (8, 6) => "compute_86",
-        (8, 9) => "compute_89",
-        (9, 0) => "compute_90",
-        (m, _) if m >= 8 => "compute_80",
-        (m, _) if m >= 6 => "compute_60",
-        _ => {
-            return Err(FError::Gpu(GpuError::Unsupported(format!(
-                "compute capability {major}.{minor} is too old (need 6.0 or newer)"
-            ))))
-        }
-    })
-}
-
 /// Grows `buf` to at least `len` elements (contents are not kept).
 pub(crate) fn ensure<T: DeviceRepr + ValidAsZeroBits>(
     stream: &Arc<CudaStream>,
@@ -482,15 +465,9 @@ impl GpuBackend {
                 why: format!("{n} is too large for the GPU kernels"),
             });
         }
-        if !crate::gpu::gpu_available() {
-            return Err(FError::Gpu(GpuError::NoDevice));
-        }
-        let ctx = CudaContext::new(0)?;
+        let ctx = crate::gpu::open_device(0)?;
         let attr = |a| ctx.attribute(a).map_err(FError::from);
-        let arch = arch_for(
-            attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-            attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-        )?;
+        let arch = crate::gpu::device_arch(&ctx)?;
         // A stream of our own (not the legacy default stream, which would serialise with
         // the pipeline's copy streams). Creating it first puts the context in multi-stream
         // mode, so every buffer below tracks its last reader and writer with events and

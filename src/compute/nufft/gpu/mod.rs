@@ -26,8 +26,7 @@ use super::plan::{check_coords, PlanShape};
 use super::{NufftBackend, NufftError, NufftType, Options, Real};
 use crate::gpu::GpuError;
 use setup::{
-    arch_for, compile_cached, ensure, ensure_i32, exec_fft_inplace, fft_type, grid_1d, reals,
-    reals_mut,
+    compile_cached, ensure, ensure_i32, exec_fft_inplace, fft_type, grid_1d, reals, reals_mut,
 };
 pub use setup::{nufft_defines, SpreadConfig, NUFFT_SRC, SHARED_MAX};
 
@@ -102,17 +101,14 @@ impl<T: Real> GpuPlan<T> {
         if shape.grid_len > i32_max || shape.num_modes() > i32_max {
             return Err(NufftError::GridTooLarge(shape.nf[0]));
         }
-        if !crate::gpu::gpu_available() {
-            return Err(NufftError::Gpu(GpuError::NoDevice));
-        }
+        let ctx = crate::gpu::open_device(0)?;
         let (dim, nf) = (shape.dim, shape.nf);
         let kernel = Kernel::<T>::new(&shape.params, opts.eps);
         let coef_host = kernel.coef_flat();
         let ncoef = coef_host.len() / shape.params.ns;
         let cfg = SpreadConfig::choose(dim, shape.params.ns, size_of::<T>(), bin, batch);
-        let ctx = CudaContext::new(0)?;
         let stream = ctx.default_stream();
-        let arch = arch_for(&ctx)?;
+        let arch = crate::gpu::device_arch(&ctx)?;
         let funcs = Self::load(&ctx, arch, &shape, ncoef, &cfg)?;
         let ft = fft_type::<T>();
         let fft = if dim == 2 {

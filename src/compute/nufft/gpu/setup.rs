@@ -5,8 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::cufft;
-use cudarc::driver::sys::CUdevice_attribute;
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
+use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig};
 use num_complex::Complex;
 
 use crate::compute::nufft::{NufftError, Real};
@@ -134,18 +133,6 @@ pub(super) fn compile_cached(
         .unwrap_or_else(|e| e.into_inner())
         .insert(key, ptx.clone());
     Ok(ptx)
-}
-
-pub(super) fn arch_for(ctx: &Arc<CudaContext>) -> Result<&'static str, NufftError> {
-    let attr = |a| ctx.attribute(a).map_err(NufftError::from);
-    let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-    Ok(if major >= 9 {
-        "compute_90"
-    } else if major >= 8 {
-        "compute_80"
-    } else {
-        "compute_70"
-    })
 }
 
 /// Views complex values as interleaved `re, im` reals.

@@ -278,22 +278,6 @@ pub fn beamform_defines(
     d
 }
 
-fn arch_for(major: i32, minor: i32) -> Result<&'static str, XError> {
-    Ok(match (major, minor) {
-        (8, 0) => "compute_80",
-        (8, 6) => "compute_86",
-        (8, 7) => "compute_87",
-        (8, 9) => "compute_89",
-        (9, 0) => "compute_90",
-        (m, _) if m >= 8 => "compute_80", // newer: PTX for sm_80 JITs forward
-        _ => {
-            return Err(XError::Gpu(GpuError::Unsupported(format!(
-                "compute capability {major}.{minor}: the correlator needs sm_80 or newer (cp.async, mma.sync s8)"
-            ))))
-        }
-    })
-}
-
 /// Compiles `correlate` and `reduce` for `shape` and allows the variant's shared memory.
 fn build_correlator(
     ctx: &Arc<CudaContext>,
@@ -409,14 +393,8 @@ pub struct GpuX {
 impl GpuX {
     /// Opens device 0 and compiles the correlator for `shape`. Fails cleanly without a GPU.
     pub fn new(shape: XShape) -> Result<Self, XError> {
-        if !crate::gpu::gpu_available() {
-            return Err(XError::Gpu(GpuError::NoDevice));
-        }
-        let ctx = CudaContext::new(0)?;
-        let major =
-            ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-        let minor =
-            ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let ctx = crate::gpu::open_device(0)?;
+        let (major, minor) = crate::gpu::compute_capability(&ctx)?;
         let n_sms =
             ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
         let smem_optin = ctx
@@ -425,7 +403,7 @@ impl GpuX {
         let smem_per_sm = ctx.attribute(
             CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
         )? as usize;
-        let arch = arch_for(major, minor)?;
+        let arch = crate::gpu::nvrtc_arch(major, minor)?;
         let variant = CorrVariant::default();
         let (correlate, reduce) = build_correlator(&ctx, &shape, arch, variant)?;
         let wgmma = match wgmma::default_kernel(major, shape.sample_bits, shape.spectra_per_batch)?

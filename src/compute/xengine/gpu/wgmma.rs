@@ -76,7 +76,7 @@ pub const CORRELATE_WGMMA_SRC: &str = crate::kernel_source!(
     "xengine" / "correlate_wgmma.cu"
 );
 /// NVRTC architecture of the wgmma kernel (arch-specific PTX: runs on sm_90 only).
-pub const WGMMA_ARCH: &str = "compute_90a";
+pub const WGMMA_ARCH: &str = crate::gpu::SM90A;
 /// Environment variable forcing the correlator kernel: `mma` (mma.sync) or `wgmma`.
 pub const CORRELATOR_ENV: &str = "GPUCBF_CORRELATOR";
 
