@@ -15,5 +15,5 @@ pub use device::{gpu_available, open_device};
 pub(crate) use error::impl_from_cuda_errors;
 pub use error::GpuError;
 pub use guard::{gpu_test_guard, nvrtc_test_guard};
-pub use nvrtc::{compile_ptx, cuda_include_dirs, nvrtc_available};
+pub use nvrtc::{compile_ptx, compile_ptx_cached, cuda_include_dirs, nvrtc_available};
 pub use timing::time_on_stream;

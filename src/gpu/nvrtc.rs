@@ -1,6 +1,9 @@
 //! Kernel compilation with NVRTC (CUDA C++ to PTX at run time, constants as `-D` defines).
 //! NVRTC is loaded on first use; without it every call fails cleanly, no panic.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
 use cudarc::nvrtc::Ptx;
 
 use super::GpuError;
@@ -62,4 +65,35 @@ pub fn compile_ptx(
         arch,
         source,
     })
+}
+
+/// [`compile_ptx`] once per process for each (kernel source, name, defines, arch): later
+/// calls get the PTX compiled first. For kernels compiled again and again with the same
+/// constants (a plan per call); `src` is `'static` (the embedded kernel sources), so its
+/// address names it.
+pub fn compile_ptx_cached(
+    name: &str,
+    src: &'static str,
+    defines: &[(&str, String)],
+    arch: &'static str,
+) -> Result<Ptx, GpuError> {
+    type Key = (usize, usize, String, &'static str, String);
+    static CACHE: OnceLock<Mutex<HashMap<Key, Ptx>>> = OnceLock::new();
+    let key = (
+        src.as_ptr() as usize,
+        src.len(),
+        name.to_string(),
+        arch,
+        format!("{defines:?}"),
+    );
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(p) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(p.clone());
+    }
+    let ptx = compile_ptx(name, src, defines, arch)?;
+    cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, ptx.clone());
+    Ok(ptx)
 }

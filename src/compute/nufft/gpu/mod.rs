@@ -25,9 +25,7 @@ use super::kernel::{Kernel, KernelParams};
 use super::plan::{check_coords, PlanShape};
 use super::{NufftBackend, NufftError, NufftType, Options, Real};
 use crate::gpu::GpuError;
-use setup::{
-    compile_cached, ensure, ensure_i32, exec_fft_inplace, fft_type, grid_1d, reals, reals_mut,
-};
+use setup::{ensure, ensure_i32, exec_fft_inplace, fft_type, grid_1d, reals, reals_mut};
 pub use setup::{nufft_defines, SpreadConfig, NUFFT_SRC, SHARED_MAX};
 
 /// Kernels of one compiled configuration.
@@ -164,7 +162,7 @@ impl<T: Real> GpuPlan<T> {
     ) -> Result<Funcs, NufftError> {
         let (dim, ns, real_bytes) = (shape.dim, shape.params.ns, size_of::<T>());
         let defines = nufft_defines(dim, ns, ncoef, real_bytes == 8, cfg);
-        let ptx = compile_cached(&defines, arch)?;
+        let ptx = crate::gpu::compile_ptx_cached("nufft_spread.cu", NUFFT_SRC, &defines, arch)?;
         let module = ctx.load_module(ptx)?;
         let f = |name: &str| module.load_function(name).map_err(NufftError::from);
         let spread = f("nufft_spread")?;

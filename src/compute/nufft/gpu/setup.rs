@@ -1,8 +1,7 @@
-//! Launch geometry, NVRTC compilation (cached per process) and small device-buffer
-//! helpers of the GPU NUFFT backend ([`super::gpu`]).
+//! Launch geometry, NVRTC defines and small device-buffer helpers of the GPU NUFFT backend
+//! ([`super::gpu`]; its PTX is cached per process by `gpu::compile_ptx_cached`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use cudarc::cufft;
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig};
@@ -114,25 +113,6 @@ pub fn nufft_defines(
         ("NP", cfg.batch.to_string()),
         ("SUB", cfg.sub.to_string()),
     ]
-}
-
-/// PTX compiled so far in this process, by arch and defines.
-pub(super) fn compile_cached(
-    defines: &[(&'static str, String)],
-    arch: &'static str,
-) -> Result<cudarc::nvrtc::Ptx, NufftError> {
-    static CACHE: OnceLock<Mutex<HashMap<String, cudarc::nvrtc::Ptx>>> = OnceLock::new();
-    let key = format!("{arch}{defines:?}");
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some(p) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return Ok(p.clone());
-    }
-    let ptx = crate::gpu::compile_ptx("nufft_spread.cu", NUFFT_SRC, defines, arch)?;
-    cache
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(key, ptx.clone());
-    Ok(ptx)
 }
 
 /// Views complex values as interleaved `re, im` reals.
