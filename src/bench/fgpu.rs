@@ -9,8 +9,10 @@ use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
 use cudarc::driver::{CudaSlice, CudaStream, PinnedHostSlice};
 
 use crate::compute::fengine::gpu::pipeline::{GpuPipeline, PipelineShape};
-use crate::compute::fengine::gpu::wideband::{BlockParams, GpuBackend, StagedCompute, Tuning};
+use crate::compute::fengine::gpu::staged::StagedCompute;
+use crate::compute::fengine::gpu::wideband::{GpuBackend, Tuning};
 use crate::compute::fengine::sample_noise;
+use crate::compute::fengine::BlockParams;
 use crate::compute::fengine::{Block, Dither, FBackend, FConfig, FError, PolBlock, Samples};
 use crate::gpu::GpuError;
 use crate::spead::bitpack;

@@ -13,7 +13,7 @@ use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use crate::bench::fgpu::gerr;
 use crate::bench::fgpu::{bandwidths, pinned_from, pipelined, time_gpu};
 use crate::compute::fengine::gpu::narrowband::{ddc_taps_per_phase, GpuNarrowband};
-use crate::compute::fengine::gpu::wideband::StagedCompute;
+use crate::compute::fengine::gpu::staged::StagedCompute;
 use crate::compute::fengine::sample_noise;
 use crate::compute::fengine::{
     Block, Dither, FBackend, FConfig, FError, Narrowband, NarrowbandMode, PolBlock, Samples,

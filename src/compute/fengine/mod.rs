@@ -41,10 +41,11 @@ pub use design::delay::{input_span, DelaySegment, LinearDelayModel};
 pub use design::remez::{remez, Band};
 pub use design::weights::{pfb_weights, Window};
 pub use gpu::batches::Pipelined;
+pub use gpu::block::BlockParams;
 pub use gpu::ddc_tune::{DdcTuning, DDC_SRC};
 pub use gpu::narrowband::{DdcTuningChoice, GpuNarrowband, PFB_FIR_COMPLEX_SRC, POSTPROC_NB_SRC};
 pub use gpu::pipeline::{GpuPipeline, PipelineBackend, PipelineShape};
-pub use gpu::wideband::{BlockParams, GpuBackend, Tuning, PFB_FIR_SRC, POSTPROC_SRC};
+pub use gpu::wideband::{GpuBackend, Tuning, PFB_FIR_SRC, POSTPROC_SRC};
 
 use num_complex::Complex32;
 

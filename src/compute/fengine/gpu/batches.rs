@@ -16,8 +16,9 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, PinnedHostSlice};
 
+use super::block::{ensure, BlockParams, DeviceBlock};
 use super::pipeline::PipelineBackend;
-use super::wideband::{ensure, BlockParams, DeviceBlock, StagedCompute};
+use super::staged::StagedCompute;
 use crate::compute::fengine::cpu::stats::InputStats;
 use crate::compute::fengine::cpu::validate_block;
 use crate::compute::fengine::FBackend;

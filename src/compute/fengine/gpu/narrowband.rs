@@ -21,12 +21,11 @@ use cudarc::driver::{
 #[cfg(test)]
 use num_complex::Complex32;
 
+use super::block::{ensure, upload_pinned_pols, DeviceBlock, HostParams};
 use super::ddc_tune::{
     autotune, candidates, launch_ddc, load_ddc, valid_tuning, DdcLaunch, DdcTuning,
 };
-use super::wideband::{
-    ensure, upload_pinned_pols, DeviceBlock, HostParams, StagedCompute, WorkBuffers,
-};
+use super::staged::{StagedCompute, WorkBuffers};
 use crate::compute::fengine::cpu::ddc::{ddc_weights, Ddc, MixerFrequency};
 use crate::compute::fengine::cpu::validate_block;
 use crate::compute::fengine::design::weights::pfb_weights;

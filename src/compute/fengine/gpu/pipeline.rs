@@ -23,8 +23,10 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, PinnedHostSlice};
 
+use super::block::{BlockParams, DeviceBlock};
 use super::narrowband::GpuNarrowband;
-use super::wideband::{BlockParams, DeviceBlock, GpuBackend, StagedCompute};
+use super::staged::StagedCompute;
+use super::wideband::GpuBackend;
 use crate::compute::fengine::cpu::stats::InputStats;
 use crate::compute::fengine::{BlockStats, FBackend, FConfig, FError};
 
