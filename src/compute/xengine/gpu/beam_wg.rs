@@ -16,8 +16,9 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg,
 };
 
+use super::correlator::correlate_defines;
 use super::wgmma::{input_tensor_map, WGMMA_ARCH};
-use super::{correlate_defines, BeamLaunch, DevTables, GpuX};
+use super::{BeamLaunch, DevTables, GpuX};
 use crate::compute::xengine::{XError, XShape};
 use crate::gpu::GpuError;
 

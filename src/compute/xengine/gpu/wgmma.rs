@@ -62,7 +62,8 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 
-use super::{correlate_defines, GpuX, THREADS};
+use super::correlator::{correlate_defines, THREADS};
+use super::GpuX;
 use crate::compute::xengine::{XError, XShape};
 use crate::gpu::GpuError;
 
