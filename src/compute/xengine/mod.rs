@@ -17,6 +17,10 @@
 mod beam;
 pub(crate) mod cpu;
 pub(crate) mod gpu;
+#[cfg(test)]
+mod reference;
+#[cfg(test)]
+mod tests;
 
 pub use beam::{batch_dither_seed, beam_dither, Beam, BeamSet, BeamStats, BeamTables};
 pub use cpu::CpuX;
