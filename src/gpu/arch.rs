@@ -36,7 +36,7 @@ const TARGETS: [((i32, i32), &str); 5] = [
 ];
 
 /// The NVRTC virtual architecture for a device of compute capability `major.minor` (see the
-/// module notes): its own target where [`TARGETS`] has one, `compute_80` for another 8.x,
+/// module notes): its own target where the table has one, `compute_80` for another 8.x,
 /// `compute_90` for anything newer, [`GpuError::TooOld`] below 8.0.
 pub fn nvrtc_arch(major: i32, minor: i32) -> Result<&'static str, GpuError> {
     if let Some(&(_, arch)) = TARGETS.iter().find(|(cc, _)| *cc == (major, minor)) {

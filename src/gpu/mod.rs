@@ -1,7 +1,16 @@
-//! The GPU layer under every CUDA backend: device discovery ([`gpu_available`]; cudarc panics
-//! when the CUDA libraries are absent, so everything here probes first), kernel compilation
-//! with NVRTC ([`compile_ptx`]), kernel timing ([`time_on_stream`]) and the guards of GPU and
-//! NVRTC tests ([`gpu_test_guard`], [`nvrtc_test_guard`]).
+#![warn(missing_docs, unreachable_pub)]
+
+//! The GPU layer under every CUDA backend, one file per concept:
+//! * `device`: discovery and opening ([`gpu_available`], [`open_device`]); cudarc panics
+//!   when the CUDA libraries are absent, so everything here probes first;
+//! * `arch`: the one table of NVRTC targets by compute capability ([`nvrtc_arch`]);
+//! * `nvrtc`: kernel compilation ([`compile_ptx`]) and its per-process cache
+//!   ([`compile_ptx_cached`]);
+//! * `error`: [`GpuError`], which the compute families' errors wrap;
+//! * `timing`: kernel timing with CUDA events ([`time_on_stream`]);
+//! * `guard`: the guards every GPU or NVRTC test goes through ([`gpu_test_guard`],
+//!   [`nvrtc_test_guard`]): skip with a notice, or fail where `GPUCBF_REQUIRE_GPU=1` /
+//!   `GPUCBF_REQUIRE_NVRTC=1`.
 
 mod arch;
 mod device;

@@ -12,7 +12,7 @@
 //! [spectrum][pol]`; [`unpack4`] gives the 8-bit layout.
 //!
 //! Correlator output (ICD §4.3), int32 `[channel][baseline][product][re/im]` with baseline
-//! `a2(a2+1)/2 + a1` (a1 ≤ a2) and product `p1 + 2·p2`, value Σ x[a1,p1]·conj(x[a2,p2]).
+//! `a2(a2+1)/2 + a1` (a1 ≤ a2) and product `p1 + 2·p2`, value `Σ x[a1,p1]·conj(x[a2,p2])`.
 
 mod beam;
 pub(crate) mod cpu;

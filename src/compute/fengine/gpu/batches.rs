@@ -8,7 +8,7 @@
 //! of n − 1, and the host fills one slot while the GPU works on the others.
 //!
 //! Ordering between the streams comes from the buffers (cudarc's multi-stream mode records
-//! each device buffer's last reader and writer; see [`super::gpu_pipeline`]); pinned host
+//! each device buffer's last reader and writer; see [`super::pipeline`]); pinned host
 //! buffers make the host wait before rewriting a buffer a copy still reads.
 
 use std::collections::VecDeque;
@@ -25,7 +25,7 @@ use crate::compute::fengine::FBackend;
 use crate::compute::fengine::{Block, BlockStats, FConfig, FError, Samples};
 
 /// Batches a [`Pipelined`] backend holds in flight.
-pub const DEPTH: usize = 4;
+pub(crate) const DEPTH: usize = 4;
 /// Bytes after each pol's staged input on the device (the narrowband DDC's read-ahead).
 const PAD: usize = 128;
 
@@ -95,7 +95,7 @@ struct Slot {
     bits: u32,
 }
 
-/// A GPU backend (wideband or narrowband) with [`DEPTH`] batches in flight through
+/// A GPU backend (wideband or narrowband) with `DEPTH` (4) batches in flight through
 /// [`FBackend::submit`] and [`FBackend::complete`] ([`FBackend::process`] stays the
 /// synchronous path).
 pub struct Pipelined {
@@ -130,6 +130,7 @@ fn pinned<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
 }
 
 impl Pipelined {
+    /// Batches in flight on `be` (its pinned staging and device blocks allocated here).
     pub fn new(be: PipelineBackend) -> Result<Self, FError> {
         let ctx = be.context().clone();
         let stream = be.stream().clone();
@@ -164,6 +165,7 @@ impl Pipelined {
         })
     }
 
+    /// The backend that computes the batches.
     pub fn inner(&self) -> &PipelineBackend {
         &self.be
     }

@@ -196,15 +196,18 @@ impl DeviceBlock {
 pub struct BlockParams<'a> {
     /// Absolute index of the first spectrum (keys the dither).
     pub first_spectrum: u64,
+    /// Spectra of the block.
     pub spectra: usize,
     /// Per pol: fine delay and phase per spectrum (as in [`crate::compute::fengine::PolBlock`]).
     pub fine_delay: [&'a [f64]; 2],
+    /// See `fine_delay`.
     pub phase: [&'a [f64]; 2],
     /// Per pol: complex gain per channel.
     pub gains: [&'a [Complex32]; 2],
 }
 
 impl<'a> BlockParams<'a> {
+    /// The parameters of `block`.
     pub fn of(block: &Block<'a>) -> Self {
         let [a, b] = &block.pols;
         BlockParams {

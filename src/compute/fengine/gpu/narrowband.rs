@@ -44,12 +44,12 @@ const POST_TILE: usize = 32;
 /// Bytes after each pol's staged input (the DDC decoder reads whole runs of ≤ 64 bytes).
 pub(crate) const IN_PAD: usize = 128;
 /// Largest DDC taps per phase (W = ceil(taps/S)) the kernel unrolls.
-pub const MAX_DDC_TAPS_PER_PHASE: usize = 64;
+pub(crate) const MAX_DDC_TAPS_PER_PHASE: usize = 64;
 /// Largest PFB tap count the complex FIR unrolls.
-pub const MAX_GPU_TAPS: usize = 64;
+pub(crate) const MAX_GPU_TAPS: usize = 64;
 
 /// NVRTC defines for `pfb_fir_complex`.
-pub fn fir_complex_defines(cfg: &FConfig) -> Vec<(&'static str, String)> {
+pub(crate) fn fir_complex_defines(cfg: &FConfig) -> Vec<(&'static str, String)> {
     vec![
         ("N", cfg.pfb_channels().to_string()),
         ("TAPS", cfg.taps.to_string()),
@@ -57,7 +57,7 @@ pub fn fir_complex_defines(cfg: &FConfig) -> Vec<(&'static str, String)> {
 }
 
 /// NVRTC defines for `postproc_nb`.
-pub fn postproc_nb_defines(cfg: &FConfig) -> Vec<(&'static str, String)> {
+pub(crate) fn postproc_nb_defines(cfg: &FConfig) -> Vec<(&'static str, String)> {
     vec![
         ("N", cfg.pfb_channels().to_string()),
         ("C", cfg.channels.to_string()),
@@ -70,7 +70,7 @@ pub fn postproc_nb_defines(cfg: &FConfig) -> Vec<(&'static str, String)> {
 }
 
 /// DDC taps per phase W = ceil(ddc_taps / S).
-pub fn ddc_taps_per_phase(cfg: &FConfig) -> usize {
+pub(crate) fn ddc_taps_per_phase(cfg: &FConfig) -> usize {
     cfg.ddc_taps().div_ceil(cfg.subsampling())
 }
 
@@ -250,10 +250,12 @@ impl GpuNarrowband {
         })
     }
 
+    /// The stream all work is queued on (the backend's own).
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
 
+    /// The CUDA context.
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
     }

@@ -57,11 +57,14 @@ pub struct PipelineShape {
 
 /// The compute behind a [`GpuPipeline`].
 pub enum PipelineBackend {
+    /// A wideband output.
     Wideband(GpuBackend),
+    /// A narrowband output.
     Narrowband(GpuNarrowband),
 }
 
 impl PipelineBackend {
+    /// The configuration of the output.
     pub fn config(&self) -> &FConfig {
         match self {
             PipelineBackend::Wideband(b) => b.config(),
@@ -77,6 +80,7 @@ impl PipelineBackend {
         }
     }
 
+    /// The CUDA context.
     pub fn context(&self) -> &Arc<cudarc::driver::CudaContext> {
         match self {
             PipelineBackend::Wideband(b) => b.context(),
@@ -255,10 +259,12 @@ impl GpuPipeline {
         self.chunk_bytes
     }
 
+    /// The chunk shape the pipeline was built for.
     pub fn shape(&self) -> PipelineShape {
         self.shape
     }
 
+    /// The backend that computes each chunk.
     pub fn backend(&self) -> &PipelineBackend {
         &self.be
     }
@@ -382,8 +388,8 @@ impl GpuPipeline {
     }
 
     /// The output of chunk `k` ((heap, channel, spectrum-in-heap, pol, re/im) bytes as
-    /// [`super::FBackend::process`] writes them) and its counters, waiting for its download.
-    /// Only the last `slots` computed chunks are still held.
+    /// [`crate::compute::fengine::FBackend::process`] writes them) and its counters, waiting
+    /// for its download. Only the last `slots` computed chunks are still held.
     pub fn output(&self, k: u64) -> Result<(&[u8], BlockStats), FError> {
         let s = &self.slots[(k % self.slots.len() as u64) as usize];
         if s.holds != Some(k) {

@@ -3,16 +3,16 @@
 //! `kernels/fengine/postproc.cu` (last radix-n pass, real-FFT fix-up, delay/phase/gain, dither,
 //! quantisation). Kernels are compiled with NVRTC per configuration (constants as `-D`).
 //!
-//! The results match [`super::CpuBackend`] to float rounding: the dither hash and the
-//! quantisation are the same; values that land within float rounding of a rounding
-//! boundary may differ by one LSB.
+//! The results match [`crate::compute::fengine::CpuBackend`] to float rounding: the dither
+//! hash and the quantisation are the same; values that land within float rounding of a
+//! rounding boundary may differ by one LSB.
 //!
 //! The backend runs on a stream of its own (not the legacy default stream), which puts its
 //! context in cudarc's multi-stream mode: every device buffer tracks its last reader and
-//! writer with events. [`super::GpuPipeline`] builds on that to overlap host→device copies,
-//! compute and device→host copies on three streams, and [`super::Pipelined`] to keep
-//! several engine batches in flight; [`FBackend::process`] here stays a synchronous
-//! copy-compute-copy per block.
+//! writer with events. [`super::pipeline::GpuPipeline`] builds on that to overlap
+//! host→device copies, compute and device→host copies on three streams, and
+//! [`super::batches::Pipelined`] to keep several engine batches in flight;
+//! [`FBackend::process`] here stays a synchronous copy-compute-copy per block.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -45,7 +45,11 @@ pub const POSTPROC_SRC: &str =
 const POST_TILE: usize = 32;
 
 /// NVRTC defines for `pfb_fir` (`in_bits` 0 = int16 input, else packed width).
-pub fn fir_defines(cfg: &FConfig, unzip: usize, in_bits: u32) -> Vec<(&'static str, String)> {
+pub(crate) fn fir_defines(
+    cfg: &FConfig,
+    unzip: usize,
+    in_bits: u32,
+) -> Vec<(&'static str, String)> {
     vec![
         ("N", cfg.pfb_channels().to_string()),
         ("TAPS", cfg.taps.to_string()),
@@ -55,7 +59,7 @@ pub fn fir_defines(cfg: &FConfig, unzip: usize, in_bits: u32) -> Vec<(&'static s
 }
 
 /// NVRTC defines for `postproc`.
-pub fn postproc_defines(cfg: &FConfig, unzip: usize) -> Vec<(&'static str, String)> {
+pub(crate) fn postproc_defines(cfg: &FConfig, unzip: usize) -> Vec<(&'static str, String)> {
     vec![
         ("N", cfg.pfb_channels().to_string()),
         ("UNZIP", unzip.to_string()),
@@ -71,7 +75,7 @@ pub fn postproc_defines(cfg: &FConfig, unzip: usize) -> Vec<(&'static str, Strin
 /// to 32768 (H100, 32k channels, `gpucbf bench fgpu`: FIR, FFT and post-processing take
 /// 289, 406 and 312 us at unzip 2 against 289, 365 and 418 us at unzip 4, whose
 /// post-processing needs ~124 registers); 4 above.
-pub fn default_unzip(channels: usize) -> usize {
+pub(crate) fn default_unzip(channels: usize) -> usize {
     match channels {
         0..=4096 => 1,
         4097..=32768 => 2,
@@ -334,14 +338,17 @@ impl GpuBackend {
         Ok(f)
     }
 
+    /// The unzip factor: cuFFT runs this many transforms of length N/unzip per spectrum.
     pub fn unzip(&self) -> usize {
         self.unzip
     }
 
+    /// The stream all work is queued on (the backend's own).
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
 
+    /// The CUDA context.
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
     }

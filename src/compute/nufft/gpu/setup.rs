@@ -1,5 +1,5 @@
 //! Launch geometry, NVRTC defines and small device-buffer helpers of the GPU NUFFT backend
-//! ([`super::gpu`]; its PTX is cached per process by `gpu::compile_ptx_cached`).
+//! ([`super`]; its PTX is cached per process by `gpu::compile_ptx_cached`).
 
 use std::sync::Arc;
 

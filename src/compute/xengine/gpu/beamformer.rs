@@ -499,7 +499,7 @@ impl GpuX {
         self.beamform_launch(chunk, present_ants, beams, &idx, out)
     }
 
-    /// [`XBackend::beamform_batches`] in one launch.
+    /// [`crate::compute::xengine::XBackend::beamform_batches`] in one launch.
     pub(super) fn beamform_launch(
         &mut self,
         chunk: &[i8],

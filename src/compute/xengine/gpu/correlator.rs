@@ -183,7 +183,8 @@ impl GpuX {
         Ok(())
     }
 
-    /// Queues the reduce into the device output buffer; returns nothing until [`Self::dump`].
+    /// Queues the reduce into the device output buffer; returns nothing until
+    /// [`crate::compute::xengine::XBackend::dump`].
     pub(super) fn launch_reduce(&mut self, present_ants: &[bool]) -> Result<(), XError> {
         let pb = present_baselines(present_ants);
         self.stream.memcpy_htod(&pb, &mut self.present)?;

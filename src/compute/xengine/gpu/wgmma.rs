@@ -579,8 +579,8 @@ pub(super) fn input_tensor_map(
 }
 
 impl GpuX {
-    /// Runs the `wgmma_probe` kernel (one m64n8k32 instruction): `a` int8 [64][32], `b` int8
-    /// [8][32]; returns int32 [64][8] = a·bᵀ as read back through the accumulator layout the
+    /// Runs the `wgmma_probe` kernel (one m64n8k32 instruction): `a` int8 `[64][32]`, `b` int8
+    /// `[8][32]`; returns int32 `[64][8]` = a·bᵀ as read back through the accumulator layout the
     /// correlator assumes. Pins the descriptor and fragment layouts on a new device.
     pub fn wgmma_probe(&self, a: &[i8], b: &[i8]) -> Result<Vec<i32>, XError> {
         if a.len() != 64 * 32 || b.len() != 8 * 32 {
