@@ -26,6 +26,8 @@ pub mod gpu;
 pub mod kernel;
 mod plan;
 #[cfg(test)]
+mod reference;
+#[cfg(test)]
 mod tests;
 
 pub use cpu::{CpuPlan, StageTimes};
