@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine from .gpu/ (binaries built elsewhere: gpucbf, lib-tests, xengine_tests,
+# Runs on the GPU machine from .gpu/ (binaries built elsewhere: gpucbf, lib-tests,
 # fgpu_engine, xbgpu_engine, plus this script and gpu_check.py): GPU tests with GPUCBF_REQUIRE_GPU=1, the benchmarks, and the
 # engines on --backend gpu against --backend cpu. Results go to $OUT.
 set -u
@@ -24,7 +24,7 @@ if [ "$PART" != bench ]; then
 step lib_gpu 200 ./lib-tests --test-threads 4 --skip gpu_kernels_compile_with_nvrtc \
   fengine:: fgpu:: nufft:: chunk:: imaging::
 step fgpu_engine 90 ./fgpu_engine --test-threads 2
-step xengine 420 ./xengine_tests --test-threads 4 gpu
+step xengine 420 ./lib-tests --test-threads 4 xengine::tests::gpu_
 step xbgpu_engine 120 ./xbgpu_engine --test-threads 2
 # Engines: the same input through --backend cpu and --backend gpu.
 ./gpucbf dsim --adc-sample-rate 1712e6 --heaps 3072 --pcap d.pcap --dither-seed 1 \

@@ -8,10 +8,17 @@ use cudarc::driver::{CudaSlice, CudaStream, PinnedHostSlice};
 
 use super::IN_BITS;
 use crate::compute::fengine::gpu::pipeline::{GpuPipeline, PipelineShape};
-use crate::compute::fengine::gpu::wideband::{gerr, BlockParams};
+use crate::compute::fengine::BlockParams;
+
 use crate::compute::fengine::{FConfig, FError};
+use crate::gpu::GpuError;
 use num_complex::Complex32;
 use serde::Serialize;
+
+/// A CUDA library error as an [`FError`] (the compute backends convert with `?`).
+pub(super) fn gerr<E: Into<GpuError>>(e: E) -> FError {
+    FError::Gpu(e.into())
+}
 
 /// Device blocks in flight in the pipeline.
 const PIPE_SLOTS: usize = 4;

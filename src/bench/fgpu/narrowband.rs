@@ -12,14 +12,15 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
-use super::measure::{bandwidths, pinned_from, pipelined, time_gpu};
+use super::measure::{bandwidths, gerr, pinned_from, pipelined, time_gpu};
 use super::IN_BITS;
 use crate::compute::fengine::gpu::narrowband::{ddc_taps_per_phase, GpuNarrowband};
-use crate::compute::fengine::gpu::wideband::{gerr, StagedCompute};
+use crate::compute::fengine::gpu::staged::StagedCompute;
 use crate::compute::fengine::sample_noise;
 use crate::compute::fengine::{
     Block, Dither, FBackend, FConfig, FError, Narrowband, NarrowbandMode, PolBlock, Samples,
 };
+use crate::gpu::GpuError;
 use crate::spead::bitpack;
 use num_complex::Complex32;
 use serde::Serialize;
@@ -164,7 +165,9 @@ fn nb_config(decimation: usize, no_discard: bool, adc: f64) -> FConfig {
 /// Runs the narrowband benchmark and prints one line (plus a stage line) per mode.
 pub fn bench_gpu_narrowband() -> Result<NarrowbandReport, FError> {
     if !crate::gpu::gpu_available() {
-        return Err(FError::Gpu("bench fgpu needs a CUDA device".into()));
+        return Err(FError::Gpu(GpuError::Unsupported(
+            "bench fgpu needs a CUDA device".into(),
+        )));
     }
     let adc = 1712e6;
     let mut bounds: Option<(f64, f64, f64)> = None;
@@ -212,7 +215,7 @@ pub fn bench_gpu_narrowband() -> Result<NarrowbandReport, FError> {
         let (copy, fma, h2d) = match bounds {
             Some(b) => b,
             None => {
-                let arch = crate::compute::fengine::gpu::wideband::arch_for(
+                let arch = crate::gpu::nvrtc_arch(
                     stream
                         .context()
                         .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)

@@ -5,13 +5,15 @@
 //! pinned host→device bandwidth), next to the single-stream copy-compute-copy figure.
 
 use super::measure::{
-    bandwidths, pinned_from, pipelined, pipelined_with, time_gpu, Bandwidths, PipeRates,
+    bandwidths, gerr, pinned_from, pipelined, pipelined_with, time_gpu, Bandwidths, PipeRates,
     PIPE_CHUNKS, PIPE_WINDOWS,
 };
 use super::IN_BITS;
-use crate::compute::fengine::gpu::wideband::{gerr, GpuBackend, StagedCompute, Tuning};
+use crate::compute::fengine::gpu::staged::StagedCompute;
+use crate::compute::fengine::gpu::wideband::{GpuBackend, Tuning};
 use crate::compute::fengine::sample_noise;
 use crate::compute::fengine::{Block, Dither, FBackend, FConfig, FError, PolBlock, Samples};
+use crate::gpu::GpuError;
 use crate::spead::bitpack;
 use num_complex::Complex32;
 use serde::Serialize;
@@ -450,7 +452,9 @@ fn pipeline_variants(b: &Bench) -> Result<(), FError> {
 /// 4096 channels, =all at every channel count). Variants and sweeps are printed only.
 pub fn bench_gpu() -> Result<WidebandReport, FError> {
     if !crate::gpu::gpu_available() {
-        return Err(FError::Gpu("bench fgpu needs a CUDA device".into()));
+        return Err(FError::Gpu(GpuError::Unsupported(
+            "bench fgpu needs a CUDA device".into(),
+        )));
     }
     let mut bw: Option<Bandwidths> = None;
     let total_b = FIR_B + FFT_B + POST_B;

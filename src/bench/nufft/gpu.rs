@@ -169,12 +169,7 @@ fn timed(
     mut f: impl FnMut(&mut GpuPlan<f32>) -> Result<(), NufftError>,
 ) -> Result<f64, NufftError> {
     let stream = plan.stream().clone();
-    crate::gpu::time_on_stream(
-        &stream,
-        reps,
-        || f(plan),
-        |e| NufftError::Gpu(format!("{e:?}")),
-    )
+    crate::gpu::time_on_stream(&stream, reps, || f(plan), NufftError::from)
 }
 
 /// Runs the benchmark and prints its lines.
@@ -196,9 +191,7 @@ pub fn bench_gpu(o: &GpuBenchOpts) -> Result<GpuReport, BenchError> {
     plan.upload_points(&[&x, &y])?;
     plan.sort_resident()?;
     plan.upload_input(&c)?;
-    plan.stream()
-        .synchronize()
-        .map_err(|e| NufftError::Gpu(format!("{e:?}")))?;
+    plan.stream().synchronize().map_err(NufftError::from)?;
     let t_up = t.elapsed().as_secs_f64();
     let reps = o.reps.max(1);
     let sort = timed(&mut plan, reps, |p| p.sort_resident())?;

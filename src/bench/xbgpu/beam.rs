@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::{gerr, random_input, time_gpu};
 use crate::compute::xengine::{Beam, BeamKernel, BeamSet, BeamTuning, GpuX, XError, XShape};
+use crate::gpu::GpuError;
 
 /// One beamformer line: a configuration timed over a chunk.
 #[derive(Debug, Clone, Serialize)]
@@ -522,7 +523,7 @@ pub(super) fn bench_beams(stream: &std::sync::Arc<CudaStream>) -> Result<BeamRep
 /// Only the beamformer part of [`super::bench_gpu`] (`gpucbf bench xbgpu-beam`).
 pub fn bench_gpu_beams() -> Result<BeamReport, XError> {
     if !crate::gpu::gpu_available() {
-        return Err(XError::Gpu("no usable CUDA device".into()));
+        return Err(XError::Gpu(GpuError::NoDevice));
     }
     let probe = GpuX::new(XShape::new(1, 1, 16)?)?;
     bench_beams(probe.stream())

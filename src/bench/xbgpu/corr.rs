@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::{gerr, random_input, time_gpu};
 use crate::compute::xengine::{CorrVariant, GpuX, WgmmaVariant, XError, XShape};
+use crate::gpu::GpuError;
 
 /// One correlator line: a kernel at one array size, timed over a launch.
 #[derive(Debug, Clone, Serialize)]
@@ -187,7 +188,9 @@ pub(super) fn bench_correlator(
 fn bench_gemm(stream: &std::sync::Arc<CudaStream>, mnk: usize) -> Result<GemmLine, XError> {
     // SAFETY: probing only dlopens the library.
     if !unsafe { ltsys::is_culib_present() } {
-        return Err(XError::Gpu("cuBLASLt (libcublasLt.so) not found".into()));
+        return Err(XError::Gpu(GpuError::Unsupported(
+            "cuBLASLt (libcublasLt.so) not found".into(),
+        )));
     }
     let (m, n, k) = (mnk, mnk, mnk);
     let a = stream.clone_htod(&random_input(m * k)).map_err(gerr)?;
@@ -300,7 +303,7 @@ pub(super) fn bench_corr(
     samples_per_launch: usize,
 ) -> Result<(CorrReport, std::sync::Arc<CudaStream>), XError> {
     if !crate::gpu::gpu_available() {
-        return Err(XError::Gpu("no usable CUDA device".into()));
+        return Err(XError::Gpu(GpuError::NoDevice));
     }
     let samples = samples_per_launch.div_ceil(256).max(1) * 256;
     let wgmma = GpuX::new(XShape::new(1, 1, 16)?)?.wgmma_supported();

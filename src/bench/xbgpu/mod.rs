@@ -9,6 +9,7 @@ use cudarc::driver::CudaStream;
 use serde::Serialize;
 
 use crate::compute::xengine::{CorrVariant, XError};
+use crate::gpu::GpuError;
 
 pub mod beam;
 pub mod corr;
@@ -30,7 +31,7 @@ pub struct XbgpuReport {
 }
 
 fn gerr<E: std::fmt::Debug>(e: E) -> XError {
-    XError::Gpu(format!("{e:?}"))
+    XError::Gpu(GpuError::Failed(format!("{e:?}")))
 }
 
 /// Random int8 in [−127, 127], generated as a 4 MiB block and tiled (content does not matter

@@ -41,16 +41,18 @@ pub use design::delay::{input_span, DelaySegment, LinearDelayModel};
 pub use design::remez::{remez, Band};
 pub use design::weights::{pfb_weights, Window};
 pub use gpu::batches::Pipelined;
+pub use gpu::block::BlockParams;
 pub use gpu::ddc_tune::{DdcTuning, DDC_SRC};
 pub use gpu::narrowband::{DdcTuningChoice, GpuNarrowband, PFB_FIR_COMPLEX_SRC, POSTPROC_NB_SRC};
 pub use gpu::pipeline::{GpuPipeline, PipelineBackend, PipelineShape};
-pub use gpu::wideband::{BlockParams, GpuBackend, Tuning, PFB_FIR_SRC, POSTPROC_SRC};
+pub use gpu::wideband::{GpuBackend, Tuning, PFB_FIR_SRC, POSTPROC_SRC};
 
 use num_complex::Complex32;
 
 /// Computes F-engine output blocks. Implementations: [`CpuBackend`] (reference); a GPU
 /// backend plugs in beside it.
 pub trait FBackend {
+    /// The configuration the backend was built for.
     fn config(&self) -> &FConfig;
 
     /// Channelises `block` into `out`, laid out as (heap, channel, spectrum-in-heap, pol,
@@ -93,42 +95,84 @@ pub const MAX_DDC_TAPS: usize = 1 << 16;
 /// Errors from the F-engine compute stages. Bad configuration or input never panics.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum FError {
+    /// The channel count is not a power of two or is too small.
     #[error("channels must be a power of two and at least {min}, got {got}")]
-    BadChannels { got: usize, min: usize },
+    BadChannels {
+        /// The channel count given.
+        got: usize,
+        /// The smallest supported.
+        min: usize,
+    },
+    /// The PFB tap count is zero (or beyond what a backend unrolls).
     #[error("taps must be at least 1, got {0}")]
     BadTaps(usize),
+    /// The digitiser sample width is not 2..=16 bits.
     #[error("unsupported input sample width {0} bits (supported: 2..=16)")]
     BadInputBits(u32),
+    /// The output sample width is not 4 or 8 bits.
     #[error("unsupported output sample width {0} bits (supported: 4, 8)")]
     BadOutputBits(u32),
+    /// A parameter is NaN or infinite.
     #[error("{what} must be finite, got {value}")]
-    NotFinite { what: &'static str, value: f64 },
+    NotFinite {
+        /// Which parameter.
+        what: &'static str,
+        /// Its value.
+        value: f64,
+    },
+    /// A per-spectrum or per-channel slice is too short.
     #[error("{what}: expected length {expected}, got {got}")]
     BadLength {
+        /// Which slice.
         what: &'static str,
+        /// The length needed.
         expected: usize,
+        /// The length given.
         got: usize,
     },
+    /// A pol's samples end before the block's last window does.
     #[error("input too short for pol {pol}: need samples up to {needed}, have {have}")]
     InputTooShort {
+        /// The polarisation.
         pol: usize,
+        /// Samples (or bytes) the block reads up to.
         needed: usize,
+        /// Samples (or bytes) there are.
         have: usize,
     },
+    /// A parameter is out of its range.
     #[error("invalid parameter {what}: {why}")]
-    BadParameter { what: &'static str, why: String },
+    BadParameter {
+        /// Which parameter.
+        what: &'static str,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The Parks–McClellan (DDC filter) design failed: bad bands or no convergence.
     #[error("filter design failed: {0}")]
     FilterDesign(String),
+    /// The output buffer is not a whole number of heaps, or too short for the block.
     #[error("output buffer: expected {expected} bytes, got {got}")]
-    BadOutputLength { expected: usize, got: usize },
+    BadOutputLength {
+        /// Bytes needed.
+        expected: usize,
+        /// Bytes given.
+        got: usize,
+    },
+    /// The GPU, a CUDA library or NVRTC failed, or the GPU backend cannot run the
+    /// configuration.
     #[error("GPU backend: {0}")]
-    Gpu(String),
+    Gpu(#[from] crate::gpu::GpuError),
 }
+
+crate::gpu::impl_from_cuda_errors!(FError);
 
 /// Whether and how uniform dither is added before quantisation (dsp.md §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dither {
+    /// No dither: values are rounded as they are.
     None,
+    /// Uniform dither in (−½, ½) LSB, keyed by (seed, feng_id, pol, spectrum, channel).
     Uniform,
 }
 
@@ -139,7 +183,10 @@ pub enum NarrowbandMode {
     Discard,
     /// VLBI style: S = 2D, complex PFB with `channels`, nothing discarded; the DDC filter
     /// pass band is `pass_bandwidth` Hz.
-    NoDiscard { pass_bandwidth: f64 },
+    NoDiscard {
+        /// DDC filter pass band, Hz.
+        pass_bandwidth: f64,
+    },
 }
 
 /// Narrowband (DDC) parameters.
@@ -155,6 +202,7 @@ pub struct Narrowband {
     pub ddc_taps: Option<usize>,
     /// Remez pass-band weight (default 0.005).
     pub weight_pass: f64,
+    /// Discard (S = D) or VLBI no-discard (S = 2D) channel selection.
     pub mode: NarrowbandMode,
 }
 
@@ -165,13 +213,19 @@ pub struct FConfig {
     pub channels: usize,
     /// PFB taps T.
     pub taps: usize,
+    /// Scale of the PFB prototype filter's sinc ([`pfb_weights`]; 1 by default).
     pub w_cutoff: f64,
+    /// Window of the PFB prototype filter.
     pub window: Window,
     /// 8 or 4.
     pub out_bits: u32,
+    /// Dither before quantisation.
     pub dither: Dither,
+    /// Dither seed (the same on every engine of an array).
     pub dither_seed: u64,
+    /// This engine's index in the array (keys the dither).
     pub feng_id: u64,
+    /// Engines in the array (`feng_id` must be below it).
     pub n_ants: u64,
     /// Output spectra per heap (layout only).
     pub spectra_per_heap: usize,
@@ -362,15 +416,24 @@ pub enum Samples<'a> {
     /// Digitiser format: two's complement, big-endian, MSB first, `bits` per sample.
     /// `len` samples are available (the buffer may hold trailing padding).
     Packed {
+        /// The packed bytes.
         data: &'a [u8],
+        /// Bits per sample.
         bits: u32,
+        /// Samples available.
         len: usize,
     },
     /// Already decoded samples; `bits` is the digitiser width (for statistics).
-    Decoded { data: &'a [i16], bits: u32 },
+    Decoded {
+        /// The samples.
+        data: &'a [i16],
+        /// Digitiser width, bits.
+        bits: u32,
+    },
 }
 
 impl Samples<'_> {
+    /// Samples available.
     pub fn len(&self) -> usize {
         match self {
             Samples::Packed { len, .. } => *len,
@@ -378,10 +441,12 @@ impl Samples<'_> {
         }
     }
 
+    /// True if there are no samples.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// Digitiser width, bits.
     pub fn bits(&self) -> u32 {
         match self {
             Samples::Packed { bits, .. } | Samples::Decoded { bits, .. } => *bits,
@@ -392,6 +457,7 @@ impl Samples<'_> {
 /// Per-polarisation inputs for one block.
 #[derive(Debug, Clone, Copy)]
 pub struct PolBlock<'a> {
+    /// The pol's input samples.
     pub samples: Samples<'a>,
     /// ADC timestamp of `samples[0]` (for the narrowband mixer phase).
     pub timestamp: u64,
@@ -409,12 +475,14 @@ pub struct PolBlock<'a> {
 /// One block of output spectra with a constant coarse delay per pol.
 #[derive(Debug, Clone, Copy)]
 pub struct Block<'a> {
+    /// Output spectra of the block.
     pub spectra: usize,
     /// Absolute index of the first output spectrum (output timestamp / samples between
     /// spectra); keys the dither so results do not depend on block boundaries.
     pub first_spectrum: u64,
     /// Position of the first spectrum within the output buffer, in spectra.
     pub out_first: usize,
+    /// The two polarisations' inputs.
     pub pols: [PolBlock<'a>; 2],
 }
 

@@ -9,7 +9,7 @@ use crate::compute::nufft::kernel::KernelParams;
 use crate::compute::nufft::Real;
 
 /// Per-axis correction factors `1/φ̂(k)` for `i = 0..n` (mode `k = i − ⌊n/2⌋`).
-pub fn weights<T: Real>(p: &KernelParams, nf: usize, n: usize) -> Vec<T> {
+pub(super) fn weights<T: Real>(p: &KernelParams, nf: usize, n: usize) -> Vec<T> {
     let half = n / 2;
     let fs = p.fourier_series(nf, half.max(n - 1 - half));
     (0..n)
@@ -25,7 +25,7 @@ fn grid_index(i: usize, n: usize, nf: usize) -> usize {
 
 /// Type 1: `out[i] = grid[k(i)] · Π_d w_d[i_d]`. `modes` and `nf` have 3 entries
 /// (unused axes 1); `w` has one vector per axis (`[1]` for unused axes).
-pub fn extract<T: Real>(
+pub(super) fn extract<T: Real>(
     grid: &[Complex<T>],
     nf: [usize; 3],
     modes: [usize; 3],
@@ -48,7 +48,7 @@ pub fn extract<T: Real>(
 }
 
 /// Type 2: writes `f[i] · Π_d w_d[i_d]` into `grid[k(i)]`; the rest of the grid must be 0.
-pub fn fill<T: Real>(
+pub(super) fn fill<T: Real>(
     f: &[Complex<T>],
     nf: [usize; 3],
     modes: [usize; 3],

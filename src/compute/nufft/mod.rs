@@ -26,6 +26,8 @@ pub mod gpu;
 pub mod kernel;
 mod plan;
 #[cfg(test)]
+mod reference;
+#[cfg(test)]
 mod tests;
 
 pub use cpu::{CpuPlan, StageTimes};
@@ -130,50 +132,89 @@ impl Options {
 /// Everything that can go wrong: bad input is reported, never a panic.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum NufftError {
+    /// The transform is not 2-D or 3-D.
     #[error("NUFFT dimension must be 2 or 3, got {0}")]
     BadDimension(usize),
+    /// An axis has no modes.
     #[error("number of modes along axis {axis} is 0; every axis needs at least one mode")]
-    ZeroModes { axis: usize },
+    ZeroModes {
+        /// The axis.
+        axis: usize,
+    },
+    /// The tolerance is outside what the precision can reach.
     #[error("tolerance eps = {eps} is out of range [{min:e}, {max}] for {precision}")]
     EpsOutOfRange {
+        /// The tolerance asked for.
         eps: f64,
+        /// The smallest supported.
         min: f64,
+        /// The largest supported.
         max: f64,
+        /// `f32` or `f64`.
         precision: &'static str,
     },
+    /// The upsampling factor is outside the accepted range.
     #[error(
         "upsampfac = {0} is not supported: use 2.0 or 1.25 (values in [{min}, {max}] are accepted)",
         min = UPSAMPFAC_RANGE.0, max = UPSAMPFAC_RANGE.1
     )]
     BadUpsampfac(f64),
+    /// The tolerance needs a spreading kernel wider than supported at this upsampling.
     #[error(
         "eps = {eps} needs a kernel width of {ns} > {MAX_NS} at upsampfac {upsampfac}; \
          raise eps or use upsampfac 2.0"
     )]
-    KernelTooWide { eps: f64, ns: usize, upsampfac: f64 },
+    KernelTooWide {
+        /// The tolerance asked for.
+        eps: f64,
+        /// The kernel width it needs.
+        ns: usize,
+        /// The upsampling factor.
+        upsampfac: f64,
+    },
+    /// The fine grid would not fit in memory (or in the backend's indices).
     #[error("fine grid of {0} points on the first axis is too large to allocate")]
     GridTooLarge(usize),
+    /// The number of coordinate arrays is not the dimension.
     #[error("expected {expected} coordinate arrays (one per dimension), got {got}")]
-    WrongCoordCount { expected: usize, got: usize },
+    WrongCoordCount {
+        /// The dimension.
+        expected: usize,
+        /// Arrays given.
+        got: usize,
+    },
+    /// The coordinate arrays differ in length.
     #[error("coordinate arrays have different lengths: {0:?}")]
     LengthMismatch(Vec<usize>),
+    /// A coordinate is NaN or infinite.
     #[error("non-finite coordinate {value} at point {index} on axis {axis}")]
     NonFiniteCoordinate {
+        /// The axis.
         axis: usize,
+        /// The point.
         index: usize,
+        /// Its coordinate.
         value: f64,
     },
+    /// An input or output slice has the wrong length.
     #[error("{what} has length {got}, expected {expected}")]
     WrongLength {
+        /// Which slice.
         what: &'static str,
+        /// Its length.
         got: usize,
+        /// The length needed.
         expected: usize,
     },
+    /// `execute` was called before `set_points`.
     #[error("set_points must be called before execute")]
     NoPoints,
+    /// The GPU, a CUDA library or NVRTC failed, or the GPU backend cannot run the plan.
     #[error("GPU NUFFT backend: {0}")]
-    Gpu(String),
+    Gpu(#[from] crate::gpu::GpuError),
 }
+
+crate::gpu::impl_from_cuda_errors!(NufftError);
 
 /// A NUFFT plan: fixed type, modes and options; points are set, then executed on
 /// strengths (type 1) or modes (type 2), possibly many times.

@@ -34,7 +34,7 @@ pub(super) struct PlanShape {
 impl PlanShape {
     /// Checks a request for a transform with `modes.len()` ∈ {2, 3} dimensions and sizes its
     /// fine grid: the smallest even 2,3,5-smooth size `≥ max(σ·N, 2·ns)` per axis.
-    pub fn new<T: Real>(
+    pub(super) fn new<T: Real>(
         ty: NufftType,
         modes: &[usize],
         opts: &Options,
@@ -72,12 +72,12 @@ impl PlanShape {
     }
 
     /// Modes in all, `N1·N2(·N3)`.
-    pub fn num_modes(&self) -> usize {
+    pub(super) fn num_modes(&self) -> usize {
         self.modes.iter().product()
     }
 
     /// Deconvolution factors `1/φ̂` per axis (`[1]` on unused axes).
-    pub fn weights<T: Real>(&self) -> [Vec<T>; 3] {
+    pub(super) fn weights<T: Real>(&self) -> [Vec<T>; 3] {
         std::array::from_fn(|d| {
             if d < self.dim {
                 deconv::weights(&self.params, self.nf[d], self.modes[d])
@@ -88,7 +88,7 @@ impl PlanShape {
     }
 
     /// Checks the length of the input (type 1: `m` strengths; type 2: the modes).
-    pub fn check_input(&self, got: usize, m: usize) -> Result<(), NufftError> {
+    pub(super) fn check_input(&self, got: usize, m: usize) -> Result<(), NufftError> {
         let (what, expected) = match self.ty {
             NufftType::Type1 => ("strengths", m),
             NufftType::Type2 => ("mode input", self.num_modes()),
@@ -97,7 +97,7 @@ impl PlanShape {
     }
 
     /// Checks the length of the output (type 1: the modes; type 2: `m` values).
-    pub fn check_output(&self, got: usize, m: usize) -> Result<(), NufftError> {
+    pub(super) fn check_output(&self, got: usize, m: usize) -> Result<(), NufftError> {
         let (what, expected) = match self.ty {
             NufftType::Type1 => ("mode output", self.num_modes()),
             NufftType::Type2 => ("output", m),

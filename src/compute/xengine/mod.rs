@@ -12,11 +12,15 @@
 //! [spectrum][pol]`; [`unpack4`] gives the 8-bit layout.
 //!
 //! Correlator output (ICD §4.3), int32 `[channel][baseline][product][re/im]` with baseline
-//! `a2(a2+1)/2 + a1` (a1 ≤ a2) and product `p1 + 2·p2`, value Σ x[a1,p1]·conj(x[a2,p2]).
+//! `a2(a2+1)/2 + a1` (a1 ≤ a2) and product `p1 + 2·p2`, value `Σ x[a1,p1]·conj(x[a2,p2])`.
 
 mod beam;
 pub(crate) mod cpu;
 pub(crate) mod gpu;
+#[cfg(test)]
+mod reference;
+#[cfg(test)]
+mod tests;
 
 pub use beam::{batch_dither_seed, beam_dither, Beam, BeamSet, BeamStats, BeamTables};
 pub use cpu::CpuX;
@@ -55,8 +59,10 @@ pub enum XError {
     Beam(String),
     /// The GPU or NVRTC failed.
     #[error("GPU: {0}")]
-    Gpu(String),
+    Gpu(#[from] crate::gpu::GpuError),
 }
+
+crate::gpu::impl_from_cuda_errors!(XError);
 
 /// Problem shape of one X-engine (one substream of channels).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -33,6 +33,7 @@ pub struct CpuBackend {
 }
 
 impl CpuBackend {
+    /// A CPU backend for `cfg` (validated; PFB and DDC weights designed here).
     pub fn new(cfg: FConfig) -> Result<Self, FError> {
         cfg.validate()?;
         let n_pfb = cfg.pfb_channels();

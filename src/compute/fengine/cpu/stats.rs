@@ -15,6 +15,7 @@ pub struct InputStats {
 }
 
 impl InputStats {
+    /// Empty statistics of a `bits`-wide input.
     pub fn new(bits: u32) -> Self {
         InputStats {
             bits,

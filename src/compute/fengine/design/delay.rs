@@ -11,7 +11,7 @@ use crate::compute::fengine::FError;
 use std::f64::consts::PI;
 
 /// Wraps an angle into [−π, π).
-pub fn wrap_angle(a: f64) -> f64 {
+pub(crate) fn wrap_angle(a: f64) -> f64 {
     (a + PI).rem_euclid(2.0 * PI) - PI
 }
 
@@ -42,14 +42,17 @@ pub struct DelaySegment {
     /// Per spectrum fine delay (ADC samples) and phase (radians, wrapped; wideband
     /// including the π/2·(coarse mod 4) term).
     pub fine_delay: Vec<f64>,
+    /// See `fine_delay`.
     pub phase: Vec<f64>,
 }
 
 impl DelaySegment {
+    /// Spectra in the segment.
     pub fn len(&self) -> usize {
         self.fine_delay.len()
     }
 
+    /// True if the segment has no spectra.
     pub fn is_empty(&self) -> bool {
         self.fine_delay.is_empty()
     }
@@ -86,6 +89,7 @@ pub fn input_span(segs: &[DelaySegment], window: impl Fn(usize) -> usize) -> Opt
 }
 
 impl LinearDelayModel {
+    /// Checks that every term is finite and |delay_rate| < 1.
     pub fn validate(&self) -> Result<(), FError> {
         for (what, value) in [
             ("delay", self.delay),

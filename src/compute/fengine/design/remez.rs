@@ -13,9 +13,13 @@ use std::f64::consts::PI;
 /// One band: edges in Hz (same units as `fs`), desired amplitude, weight.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Band {
+    /// Lower edge, Hz.
     pub lo: f64,
+    /// Upper edge, Hz.
     pub hi: f64,
+    /// Desired amplitude in the band.
     pub desired: f64,
+    /// Weight of the band's error.
     pub weight: f64,
 }
 

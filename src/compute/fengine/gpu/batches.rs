@@ -8,7 +8,7 @@
 //! of n − 1, and the host fills one slot while the GPU works on the others.
 //!
 //! Ordering between the streams comes from the buffers (cudarc's multi-stream mode records
-//! each device buffer's last reader and writer; see [`super::gpu_pipeline`]); pinned host
+//! each device buffer's last reader and writer; see [`super::pipeline`]); pinned host
 //! buffers make the host wait before rewriting a buffer a copy still reads.
 
 use std::collections::VecDeque;
@@ -16,15 +16,16 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, PinnedHostSlice};
 
+use super::block::{ensure, BlockParams, DeviceBlock};
 use super::pipeline::PipelineBackend;
-use super::wideband::{ensure, gerr, BlockParams, DeviceBlock, StagedCompute};
+use super::staged::StagedCompute;
 use crate::compute::fengine::cpu::stats::InputStats;
 use crate::compute::fengine::cpu::validate_block;
 use crate::compute::fengine::FBackend;
 use crate::compute::fengine::{Block, BlockStats, FConfig, FError, Samples};
 
 /// Batches a [`Pipelined`] backend holds in flight.
-pub const DEPTH: usize = 4;
+pub(crate) const DEPTH: usize = 4;
 /// Bytes after each pol's staged input on the device (the narrowband DDC's read-ahead).
 const PAD: usize = 128;
 
@@ -94,7 +95,7 @@ struct Slot {
     bits: u32,
 }
 
-/// A GPU backend (wideband or narrowband) with [`DEPTH`] batches in flight through
+/// A GPU backend (wideband or narrowband) with `DEPTH` (4) batches in flight through
 /// [`FBackend::submit`] and [`FBackend::complete`] ([`FBackend::process`] stays the
 /// synchronous path).
 pub struct Pipelined {
@@ -125,15 +126,16 @@ fn pinned<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
             ctx.alloc_pinned::<T>(len.max(1))
         }
     }
-    .map_err(gerr)
+    .map_err(FError::from)
 }
 
 impl Pipelined {
+    /// Batches in flight on `be` (its pinned staging and device blocks allocated here).
     pub fn new(be: PipelineBackend) -> Result<Self, FError> {
         let ctx = be.context().clone();
         let stream = be.stream().clone();
-        let h2d = ctx.new_stream().map_err(gerr)?;
-        let d2h = ctx.new_stream().map_err(gerr)?;
+        let h2d = ctx.new_stream()?;
+        let d2h = ctx.new_stream()?;
         let channels = be.config().channels;
         let mut slots = Vec::with_capacity(DEPTH);
         for _ in 0..DEPTH {
@@ -150,7 +152,7 @@ impl Pipelined {
                 bits: 0,
             });
         }
-        stream.synchronize().map_err(gerr)?;
+        stream.synchronize()?;
         Ok(Pipelined {
             be,
             h2d,
@@ -163,6 +165,7 @@ impl Pipelined {
         })
     }
 
+    /// The backend that computes the batches.
     pub fn inner(&self) -> &PipelineBackend {
         &self.be
     }
@@ -266,7 +269,7 @@ impl FBackend for Pipelined {
                 // Room for small changes of the range length (coarse delay steps).
                 s.input[p] = pinned(&ctx, d.len() + d.len() / 64 + 64, false)?;
             }
-            s.input[p].as_mut_slice().map_err(gerr)?[..d.len()].copy_from_slice(d);
+            s.input[p].as_mut_slice()?[..d.len()].copy_from_slice(d);
         }
         let staged = s.input[0].len().max(s.input[1].len());
         let stride = staged.next_multiple_of(4) + PAD;
@@ -277,7 +280,7 @@ impl FBackend for Pipelined {
                 .dev
                 .input
                 .slice_mut(p * stride..p * stride + s.input[p].len());
-            self.h2d.memcpy_htod(&s.input[p], &mut dst).map_err(gerr)?;
+            self.h2d.memcpy_htod(&s.input[p], &mut dst)?;
         }
         // Output staging.
         if s.out.as_ref().is_none_or(|o| o.len() != out_len) {
@@ -302,27 +305,25 @@ impl FBackend for Pipelined {
             // The gains are the batch's (uploaded once, with the first block): later blocks
             // write them to scratch rather than wait for that upload.
             let gains = if k == 0 {
-                s.gains.as_mut_slice().map_err(gerr)?
+                s.gains.as_mut_slice()?
             } else {
                 self.scratch.resize(4 * cfg.channels, 0.0);
                 &mut self.scratch[..]
             };
             BlockParams::of(b).fill(
                 &cfg,
-                &mut hd.as_mut_slice().map_err(gerr)?[..4 * m],
-                &mut hk.as_mut_slice().map_err(gerr)?[..2 * m],
+                &mut hd.as_mut_slice()?[..4 * m],
+                &mut hk.as_mut_slice()?[..2 * m],
                 gains,
             );
             if k == 0 {
-                stream
-                    .memcpy_htod(&s.gains, &mut s.dev.gains)
-                    .map_err(gerr)?;
+                stream.memcpy_htod(&s.gains, &mut s.dev.gains)?;
             }
             // Whole staging buffers (entries past the block's are not read).
             let mut d = s.dev.delay.slice_mut(..hd.len());
-            stream.memcpy_htod(&*hd, &mut d).map_err(gerr)?;
+            stream.memcpy_htod(&*hd, &mut d)?;
             let mut kk = s.dev.keys.slice_mut(..hk.len());
-            stream.memcpy_htod(&*hk, &mut kk).map_err(gerr)?;
+            stream.memcpy_htod(&*hk, &mut kk)?;
             let st = StagedBlock {
                 bits,
                 first: [b.pols[0].offset, b.pols[1].offset],
@@ -335,14 +336,10 @@ impl FBackend for Pipelined {
             r?;
         }
         let out = s.out.as_mut().expect("allocated above");
-        self.d2h
-            .memcpy_dtoh(&s.dev.out.slice(..out_len), out)
-            .map_err(gerr)?;
-        self.d2h
-            .memcpy_dtoh(&s.dev.in_stats, &mut s.in_stats)
-            .map_err(gerr)?;
-        self.d2h.memcpy_dtoh(&s.dev.sat, &mut s.sat).map_err(gerr)?;
-        s.done = Some(self.d2h.record_event(None).map_err(gerr)?);
+        self.d2h.memcpy_dtoh(&s.dev.out.slice(..out_len), out)?;
+        self.d2h.memcpy_dtoh(&s.dev.in_stats, &mut s.in_stats)?;
+        self.d2h.memcpy_dtoh(&s.dev.sat, &mut s.sat)?;
+        s.done = Some(self.d2h.record_event(None)?);
         s.stat_samples = (n_out * cfg.pfb_step()) as u64;
         s.bits = bits;
         self.queue.push_back(i);
@@ -359,7 +356,7 @@ impl FBackend for Pipelined {
             return Ok(None);
         }
         let src = s.out.as_ref().expect("a submitted slot has an output");
-        let src = src.as_slice().map_err(gerr)?;
+        let src = src.as_slice()?;
         if out.len() != src.len() {
             return Err(FError::BadOutputLength {
                 expected: src.len(),
@@ -367,8 +364,8 @@ impl FBackend for Pipelined {
             });
         }
         out.copy_from_slice(src);
-        let st = s.in_stats.as_slice().map_err(gerr)?;
-        let sat = s.sat.as_slice().map_err(gerr)?;
+        let st = s.in_stats.as_slice()?;
+        let sat = s.sat.as_slice()?;
         let wideband = self.be.config().narrowband.is_none();
         let input = [0, 1].map(|p| InputStats {
             sum_sq: st[p],

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
-use super::wideband::gerr;
 use crate::compute::fengine::FError;
+use crate::gpu::GpuError;
 
 /// DDC kernel source.
 pub const DDC_SRC: &str = crate::kernel_source!("fengine/ddc.cu");
@@ -20,12 +20,14 @@ pub const DDC_SRC: &str = crate::kernel_source!("fengine/ddc.cu");
 /// Work-group size and outputs per thread of the DDC kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DdcTuning {
+    /// Threads per work group (`WGS`).
     pub wgs: u32,
+    /// Outputs per thread (`UNROLL`).
     pub unroll: u32,
 }
 
 /// Shared memory the kernel's static arrays take (mirrors the layout in `ddc.cu`).
-pub fn ddc_smem_bytes(s: usize, w: usize, t: DdcTuning) -> usize {
+pub(crate) fn ddc_smem_bytes(s: usize, w: usize, t: DdcTuning) -> usize {
     let u = t.unroll as usize;
     let group = t.wgs as usize * u;
     let nn = group + w - 1;
@@ -38,7 +40,7 @@ const SMEM_LIMIT: usize = 48 * 1024;
 
 /// Candidates tried by the tuner that fit the shared-memory limit (may be empty when the
 /// filter is too long for the kernel).
-pub fn candidates(s: usize, w: usize) -> Vec<DdcTuning> {
+pub(crate) fn candidates(s: usize, w: usize) -> Vec<DdcTuning> {
     let mut v = vec![];
     for wgs in [32u32, 64, 128, 256] {
         for unroll in [4u32, 8, 16] {
@@ -60,7 +62,7 @@ pub fn candidates(s: usize, w: usize) -> Vec<DdcTuning> {
 
 /// Whether `t` is a shape the kernel accepts for (s, w): a whole number of warps up to 1024
 /// threads, 1..=16 outputs per thread, within the shared-memory limit.
-pub fn valid_tuning(s: usize, w: usize, t: DdcTuning) -> bool {
+pub(crate) fn valid_tuning(s: usize, w: usize, t: DdcTuning) -> bool {
     t.wgs >= 32
         && t.wgs <= 1024
         && t.wgs.is_multiple_of(32)
@@ -70,7 +72,12 @@ pub fn valid_tuning(s: usize, w: usize, t: DdcTuning) -> bool {
 
 /// NVRTC defines of the DDC kernel: subsampling `s`, `w` taps per phase, `in_bits` (0 for
 /// little-endian int16, else the packed width).
-pub fn ddc_defines(s: usize, w: usize, in_bits: u32, t: DdcTuning) -> Vec<(&'static str, String)> {
+pub(crate) fn ddc_defines(
+    s: usize,
+    w: usize,
+    in_bits: u32,
+    t: DdcTuning,
+) -> Vec<(&'static str, String)> {
     vec![
         ("S", s.to_string()),
         ("W", w.to_string()),
@@ -81,7 +88,7 @@ pub fn ddc_defines(s: usize, w: usize, in_bits: u32, t: DdcTuning) -> Vec<(&'sta
 }
 
 /// `$XDG_CACHE_HOME/gpucbf/ddc-tuning.txt`, else `$HOME/.cache/gpucbf/ddc-tuning.txt`.
-pub fn default_cache_path() -> Option<PathBuf> {
+pub(crate) fn default_cache_path() -> Option<PathBuf> {
     let base = match std::env::var_os("XDG_CACHE_HOME") {
         Some(x) if !x.is_empty() => PathBuf::from(x),
         _ => PathBuf::from(std::env::var_os("HOME")?).join(".cache"),
@@ -90,7 +97,7 @@ pub fn default_cache_path() -> Option<PathBuf> {
 }
 
 /// Cache key: GPU name, architecture and the kernel's shape (`v1`: the kernel revision).
-pub fn cache_key(gpu: &str, arch: &str, s: usize, w: usize, in_bits: u32) -> String {
+pub(crate) fn cache_key(gpu: &str, arch: &str, s: usize, w: usize, in_bits: u32) -> String {
     let gpu: String = gpu
         .chars()
         .map(|c| if c == '\t' || c == '\n' { ' ' } else { c })
@@ -99,7 +106,7 @@ pub fn cache_key(gpu: &str, arch: &str, s: usize, w: usize, in_bits: u32) -> Str
 }
 
 /// The last cached tuning for `key` (lines `key\twgs\tunroll`); malformed lines are skipped.
-pub fn cache_lookup(path: &Path, key: &str) -> Option<DdcTuning> {
+pub(crate) fn cache_lookup(path: &Path, key: &str) -> Option<DdcTuning> {
     let text = std::fs::read_to_string(path).ok()?;
     text.lines()
         .filter_map(|l| {
@@ -117,7 +124,7 @@ pub fn cache_lookup(path: &Path, key: &str) -> Option<DdcTuning> {
 }
 
 /// Appends `key → t` to the cache file, creating its directory.
-pub fn cache_store(path: &Path, key: &str, t: DdcTuning) -> std::io::Result<()> {
+pub(crate) fn cache_store(path: &Path, key: &str, t: DdcTuning) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -138,12 +145,10 @@ pub(crate) fn load_ddc(
     in_bits: u32,
     t: DdcTuning,
 ) -> Result<CudaFunction, FError> {
-    let ptx = crate::gpu::compile_ptx("ddc.cu", DDC_SRC, &ddc_defines(s, w, in_bits, t), arch)
-        .map_err(FError::Gpu)?;
-    ctx.load_module(ptx)
-        .map_err(gerr)?
+    let ptx = crate::gpu::compile_ptx("ddc.cu", DDC_SRC, &ddc_defines(s, w, in_bits, t), arch)?;
+    ctx.load_module(ptx)?
         .load_function("ddc")
-        .map_err(gerr)
+        .map_err(FError::from)
 }
 
 /// Arguments of one DDC launch (both pols share the weights and the phase step).
@@ -200,7 +205,7 @@ pub(crate) fn launch_ddc(
     // SAFETY: argument types and order match `ddc` in kernels/fengine/ddc.cu. The caller guarantees
     // that each launched pol's input holds nvalid samples from byte p·in_stride plus ≥ 64
     // padding bytes, z holds 2·W·S floats and out holds n_out values at p·out_stride.
-    unsafe { b.launch(cfg) }.map_err(gerr)?;
+    unsafe { b.launch(cfg) }?;
     Ok(())
 }
 
@@ -216,7 +221,7 @@ pub(crate) fn autotune(
     cache: Option<&Path>,
 ) -> Result<DdcTuning, FError> {
     let ctx = stream.context().clone();
-    let name = ctx.name().map_err(gerr)?;
+    let name = ctx.name()?;
     let key = cache_key(&name, arch, s, w, in_bits);
     if let Some(t) = cache.and_then(|p| cache_lookup(p, &key)) {
         if valid_tuning(s, w, t) {
@@ -244,15 +249,15 @@ pub(crate) fn autotune(
             (x >> 24) as u8
         })
         .collect();
-    let input = stream.clone_htod(&host).map_err(gerr)?;
-    let z = stream.clone_htod(&vec![0.01f32; 2 * w * s]).map_err(gerr)?;
-    let mut out = stream.alloc_zeros(n_out).map_err(gerr)?;
+    let input = stream.clone_htod(&host)?;
+    let z = stream.clone_htod(&vec![0.01f32; 2 * w * s])?;
+    let mut out = stream.alloc_zeros(n_out)?;
     let mut best: Option<(f64, DdcTuning)> = None;
     for t in cands {
         let Ok(f) = load_ddc(&ctx, arch, s, w, in_bits, t) else {
             continue;
         };
-        if f.max_threads_per_block().map_err(gerr)? < t.wgs as i32 {
+        if f.max_threads_per_block()? < t.wgs as i32 {
             continue; // too many registers for this work-group size
         }
         let mut run = || {
@@ -276,7 +281,7 @@ pub(crate) fn autotune(
                 },
             )
         };
-        let Ok(secs) = crate::gpu::time_on_stream(stream, 5, &mut run, gerr) else {
+        let Ok(secs) = crate::gpu::time_on_stream(stream, 5, &mut run, FError::from) else {
             continue;
         };
         if best.is_none_or(|(b, _)| secs < b) {
@@ -284,9 +289,9 @@ pub(crate) fn autotune(
         }
     }
     let Some((_, t)) = best else {
-        return Err(FError::Gpu(
+        return Err(FError::Gpu(GpuError::Failed(
             "no DDC kernel configuration could be compiled and launched".into(),
-        ));
+        )));
     };
     if let Some(p) = cache {
         // Best effort: an unwritable cache only costs tuning again next time.

@@ -14,7 +14,6 @@ use std::sync::Arc;
 
 use cudarc::cufft::sys::{cufftType, float2};
 use cudarc::cufft::{CudaFft, FftDirection};
-use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, HostSlice, LaunchConfig, PinnedHostSlice,
     PushKernelArg,
@@ -22,12 +21,11 @@ use cudarc::driver::{
 #[cfg(test)]
 use num_complex::Complex32;
 
+use super::block::{ensure, upload_pinned_pols, DeviceBlock, HostParams};
 use super::ddc_tune::{
     autotune, candidates, launch_ddc, load_ddc, valid_tuning, DdcLaunch, DdcTuning,
 };
-use super::wideband::{
-    arch_for, ensure, gerr, upload_pinned_pols, DeviceBlock, HostParams, StagedCompute, WorkBuffers,
-};
+use super::staged::{StagedCompute, WorkBuffers};
 use crate::compute::fengine::cpu::ddc::{ddc_weights, Ddc, MixerFrequency};
 use crate::compute::fengine::cpu::validate_block;
 use crate::compute::fengine::design::weights::pfb_weights;
@@ -46,12 +44,12 @@ const POST_TILE: usize = 32;
 /// Bytes after each pol's staged input (the DDC decoder reads whole runs of ≤ 64 bytes).
 pub(crate) const IN_PAD: usize = 128;
 /// Largest DDC taps per phase (W = ceil(taps/S)) the kernel unrolls.
-pub const MAX_DDC_TAPS_PER_PHASE: usize = 64;
+pub(crate) const MAX_DDC_TAPS_PER_PHASE: usize = 64;
 /// Largest PFB tap count the complex FIR unrolls.
-pub const MAX_GPU_TAPS: usize = 64;
+pub(crate) const MAX_GPU_TAPS: usize = 64;
 
 /// NVRTC defines for `pfb_fir_complex`.
-pub fn fir_complex_defines(cfg: &FConfig) -> Vec<(&'static str, String)> {
+pub(crate) fn fir_complex_defines(cfg: &FConfig) -> Vec<(&'static str, String)> {
     vec![
         ("N", cfg.pfb_channels().to_string()),
         ("TAPS", cfg.taps.to_string()),
@@ -59,7 +57,7 @@ pub fn fir_complex_defines(cfg: &FConfig) -> Vec<(&'static str, String)> {
 }
 
 /// NVRTC defines for `postproc_nb`.
-pub fn postproc_nb_defines(cfg: &FConfig) -> Vec<(&'static str, String)> {
+pub(crate) fn postproc_nb_defines(cfg: &FConfig) -> Vec<(&'static str, String)> {
     vec![
         ("N", cfg.pfb_channels().to_string()),
         ("C", cfg.channels.to_string()),
@@ -72,7 +70,7 @@ pub fn postproc_nb_defines(cfg: &FConfig) -> Vec<(&'static str, String)> {
 }
 
 /// DDC taps per phase W = ceil(ddc_taps / S).
-pub fn ddc_taps_per_phase(cfg: &FConfig) -> usize {
+pub(crate) fn ddc_taps_per_phase(cfg: &FConfig) -> usize {
     cfg.ddc_taps().div_ceil(cfg.subsampling())
 }
 
@@ -194,22 +192,13 @@ impl GpuNarrowband {
             zh[2 * k] = zr[k];
             zh[2 * k + 1] = zi[k];
         }
-        if !crate::gpu::gpu_available() {
-            return Err(FError::Gpu("no usable CUDA device".into()));
-        }
-        let ctx = CudaContext::new(0).map_err(gerr)?;
-        let attr = |a| ctx.attribute(a).map_err(gerr);
-        let arch = arch_for(
-            attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-            attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-        )?;
+        let ctx = crate::gpu::open_device(0)?;
+        let arch = crate::gpu::device_arch(&ctx)?;
         let load = |name: &str, src: &str, defines: &[(&str, String)]| {
-            let ptx = crate::gpu::compile_ptx(&format!("{name}.cu"), src, defines, arch)
-                .map_err(FError::Gpu)?;
-            ctx.load_module(ptx)
-                .map_err(gerr)?
+            let ptx = crate::gpu::compile_ptx(&format!("{name}.cu"), src, defines, arch)?;
+            ctx.load_module(ptx)?
                 .load_function(name)
-                .map_err(gerr)
+                .map_err(FError::from)
         };
         let fir_fn = load(
             "pfb_fir_complex",
@@ -219,10 +208,10 @@ impl GpuNarrowband {
         let post_fn = load("postproc_nb", POSTPROC_NB_SRC, &postproc_nb_defines(&cfg))?;
         // A stream of our own (not the legacy default stream, which would serialise with
         // the pipeline's copy streams; see `GpuBackend::with_unzip`).
-        let stream = ctx.new_stream().map_err(gerr)?;
+        let stream = ctx.new_stream()?;
         let wts = pfb_weights(cfg.pfb_step(), cfg.taps, cfg.w_cutoff, cfg.window)?;
-        let weights = stream.clone_htod(&wts).map_err(gerr)?;
-        let z = stream.clone_htod(&zh).map_err(gerr)?;
+        let weights = stream.clone_htod(&wts)?;
+        let z = stream.clone_htod(&zh)?;
         let zero = Staged {
             in_bits: 0,
             first: 0,
@@ -242,17 +231,17 @@ impl GpuNarrowband {
             mixer,
             z,
             weights,
-            input: stream.alloc_zeros(16).map_err(gerr)?,
+            input: stream.alloc_zeros(16)?,
             in_stride: 0,
-            ddc_out: stream.alloc_zeros(1).map_err(gerr)?,
+            ddc_out: stream.alloc_zeros(1)?,
             ddc_stride: 0,
-            fir_out: stream.alloc_zeros(1).map_err(gerr)?,
-            fft_out: stream.alloc_zeros(1).map_err(gerr)?,
-            out: stream.alloc_zeros(4).map_err(gerr)?,
-            gains: stream.alloc_zeros(4 * cfg.channels).map_err(gerr)?,
-            delay: stream.alloc_zeros(4).map_err(gerr)?,
-            keys: stream.alloc_zeros(2).map_err(gerr)?,
-            sat: stream.alloc_zeros(2).map_err(gerr)?,
+            fir_out: stream.alloc_zeros(1)?,
+            fft_out: stream.alloc_zeros(1)?,
+            out: stream.alloc_zeros(4)?,
+            gains: stream.alloc_zeros(4 * cfg.channels)?,
+            delay: stream.alloc_zeros(4)?,
+            keys: stream.alloc_zeros(2)?,
+            sat: stream.alloc_zeros(2)?,
             staged: [zero; 2],
             params: HostParams::new(cfg.channels),
             cfg,
@@ -261,10 +250,12 @@ impl GpuNarrowband {
         })
     }
 
+    /// The stream all work is queued on (the backend's own).
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
 
+    /// The CUDA context.
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
     }
@@ -314,7 +305,7 @@ impl GpuNarrowband {
 
     /// The autotuner's cache key for input format `in_bits` on this GPU.
     pub fn tuning_key(&self, in_bits: u32) -> Result<String, FError> {
-        let name = self.ctx.name().map_err(gerr)?;
+        let name = self.ctx.name()?;
         Ok(super::ddc_tune::cache_key(
             &name, self.arch, self.s, self.w, in_bits,
         ))
@@ -396,7 +387,7 @@ impl GpuNarrowband {
         self.in_stride = stride;
         for (p, (d, st)) in parts.iter().enumerate() {
             let mut dst = self.input.slice_mut(p * stride..p * stride + d.len());
-            self.stream.memcpy_htod(*d, &mut dst).map_err(gerr)?;
+            self.stream.memcpy_htod(*d, &mut dst)?;
             self.staged[p] = *st;
         }
         Ok(())
@@ -467,7 +458,7 @@ impl GpuNarrowband {
         // SAFETY: argument types and order match `pfb_fir_complex`; each pol's DDC output
         // holds (m + taps − 1)·N values at p·ddc_stride, the weights taps·N floats and
         // fir_out m·2·N values.
-        unsafe { b.launch(cfg) }.map_err(gerr)?;
+        unsafe { b.launch(cfg) }?;
         Ok(())
     }
 
@@ -488,13 +479,12 @@ impl GpuNarrowband {
                 cufftType::CUFFT_C2C,
                 batch as i32,
                 self.stream.clone(),
-            )
-            .map_err(gerr)?;
+            )?;
             self.plans.insert(batch, plan);
         }
         let plan = &self.plans[&batch];
         plan.exec_c2c(&mut self.fir_out, &mut self.fft_out, FftDirection::Forward)
-            .map_err(gerr)
+            .map_err(FError::from)
     }
 
     /// Queues the post-processing of `m` spectra into device output spectra
@@ -525,7 +515,7 @@ impl GpuNarrowband {
         // SAFETY: argument types and order match `postproc_nb`; fft_out holds m·2·N values,
         // the device output covers spectra out_first..out_first + m (ensured by the caller),
         // gains hold 2·C complex values, delay and keys 2·m entries.
-        unsafe { b.launch(cfg) }.map_err(gerr)?;
+        unsafe { b.launch(cfg) }?;
         Ok(())
     }
 
@@ -538,8 +528,7 @@ impl GpuNarrowband {
             let mut h = vec![float2 { x: 0.0, y: 0.0 }; len];
             let o = p * self.ddc_stride;
             self.stream
-                .memcpy_dtoh(&self.ddc_out.slice(o..o + len), &mut h)
-                .map_err(gerr)?;
+                .memcpy_dtoh(&self.ddc_out.slice(o..o + len), &mut h)?;
             *v = h.iter().map(|c| Complex32::new(c.x, c.y)).collect();
         }
         Ok(r)
@@ -556,7 +545,7 @@ impl GpuNarrowband {
         let len = HostSlice::len(dst).min(self.out.len());
         self.stream
             .memcpy_dtoh(&self.out.slice(..len), dst)
-            .map_err(gerr)
+            .map_err(FError::from)
     }
 
     /// Stages `block` and its parameters without computing (bench).
@@ -579,7 +568,9 @@ impl StagedCompute for GpuNarrowband {
     }
 
     fn reset_counters(&mut self) -> Result<(), FError> {
-        self.stream.memset_zeros(&mut self.sat).map_err(gerr)
+        self.stream
+            .memset_zeros(&mut self.sat)
+            .map_err(FError::from)
     }
 
     fn launch_stages(&mut self, m: usize, out_first: usize) -> Result<(), FError> {
@@ -602,14 +593,12 @@ impl FBackend for GpuNarrowband {
         if block.out_first != 0 || m != n_out {
             // Only part of `out` is written: keep the rest as the caller had it.
             let mut d = self.out.slice_mut(..out.len());
-            self.stream.memcpy_htod(&*out, &mut d).map_err(gerr)?;
+            self.stream.memcpy_htod(&*out, &mut d)?;
         }
         self.compute(m, block.out_first)?;
-        self.stream
-            .memcpy_dtoh(&self.out.slice(..out.len()), out)
-            .map_err(gerr)?;
+        self.stream.memcpy_dtoh(&self.out.slice(..out.len()), out)?;
         let mut sat = [0u64; 2];
-        self.stream.memcpy_dtoh(&self.sat, &mut sat).map_err(gerr)?;
+        self.stream.memcpy_dtoh(&self.sat, &mut sat)?;
         Ok(BlockStats {
             saturated: sat,
             input: None,

@@ -23,8 +23,10 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, PinnedHostSlice};
 
+use super::block::{BlockParams, DeviceBlock};
 use super::narrowband::GpuNarrowband;
-use super::wideband::{gerr, BlockParams, DeviceBlock, GpuBackend, StagedCompute};
+use super::staged::StagedCompute;
+use super::wideband::GpuBackend;
 use crate::compute::fengine::cpu::stats::InputStats;
 use crate::compute::fengine::{BlockStats, FBackend, FConfig, FError};
 
@@ -55,11 +57,14 @@ pub struct PipelineShape {
 
 /// The compute behind a [`GpuPipeline`].
 pub enum PipelineBackend {
+    /// A wideband output.
     Wideband(GpuBackend),
+    /// A narrowband output.
     Narrowband(GpuNarrowband),
 }
 
 impl PipelineBackend {
+    /// The configuration of the output.
     pub fn config(&self) -> &FConfig {
         match self {
             PipelineBackend::Wideband(b) => b.config(),
@@ -75,6 +80,7 @@ impl PipelineBackend {
         }
     }
 
+    /// The CUDA context.
     pub fn context(&self) -> &Arc<cudarc::driver::CudaContext> {
         match self {
             PipelineBackend::Wideband(b) => b.context(),
@@ -192,8 +198,8 @@ impl GpuPipeline {
             0
         };
         let ctx = be.context().clone();
-        let h2d = ctx.new_stream().map_err(gerr)?;
-        let d2h = ctx.new_stream().map_err(gerr)?;
+        let h2d = ctx.new_stream()?;
+        let d2h = ctx.new_stream()?;
         let stream = be.stream().clone();
         let c = shape.chunk_spectra;
         let mut slots = Vec::with_capacity(shape.slots);
@@ -224,17 +230,17 @@ impl GpuPipeline {
             };
             slots.push(Slot {
                 dev,
-                h_delay: staged.0.map_err(gerr)?,
-                h_keys: staged.1.map_err(gerr)?,
-                h_gains: staged.2.map_err(gerr)?,
-                out: outs.0.map_err(gerr)?,
-                in_stats: outs.1.map_err(gerr)?,
-                sat: outs.2.map_err(gerr)?,
+                h_delay: staged.0?,
+                h_keys: staged.1?,
+                h_gains: staged.2?,
+                out: outs.0?,
+                in_stats: outs.1?,
+                sat: outs.2?,
                 holds: None,
             });
         }
         // The buffers were allocated (and zeroed) on the compute stream.
-        stream.synchronize().map_err(gerr)?;
+        stream.synchronize()?;
         Ok(GpuPipeline {
             be,
             h2d,
@@ -253,10 +259,12 @@ impl GpuPipeline {
         self.chunk_bytes
     }
 
+    /// The chunk shape the pipeline was built for.
     pub fn shape(&self) -> PipelineShape {
         self.shape
     }
 
+    /// The backend that computes each chunk.
     pub fn backend(&self) -> &PipelineBackend {
         &self.be
     }
@@ -314,15 +322,15 @@ impl GpuPipeline {
         {
             // Host staging of this chunk's parameters (waits for the slot's last upload).
             let s = &mut self.slots[cur];
-            let d = s.h_delay.as_mut_slice().map_err(gerr)?;
-            let kk = s.h_keys.as_mut_slice().map_err(gerr)?;
-            let g = s.h_gains.as_mut_slice().map_err(gerr)?;
+            let d = s.h_delay.as_mut_slice()?;
+            let kk = s.h_keys.as_mut_slice()?;
+            let g = s.h_gains.as_mut_slice()?;
             params.fill(&cfg, d, kk, g);
             // Bulk upload of the chunk.
             let stride = s.dev.in_stride;
             for (p, h) in input.iter().enumerate() {
                 let mut dst = s.dev.input.slice_mut(p * stride..p * stride + h.len());
-                self.h2d.memcpy_htod(*h, &mut dst).map_err(gerr)?;
+                self.h2d.memcpy_htod(*h, &mut dst)?;
             }
         }
         self.pushed += 1;
@@ -346,7 +354,7 @@ impl GpuPipeline {
                 let src = b.dev.input.slice(p * stride..p * stride + self.tail_bytes);
                 let o = p * stride + self.chunk_bytes;
                 let mut dst = a.dev.input.slice_mut(o..o + self.tail_bytes);
-                self.h2d.memcpy_dtod(&src, &mut dst).map_err(gerr)?;
+                self.h2d.memcpy_dtod(&src, &mut dst)?;
             }
         }
         self.compute(prev, k - 1, prev_t0)?;
@@ -360,22 +368,16 @@ impl GpuPipeline {
         let stream = self.be.stream().clone();
         let s = &mut self.slots[i];
         let mut d = s.dev.delay.slice_mut(..4 * c);
-        stream.memcpy_htod(&s.h_delay, &mut d).map_err(gerr)?;
+        stream.memcpy_htod(&s.h_delay, &mut d)?;
         let mut kk = s.dev.keys.slice_mut(..2 * c);
-        stream.memcpy_htod(&s.h_keys, &mut kk).map_err(gerr)?;
-        stream
-            .memcpy_htod(&s.h_gains, &mut s.dev.gains)
-            .map_err(gerr)?;
+        stream.memcpy_htod(&s.h_keys, &mut kk)?;
+        stream.memcpy_htod(&s.h_gains, &mut s.dev.gains)?;
         let input = (self.shape.bits, self.chunk_bytes + self.tail_bytes);
         self.be.compute_in(&mut s.dev, c, input, t0)?;
         let len = s.out.len();
-        self.d2h
-            .memcpy_dtoh(&s.dev.out.slice(..len), &mut s.out)
-            .map_err(gerr)?;
-        self.d2h
-            .memcpy_dtoh(&s.dev.in_stats, &mut s.in_stats)
-            .map_err(gerr)?;
-        self.d2h.memcpy_dtoh(&s.dev.sat, &mut s.sat).map_err(gerr)?;
+        self.d2h.memcpy_dtoh(&s.dev.out.slice(..len), &mut s.out)?;
+        self.d2h.memcpy_dtoh(&s.dev.in_stats, &mut s.in_stats)?;
+        self.d2h.memcpy_dtoh(&s.dev.sat, &mut s.sat)?;
         s.holds = Some(k);
         Ok(())
     }
@@ -386,8 +388,8 @@ impl GpuPipeline {
     }
 
     /// The output of chunk `k` ((heap, channel, spectrum-in-heap, pol, re/im) bytes as
-    /// [`super::FBackend::process`] writes them) and its counters, waiting for its download.
-    /// Only the last `slots` computed chunks are still held.
+    /// [`crate::compute::fengine::FBackend::process`] writes them) and its counters, waiting
+    /// for its download. Only the last `slots` computed chunks are still held.
     pub fn output(&self, k: u64) -> Result<(&[u8], BlockStats), FError> {
         let s = &self.slots[(k % self.slots.len() as u64) as usize];
         if s.holds != Some(k) {
@@ -396,9 +398,9 @@ impl GpuPipeline {
                 why: format!("chunk {k} is not (or no longer) held by the pipeline"),
             });
         }
-        let out = s.out.as_slice().map_err(gerr)?;
-        let st = s.in_stats.as_slice().map_err(gerr)?;
-        let sat = s.sat.as_slice().map_err(gerr)?;
+        let out = s.out.as_slice()?;
+        let st = s.in_stats.as_slice()?;
+        let sat = s.sat.as_slice()?;
         let samples = (self.shape.chunk_spectra * self.be.config().pfb_step()) as u64;
         let input = [0, 1].map(|p| InputStats {
             sum_sq: st[p],
@@ -420,7 +422,7 @@ impl GpuPipeline {
     /// Waits until everything queued has finished.
     pub fn synchronize(&self) -> Result<(), FError> {
         for s in self.streams() {
-            s.synchronize().map_err(gerr)?;
+            s.synchronize()?;
         }
         Ok(())
     }

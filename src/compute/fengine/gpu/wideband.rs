@@ -3,16 +3,16 @@
 //! `kernels/fengine/postproc.cu` (last radix-n pass, real-FFT fix-up, delay/phase/gain, dither,
 //! quantisation). Kernels are compiled with NVRTC per configuration (constants as `-D`).
 //!
-//! The results match [`super::CpuBackend`] to float rounding: the dither hash and the
-//! quantisation are the same; values that land within float rounding of a rounding
-//! boundary may differ by one LSB.
+//! The results match [`crate::compute::fengine::CpuBackend`] to float rounding: the dither
+//! hash and the quantisation are the same; values that land within float rounding of a
+//! rounding boundary may differ by one LSB.
 //!
 //! The backend runs on a stream of its own (not the legacy default stream), which puts its
 //! context in cudarc's multi-stream mode: every device buffer tracks its last reader and
-//! writer with events. [`super::GpuPipeline`] builds on that to overlap host→device copies,
-//! compute and device→host copies on three streams, and [`super::Pipelined`] to keep
-//! several engine batches in flight; [`FBackend::process`] here stays a synchronous
-//! copy-compute-copy per block.
+//! writer with events. [`super::pipeline::GpuPipeline`] builds on that to overlap
+//! host→device copies, compute and device→host copies on three streams, and
+//! [`super::batches::Pipelined`] to keep several engine batches in flight;
+//! [`FBackend::process`] here stays a synchronous copy-compute-copy per block.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,17 +21,20 @@ use cudarc::cufft::sys::{cufftType, float2};
 use cudarc::cufft::{CudaFft, FftDirection};
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, HostSlice, LaunchConfig,
-    PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, HostSlice, LaunchConfig, PinnedHostSlice,
+    PushKernelArg,
 };
+#[cfg(test)]
 use num_complex::Complex32;
 
-use crate::compute::fengine::cpu::postproc::dither_key;
+use super::block::{ensure, upload_pinned_pols, DeviceBlock, HostParams, Staged, IN_PAD};
+use super::staged::{StagedCompute, WorkBuffers};
 use crate::compute::fengine::cpu::stats::InputStats;
 use crate::compute::fengine::cpu::validate_block;
 use crate::compute::fengine::design::weights::pfb_weights;
 use crate::compute::fengine::FBackend;
 use crate::compute::fengine::{Block, BlockStats, Dither, FConfig, FError, Samples};
+use crate::gpu::GpuError;
 
 /// PFB FIR kernel source (embedded so binaries need no kernel files at run time).
 pub const PFB_FIR_SRC: &str = crate::kernel_source!("fengine/pfb_fir.cu");
@@ -40,15 +43,13 @@ pub const POSTPROC_SRC: &str =
     crate::kernel_source!(["fengine/quant.cuh"], "fengine" / "postproc.cu");
 
 const POST_TILE: usize = 32;
-/// Bytes after each pol's input in the device buffer (the decoder reads 8 bytes ahead).
-const IN_PAD: usize = 16;
-
-pub(crate) fn gerr<E: std::fmt::Debug>(e: E) -> FError {
-    FError::Gpu(format!("{e:?}"))
-}
 
 /// NVRTC defines for `pfb_fir` (`in_bits` 0 = int16 input, else packed width).
-pub fn fir_defines(cfg: &FConfig, unzip: usize, in_bits: u32) -> Vec<(&'static str, String)> {
+pub(crate) fn fir_defines(
+    cfg: &FConfig,
+    unzip: usize,
+    in_bits: u32,
+) -> Vec<(&'static str, String)> {
     vec![
         ("N", cfg.pfb_channels().to_string()),
         ("TAPS", cfg.taps.to_string()),
@@ -58,7 +59,7 @@ pub fn fir_defines(cfg: &FConfig, unzip: usize, in_bits: u32) -> Vec<(&'static s
 }
 
 /// NVRTC defines for `postproc`.
-pub fn postproc_defines(cfg: &FConfig, unzip: usize) -> Vec<(&'static str, String)> {
+pub(crate) fn postproc_defines(cfg: &FConfig, unzip: usize) -> Vec<(&'static str, String)> {
     vec![
         ("N", cfg.pfb_channels().to_string()),
         ("UNZIP", unzip.to_string()),
@@ -74,125 +75,12 @@ pub fn postproc_defines(cfg: &FConfig, unzip: usize) -> Vec<(&'static str, Strin
 /// to 32768 (H100, 32k channels, `gpucbf bench fgpu`: FIR, FFT and post-processing take
 /// 289, 406 and 312 us at unzip 2 against 289, 365 and 418 us at unzip 4, whose
 /// post-processing needs ~124 registers); 4 above.
-pub fn default_unzip(channels: usize) -> usize {
+pub(crate) fn default_unzip(channels: usize) -> usize {
     match channels {
         0..=4096 => 1,
         4097..=32768 => 2,
         _ => 4,
     }
-}
-
-/// NVRTC virtual architecture for a device of compute capability `major.minor`.
-pub(crate) fn arch_for(major: i32, minor: i32) -> Result<&'static str, FError> {
-    Ok(match (major, minor) {
-        (8, 0) => "compute_80",
-        (8, 6) => "compute_86",
-        (8, 9) => "compute_89",
-        (9, 0) => "compute_90",
-        (m, _) if m >= 8 => "compute_80",
-        (m, _) if m >= 6 => "compute_60",
-        _ => {
-            return Err(FError::Gpu(format!(
-                "compute capability {major}.{minor} is too old (need 6.0 or newer)"
-            )))
-        }
-    })
-}
-
-/// Grows `buf` to at least `len` elements (contents are not kept).
-pub(crate) fn ensure<T: DeviceRepr + ValidAsZeroBits>(
-    stream: &Arc<CudaStream>,
-    buf: &mut CudaSlice<T>,
-    len: usize,
-) -> Result<(), FError> {
-    if buf.len() < len {
-        *buf = stream.alloc_zeros::<T>(len).map_err(gerr)?;
-    }
-    Ok(())
-}
-
-/// Queues the upload of staged (delay, keys, gains) host parameters into the device buffers,
-/// growing the per-spectrum ones as needed.
-pub(crate) fn upload_params(
-    stream: &Arc<CudaStream>,
-    host: (&[f32], &[u64], &[f32]),
-    dev: (
-        &mut CudaSlice<f32>,
-        &mut CudaSlice<u64>,
-        &mut CudaSlice<f32>,
-    ),
-) -> Result<(), FError> {
-    let ((h_delay, h_keys, h_gains), (delay, keys, gains)) = (host, dev);
-    ensure(stream, delay, h_delay.len())?;
-    ensure(stream, keys, h_keys.len())?;
-    let mut d = delay.slice_mut(..h_delay.len());
-    stream.memcpy_htod(h_delay, &mut d).map_err(gerr)?;
-    let mut k = keys.slice_mut(..h_keys.len());
-    stream.memcpy_htod(h_keys, &mut k).map_err(gerr)?;
-    stream.memcpy_htod(h_gains, gains).map_err(gerr)?;
-    Ok(())
-}
-
-/// Host staging of one block's post-processing parameters (both GPU backends): delay and
-/// dither keys per (spectrum, pol), gains per (pol, channel), in the kernels' layout.
-pub(crate) struct HostParams {
-    delay: Vec<f32>,
-    keys: Vec<u64>,
-    gains: Vec<f32>,
-}
-
-impl HostParams {
-    pub(crate) fn new(channels: usize) -> Self {
-        HostParams {
-            delay: vec![],
-            keys: vec![],
-            gains: vec![0.0; 4 * channels],
-        }
-    }
-
-    /// Fills the staging from `block` (validated) and queues its upload into the device
-    /// buffers `dev` = (delay, keys, gains).
-    pub(crate) fn upload(
-        &mut self,
-        cfg: &FConfig,
-        block: &Block,
-        stream: &Arc<CudaStream>,
-        dev: (
-            &mut CudaSlice<f32>,
-            &mut CudaSlice<u64>,
-            &mut CudaSlice<f32>,
-        ),
-    ) -> Result<(), FError> {
-        let m = block.spectra;
-        self.delay.resize(4 * m, 0.0);
-        self.keys.resize(2 * m, 0);
-        BlockParams::of(block).fill(cfg, &mut self.delay, &mut self.keys, &mut self.gains);
-        upload_params(stream, (&self.delay, &self.keys, &self.gains), dev)
-    }
-}
-
-/// Bench: queues the copies of both pols' input from pinned host buffers into `input` (pol
-/// p at p·`stride` bytes, at most `room[p]` bytes each).
-pub(crate) fn upload_pinned_pols(
-    stream: &Arc<CudaStream>,
-    input: &mut CudaSlice<u8>,
-    stride: usize,
-    room: [usize; 2],
-    src: [&PinnedHostSlice<u8>; 2],
-) -> Result<(), FError> {
-    for (p, h) in src.iter().enumerate() {
-        let len = HostSlice::len(*h);
-        if len > room[p] {
-            return Err(FError::BadLength {
-                what: "pinned input",
-                expected: room[p],
-                got: len,
-            });
-        }
-        let mut dst = input.slice_mut(p * stride..p * stride + len);
-        stream.memcpy_htod(*h, &mut dst).map_err(gerr)?;
-    }
-    Ok(())
 }
 
 /// Launch parameters of the kernels ([`Tuning::for_unzip`] is what [`GpuBackend`] uses;
@@ -273,164 +161,6 @@ impl Tuning {
     }
 }
 
-/// How one pol's input sits in the device input buffer.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Staged {
-    /// 0 for int16, else the packed width (the FIR kernel variant).
-    in_bits: u32,
-    /// Digitiser width, for the clip count.
-    stat_bits: u32,
-    /// Index of the first window sample within the staged bytes.
-    first: usize,
-    bytes: usize,
-}
-
-/// The device buffers of one block: staged input, per-block parameters, output and
-/// counters. [`GpuBackend`] computes on the one it holds; the pipeline
-/// ([`super::gpu_pipeline`]) keeps several and swaps each in for its compute.
-pub(crate) struct DeviceBlock {
-    pub(crate) input: CudaSlice<u8>,
-    /// Bytes from one pol's input to the next.
-    pub(crate) in_stride: usize,
-    staged: [Staged; 2],
-    pub(crate) out: CudaSlice<u8>,
-    pub(crate) gains: CudaSlice<f32>,
-    pub(crate) delay: CudaSlice<f32>,
-    pub(crate) keys: CudaSlice<u64>,
-    pub(crate) in_stats: CudaSlice<u64>,
-    pub(crate) sat: CudaSlice<u64>,
-}
-
-impl DeviceBlock {
-    /// Minimal buffers (grown on use) for `channels` output channels.
-    pub(crate) fn new(stream: &Arc<CudaStream>, channels: usize) -> Result<Self, FError> {
-        let zero = Staged {
-            in_bits: 0,
-            stat_bits: 16,
-            first: 0,
-            bytes: 0,
-        };
-        Ok(DeviceBlock {
-            input: stream.alloc_zeros(16).map_err(gerr)?,
-            in_stride: 0,
-            staged: [zero; 2],
-            out: stream.alloc_zeros(4).map_err(gerr)?,
-            gains: stream.alloc_zeros(4 * channels).map_err(gerr)?,
-            delay: stream.alloc_zeros(4).map_err(gerr)?,
-            keys: stream.alloc_zeros(2).map_err(gerr)?,
-            in_stats: stream.alloc_zeros(4).map_err(gerr)?,
-            sat: stream.alloc_zeros(2).map_err(gerr)?,
-        })
-    }
-
-    /// Sizes the input for packed `bits`-wide samples, `bytes` per pol with the window
-    /// starting at the first byte, and the other buffers for `spectra` spectra of `cfg`.
-    /// `input` = (bits, bytes, pad): at least `pad` bytes follow each pol's input (the
-    /// narrowband DDC reads further ahead than the FIR).
-    pub(crate) fn shape_packed_pad(
-        &mut self,
-        stream: &Arc<CudaStream>,
-        cfg: &FConfig,
-        input: (u32, usize, usize),
-        spectra: usize,
-    ) -> Result<(), FError> {
-        let (bits, bytes, pad) = input;
-        let stride = bytes.next_multiple_of(4) + pad.max(IN_PAD);
-        ensure(stream, &mut self.input, 2 * stride)?;
-        self.in_stride = stride;
-        self.staged = [Staged {
-            in_bits: bits,
-            stat_bits: bits,
-            first: 0,
-            bytes,
-        }; 2];
-        ensure(stream, &mut self.out, cfg.output_len(spectra))?;
-        ensure(stream, &mut self.delay, 4 * spectra)?;
-        ensure(stream, &mut self.keys, 2 * spectra)?;
-        Ok(())
-    }
-}
-
-/// The per-spectrum and per-channel parameters of one block of spectra.
-#[derive(Debug, Clone, Copy)]
-pub struct BlockParams<'a> {
-    /// Absolute index of the first spectrum (keys the dither).
-    pub first_spectrum: u64,
-    pub spectra: usize,
-    /// Per pol: fine delay and phase per spectrum (as in [`super::PolBlock`]).
-    pub fine_delay: [&'a [f64]; 2],
-    pub phase: [&'a [f64]; 2],
-    /// Per pol: complex gain per channel.
-    pub gains: [&'a [Complex32]; 2],
-}
-
-impl<'a> BlockParams<'a> {
-    pub fn of(block: &Block<'a>) -> Self {
-        let [a, b] = &block.pols;
-        BlockParams {
-            first_spectrum: block.first_spectrum,
-            spectra: block.spectra,
-            fine_delay: [a.fine_delay, b.fine_delay],
-            phase: [a.phase, b.phase],
-            gains: [a.gains, b.gains],
-        }
-    }
-
-    /// Checks the lengths against `cfg`.
-    pub fn validate(&self, cfg: &FConfig) -> Result<(), FError> {
-        for p in 0..2 {
-            for (what, len, want) in [
-                ("fine_delay", self.fine_delay[p].len(), self.spectra),
-                ("phase", self.phase[p].len(), self.spectra),
-                ("gains", self.gains[p].len(), cfg.channels),
-            ] {
-                if len < want {
-                    return Err(FError::BadLength {
-                        what,
-                        expected: want,
-                        got: len,
-                    });
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes the parameters in the layout the post-processing kernel reads: `delay` per
-    /// (spectrum, pol) (−fine/(N·divisor), phase/π mod 2), dither `keys` per (spectrum,
-    /// pol), `gains` per (pol, channel) as (re, im). Lengths must have been validated.
-    pub(crate) fn fill(
-        &self,
-        cfg: &FConfig,
-        delay: &mut [f32],
-        keys: &mut [u64],
-        gains: &mut [f32],
-    ) {
-        let c = cfg.channels;
-        let n = cfg.pfb_channels() as f64 * cfg.internal_decimation();
-        let dither = cfg.dither == Dither::Uniform;
-        for s in 0..self.spectra {
-            for p in 0..2 {
-                let ph = (self.phase[p][s] / std::f64::consts::PI).rem_euclid(2.0);
-                delay[4 * s + 2 * p] = (-self.fine_delay[p][s] / n) as f32;
-                delay[4 * s + 2 * p + 1] = ph as f32;
-                let spectrum = self.first_spectrum.wrapping_add(s as u64);
-                keys[2 * s + p] = if dither {
-                    dither_key(cfg.dither_seed, cfg.feng_id, p, spectrum)
-                } else {
-                    0
-                };
-            }
-        }
-        for p in 0..2 {
-            for (i, g) in self.gains[p][..c].iter().enumerate() {
-                gains[2 * (p * c + i)] = g.re;
-                gains[2 * (p * c + i) + 1] = g.im;
-            }
-        }
-    }
-}
-
 /// What a compiled FIR kernel depends on: input width, statistics, fast decoder, streaming
 /// stores, (threads, min blocks) of its launch bounds.
 type FirKey = (u32, bool, bool, bool, (u32, u32));
@@ -467,10 +197,10 @@ impl GpuBackend {
     pub fn with_unzip(cfg: FConfig, unzip: usize) -> Result<Self, FError> {
         cfg.validate()?;
         if cfg.narrowband.is_some() {
-            return Err(FError::Gpu(
+            return Err(FError::Gpu(GpuError::Unsupported(
                 "narrowband outputs are not implemented on the GPU backend yet: use --backend cpu"
                     .into(),
-            ));
+            )));
         }
         let n = cfg.pfb_channels();
         if ![1, 2, 4].contains(&unzip) || n / unzip < 2 {
@@ -485,24 +215,18 @@ impl GpuBackend {
                 why: format!("{n} is too large for the GPU kernels"),
             });
         }
-        if !crate::gpu::gpu_available() {
-            return Err(FError::Gpu("no usable CUDA device".into()));
-        }
-        let ctx = CudaContext::new(0).map_err(gerr)?;
-        let attr = |a| ctx.attribute(a).map_err(gerr);
-        let arch = arch_for(
-            attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-            attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-        )?;
+        let ctx = crate::gpu::open_device(0)?;
+        let attr = |a| ctx.attribute(a).map_err(FError::from);
+        let arch = crate::gpu::device_arch(&ctx)?;
         // A stream of our own (not the legacy default stream, which would serialise with
         // the pipeline's copy streams). Creating it first puts the context in multi-stream
         // mode, so every buffer below tracks its last reader and writer with events and
         // uses on other streams wait for them.
-        let stream = ctx.new_stream().map_err(gerr)?;
+        let stream = ctx.new_stream()?;
         let sm_count =
             attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize;
         let w = pfb_weights(cfg.pfb_step(), cfg.taps, cfg.w_cutoff, cfg.window)?;
-        let weights = stream.clone_htod(&w).map_err(gerr)?;
+        let weights = stream.clone_htod(&w)?;
         let mut be = GpuBackend {
             unzip,
             arch,
@@ -512,8 +236,8 @@ impl GpuBackend {
             post_fns: HashMap::new(),
             plans: HashMap::new(),
             weights,
-            fir_out: stream.alloc_zeros(1).map_err(gerr)?,
-            fft_out: stream.alloc_zeros(1).map_err(gerr)?,
+            fir_out: stream.alloc_zeros(1)?,
+            fft_out: stream.alloc_zeros(1)?,
             blk: DeviceBlock::new(&stream, cfg.channels)?,
             params: HostParams::new(cfg.channels),
             cfg,
@@ -608,26 +332,23 @@ impl GpuBackend {
         defines.push(("POST_FAST_SINCOS", u32::from(key.1).to_string()));
         defines.push(("POST_PREFETCH", u32::from(key.2).to_string()));
         defines.push(("POST_MIN_BLOCKS", key.3.to_string()));
-        let ptx = crate::gpu::compile_ptx("postproc.cu", POSTPROC_SRC, &defines, self.arch)
-            .map_err(FError::Gpu)?;
-        let f = self
-            .ctx
-            .load_module(ptx)
-            .map_err(gerr)?
-            .load_function("postproc")
-            .map_err(gerr)?;
+        let ptx = crate::gpu::compile_ptx("postproc.cu", POSTPROC_SRC, &defines, self.arch)?;
+        let f = self.ctx.load_module(ptx)?.load_function("postproc")?;
         self.post_fns.insert(key, f.clone());
         Ok(f)
     }
 
+    /// The unzip factor: cuFFT runs this many transforms of length N/unzip per spectrum.
     pub fn unzip(&self) -> usize {
         self.unzip
     }
 
+    /// The stream all work is queued on (the backend's own).
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
 
+    /// The CUDA context.
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
     }
@@ -649,14 +370,8 @@ impl GpuBackend {
         defines.push(("FIR_STCS", u32::from(key.3).to_string()));
         defines.push(("FIR_MAX_THREADS", bounds.0.to_string()));
         defines.push(("FIR_MIN_BLOCKS", bounds.1.to_string()));
-        let ptx = crate::gpu::compile_ptx("pfb_fir.cu", PFB_FIR_SRC, &defines, self.arch)
-            .map_err(FError::Gpu)?;
-        let f = self
-            .ctx
-            .load_module(ptx)
-            .map_err(gerr)?
-            .load_function("pfb_fir")
-            .map_err(gerr)?;
+        let ptx = crate::gpu::compile_ptx("pfb_fir.cu", PFB_FIR_SRC, &defines, self.arch)?;
+        let f = self.ctx.load_module(ptx)?.load_function("pfb_fir")?;
         self.fir_fns.insert(key, f.clone());
         Ok(f)
     }
@@ -709,7 +424,7 @@ impl GpuBackend {
         self.blk.in_stride = stride;
         for (p, (d, s)) in parts.iter().enumerate() {
             let mut dst = self.blk.input.slice_mut(p * stride..p * stride + d.len());
-            self.stream.memcpy_htod(*d, &mut dst).map_err(gerr)?;
+            self.stream.memcpy_htod(*d, &mut dst)?;
             self.blk.staged[p] = *s;
         }
         Ok(())
@@ -761,7 +476,7 @@ impl GpuBackend {
             // SAFETY: argument types and order match `pfb_fir`; each pol's staged input holds
             // first + (m + taps − 1)·2N samples plus IN_PAD bytes, the weights hold taps·2N
             // floats and fir_out holds m·2N complex values.
-            unsafe { b.launch(cfg) }.map_err(gerr)?;
+            unsafe { b.launch(cfg) }?;
         }
         Ok(())
     }
@@ -773,9 +488,9 @@ impl GpuBackend {
         if waves == 0 {
             return Ok(self.tuning.fir_run.max(1));
         }
-        let per_sm = f
-            .occupancy_max_active_blocks_per_multiprocessor(self.tuning.fir_threads, 0, None)
-            .map_err(gerr)? as usize;
+        let per_sm =
+            f.occupancy_max_active_blocks_per_multiprocessor(self.tuning.fir_threads, 0, None)?
+                as usize;
         let resident = per_sm.max(1) * self.sm_count;
         let runs = (waves * resident / cols.max(1)).clamp(1, m.max(1));
         Ok(m.div_ceil(runs).max(1))
@@ -798,13 +513,11 @@ impl GpuBackend {
                 cufftType::CUFFT_C2C,
                 batch as i32,
                 self.stream.clone(),
-            )
-            .map_err(gerr)?;
+            )?;
             self.plans.insert(batch, plan);
         }
         let plan = &self.plans[&batch];
-        plan.exec_c2c(&mut self.fir_out, &mut self.fft_out, FftDirection::Forward)
-            .map_err(gerr)?;
+        plan.exec_c2c(&mut self.fir_out, &mut self.fft_out, FftDirection::Forward)?;
         Ok(())
     }
 
@@ -846,7 +559,7 @@ impl GpuBackend {
         // device output covers spectra out_first..out_first + m (ensured by the caller),
         // gains hold 2·C, delay and keys 2·m entries (device allocations, so the kernel's
         // 16-byte loads of both pols' delay and keys are aligned).
-        unsafe { b.launch(cfg) }.map_err(gerr)?;
+        unsafe { b.launch(cfg) }?;
         Ok(())
     }
 
@@ -854,12 +567,8 @@ impl GpuBackend {
     fn read_stats(&self, m: usize) -> Result<BlockStats, FError> {
         let mut st = [0u64; 4];
         let mut sat = [0u64; 2];
-        self.stream
-            .memcpy_dtoh(&self.blk.in_stats, &mut st)
-            .map_err(gerr)?;
-        self.stream
-            .memcpy_dtoh(&self.blk.sat, &mut sat)
-            .map_err(gerr)?;
+        self.stream.memcpy_dtoh(&self.blk.in_stats, &mut st)?;
+        self.stream.memcpy_dtoh(&self.blk.sat, &mut sat)?;
         let samples = (m * self.cfg.pfb_step()) as u64;
         let input = [0, 1].map(|p| InputStats {
             sum_sq: st[p],
@@ -880,8 +589,7 @@ impl GpuBackend {
         let len = m * 2 * self.cfg.pfb_channels();
         let mut v = vec![float2 { x: 0.0, y: 0.0 }; len];
         self.stream
-            .memcpy_dtoh(&self.fir_out.slice(..len), &mut v)
-            .map_err(gerr)?;
+            .memcpy_dtoh(&self.fir_out.slice(..len), &mut v)?;
         Ok(v.iter().map(|c| Complex32::new(c.x, c.y)).collect())
     }
 
@@ -897,60 +605,7 @@ impl GpuBackend {
         let len = HostSlice::len(dst).min(self.blk.out.len());
         self.stream
             .memcpy_dtoh(&self.blk.out.slice(..len), dst)
-            .map_err(gerr)
-    }
-}
-
-/// What [`StagedCompute::work_buffers`] lends: the compute stream, the FIR output and FFT
-/// buffers, and N (`pfb_channels`).
-pub(crate) type WorkBuffers<'a> = (
-    &'a Arc<CudaStream>,
-    &'a mut CudaSlice<float2>,
-    &'a mut CudaSlice<float2>,
-    usize,
-);
-
-/// The compute of a GPU F-engine backend on the block it has staged, shared by the
-/// wideband ([`GpuBackend`]) and narrowband ([`super::GpuNarrowband`]) backends and the
-/// pipelines built on them: each backend says what fits its launch grids, where its
-/// FIR/FFT buffers and counters are, and which kernels it queues; the sequence is here.
-pub(crate) trait StagedCompute {
-    /// Whether `m` spectra per block fit the backend's launch grids.
-    fn fits(&self, m: usize) -> bool;
-
-    /// The compute stream, the FIR output and FFT buffers (m·2N complex values each) and
-    /// N (`pfb_channels`).
-    fn work_buffers(&mut self) -> WorkBuffers<'_>;
-
-    /// Queues the zeroing of the block counters.
-    fn reset_counters(&mut self) -> Result<(), FError>;
-
-    /// Queues the kernels (and FFT) of `m` staged spectra into output spectra
-    /// out_first..out_first + m.
-    fn launch_stages(&mut self, m: usize, out_first: usize) -> Result<(), FError>;
-
-    /// Queues the compute of `m` staged spectra into the device output (which must hold
-    /// spectra out_first..out_first + m); `reset` zeroes the counters first, else the
-    /// block adds to them (later blocks of a batch).
-    fn compute_with(&mut self, m: usize, out_first: usize, reset: bool) -> Result<(), FError> {
-        if !self.fits(m) {
-            return Err(FError::BadParameter {
-                what: "spectra",
-                why: format!("{m} spectra per block is too many for the GPU backend"),
-            });
-        }
-        let (stream, fir_out, fft_out, n) = self.work_buffers();
-        ensure(stream, fir_out, m * 2 * n)?;
-        ensure(stream, fft_out, m * 2 * n)?;
-        if reset {
-            self.reset_counters()?;
-        }
-        self.launch_stages(m, out_first)
-    }
-
-    /// [`Self::compute_with`] with the counters reset first.
-    fn compute(&mut self, m: usize, out_first: usize) -> Result<(), FError> {
-        self.compute_with(m, out_first, true)
+            .map_err(FError::from)
     }
 }
 
@@ -967,10 +622,10 @@ impl StagedCompute for GpuBackend {
     }
 
     fn reset_counters(&mut self) -> Result<(), FError> {
+        self.stream.memset_zeros(&mut self.blk.in_stats)?;
         self.stream
-            .memset_zeros(&mut self.blk.in_stats)
-            .map_err(gerr)?;
-        self.stream.memset_zeros(&mut self.blk.sat).map_err(gerr)
+            .memset_zeros(&mut self.blk.sat)
+            .map_err(FError::from)
     }
 
     fn launch_stages(&mut self, m: usize, out_first: usize) -> Result<(), FError> {
@@ -994,12 +649,11 @@ impl FBackend for GpuBackend {
         if block.out_first != 0 || m != n_out {
             // Only part of `out` is written: keep the rest as the caller had it.
             let mut d = self.blk.out.slice_mut(..out.len());
-            self.stream.memcpy_htod(&*out, &mut d).map_err(gerr)?;
+            self.stream.memcpy_htod(&*out, &mut d)?;
         }
         self.compute(m, block.out_first)?;
         self.stream
-            .memcpy_dtoh(&self.blk.out.slice(..out.len()), out)
-            .map_err(gerr)?;
+            .memcpy_dtoh(&self.blk.out.slice(..out.len()), out)?;
         self.read_stats(m)
     }
 }

@@ -83,7 +83,9 @@ fn gpu_backend_refuses_bad_configs_cleanly() {
         mode: NarrowbandMode::Discard,
     });
     match GpuBackend::new(nb) {
-        Err(FError::Gpu(msg)) => assert!(msg.contains("narrowband"), "{msg}"),
+        Err(FError::Gpu(crate::gpu::GpuError::Unsupported(msg))) => {
+            assert!(msg.contains("narrowband"), "{msg}")
+        }
         other => panic!("expected a narrowband error, got {:?}", other.err()),
     }
     for unzip in [0usize, 3, 8] {

@@ -2,8 +2,9 @@
 //! three-stream pipeline against one large block on the single-stream backend (skipped
 //! without a GPU, required with GPUCBF_REQUIRE_GPU=1).
 
+use crate::compute::fengine::gpu::block::BlockParams;
 use crate::compute::fengine::gpu::pipeline::{GpuPipeline, PipelineShape};
-use crate::compute::fengine::gpu::wideband::{BlockParams, GpuBackend};
+use crate::compute::fengine::gpu::wideband::GpuBackend;
 use crate::compute::fengine::reference::*;
 use crate::compute::fengine::*;
 use crate::gpu;

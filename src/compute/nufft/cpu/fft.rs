@@ -14,7 +14,7 @@ use crate::compute::nufft::Real;
 const COLS: usize = 16;
 
 /// Plans for a C-ordered array of the given shape, both directions.
-pub struct FftNd<T: Real> {
+pub(crate) struct FftNd<T: Real> {
     shape: Vec<usize>,
     fwd: Vec<Arc<dyn Fft<T>>>,
     inv: Vec<Arc<dyn Fft<T>>>,
@@ -35,7 +35,7 @@ impl<T> SharedPtr<T> {
 
 impl<T: Real> FftNd<T> {
     /// Plans for `shape` (every entry ≥ 1).
-    pub fn new(shape: &[usize]) -> Self {
+    pub(crate) fn new(shape: &[usize]) -> Self {
         let mut planner = FftPlanner::<T>::new();
         FftNd {
             shape: shape.to_vec(),
@@ -52,7 +52,7 @@ impl<T: Real> FftNd<T> {
 
     /// In-place unnormalised transform: `X[k] = Σ_l x[l]·exp(sign·2πi·k·l/n)` on every axis,
     /// `sign = +1` if `positive` (rustfft's inverse), else −1.
-    pub fn process(&self, data: &mut [Complex<T>], positive: bool) {
+    pub(crate) fn process(&self, data: &mut [Complex<T>], positive: bool) {
         assert_eq!(data.len(), self.shape.iter().product::<usize>());
         let plans = if positive { &self.inv } else { &self.fwd };
         for (axis, fft) in plans.iter().enumerate() {

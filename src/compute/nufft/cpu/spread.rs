@@ -19,7 +19,7 @@ use crate::compute::nufft::plan::check_coords;
 use crate::compute::nufft::{fast_floor, NufftError, Real, MAX_NS};
 
 /// Most points per chunk (FINUFFT's subproblem size is of the same order).
-pub const MAX_CHUNK: usize = 8192;
+pub(crate) const MAX_CHUNK: usize = 8192;
 /// log2 of the bin sizes in fine-grid points, axis 0 first: 16×32 in 2-D, 8×8×16 in 3-D.
 const BIN_SHIFT_2D: [u32; 3] = [4, 5, 0];
 const BIN_SHIFT_3D: [u32; 3] = [3, 3, 4];
@@ -38,7 +38,7 @@ impl<U> SharedPtr<U> {
 }
 
 /// Points in bin order, in grid units.
-pub struct SortedPoints<T> {
+pub(crate) struct SortedPoints<T> {
     /// Dimension (2 or 3).
     pub dim: usize,
     /// Grid coordinates `t ∈ [0, nf)`, `dim` per point, in sorted order. Kept in `f64`:
@@ -54,7 +54,7 @@ pub struct SortedPoints<T> {
 
 impl<T: Real> SortedPoints<T> {
     /// Validates, folds, rescales and sorts the points. `nf` has `dim` entries used.
-    pub fn new(coords: &[&[T]], nf: &[usize; 3], dim: usize) -> Result<Self, NufftError> {
+    pub(crate) fn new(coords: &[&[T]], nf: &[usize; 3], dim: usize) -> Result<Self, NufftError> {
         let m = check_coords(coords, dim)?;
         let shift = if dim == 2 { BIN_SHIFT_2D } else { BIN_SHIFT_3D };
         let nbins: Vec<usize> = (0..dim).map(|d| nf[d].div_ceil(1 << shift[d])).collect();
@@ -139,7 +139,7 @@ impl<T: Real> SortedPoints<T> {
     }
 
     /// Number of points.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.perm.len()
     }
 }
@@ -182,7 +182,7 @@ struct Stripes<'a, T> {
 
 /// Spreads strengths `c` (original order) onto `grid` (zeroed by the caller, C order,
 /// shape `nf[0..dim]`).
-pub fn spread<T: Real>(
+pub(crate) fn spread<T: Real>(
     pts: &SortedPoints<T>,
     c: &[Complex<T>],
     kernel: &Kernel<T>,
@@ -351,7 +351,7 @@ fn add_wrapped<T: Real>(dst: &mut [Complex<T>], src: &[Complex<T>], lo: isize) {
 }
 
 /// Interpolates the grid at the points: `out` in original order.
-pub fn interp<T: Real>(
+pub(crate) fn interp<T: Real>(
     pts: &SortedPoints<T>,
     grid: &[Complex<T>],
     kernel: &Kernel<T>,

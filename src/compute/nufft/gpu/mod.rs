@@ -24,10 +24,8 @@ use num_complex::Complex;
 use super::kernel::{Kernel, KernelParams};
 use super::plan::{check_coords, PlanShape};
 use super::{NufftBackend, NufftError, NufftType, Options, Real};
-use setup::{
-    arch_for, compile_cached, ensure, ensure_i32, exec_fft_inplace, fft_type, gerr, grid_1d, reals,
-    reals_mut,
-};
+use crate::gpu::GpuError;
+use setup::{ensure, ensure_i32, exec_fft_inplace, fft_type, grid_1d, reals, reals_mut};
 pub use setup::{nufft_defines, SpreadConfig, NUFFT_SRC, SHARED_MAX};
 
 /// Kernels of one compiled configuration.
@@ -101,30 +99,26 @@ impl<T: Real> GpuPlan<T> {
         if shape.grid_len > i32_max || shape.num_modes() > i32_max {
             return Err(NufftError::GridTooLarge(shape.nf[0]));
         }
-        if !crate::gpu::gpu_available() {
-            return Err(NufftError::Gpu("no usable CUDA device".into()));
-        }
+        let ctx = crate::gpu::open_device(0)?;
         let (dim, nf) = (shape.dim, shape.nf);
         let kernel = Kernel::<T>::new(&shape.params, opts.eps);
         let coef_host = kernel.coef_flat();
         let ncoef = coef_host.len() / shape.params.ns;
         let cfg = SpreadConfig::choose(dim, shape.params.ns, size_of::<T>(), bin, batch);
-        let ctx = CudaContext::new(0).map_err(gerr)?;
         let stream = ctx.default_stream();
-        let arch = arch_for(&ctx)?;
+        let arch = crate::gpu::device_arch(&ctx)?;
         let funcs = Self::load(&ctx, arch, &shape, ncoef, &cfg)?;
         let ft = fft_type::<T>();
         let fft = if dim == 2 {
             CudaFft::plan_2d(nf[0] as i32, nf[1] as i32, ft, stream.clone())
         } else {
             CudaFft::plan_3d(nf[0] as i32, nf[1] as i32, nf[2] as i32, ft, stream.clone())
-        }
-        .map_err(gerr)?;
+        }?;
         let [w0, w1, w2] = shape.weights::<T>();
-        let up = |v: &[T]| stream.clone_htod(v).map_err(gerr);
+        let up = |v: &[T]| stream.clone_htod(v).map_err(NufftError::from);
         let weights = [up(&w0)?, up(&w1)?, up(&w2)?];
-        let one = || stream.alloc_zeros::<T>(1).map_err(gerr);
-        let one_i = || stream.alloc_zeros::<i32>(1).map_err(gerr);
+        let one = || stream.alloc_zeros::<T>(1).map_err(NufftError::from);
+        let one_i = || stream.alloc_zeros::<i32>(1).map_err(NufftError::from);
         let pts = Points {
             m: 0,
             x: [one()?, one()?, one()?],
@@ -144,9 +138,9 @@ impl<T: Real> GpuPlan<T> {
         Ok(GpuPlan {
             ncoef,
             cfg,
-            coef: stream.clone_htod(&coef_host).map_err(gerr)?,
+            coef: stream.clone_htod(&coef_host)?,
             weights,
-            grid: stream.alloc_zeros::<T>(2 * shape.grid_len).map_err(gerr)?,
+            grid: stream.alloc_zeros::<T>(2 * shape.grid_len)?,
             shape,
             pts,
             input: one()?,
@@ -168,9 +162,9 @@ impl<T: Real> GpuPlan<T> {
     ) -> Result<Funcs, NufftError> {
         let (dim, ns, real_bytes) = (shape.dim, shape.params.ns, size_of::<T>());
         let defines = nufft_defines(dim, ns, ncoef, real_bytes == 8, cfg);
-        let ptx = compile_cached(&defines, arch)?;
-        let module = ctx.load_module(ptx).map_err(gerr)?;
-        let f = |name: &str| module.load_function(name).map_err(gerr);
+        let ptx = crate::gpu::compile_ptx_cached("nufft_spread.cu", NUFFT_SRC, &defines, arch)?;
+        let module = ctx.load_module(ptx)?;
+        let f = |name: &str| module.load_function(name).map_err(NufftError::from);
         let spread = f("nufft_spread")?;
         let shared = cfg.shared_bytes(dim, ns, real_bytes, ncoef);
         spread
@@ -179,9 +173,9 @@ impl<T: Real> GpuPlan<T> {
                 shared as i32,
             )
             .map_err(|e| {
-                NufftError::Gpu(format!(
+                NufftError::Gpu(GpuError::Failed(format!(
                     "spreading needs {shared} bytes of shared memory per block: {e:?}"
-                ))
+                )))
             })?;
         Ok(Funcs {
             bin_count: f("nufft_bin_count")?,
@@ -258,17 +252,16 @@ impl<T: Real> GpuPlan<T> {
     pub fn upload_points(&mut self, coords: &[&[T]]) -> Result<(), NufftError> {
         let m = check_coords(coords, self.shape.dim)?;
         if m > i32::MAX as usize {
-            return Err(NufftError::Gpu(format!(
+            return Err(NufftError::Gpu(GpuError::Unsupported(format!(
                 "{m} points: the GPU backend takes at most 2^31 - 1 per plan"
-            )));
+            ))));
         }
         let s = self.stream.clone();
         for (d, c) in coords.iter().enumerate() {
             ensure(&s, &mut self.pts.x[d], m.max(1))?;
             ensure(&s, &mut self.pts.xs[d], m.max(1))?;
             if m > 0 {
-                s.memcpy_htod(*c, &mut self.pts.x[d].slice_mut(0..m))
-                    .map_err(gerr)?;
+                s.memcpy_htod(*c, &mut self.pts.x[d].slice_mut(0..m))?;
             }
         }
         for b in [&mut self.pts.perm, &mut self.pts.bin, &mut self.pts.rank] {
@@ -293,8 +286,7 @@ impl<T: Real> GpuPlan<T> {
         ensure_i32(&s, &mut p.counts, nb)?;
         ensure_i32(&s, &mut p.start, nb + 1)?;
         ensure_i32(&s, &mut p.sub_start, nb + 1)?;
-        s.memset_zeros(&mut p.counts.slice_mut(0..nb))
-            .map_err(gerr)?;
+        s.memset_zeros(&mut p.counts.slice_mut(0..nb))?;
         let (mi, nbi) = (m as i32, nb as i32);
         let nf = self.shape.nf.map(|v| v as i32);
         let nbv = nb3.map(|v| v as i32);
@@ -306,7 +298,7 @@ impl<T: Real> GpuPlan<T> {
             b.arg(&mut p.bin).arg(&mut p.rank).arg(&mut p.counts);
             // SAFETY: argument list matches `nufft_bin_count`; x[d] hold m values for the
             // used axes (axis 2 unused in 2-D), bin and rank m, counts nb.
-            unsafe { b.launch(grid_1d(m, 256)) }.map_err(gerr)?;
+            unsafe { b.launch(grid_1d(m, 256)) }?;
         }
         let mut b = s.launch_builder(&self.funcs.scan);
         b.arg(&p.counts)
@@ -319,7 +311,7 @@ impl<T: Real> GpuPlan<T> {
             shared_mem_bytes: 0,
         };
         // SAFETY: matches `nufft_scan`; counts hold nb values, start and sub_start nb + 1.
-        unsafe { b.launch(one_block) }.map_err(gerr)?;
+        unsafe { b.launch(one_block) }?;
         if m > 0 {
             let mut b = s.launch_builder(&self.funcs.scatter);
             b.arg(&p.x[0]).arg(&p.x[1]).arg(&p.x[2]).arg(&mi);
@@ -327,11 +319,10 @@ impl<T: Real> GpuPlan<T> {
             let [xs0, xs1, xs2] = &mut p.xs;
             b.arg(xs0).arg(xs1).arg(xs2);
             // SAFETY: matches `nufft_scatter`; every position start[bin] + rank < m.
-            unsafe { b.launch(grid_1d(m, 256)) }.map_err(gerr)?;
+            unsafe { b.launch(grid_1d(m, 256)) }?;
         }
         let mut nsub = [0i32];
-        s.memcpy_dtoh(&p.sub_start.slice(nb..nb + 1), &mut nsub)
-            .map_err(gerr)?;
+        s.memcpy_dtoh(&p.sub_start.slice(nb..nb + 1), &mut nsub)?;
         let nsub = nsub[0].max(0) as usize;
         for b in [&mut p.sub_bin, &mut p.sub_first, &mut p.sub_len] {
             ensure_i32(&s, b, nsub.max(1))?;
@@ -348,7 +339,7 @@ impl<T: Real> GpuPlan<T> {
                 .arg(&mut p.sub_first)
                 .arg(&mut p.sub_len);
             // SAFETY: matches `nufft_subprob`; the subproblem arrays hold nsub entries.
-            unsafe { b.launch(grid_1d(nsub, 256)) }.map_err(gerr)?;
+            unsafe { b.launch(grid_1d(nsub, 256)) }?;
         }
         p.nsub = nsub;
         p.sorted = true;
@@ -363,8 +354,7 @@ impl<T: Real> GpuPlan<T> {
         let s = self.stream.clone();
         ensure(&s, &mut self.input, 2 * n_in.max(1))?;
         if n_in > 0 {
-            s.memcpy_htod(reals(input), &mut self.input.slice_mut(0..2 * n_in))
-                .map_err(gerr)?;
+            s.memcpy_htod(reals(input), &mut self.input.slice_mut(0..2 * n_in))?;
         }
         Ok(())
     }
@@ -378,7 +368,9 @@ impl<T: Real> GpuPlan<T> {
 
     /// Zeroes the fine grid.
     pub fn zero_grid(&mut self) -> Result<(), NufftError> {
-        self.stream.memset_zeros(&mut self.grid).map_err(gerr)
+        self.stream
+            .memset_zeros(&mut self.grid)
+            .map_err(NufftError::from)
     }
 
     /// Type 1 only: spreads the resident strengths onto the (zeroed) fine grid.
@@ -413,7 +405,7 @@ impl<T: Real> GpuPlan<T> {
         b.arg(&nf[0]).arg(&nf[1]).arg(&nf[2]).arg(&nb1).arg(&nb2);
         // SAFETY: matches `nufft_spread`; the subproblems index sorted positions < m, perm
         // maps them to strengths < m (input holds 2m reals), tiles wrap into the grid.
-        unsafe { b.launch(lc) }.map(drop).map_err(gerr)
+        unsafe { b.launch(lc) }.map(drop).map_err(NufftError::from)
     }
 
     /// Type 2 only: interpolates the fine grid at the resident points into the output.
@@ -436,7 +428,9 @@ impl<T: Real> GpuPlan<T> {
         b.arg(&nf[0]).arg(&nf[1]).arg(&nf[2]).arg(&mut self.output);
         // SAFETY: matches `nufft_interp`; output holds 2m reals, perm is a permutation of
         // 0..m, the footprints wrap into the grid.
-        unsafe { b.launch(grid_1d(m, 128)) }.map(drop).map_err(gerr)
+        unsafe { b.launch(grid_1d(m, 128)) }
+            .map(drop)
+            .map_err(NufftError::from)
     }
 
     /// In-place FFT of the fine grid (`+i` for isign ≥ 0).
@@ -446,7 +440,7 @@ impl<T: Real> GpuPlan<T> {
         let (ptr, _sync) = self.grid.device_ptr_mut(&self.stream);
         // SAFETY: the plan was made by `fft_type::<T>()` for this grid's shape on this
         // stream, and `ptr` is the grid's device address.
-        unsafe { exec_fft_inplace::<T>(handle, ptr, dir) }.map_err(gerr)
+        unsafe { exec_fft_inplace::<T>(handle, ptr, dir) }.map_err(NufftError::from)
     }
 
     /// Type 1: modes × `1/φ̂` from the grid into the resident output; type 2: resident
@@ -470,7 +464,9 @@ impl<T: Real> GpuPlan<T> {
         b.arg(&nf[0]).arg(&nf[1]).arg(&nf[2]);
         // SAFETY: matches `nufft_extract` and `nufft_fill`; the mode side (output, or input
         // checked on upload) holds 2n reals, the grid 2·Π nf, weights n_d each.
-        unsafe { b.launch(grid_1d(n, 256)) }.map(drop).map_err(gerr)
+        unsafe { b.launch(grid_1d(n, 256)) }
+            .map(drop)
+            .map_err(NufftError::from)
     }
 
     /// The whole transform on resident data: type 1 zero → spread → FFT → extract; type 2
@@ -498,8 +494,7 @@ impl<T: Real> GpuPlan<T> {
         let n_out = output.len();
         if n_out > 0 {
             self.stream
-                .memcpy_dtoh(&self.output.slice(0..2 * n_out), reals_mut(output))
-                .map_err(gerr)?;
+                .memcpy_dtoh(&self.output.slice(0..2 * n_out), reals_mut(output))?;
         }
         Ok(())
     }

@@ -1,12 +1,10 @@
-//! Launch geometry, NVRTC compilation (cached per process) and small device-buffer
-//! helpers of the GPU NUFFT backend ([`super::gpu`]).
+//! Launch geometry, NVRTC defines and small device-buffer helpers of the GPU NUFFT backend
+//! ([`super`]; its PTX is cached per process by `gpu::compile_ptx_cached`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use cudarc::cufft;
-use cudarc::driver::sys::CUdevice_attribute;
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
+use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig};
 use num_complex::Complex;
 
 use crate::compute::nufft::{NufftError, Real};
@@ -18,10 +16,6 @@ pub const NUFFT_SRC: &str = crate::kernel_source!("nufft/nufft_spread.cu");
 const SHARED_TARGET: usize = 64 * 1024;
 /// Hard cap (below the A100's 163 KiB opt-in; the H100 has 227 KiB).
 pub const SHARED_MAX: usize = 160 * 1024;
-
-pub(super) fn gerr<E: std::fmt::Debug>(e: E) -> NufftError {
-    NufftError::Gpu(format!("{e:?}"))
-}
 
 /// Launch geometry of the spreading kernel (see `kernels/nufft/nufft_spread.cu`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,38 +115,6 @@ pub fn nufft_defines(
     ]
 }
 
-/// PTX compiled so far in this process, by arch and defines.
-pub(super) fn compile_cached(
-    defines: &[(&'static str, String)],
-    arch: &'static str,
-) -> Result<cudarc::nvrtc::Ptx, NufftError> {
-    static CACHE: OnceLock<Mutex<HashMap<String, cudarc::nvrtc::Ptx>>> = OnceLock::new();
-    let key = format!("{arch}{defines:?}");
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some(p) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return Ok(p.clone());
-    }
-    let ptx = crate::gpu::compile_ptx("nufft_spread.cu", NUFFT_SRC, defines, arch)
-        .map_err(NufftError::Gpu)?;
-    cache
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(key, ptx.clone());
-    Ok(ptx)
-}
-
-pub(super) fn arch_for(ctx: &Arc<CudaContext>) -> Result<&'static str, NufftError> {
-    let attr = |a| ctx.attribute(a).map_err(gerr);
-    let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-    Ok(if major >= 9 {
-        "compute_90"
-    } else if major >= 8 {
-        "compute_80"
-    } else {
-        "compute_70"
-    })
-}
-
 /// Views complex values as interleaved `re, im` reals.
 pub(super) fn reals<T: Real>(v: &[Complex<T>]) -> &[T] {
     // SAFETY: `Complex<T>` is `#[repr(C)] { re: T, im: T }`: `n` values are `2n` contiguous
@@ -212,7 +174,7 @@ pub(super) fn ensure<T: Real>(
     len: usize,
 ) -> Result<(), NufftError> {
     if buf.len() < len {
-        *buf = stream.alloc_zeros::<T>(len).map_err(gerr)?;
+        *buf = stream.alloc_zeros::<T>(len)?;
     }
     Ok(())
 }
@@ -223,7 +185,7 @@ pub(super) fn ensure_i32(
     len: usize,
 ) -> Result<(), NufftError> {
     if buf.len() < len {
-        *buf = stream.alloc_zeros::<i32>(len).map_err(gerr)?;
+        *buf = stream.alloc_zeros::<i32>(len)?;
     }
     Ok(())
 }

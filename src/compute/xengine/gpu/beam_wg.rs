@@ -16,9 +16,11 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg,
 };
 
+use super::correlator::correlate_defines;
 use super::wgmma::{input_tensor_map, WGMMA_ARCH};
-use super::{correlate_defines, gerr, BeamLaunch, DevTables, GpuX};
+use super::{BeamLaunch, DevTables, GpuX};
 use crate::compute::xengine::{XError, XShape};
+use crate::gpu::GpuError;
 
 /// Source of the Hopper beamformer (the shared shape, sm_90 and beamformer headers in front).
 pub const BEAMFORM_WGMMA_SRC: &str = crate::kernel_source!(
@@ -276,18 +278,12 @@ pub(super) fn build(
         BEAMFORM_WGMMA_SRC,
         &defines,
         WGMMA_ARCH,
-    )
-    .map_err(XError::Gpu)?;
-    let f = ctx
-        .load_module(ptx)
-        .map_err(gerr)?
-        .load_function("beamform_wg")
-        .map_err(gerr)?;
+    )?;
+    let f = ctx.load_module(ptx)?.load_function("beamform_wg")?;
     f.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
         plan.smem as i32,
-    )
-    .map_err(gerr)?;
+    )?;
     Ok(f)
 }
 
@@ -307,10 +303,7 @@ impl GpuX {
         let Some(plan) = BeamWgPlan::new(&self.shape, pol, self.smem_optin) else {
             return Ok(None);
         };
-        let slots = self
-            .stream
-            .clone_htod(&plan.slot_table(pol))
-            .map_err(gerr)?;
+        let slots = self.stream.clone_htod(&plan.slot_table(pol))?;
         Ok(Some(WgTables { plan, slots }))
     }
 
@@ -324,10 +317,10 @@ impl GpuX {
             BeamKernel::Mma => Ok(None),
             BeamKernel::Auto => Ok(t.wg.as_ref()),
             BeamKernel::Wgmma => t.wg.as_ref().map(Some).ok_or_else(|| {
-                XError::Gpu(format!(
+                XError::Gpu(GpuError::Unsupported(format!(
                     "the wgmma beamformer needs compute capability 9.x, 8-bit input and at most {BEAM_WG_MAX_ANTS} antennas (this GPU {}.x, {}-bit, {} antennas)",
                     self.cc_major, self.shape.sample_bits, self.shape.n_ants
-                ))
+                )))
             }),
         }
     }
@@ -437,7 +430,7 @@ impl GpuX {
         // dseeds, u32 work of one word per block: n_sms words, the grid at most n_sms); the map
         // covers exactly nb batches of `input` and the caller checked every buffer for nb
         // batches and n_beams beams; the plan's shared memory was allowed in `build`.
-        unsafe { b.launch(cfg) }.map_err(gerr)?;
+        unsafe { b.launch(cfg) }?;
         Ok(())
     }
 }

@@ -62,8 +62,10 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 
-use super::{correlate_defines, gerr, GpuX, THREADS};
+use super::correlator::{correlate_defines, THREADS};
+use super::GpuX;
 use crate::compute::xengine::{XError, XShape};
+use crate::gpu::GpuError;
 
 /// Hopper correlator kernel source.
 pub const CORRELATE_WGMMA_SRC: &str = crate::kernel_source!(
@@ -75,7 +77,7 @@ pub const CORRELATE_WGMMA_SRC: &str = crate::kernel_source!(
     "xengine" / "correlate_wgmma.cu"
 );
 /// NVRTC architecture of the wgmma kernel (arch-specific PTX: runs on sm_90 only).
-pub const WGMMA_ARCH: &str = "compute_90a";
+pub const WGMMA_ARCH: &str = crate::gpu::SM90A;
 /// Environment variable forcing the correlator kernel: `mma` (mma.sync) or `wgmma`.
 pub const CORRELATOR_ENV: &str = "GPUCBF_CORRELATOR";
 
@@ -326,9 +328,9 @@ pub(super) fn default_kernel(
         Ok("ws") => Some(WgmmaVariant::warp_specialized(2, 4)),
         Ok("sp") => {
             if !sparse_ok {
-                return Err(XError::Gpu(format!(
+                return Err(XError::Gpu(GpuError::Unsupported(format!(
                     "{CORRELATOR_ENV}=sp needs spectra per batch a multiple of 32 (this shape: {spectra})"
-                )));
+                ))));
             }
             Some(WgmmaVariant::sparse(4, 5))
         }
@@ -343,15 +345,15 @@ pub(super) fn default_kernel(
             return Ok(AUTO_WS_ON_SM90.then(|| WgmmaVariant::warp_specialized(2, 4)));
         }
         Ok(other) => {
-            return Err(XError::Gpu(format!(
+            return Err(XError::Gpu(GpuError::Unsupported(format!(
                 "{CORRELATOR_ENV}={other}: expected `mma`, `wgmma`, `ws` or `sp`"
-            )))
+            ))))
         }
     };
     if major != 9 {
-        return Err(XError::Gpu(format!(
+        return Err(XError::Gpu(GpuError::Unsupported(format!(
             "{CORRELATOR_ENV}=wgmma/ws/sp needs compute capability 9.x (this device: {major}.x)"
-        )));
+        ))));
     }
     Ok(forced)
 }
@@ -365,19 +367,18 @@ pub(super) fn build(
 ) -> Result<Wgmma, XError> {
     variant.check(smem_limit)?;
     if shape.sample_bits != 8 {
-        return Err(XError::Gpu(format!(
+        return Err(XError::Gpu(GpuError::Unsupported(format!(
             "the wgmma correlator takes 8-bit input only (--sample-bits {}): use the mma.sync kernel",
             shape.sample_bits
-        )));
+        ))));
     }
     let ptx = crate::gpu::compile_ptx(
         "correlate_wgmma.cu",
         CORRELATE_WGMMA_SRC,
         &correlate_wgmma_defines(shape, variant),
         WGMMA_ARCH,
-    )
-    .map_err(XError::Gpu)?;
-    let module = ctx.load_module(ptx).map_err(gerr)?;
+    )?;
+    let module = ctx.load_module(ptx)?;
     if variant.sparse && !shape.spectra_per_batch.is_multiple_of(32) {
         return Err(XError::Shape(format!(
             "the sparse wgmma correlator needs spectra per batch a multiple of 32 (this shape: {})",
@@ -391,12 +392,11 @@ pub(super) fn build(
     } else {
         "correlate_wgmma"
     };
-    let f = module.load_function(name).map_err(gerr)?;
+    let f = module.load_function(name)?;
     f.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
         variant.smem() as i32,
-    )
-    .map_err(gerr)?;
+    )?;
     Ok(Wgmma { f, variant })
 }
 
@@ -436,10 +436,10 @@ impl GpuX {
     /// Selects the wgmma kernel with tuning `variant` (compute capability 9.x only).
     pub fn set_wgmma_variant(&mut self, variant: WgmmaVariant) -> Result<(), XError> {
         if !self.wgmma_supported() {
-            return Err(XError::Gpu(format!(
+            return Err(XError::Gpu(GpuError::Unsupported(format!(
                 "the wgmma correlator needs compute capability 9.x (this device: {}.x)",
                 self.cc_major
-            )));
+            ))));
         }
         self.wgmma = Some(build(&self.ctx, &self.shape, variant, self.smem_optin)?);
         Ok(())
@@ -455,7 +455,9 @@ impl GpuX {
         kpb: usize,
     ) -> Result<(), XError> {
         let Some(w) = self.wgmma.as_ref() else {
-            return Err(XError::Gpu("wgmma correlator not built".into()));
+            return Err(XError::Gpu(GpuError::Failed(
+                "wgmma correlator not built".into(),
+            )));
         };
         let nb = n_batches as i32;
         let kpb = kpb as i32;
@@ -483,7 +485,7 @@ impl GpuX {
             // (checked by the caller); acc has output_len elements; the shared memory was
             // allowed in `build`; kpb is a whole number of 64-spectrum stages and the spectra
             // per batch a multiple of 32 (checked in `build`).
-            unsafe { b.launch(cfg) }.map_err(gerr)?;
+            unsafe { b.launch(cfg) }?;
             return Ok(());
         }
         let mut grid = grid;
@@ -502,7 +504,7 @@ impl GpuX {
         // SAFETY: argument types and order match `correlate_wgmma` in
         // kernels/xengine/correlate_wgmma.cu; the caller checked that the input holds n_batches whole
         // batches; acc has output_len elements; the shared memory was allowed in `build`.
-        unsafe { b.launch(cfg) }.map_err(gerr)?;
+        unsafe { b.launch(cfg) }?;
         Ok(())
     }
 }
@@ -568,17 +570,17 @@ pub(super) fn input_tensor_map(
         )
     };
     if r != sys::CUresult::CUDA_SUCCESS {
-        return Err(XError::Gpu(format!(
+        return Err(XError::Gpu(GpuError::Failed(format!(
             "cuTensorMapEncodeTiled for the correlator input ({dims:?}, box {boxd:?}): {r:?}"
-        )));
+        ))));
     }
     // SAFETY: initialised by the successful call above.
     Ok(TensorMapArg(unsafe { m.assume_init() }))
 }
 
 impl GpuX {
-    /// Runs the `wgmma_probe` kernel (one m64n8k32 instruction): `a` int8 [64][32], `b` int8
-    /// [8][32]; returns int32 [64][8] = a·bᵀ as read back through the accumulator layout the
+    /// Runs the `wgmma_probe` kernel (one m64n8k32 instruction): `a` int8 `[64][32]`, `b` int8
+    /// `[8][32]`; returns int32 `[64][8]` = a·bᵀ as read back through the accumulator layout the
     /// correlator assumes. Pins the descriptor and fragment layouts on a new device.
     pub fn wgmma_probe(&self, a: &[i8], b: &[i8]) -> Result<Vec<i32>, XError> {
         if a.len() != 64 * 32 || b.len() != 8 * 32 {
@@ -589,26 +591,20 @@ impl GpuX {
             });
         }
         if !self.wgmma_supported() {
-            return Err(XError::Gpu(
+            return Err(XError::Gpu(GpuError::Unsupported(
                 "wgmma probe needs compute capability 9.x".into(),
-            ));
+            )));
         }
         let ptx = crate::gpu::compile_ptx(
             "correlate_wgmma.cu",
             CORRELATE_WGMMA_SRC,
             &correlate_wgmma_defines(&self.shape, WgmmaVariant::default()),
             WGMMA_ARCH,
-        )
-        .map_err(XError::Gpu)?;
-        let f = self
-            .ctx
-            .load_module(ptx)
-            .map_err(gerr)?
-            .load_function("wgmma_probe")
-            .map_err(gerr)?;
-        let da = self.stream.clone_htod(a).map_err(gerr)?;
-        let db = self.stream.clone_htod(b).map_err(gerr)?;
-        let mut dd = self.stream.alloc_zeros::<i32>(64 * 8).map_err(gerr)?;
+        )?;
+        let f = self.ctx.load_module(ptx)?.load_function("wgmma_probe")?;
+        let da = self.stream.clone_htod(a)?;
+        let db = self.stream.clone_htod(b)?;
+        let mut dd = self.stream.alloc_zeros::<i32>(64 * 8)?;
         let cfg = LaunchConfig {
             grid_dim: (1, 1, 1),
             block_dim: (128, 1, 1),
@@ -617,9 +613,9 @@ impl GpuX {
         let mut lb = self.stream.launch_builder(&f);
         lb.arg(&da).arg(&db).arg(&mut dd);
         // SAFETY: matches `wgmma_probe` (int8 64×32, int8 8×32, int32 64×8); sizes above.
-        unsafe { lb.launch(cfg) }.map_err(gerr)?;
-        let out = self.stream.clone_dtoh(&dd).map_err(gerr)?;
-        self.stream.synchronize().map_err(gerr)?;
+        unsafe { lb.launch(cfg) }?;
+        let out = self.stream.clone_dtoh(&dd)?;
+        self.stream.synchronize()?;
         Ok(out)
     }
 }
