@@ -86,11 +86,13 @@ fn main() -> anyhow::Result<()> {
     init_logging(cli.log_format);
     match cli.command {
         Command::Fgpu(args) => {
-            let summary = gpucbf::engines::fgpu::run(&args)?;
+            let cfg = args.validate()?;
+            let summary = gpucbf::engines::fgpu::run(&cfg)?;
             print_json(&summary)?;
         }
         Command::Xbgpu(args) => {
-            let summary = gpucbf::engines::xbgpu::run(&args)?;
+            let cfg = args.validate()?;
+            let summary = gpucbf::engines::xbgpu::run(&cfg)?;
             print_json(&summary)?;
         }
         Command::Dsim(args) => {

@@ -9,3 +9,6 @@ pub mod common;
 pub mod dsim;
 pub mod fgpu;
 pub mod xbgpu;
+
+#[cfg(test)]
+mod tests;

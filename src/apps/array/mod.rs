@@ -16,6 +16,7 @@ use num_complex::Complex32;
 use serde_json::json;
 use tracing::{info, warn};
 
+use crate::engines::common::Backend;
 use crate::net::source::{PacketSource, Poll, UdpRecvSource};
 use crate::spead::{ids, Assembler, ItemValue};
 
@@ -35,8 +36,8 @@ pub struct ArrayArgs {
     #[arg(long, default_value = "out/array")]
     pub output: PathBuf,
     /// Compute backend of the engines (auto: GPU where one exists).
-    #[arg(long, default_value = "auto")]
-    pub backend: String,
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
     /// ADC sample rate (scaled down from L-band's 1712e6 so a CPU keeps up).
     #[arg(long, default_value_t = 1712e6 / 512.0)]
     pub adc_sample_rate: f64,
@@ -181,7 +182,7 @@ pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
         anyhow::bail!("--channels must be a power of two in 64..=32768");
     }
     // A bad --backend is refused here, not by every child engine.
-    crate::engines::common::cli::use_gpu(&args.backend, true)?;
+    args.backend.use_gpu(true)?;
     let exe = std::env::current_exe()?;
     let dir = &args.output;
     std::fs::create_dir_all(dir.join("logs"))?;
@@ -200,7 +201,7 @@ pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
     let model = sky::SkyModel::demo(fs, c);
     let signals = model.dsim_signals(&positions, fs);
     std::fs::write(dir.join("signals.txt"), &signals)?;
-    let backend = args.backend.clone();
+    let backend = args.backend.name().to_string();
     // Timestamps count from the start of the run.
     let sync = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?

@@ -157,3 +157,13 @@ pub fn spawn_receiver_monitored<P: Placement + 'static>(
         })
         .expect("spawn receive thread")
 }
+
+/// The receiver's rejected packets by reason name, for the reasons that occurred (an
+/// engine summary's `recv_rejected`).
+pub fn rejected_counts(stats: &ChunkStats) -> std::collections::BTreeMap<String, u64> {
+    crate::chunk::Reject::ALL
+        .into_iter()
+        .map(|r| (r.name().to_string(), stats.rejected(r)))
+        .filter(|&(_, n)| n > 0)
+        .collect()
+}
