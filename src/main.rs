@@ -96,7 +96,7 @@ fn main() -> anyhow::Result<()> {
             print_json(&summary)?;
         }
         Command::Dsim(args) => {
-            let cfg = args.validate().map_err(anyhow::Error::msg)?;
+            let cfg = args.validate()?;
             let summary = gpucbf::engines::dsim::run(&cfg)?;
             if args.summary {
                 print_json(&summary)?;
