@@ -146,7 +146,8 @@ fn main() -> anyhow::Result<()> {
             print_json(&summary)?;
         }
         Command::Array(args) => {
-            let summary = gpucbf::apps::array::run(&args)?;
+            let cfg = args.validate()?;
+            let summary = gpucbf::apps::array::run(&cfg)?;
             print_json(&summary)?;
         }
     }
