@@ -224,7 +224,17 @@ mod tests {
             .validate()
             .unwrap();
         assert_eq!((cfg.outputs.len(), cfg.bytes_per_value()), (1, 2));
-        assert_eq!(cfg.katcp, None, "no katcp by default for a pcap input");
+        // "x.pcap" is no file here: network input, katcp on 7147 unless --katcp-port 0.
+        assert_eq!(
+            cfg.katcp,
+            Some(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 7147))
+        );
+        assert!(!cfg.katcp_required);
+        let cfg = parse(&[&WB[..], &["--backend", "cpu", "--katcp-port", "0"]].concat())
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(cfg.katcp, None);
         for (extra, want) in [
             (vec!["--feng-id", "4", "--array-size", "4"], "--feng-id"),
             (vec!["--send-rate-factor", "nan"], "--send-rate-factor"),

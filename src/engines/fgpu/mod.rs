@@ -1,8 +1,8 @@
 //! `gpucbf fgpu`: the F-engine process. Command line -> [`FgpuConfig`] ([`config`], output
-//! specs in [`spec`]) -> [`run`]: outputs ([`pipeline`]) channelise through the
+//! specs in [`spec`]) -> [`run()`]: outputs ([`pipeline`]) channelise through the
 //! [`Channelizer`] seam ([`channelizer`], implemented over the compute backends in
 //! [`backend`]), driven over the sample timeline ([`store`], [`engine`]); katcp gains and
-//! delays ([`control`], [`device`]) and metrics ([`metrics`]) alongside. The channelising
+//! delays ([`control`], [`device`]) and metrics (`metrics.rs`) alongside. The channelising
 //! compute lives in [`crate::compute::fengine`].
 
 pub mod backend;
