@@ -73,15 +73,17 @@ fn main() -> anyhow::Result<()> {
     init_logging(cli.log_format);
     match cli.command {
         Command::Fgpu(args) => {
-            let summary = gpucbf::engines::fgpu::run(&args)?;
+            let cfg = args.validate()?;
+            let summary = gpucbf::engines::fgpu::run(&cfg)?;
             print_json(&summary)?;
         }
         Command::Xbgpu(args) => {
-            let summary = gpucbf::engines::xbgpu::run(&args)?;
+            let cfg = args.validate()?;
+            let summary = gpucbf::engines::xbgpu::run(&cfg)?;
             print_json(&summary)?;
         }
         Command::Dsim(args) => {
-            let cfg = args.validate().map_err(anyhow::Error::msg)?;
+            let cfg = args.validate()?;
             let summary = gpucbf::engines::dsim::run(&cfg)?;
             if args.summary {
                 print_json(&summary)?;
@@ -118,7 +120,8 @@ fn main() -> anyhow::Result<()> {
             print_json(&summary)?;
         }
         Command::Array(args) => {
-            let summary = gpucbf::apps::array::run(&args)?;
+            let cfg = args.validate()?;
+            let summary = gpucbf::apps::array::run(&cfg)?;
             print_json(&summary)?;
         }
     }

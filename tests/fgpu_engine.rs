@@ -12,7 +12,7 @@ use common::{scratch_dir, send_digitiser_heaps, HEAP_BYTES, HEAP_SAMPLES};
 use gpucbf::chunk::placement::DigitiserPlacement;
 use gpucbf::engines::common::send::open_sink;
 use gpucbf::engines::fgpu::engine::run_pipelines;
-use gpucbf::engines::fgpu::{parse_wideband, Channelizer, FgpuSummary, Pipeline};
+use gpucbf::engines::fgpu::{parse_wideband, Channelizer, ChannelizerError, FgpuSummary, Pipeline};
 use gpucbf::net::heapsend::HeapSender;
 use gpucbf::net::pcap::{PcapSink, PcapSource};
 use gpucbf::net::source::PcapFileSource;
@@ -24,7 +24,7 @@ struct Recording {
 }
 
 impl Channelizer for Recording {
-    fn input_range(&self, batch_ts: u64) -> Result<Option<[(u64, u64); 2]>, String> {
+    fn input_range(&self, batch_ts: u64) -> Result<Option<[(u64, u64); 2]>, ChannelizerError> {
         Ok(Some([(batch_ts, batch_ts + self.window as u64); 2]))
     }
 
@@ -33,7 +33,7 @@ impl Channelizer for Recording {
         batch_ts: u64,
         input: [&[i16]; 2],
         out: &mut [u8],
-    ) -> Result<[u64; 2], String> {
+    ) -> Result<[u64; 2], ChannelizerError> {
         assert_eq!(input[0].len(), self.window);
         // The input really starts at batch_ts: the digitiser payload encodes its heap index.
         let heap = (batch_ts / 4096) as i16;

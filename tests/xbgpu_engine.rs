@@ -13,8 +13,8 @@ use common::{scratch_dir, small_feng_placement};
 use gpucbf::chunk::placement::FengPlacement;
 use gpucbf::compute::xengine::{Beam, BeamSet, CpuX, GpuX, XShape};
 use gpucbf::engines::common::send::open_sink;
-use gpucbf::engines::xbgpu::engine::{run_pipelines, BPipeline};
-use gpucbf::engines::xbgpu::{Beamformer, Correlator, XPipeline};
+use gpucbf::engines::xbgpu::engine::run_pipelines;
+use gpucbf::engines::xbgpu::{BPipeline, BackendError, Beamformer, Correlator, XPipeline};
 use gpucbf::gpu::gpu_test_guard;
 use gpucbf::net::heapsend::HeapSender;
 use gpucbf::net::pcap::{PcapSink, PcapSource};
@@ -24,11 +24,11 @@ use gpucbf::spead::{ids, Assembler, Heap};
 struct Counting;
 
 impl Correlator for Counting {
-    fn accumulate(&mut self, _batch: &[i8]) -> Result<(), String> {
+    fn accumulate(&mut self, _batch: &[i8]) -> Result<(), BackendError> {
         Ok(())
     }
 
-    fn dump(&mut self, _present: &[bool], out: &mut [i32]) -> Result<u64, String> {
+    fn dump(&mut self, _present: &[bool], out: &mut [i32]) -> Result<u64, BackendError> {
         out.iter_mut().for_each(|v| *v = 0);
         Ok(0)
     }
@@ -41,7 +41,7 @@ impl Beamformer for Counting {
         _batch: &[i8],
         _present: &[bool],
         out: &mut [Vec<i8>],
-    ) -> Result<Vec<u64>, String> {
+    ) -> Result<Vec<u64>, BackendError> {
         Ok(vec![0; out.len()])
     }
 }
@@ -140,7 +140,7 @@ impl Beamformer for PerBatch {
         batch: &[i8],
         present: &[bool],
         out: &mut [Vec<i8>],
-    ) -> Result<Vec<u64>, String> {
+    ) -> Result<Vec<u64>, BackendError> {
         self.0.beamform(batch_ts, batch, present, out)
     }
 }
@@ -155,7 +155,7 @@ impl Beamformer for Chunked {
         batch: &[i8],
         present: &[bool],
         out: &mut [Vec<i8>],
-    ) -> Result<Vec<u64>, String> {
+    ) -> Result<Vec<u64>, BackendError> {
         self.0.beamform(batch_ts, batch, present, out)
     }
 
@@ -165,7 +165,7 @@ impl Beamformer for Chunked {
         data: &[i8],
         present: &[bool],
         out: &mut [Vec<i8>],
-    ) -> Result<Vec<Vec<u64>>, String> {
+    ) -> Result<Vec<Vec<u64>>, BackendError> {
         self.1.fetch_max(ts.len(), Ordering::Relaxed);
         self.0.beamform_chunk(ts, data, present, out)
     }

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::Dump;
+use super::receive::Dump;
 use crate::apps::image::{self, ImagingParams, Observation, Visibilities, Weighting};
 
 /// Writes `spectrum.png`, `image.png` and `image.fits`; returns a description.

@@ -1,23 +1,33 @@
 //! `gpucbf array`: a small loopback array in one command. One dsim (all antennas' streams,
 //! a sky of point sources plus noise and a tone), one F-engine process per antenna, one
 //! XB-engine, all over real UDP on 127.0.0.1 with the same subcommands a telescope runs;
-//! this process receives the correlation products and writes visibilities, plots, a dirty
-//! image and a summary.
+//! this process receives the correlation products ([`receive`]) and writes visibilities,
+//! plots, a dirty image ([`image`]) and a summary. The sky is [`sky`]'s; the child
+//! processes are started and stopped as in `procs.rs`.
 
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod image;
+mod procs;
+pub mod receive;
 pub mod sky;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use num_complex::Complex32;
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::net::source::{PacketSource, Poll, UdpRecvSource};
-use crate::spead::{ids, Assembler, ItemValue};
+use crate::engines::common::{Backend, ConfigError};
+pub use procs::ChildError;
+use procs::{child, stop, wait_json, wait_ready};
+pub use receive::Dump;
+use receive::{receive_dumps, write_visibilities};
 
 /// `gpucbf array` options.
 #[derive(Debug, Clone, Args)]
@@ -35,8 +45,8 @@ pub struct ArrayArgs {
     #[arg(long, default_value = "out/array")]
     pub output: PathBuf,
     /// Compute backend of the engines (auto: GPU where one exists).
-    #[arg(long, default_value = "auto")]
-    pub backend: String,
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
     /// ADC sample rate (scaled down from L-band's 1712e6 so a CPU keeps up).
     #[arg(long, default_value_t = 1712e6 / 512.0)]
     pub adc_sample_rate: f64,
@@ -48,317 +58,102 @@ pub struct ArrayArgs {
     pub dump_seconds: f64,
 }
 
-/// One dump of correlation products.
-pub struct Dump {
-    pub timestamp: u64,
-    /// (channel, baseline, product, re/im) int32.
-    pub raw: Vec<i32>,
+/// A checked array configuration: the options, and the engines' shapes that follow.
+#[derive(Debug, Clone)]
+pub struct ArrayConfig {
+    /// The options (valid).
+    pub args: ArrayArgs,
+    /// Complex values per F-engine batch.
+    pub jones_per_batch: usize,
+    /// ADC samples per F-engine batch.
+    pub batch_samples: u64,
+    /// Batches per correlator dump.
+    pub dump_batches: u64,
+    /// Digitiser heaps per stream over the run.
+    pub heaps_per_stream: u64,
 }
 
-fn child(exe: &std::path::Path, args: &[String], log: &std::path::Path) -> anyhow::Result<Child> {
-    let err = std::fs::File::create(log)?;
-    let mut cmd = Command::new(exe);
-    // Child logs in the format the array was asked for.
-    if crate::telemetry::log_format() == crate::telemetry::LogFormat::Json {
-        cmd.args(["--log-format", "json"]);
-    }
-    Ok(cmd
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(err)
-        .spawn()?)
-}
-
-fn stop(c: &mut Child) {
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe {
-        libc::kill(c.id() as i32, libc::SIGTERM);
-    }
-}
-
-fn wait_json(c: Child, name: &str, timeout: Duration) -> serde_json::Value {
-    let t0 = Instant::now();
-    let mut c = c;
-    loop {
-        match c.try_wait() {
-            Ok(Some(status)) => {
-                let mut out = String::new();
-                if let Some(mut o) = c.stdout.take() {
-                    let _ = std::io::Read::read_to_string(&mut o, &mut out);
-                }
-                let v: serde_json::Value =
-                    serde_json::from_str(&out).unwrap_or(json!({"stdout": out}));
-                return json!({"name": name, "exit_status": status.code(), "summary": v});
-            }
-            Ok(None) if t0.elapsed() < timeout => std::thread::sleep(Duration::from_millis(50)),
-            _ => {
-                let _ = c.kill();
-                let _ = c.wait();
-                return json!({"name": name, "exit_status": null, "error": "killed after timeout"});
-            }
+impl ArrayArgs {
+    /// Checks every option (a bad `--backend` is refused here, not by every child engine).
+    pub fn validate(&self) -> Result<ArrayConfig, ConfigError> {
+        if self.antennas == 0 || self.antennas > 64 {
+            return Err(ConfigError::rule("--antennas", "must be 1..=64"));
         }
+        if !(self.duration.is_finite() && self.duration > 0.0 && self.duration <= 3600.0) {
+            return Err(ConfigError::rule(
+                "--duration",
+                "must be in (0, 3600] seconds",
+            ));
+        }
+        if !(self.adc_sample_rate.is_finite() && self.adc_sample_rate >= 1e5) {
+            return Err(ConfigError::rule(
+                "--adc-sample-rate",
+                "must be at least 1e5",
+            ));
+        }
+        let c = self.channels;
+        if !c.is_power_of_two() || !(64..=32768).contains(&c) {
+            return Err(ConfigError::rule(
+                "--channels",
+                "must be a power of two in 64..=32768",
+            ));
+        }
+        self.backend.use_gpu(true)?;
+        let fs = self.adc_sample_rate;
+        let jones = (1usize << 18).max(c * 32);
+        let batch = ((jones / c) * 2 * c) as u64;
+        Ok(ArrayConfig {
+            args: self.clone(),
+            jones_per_batch: jones,
+            batch_samples: batch,
+            dump_batches: ((self.dump_seconds * fs / batch as f64).round() as u64).max(1),
+            heaps_per_stream: ((self.duration * fs) as u64).div_ceil(4096),
+        })
     }
 }
 
-/// Waits until each log file contains `marker` (an engine's start-up line), at most `timeout`;
-/// an engine that exits with an error (`Error:` in its log) ends the wait at once.
-fn wait_ready(logs: &[std::path::PathBuf], marker: &str, timeout: Duration) -> anyhow::Result<()> {
-    let t0 = Instant::now();
-    for log in logs {
-        loop {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            if text.contains(marker) {
-                break;
-            }
-            if text.contains("Error:") {
-                anyhow::bail!("{} failed to start: see the log", log.display());
-            }
-            if t0.elapsed() > timeout || crate::control::shutdown::requested() {
-                anyhow::bail!(
-                    "{} did not report `{marker}` within {:?}: see the log",
-                    log.display(),
-                    timeout
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+impl ArrayConfig {
+    /// Port `base_port + k` on 127.0.0.1.
+    fn port(&self, k: u16) -> SocketAddrV4 {
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.args.base_port + k)
     }
-    Ok(())
-}
-
-/// Receives X-engine heaps on `addr` until `stop` is set and the socket has been idle.
-fn receive_dumps(
-    addr: SocketAddrV4,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> anyhow::Result<(Vec<Dump>, crate::spead::AssemblerStats)> {
-    let mut src = UdpRecvSource::new(&[addr], Ipv4Addr::UNSPECIFIED, 64 << 20)?;
-    let mut asm = Assembler::new(8);
-    let mut heaps = Vec::new();
-    let mut dumps = Vec::new();
-    let mut idle = 0;
-    loop {
-        let r = src.recv_batch(&mut |p| {
-            let _ = asm.push(p, &mut heaps);
-        })?;
-        for h in heaps.drain(..) {
-            if let (Some(ts), Some(ItemValue::Bytes(b))) =
-                (h.u64_item(ids::TIMESTAMP), h.item(ids::XENG_RAW))
-            {
-                let raw = b
-                    .chunks_exact(4)
-                    .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect();
-                dumps.push(Dump { timestamp: ts, raw });
-            }
-        }
-        match r {
-            Poll::Idle if stop.load(std::sync::atomic::Ordering::Relaxed) => {
-                idle += 1;
-                if idle > 10 {
-                    break;
-                }
-            }
-            _ => idle = 0,
-        }
-    }
-    Ok((dumps, asm.stats))
 }
 
 /// Runs the array; returns the summary it also writes to `summary.json`.
-pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
+pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
     crate::control::shutdown::install();
-    if args.antennas == 0 || args.antennas > 64 {
-        anyhow::bail!("--antennas must be 1..=64");
-    }
-    if !(args.duration.is_finite() && args.duration > 0.0 && args.duration <= 3600.0) {
-        anyhow::bail!("--duration must be in (0, 3600] seconds");
-    }
-    if !(args.adc_sample_rate.is_finite() && args.adc_sample_rate >= 1e5) {
-        anyhow::bail!("--adc-sample-rate must be at least 1e5");
-    }
-    if !args.channels.is_power_of_two() || args.channels < 64 || args.channels > 32768 {
-        anyhow::bail!("--channels must be a power of two in 64..=32768");
-    }
-    // A bad --backend is refused here, not by every child engine.
-    crate::engines::common::cli::use_gpu(&args.backend, true)?;
+    let args = &cfg.args;
+    let (n, c, fs) = (args.antennas, args.channels, args.adc_sample_rate);
     let exe = std::env::current_exe()?;
     let dir = &args.output;
     std::fs::create_dir_all(dir.join("logs"))?;
-    let n = args.antennas;
-    let c = args.channels;
-    let fs = args.adc_sample_rate;
-    let jones = (1usize << 18).max(c * 32);
-    let sph = jones / c;
-    let batch = (sph * 2 * c) as u64;
-    let threshold = ((args.dump_seconds * fs / batch as f64).round() as u64).max(1);
-    let heaps_per_stream = ((args.duration * fs) as u64).div_ceil(4096);
-    let port = |k: u16| SocketAddrV4::new(Ipv4Addr::LOCALHOST, args.base_port + k);
-    let x_in = port(100);
-    let x_out = port(101);
     let positions = sky::layout(n);
     let model = sky::SkyModel::demo(fs, c);
     let signals = model.dsim_signals(&positions, fs);
     std::fs::write(dir.join("signals.txt"), &signals)?;
-    let backend = args.backend.clone();
     // Timestamps count from the start of the run.
-    let sync = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_secs_f64()
-        .floor()
-        .to_string();
+    let sync = unix_now()?.floor().to_string();
     info!(
         antennas = n,
         channels = c,
         adc_rate = fs,
-        dump_batches = threshold,
+        dump_batches = cfg.dump_batches,
         "starting the array"
     );
-
     // Receiver of the X output, then the XB-engine, then the F-engines, then the dsim.
-    let stop_rx = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stop2 = stop_rx.clone();
+    let stop_rx = Arc::new(AtomicBool::new(false));
+    let (x_out, stop2) = (cfg.port(101), stop_rx.clone());
     let rx = std::thread::spawn(move || receive_dumps(x_out, stop2));
-    let s = |v: &str| v.to_string();
-    let xb = child(
-        &exe,
-        &[
-            s("xbgpu"), s("--adc-sample-rate"), fs.to_string(), s("--sync-time"), sync.clone(),
-            s("--array-size"), n.to_string(), s("--channels"), c.to_string(),
-            s("--channels-per-substream"), c.to_string(), s("--samples-between-spectra"), (2 * c).to_string(),
-            s("--jones-per-batch"), jones.to_string(), s("--heaps-per-fengine-per-chunk"), s("4"),
-            s("--corrprod"), format!("name=baseline-correlation-products,dst={x_out},heap_accumulation_threshold={threshold}"),
-            s("--send-enabled"), s("--backend"), backend.clone(), x_in.to_string(),
-        ],
-        &dir.join("logs/xbgpu.log"),
-    )?;
-    let mut fengines = Vec::new();
-    for a in 0..n {
-        let src = format!("{},{}", port(2 * a as u16), port(2 * a as u16 + 1));
-        fengines.push(child(
-            &exe,
-            &[
-                s("fgpu"),
-                s("--adc-sample-rate"),
-                fs.to_string(),
-                s("--sync-time"),
-                sync.clone(),
-                s("--feng-id"),
-                a.to_string(),
-                s("--array-size"),
-                n.to_string(),
-                s("--wideband"),
-                format!("name=wideband,channels={c},dst={x_in},jones_per_batch={jones}"),
-                s("--recv-chunk-samples"),
-                (batch * 2).to_string(),
-                s("--gain"),
-                model.fgpu_gain(c).to_string(),
-                s("--backend"),
-                backend.clone(),
-                src,
-            ],
-            &dir.join(format!("logs/fgpu{a}.log")),
-        )?);
-    }
-    // Start the digitisers only once every engine has built its outputs (the GPU engines
-    // compile their kernels first, which can take seconds when several start together): data
-    // sent before that is lost and can leave every accumulation of a short run incomplete.
-    let mut logs = vec![dir.join("logs/xbgpu.log")];
-    logs.extend((0..n).map(|a| dir.join(format!("logs/fgpu{a}.log"))));
-    wait_ready(&logs, "output ready", Duration::from_secs(120))?;
-    std::thread::sleep(Duration::from_millis(200));
-    let mut dsim_args = vec![
-        s("dsim"),
-        s("--adc-sample-rate"),
-        fs.to_string(),
-        s("--sync-time"),
-        sync.clone(),
-        s("--period"),
-        (1u64 << 22).to_string(),
-        s("--heaps"),
-        heaps_per_stream.to_string(),
-        s("--dither-seed"),
-        s("1"),
-        s("--signals"),
-        signals.clone(),
-        s("--summary"),
-    ];
-    for a in 0..n {
-        dsim_args.push(port(2 * a as u16).to_string());
-        dsim_args.push(port(2 * a as u16 + 1).to_string());
-    }
-    let t0 = Instant::now();
-    let dsim = child(&exe, &dsim_args, &dir.join("logs/dsim.log"))?;
-    let pb = indicatif::ProgressBar::new((args.duration * 10.0) as u64);
-    if crate::telemetry::log_format() == crate::telemetry::LogFormat::Json {
-        // stderr carries JSON lines only.
-        pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
-    pb.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} ds simulated {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    let mut dsim = Some(dsim);
-    let mut dsim_summary = json!(null);
-    while let Some(mut d) = dsim.take() {
-        match d.try_wait()? {
-            Some(_) => dsim_summary = wait_json(d, "dsim", Duration::from_secs(5)),
-            None => {
-                if crate::control::shutdown::requested() {
-                    stop(&mut d);
-                }
-                dsim = Some(d);
-                let sim = t0.elapsed().as_secs_f64().min(args.duration + 30.0);
-                pb.set_position(((sim * 10.0) as u64).min(pb.length().unwrap_or(0)));
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-    }
-    let stream_s = t0.elapsed().as_secs_f64();
-    pb.finish_and_clear();
-    std::thread::sleep(Duration::from_millis(500));
-    for f in fengines.iter_mut() {
-        stop(f);
-    }
-    let fsum: Vec<serde_json::Value> = fengines
-        .into_iter()
-        .enumerate()
-        .map(|(a, f)| wait_json(f, &format!("fgpu{a}"), Duration::from_secs(60)))
-        .collect();
-    std::thread::sleep(Duration::from_millis(500));
-    let mut xb = xb;
-    stop(&mut xb);
-    let xsum = wait_json(xb, "xbgpu", Duration::from_secs(60));
-    stop_rx.store(true, std::sync::atomic::Ordering::Relaxed);
+    let engines = start_engines(cfg, &exe, &sync, model.fgpu_gain(c))?;
+    let (dsim_summary, t0, stream_s) = run_dsim(cfg, &exe, &sync, &signals)?;
+    let (fsum, xsum) = stop_engines(engines);
+    stop_rx.store(true, Ordering::Relaxed);
     let (mut dumps, rx_stats) = rx
         .join()
         .map_err(|_| anyhow::anyhow!("receiver panicked"))??;
     dumps.sort_by_key(|d| d.timestamp);
     let wall = t0.elapsed().as_secs_f64();
-
-    let nbl = n * (n + 1) / 2;
-    let mut vis = Vec::with_capacity(dumps.len() * c * nbl * 4);
-    for d in &dumps {
-        if d.raw.len() != c * nbl * 4 * 2 {
-            anyhow::bail!(
-                "dump at {} has {} values, expected {}",
-                d.timestamp,
-                d.raw.len(),
-                c * nbl * 8
-            );
-        }
-        vis.extend(
-            d.raw
-                .chunks_exact(2)
-                .map(|p| Complex32::new(p[0] as f32, p[1] as f32)),
-        );
-    }
-    crate::npy::write_npy(
-        &dir.join("visibilities.npy"),
-        &[dumps.len(), c, nbl, 4],
-        &crate::npy::NpyData::C64(vis),
-    )
-    .map_err(|e| anyhow::anyhow!("visibilities.npy: {e}"))?;
+    write_visibilities(dir, &dumps, n, c)?;
     let products = image::write_products(dir, &dumps, n, c, fs, &positions)?;
     let dropped: u64 = rx_stats.total_dropped() + rx_stats.incomplete_heaps_evicted;
     let summary = json!({
@@ -366,8 +161,8 @@ pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
         "channels": c,
         "adc_sample_rate": fs,
         "duration_s": args.duration,
-        "dump_batches": threshold,
-        "dump_seconds": (threshold * batch) as f64 / fs,
+        "dump_batches": cfg.dump_batches,
+        "dump_seconds": (cfg.dump_batches * cfg.batch_samples) as f64 / fs,
         "dumps_produced": dumps.len(),
         "streaming_wall_s": stream_s,
         "total_wall_s": wall,
@@ -391,4 +186,184 @@ pub fn run(args: &ArrayArgs) -> anyhow::Result<serde_json::Value> {
     Ok(summary)
 }
 
-pub mod image;
+fn unix_now() -> anyhow::Result<f64> {
+    Ok(std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64())
+}
+
+/// The engine processes: the XB-engine and one F-engine per antenna.
+struct Engines {
+    xb: Child,
+    fengines: Vec<Child>,
+}
+
+/// Starts the XB-engine and the F-engines and waits until every one has built its
+/// outputs.
+fn start_engines(cfg: &ArrayConfig, exe: &Path, sync: &str, gain: f64) -> anyhow::Result<Engines> {
+    let args = &cfg.args;
+    let (n, c, fs) = (args.antennas, args.channels, args.adc_sample_rate);
+    let (x_in, x_out) = (cfg.port(100), cfg.port(101));
+    let backend = args.backend.name().to_string();
+    let jones = cfg.jones_per_batch;
+    let logs = args.output.join("logs");
+    let s = |v: &str| v.to_string();
+    let xb = child(
+        exe,
+        &[
+            s("xbgpu"),
+            s("--adc-sample-rate"),
+            fs.to_string(),
+            s("--sync-time"),
+            s(sync),
+            s("--array-size"),
+            n.to_string(),
+            s("--channels"),
+            c.to_string(),
+            s("--channels-per-substream"),
+            c.to_string(),
+            s("--samples-between-spectra"),
+            (2 * c).to_string(),
+            s("--jones-per-batch"),
+            jones.to_string(),
+            s("--heaps-per-fengine-per-chunk"),
+            s("4"),
+            s("--corrprod"),
+            format!(
+                "name=baseline-correlation-products,dst={x_out},heap_accumulation_threshold={}",
+                cfg.dump_batches
+            ),
+            s("--send-enabled"),
+            s("--backend"),
+            backend.clone(),
+            x_in.to_string(),
+        ],
+        &logs.join("xbgpu.log"),
+    )?;
+    let mut fengines = Vec::new();
+    for a in 0..n {
+        let src = format!("{},{}", cfg.port(2 * a as u16), cfg.port(2 * a as u16 + 1));
+        fengines.push(child(
+            exe,
+            &[
+                s("fgpu"),
+                s("--adc-sample-rate"),
+                fs.to_string(),
+                s("--sync-time"),
+                s(sync),
+                s("--feng-id"),
+                a.to_string(),
+                s("--array-size"),
+                n.to_string(),
+                s("--wideband"),
+                format!("name=wideband,channels={c},dst={x_in},jones_per_batch={jones}"),
+                s("--recv-chunk-samples"),
+                (cfg.batch_samples * 2).to_string(),
+                s("--gain"),
+                gain.to_string(),
+                s("--backend"),
+                backend.clone(),
+                src,
+            ],
+            &logs.join(format!("fgpu{a}.log")),
+        )?);
+    }
+    // Start the digitisers only once every engine has built its outputs (the GPU engines
+    // compile their kernels first, which can take seconds when several start together): data
+    // sent before that is lost and can leave every accumulation of a short run incomplete.
+    let mut ready = vec![logs.join("xbgpu.log")];
+    ready.extend((0..n).map(|a| logs.join(format!("fgpu{a}.log"))));
+    wait_ready(&ready, "output ready", Duration::from_secs(120))?;
+    std::thread::sleep(Duration::from_millis(200));
+    Ok(Engines { xb, fengines })
+}
+
+/// Runs the dsim over the whole observation (with a progress bar), then returns its
+/// summary, when it started and how long it streamed.
+fn run_dsim(
+    cfg: &ArrayConfig,
+    exe: &Path,
+    sync: &str,
+    signals: &str,
+) -> anyhow::Result<(serde_json::Value, Instant, f64)> {
+    let args = &cfg.args;
+    let s = |v: &str| v.to_string();
+    let mut dsim_args = vec![
+        s("dsim"),
+        s("--adc-sample-rate"),
+        args.adc_sample_rate.to_string(),
+        s("--sync-time"),
+        s(sync),
+        s("--period"),
+        (1u64 << 22).to_string(),
+        s("--heaps"),
+        cfg.heaps_per_stream.to_string(),
+        s("--dither-seed"),
+        s("1"),
+        s("--signals"),
+        s(signals),
+        s("--summary"),
+    ];
+    for a in 0..args.antennas {
+        dsim_args.push(cfg.port(2 * a as u16).to_string());
+        dsim_args.push(cfg.port(2 * a as u16 + 1).to_string());
+    }
+    let t0 = Instant::now();
+    let dsim = child(exe, &dsim_args, &args.output.join("logs/dsim.log"))?;
+    let pb = progress_bar(args.duration);
+    let mut dsim = Some(dsim);
+    let mut dsim_summary = json!(null);
+    while let Some(mut d) = dsim.take() {
+        match d.try_wait()? {
+            Some(_) => dsim_summary = wait_json(d, "dsim", Duration::from_secs(5)),
+            None => {
+                if crate::control::shutdown::requested() {
+                    stop(&mut d);
+                }
+                dsim = Some(d);
+                let sim = t0.elapsed().as_secs_f64().min(args.duration + 30.0);
+                pb.set_position(((sim * 10.0) as u64).min(pb.length().unwrap_or(0)));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    let stream_s = t0.elapsed().as_secs_f64();
+    pb.finish_and_clear();
+    Ok((dsim_summary, t0, stream_s))
+}
+
+/// A progress bar in tenths of simulated seconds (hidden when stderr carries JSON lines).
+fn progress_bar(duration: f64) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new((duration * 10.0) as u64);
+    if crate::telemetry::log_format() == crate::telemetry::LogFormat::Json {
+        // stderr carries JSON lines only.
+        pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} ds simulated {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    pb
+}
+
+/// Stops the F-engines, then the XB-engine (each sends what it holds first), and returns
+/// their summaries.
+fn stop_engines(engines: Engines) -> (Vec<serde_json::Value>, serde_json::Value) {
+    let Engines {
+        mut xb,
+        mut fengines,
+    } = engines;
+    std::thread::sleep(Duration::from_millis(500));
+    for f in fengines.iter_mut() {
+        stop(f);
+    }
+    let fsum = fengines
+        .into_iter()
+        .enumerate()
+        .map(|(a, f)| wait_json(f, &format!("fgpu{a}"), Duration::from_secs(60)))
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    stop(&mut xb);
+    let xsum = wait_json(xb, "xbgpu", Duration::from_secs(60));
+    (fsum, xsum)
+}

@@ -27,13 +27,18 @@ pub fn layout(n: usize) -> Vec<[f64; 3]> {
 /// (relative noise power).
 #[derive(Debug, Clone, Copy)]
 pub struct Source {
+    /// Direction cosine towards east.
     pub l: f64,
+    /// Direction cosine towards north.
     pub m: f64,
+    /// Flux (noise power relative to a unit source).
     pub flux: f64,
 }
 
+/// The simulated sky: point sources of noise, a tone, and receiver noise per stream.
 #[derive(Debug, Clone)]
 pub struct SkyModel {
+    /// The point sources.
     pub sources: Vec<Source>,
     /// Tone frequency (Hz, baseband) and amplitude (full scale).
     pub tone: (f64, f64),
@@ -110,6 +115,7 @@ impl SkyModel {
         8.0 / (var.sqrt() * 511.0)
     }
 
+    /// The model as the array's summary shows it.
     pub fn describe(&self) -> serde_json::Value {
         json!({
             "sources": self.sources.iter().map(|s| json!({"l": s.l, "m": s.m, "flux": s.flux})).collect::<Vec<_>>(),

@@ -7,6 +7,44 @@ use std::path::Path;
 use crate::chunk::{Chunk, ChunkAssembler, ChunkQueues, ChunkStats, Placement, RecvMonitor};
 use crate::net::source::{PacketSource, PcapFileSource, Poll, UdpRecvSource};
 
+/// Why the input could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// `--recv-dpdk` and `--recv-ibv` together.
+    #[error("--recv-dpdk and --recv-ibv are alternatives: give one")]
+    DpdkAndIbv,
+    /// `SRC` is not an endpoint list where the receive path needs one.
+    #[error("{option}: source {src:?} is not endpoints: {error}")]
+    NotEndpoints {
+        /// The receive option (`--recv-dpdk`, `--recv-ibv`).
+        option: &'static str,
+        /// The source given.
+        src: String,
+        /// Why it does not parse.
+        error: String,
+    },
+    /// `SRC` is neither an existing file nor an endpoint list.
+    #[error("source {src:?} is neither a file nor endpoints: {error}")]
+    NeitherFileNorEndpoints {
+        /// The source given.
+        src: String,
+        /// Why it does not parse as endpoints.
+        error: String,
+    },
+    /// The ibverbs receive path could not be opened (no RDMA device, no libibverbs).
+    #[error("--recv-ibv: {0}")]
+    Ibv(std::io::Error),
+    /// This binary has no ibverbs receive path.
+    #[error("--recv-ibv: this gpucbf binary was built without ibverbs support (rebuild with `cargo build --features ibverbs`)")]
+    NoIbverbs,
+    /// This binary has no DPDK receive path.
+    #[error("--recv-dpdk: this gpucbf binary was built without DPDK support (rebuild with `cargo build --features dpdk`; needs libdpdk-dev)")]
+    NoDpdk,
+    /// Opening the pcap file, the sockets or DPDK failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
 /// How an engine receives (`--recv-interface`, `--recv-dpdk`, `--recv-ibv`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RecvOptions<'a> {
@@ -25,7 +63,7 @@ pub fn open_source(
     src: &str,
     interface: Ipv4Addr,
     dpdk: Option<&str>,
-) -> anyhow::Result<Box<dyn PacketSource>> {
+) -> Result<Box<dyn PacketSource>, OpenError> {
     open_source_with(
         src,
         &RecvOptions {
@@ -41,30 +79,37 @@ pub fn open_source(
 pub fn open_source_with(
     src: &str,
     opts: &RecvOptions<'_>,
-) -> anyhow::Result<Box<dyn PacketSource>> {
+) -> Result<Box<dyn PacketSource>, OpenError> {
     let interface = opts.interface.unwrap_or(Ipv4Addr::UNSPECIFIED);
     if opts.dpdk.is_some() && opts.ibv {
-        anyhow::bail!("--recv-dpdk and --recv-ibv are alternatives: give one");
+        return Err(OpenError::DpdkAndIbv);
     }
+    let not_endpoints = |option, e: String| OpenError::NotEndpoints {
+        option,
+        src: src.to_string(),
+        error: e,
+    };
     if let Some(eal) = opts.dpdk {
         let eps = if src.is_empty() || src == "all" {
             Vec::new()
         } else {
             crate::net::parse_endpoints(src)
-                .map_err(|e| anyhow::anyhow!("--recv-dpdk: source {src:?} is not endpoints: {e}"))?
+                .map_err(|e| not_endpoints("--recv-dpdk", e.to_string()))?
         };
         return open_dpdk(eal, eps);
     }
     if opts.ibv {
         let eps = crate::net::parse_endpoints(src)
-            .map_err(|e| anyhow::anyhow!("--recv-ibv: source {src:?} is not endpoints: {e}"))?;
+            .map_err(|e| not_endpoints("--recv-ibv", e.to_string()))?;
         return open_ibv(eps, interface);
     }
     if Path::new(src).is_file() {
         return Ok(Box::new(PcapFileSource::open(Path::new(src), Vec::new())?));
     }
-    let eps = crate::net::parse_endpoints(src)
-        .map_err(|e| anyhow::anyhow!("source {src:?} is neither a file nor endpoints: {e}"))?;
+    let eps = crate::net::parse_endpoints(src).map_err(|e| OpenError::NeitherFileNorEndpoints {
+        src: src.to_string(),
+        error: e.to_string(),
+    })?;
     Ok(Box::new(UdpRecvSource::new(&eps, interface, 128 << 20)?))
 }
 
@@ -72,9 +117,8 @@ pub fn open_source_with(
 fn open_ibv(
     eps: Vec<std::net::SocketAddrV4>,
     interface: Ipv4Addr,
-) -> anyhow::Result<Box<dyn PacketSource>> {
-    let s = crate::net::ibv_recv::IbvRecvSource::open(eps, interface)
-        .map_err(|e| anyhow::anyhow!("--recv-ibv: {e}"))?;
+) -> Result<Box<dyn PacketSource>, OpenError> {
+    let s = crate::net::ibv_recv::IbvRecvSource::open(eps, interface).map_err(OpenError::Ibv)?;
     Ok(Box::new(s))
 }
 
@@ -82,14 +126,15 @@ fn open_ibv(
 fn open_ibv(
     _eps: Vec<std::net::SocketAddrV4>,
     _interface: Ipv4Addr,
-) -> anyhow::Result<Box<dyn PacketSource>> {
-    anyhow::bail!(
-        "--recv-ibv: this gpucbf binary was built without ibverbs support (rebuild with `cargo build --features ibverbs`)"
-    )
+) -> Result<Box<dyn PacketSource>, OpenError> {
+    Err(OpenError::NoIbverbs)
 }
 
 #[cfg(feature = "dpdk")]
-fn open_dpdk(eal: &str, eps: Vec<std::net::SocketAddrV4>) -> anyhow::Result<Box<dyn PacketSource>> {
+fn open_dpdk(
+    eal: &str,
+    eps: Vec<std::net::SocketAddrV4>,
+) -> Result<Box<dyn PacketSource>, OpenError> {
     Ok(Box::new(crate::net::dpdk::DpdkSource::new(eal, eps)?))
 }
 
@@ -97,10 +142,8 @@ fn open_dpdk(eal: &str, eps: Vec<std::net::SocketAddrV4>) -> anyhow::Result<Box<
 fn open_dpdk(
     _eal: &str,
     _eps: Vec<std::net::SocketAddrV4>,
-) -> anyhow::Result<Box<dyn PacketSource>> {
-    anyhow::bail!(
-        "--recv-dpdk: this gpucbf binary was built without DPDK support (rebuild with `cargo build --features dpdk`; needs libdpdk-dev)"
-    )
+) -> Result<Box<dyn PacketSource>, OpenError> {
+    Err(OpenError::NoDpdk)
 }
 
 /// Runs the receive thread: packets → chunks → `tx`, until end of input or shutdown.
@@ -109,7 +152,7 @@ pub fn spawn_receiver<P: Placement + 'static>(
     placement: P,
     tx: crossbeam_channel::Sender<Chunk>,
     recycle: crossbeam_channel::Receiver<Chunk>,
-) -> std::thread::JoinHandle<anyhow::Result<ChunkStats>> {
+) -> std::thread::JoinHandle<std::io::Result<ChunkStats>> {
     spawn_receiver_monitored(src, placement, tx, recycle, Box::new(|_, _| {}))
 }
 
@@ -120,7 +163,7 @@ pub fn spawn_receiver_monitored<P: Placement + 'static>(
     tx: crossbeam_channel::Sender<Chunk>,
     recycle: crossbeam_channel::Receiver<Chunk>,
     mut monitor: RecvMonitor,
-) -> std::thread::JoinHandle<anyhow::Result<ChunkStats>> {
+) -> std::thread::JoinHandle<std::io::Result<ChunkStats>> {
     std::thread::Builder::new()
         .name("recv".into())
         .spawn(move || {
@@ -156,4 +199,14 @@ pub fn spawn_receiver_monitored<P: Placement + 'static>(
             Ok(asm.stats)
         })
         .expect("spawn receive thread")
+}
+
+/// The receiver's rejected packets by reason name, for the reasons that occurred (an
+/// engine summary's `recv_rejected`).
+pub fn rejected_counts(stats: &ChunkStats) -> std::collections::BTreeMap<String, u64> {
+    crate::chunk::Reject::ALL
+        .into_iter()
+        .map(|r| (r.name().to_string(), stats.rejected(r)))
+        .filter(|&(_, n)| n > 0)
+        .collect()
 }

@@ -12,7 +12,7 @@ pub fn open_sink(
     pcap: Option<&Path>,
     interface: Ipv4Addr,
     ttl: u32,
-) -> anyhow::Result<Box<dyn PacketSink>> {
+) -> std::io::Result<Box<dyn PacketSink>> {
     Ok(match pcap {
         Some(p) => {
             let ip = if interface.is_unspecified() {

@@ -6,27 +6,69 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::generate::{generate, HeapFormat, Window};
-use super::signal::{self, Timebase};
+use super::signal::{self, SignalError, Timebase};
 use crate::control::{Device, SensorSet, SensorType, Status};
+
+/// Why a katcp request failed (its text is the `!fail` message).
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// Arguments that do not fit the request.
+    #[error("usage: ?signals spec [period]")]
+    Usage,
+    /// A period that is not an integer.
+    #[error("period {0:?} is not an integer")]
+    Period(String),
+    /// A period other than the one running.
+    #[error(
+        "period {given} differs from the running period {running}: restart dsim with --period"
+    )]
+    OtherPeriod {
+        /// The period asked for.
+        given: u64,
+        /// The running period.
+        running: u64,
+    },
+    /// A signal program that does not parse.
+    #[error(transparent)]
+    Signal(#[from] SignalError),
+    /// The send loop has stopped.
+    #[error("the sender has stopped")]
+    SenderStopped,
+    /// The send loop did not take the new signal in time.
+    #[error("the sender did not take the new signal")]
+    NotTaken,
+    /// A request dsim does not serve.
+    #[error("unknown request {0}")]
+    Unknown(String),
+}
 
 /// A replacement signal on its way to the send loop; it answers with the first timestamp
 /// that carries it.
 pub struct SignalSwap {
+    /// The new signal's windows, one per stream.
     pub windows: Vec<Window>,
+    /// Where the send loop answers with the first timestamp carrying them.
     pub reply: crossbeam_channel::Sender<u64>,
 }
 
 /// What the device needs to generate windows exactly as the send loop expects them.
 #[derive(Debug, Clone)]
 pub struct GenContext {
+    /// Sample rate and replay period.
     pub tb: Timebase,
+    /// Sample width and heap length.
     pub fmt: HeapFormat,
+    /// Period heap index of the window's first heap.
     pub first_heap: u64,
+    /// Heaps in a window.
     pub window_heaps: usize,
+    /// Dither seed.
     pub dither_seed: u64,
+    /// Streams.
     pub n_streams: usize,
 }
 
+/// dsim's katcp device.
 pub struct DsimDevice {
     sensors: SensorSet,
     ctx: GenContext,
@@ -35,6 +77,7 @@ pub struct DsimDevice {
 }
 
 impl DsimDevice {
+    /// The device of a running dsim: new signals go to the send loop through `tx`.
     pub fn new(
         ctx: GenContext,
         tx: crossbeam_channel::Sender<SignalSwap>,
@@ -127,20 +170,18 @@ impl DsimDevice {
         }
     }
 
-    fn signals(&self, args: &[String]) -> Result<Vec<String>, String> {
-        let spec = args.first().ok_or("usage: ?signals spec [period]")?;
+    fn signals(&self, args: &[String]) -> Result<Vec<String>, RequestError> {
+        let spec = args.first().ok_or(RequestError::Usage)?;
         if args.len() > 2 {
-            return Err("usage: ?signals spec [period]".into());
+            return Err(RequestError::Usage);
         }
         if let Some(p) = args.get(1) {
-            let p: u64 = p
-                .parse()
-                .map_err(|_| format!("period {p:?} is not an integer"))?;
+            let p: u64 = p.parse().map_err(|_| RequestError::Period(p.clone()))?;
             if p != self.ctx.tb.period {
-                return Err(format!(
-                    "period {p} differs from the running period {}: restart dsim with --period",
-                    self.ctx.tb.period
-                ));
+                return Err(RequestError::OtherPeriod {
+                    given: p,
+                    running: self.ctx.tb.period,
+                });
             }
         }
         let mut next = || signal::mix64(self.entropy.fetch_add(1, Ordering::Relaxed));
@@ -168,10 +209,10 @@ impl DsimDevice {
                 windows,
                 reply: rtx,
             })
-            .map_err(|_| "the sender has stopped".to_string())?;
+            .map_err(|_| RequestError::SenderStopped)?;
         let ts = rrx
             .recv_timeout(Duration::from_secs(60))
-            .map_err(|_| "the sender did not take the new signal".to_string())?;
+            .map_err(|_| RequestError::NotTaken)?;
         self.sensors.set("signals-orig", spec, Status::Nominal);
         self.sensors.set("signals", spec, Status::Nominal);
         self.sensors
@@ -193,11 +234,12 @@ impl Device for DsimDevice {
     }
 
     fn request(&self, name: &str, args: &[String]) -> Result<Vec<String>, String> {
-        match name {
+        let reply = match name {
             "signals" => self.signals(args),
             "time" => Ok(vec![format!("{:.6}", crate::control::sensors::now())]),
-            _ => Err(format!("unknown request {name}")),
-        }
+            _ => Err(RequestError::Unknown(name.to_string())),
+        };
+        reply.map_err(|e| e.to_string())
     }
 
     fn sensors(&self) -> &SensorSet {

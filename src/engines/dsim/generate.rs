@@ -9,7 +9,9 @@ use crate::spead::bitpack;
 
 /// Packed heaps for a run of consecutive heap indices of one stream.
 pub struct Window {
+    /// Samples per heap.
     pub heap_samples: usize,
+    /// Packed bytes per heap.
     pub heap_bytes: usize,
     /// Period heap index of the first heap in the window.
     pub first_heap: u64,
@@ -20,10 +22,12 @@ pub struct Window {
 }
 
 impl Window {
+    /// Heaps in the window.
     pub fn n_heaps(&self) -> usize {
         self.saturated.len()
     }
 
+    /// Packed samples of heap `i` of the window.
     pub fn heap(&self, i: usize) -> &[u8] {
         &self.data[i * self.heap_bytes..(i + 1) * self.heap_bytes]
     }
@@ -32,7 +36,9 @@ impl Window {
 /// Sample width and heap length of a digitiser stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeapFormat {
+    /// Bits per sample.
     pub bits: u32,
+    /// Samples per heap.
     pub heap_samples: usize,
 }
 

@@ -1,17 +1,18 @@
 //! Glue between the engine's [`Channelizer`] seam and the F-engine compute backends.
 
-use super::config::{FgpuArgs, WidebandSpec, WindowFunction};
+use super::channelizer::{Channelizer, ChannelizerError, Completed};
+use super::config::FgpuConfig;
 use super::control::{OutputControl, SharedControl};
-use super::engine::{Channelizer, Completed};
+use super::spec::{WidebandSpec, WindowFunction};
 use crate::compute::fengine::{
-    input_span, Block, CpuBackend, DelaySegment, Dither, FBackend, FConfig, GpuBackend,
+    input_span, Block, CpuBackend, DelaySegment, Dither, FBackend, FConfig, FError, GpuBackend,
     GpuNarrowband, InputStats, Narrowband, NarrowbandMode, PipelineBackend, Pipelined, PolBlock,
     Samples, Window,
 };
 use std::collections::VecDeque;
 
 /// The compute configuration of one output.
-pub fn fconfig(spec: &WidebandSpec, args: &FgpuArgs, dither_seed: u64) -> FConfig {
+pub fn fconfig(spec: &WidebandSpec, cfg: &FgpuConfig) -> FConfig {
     FConfig {
         channels: spec.channels,
         taps: spec.taps,
@@ -20,20 +21,20 @@ pub fn fconfig(spec: &WidebandSpec, args: &FgpuArgs, dither_seed: u64) -> FConfi
             WindowFunction::Hann => Window::Hann,
             WindowFunction::Rect => Window::Rect,
         },
-        out_bits: args.send_sample_bits,
+        out_bits: cfg.send_sample_bits,
         dither: if spec.dither {
             Dither::Uniform
         } else {
             Dither::None
         },
-        dither_seed,
-        feng_id: args.feng_id,
-        n_ants: args.array_size,
+        dither_seed: cfg.dither_seed,
+        feng_id: cfg.feng_id,
+        n_ants: cfg.array_size,
         spectra_per_heap: spec.spectra_per_heap(),
         narrowband: spec.narrowband.map(|nb| Narrowband {
             decimation: nb.decimation,
             centre_frequency: nb.centre_frequency,
-            adc_rate: args.adc_sample_rate,
+            adc_rate: cfg.adc_sample_rate,
             ddc_taps: nb.ddc_taps,
             weight_pass: nb.weight_pass,
             mode: match nb.pass_bandwidth {
@@ -73,7 +74,8 @@ pub struct BackendChannelizer<B: FBackend + Send> {
     /// Coarse-delay resolution (1 wideband, S narrowband).
     unit: u64,
     wideband: bool,
-    cfg: crate::compute::fengine::FConfig,
+    cfg: FConfig,
+    /// The output's gains and delay models (shared with katcp).
     pub control: SharedControl,
     prepared: std::sync::Mutex<Option<Prepared>>,
     /// Packed input (submit/complete) for a backend without depth.
@@ -85,6 +87,8 @@ pub struct BackendChannelizer<B: FBackend + Send> {
 }
 
 impl<B: FBackend + Send> BackendChannelizer<B> {
+    /// A channeliser over `backend` for `bits`-bit digitiser samples, controlled by
+    /// `control`.
     pub fn new(backend: B, bits: u32, control: SharedControl) -> Self {
         let cfg = backend.config().clone();
         BackendChannelizer {
@@ -111,7 +115,7 @@ impl<B: FBackend + Send> BackendChannelizer<B> {
     }
 
     /// The controls prepared for `batch_ts` by [`Channelizer::input_range`], or new ones.
-    fn take_prepared(&mut self, batch_ts: u64) -> Result<Prepared, String> {
+    fn take_prepared(&mut self, batch_ts: u64) -> Result<Prepared, ChannelizerError> {
         let cached = self
             .prepared
             .get_mut()
@@ -132,11 +136,9 @@ impl<B: FBackend + Send> BackendChannelizer<B> {
         batch_ts: u64,
         samples: [Samples<'a>; 2],
         skip: [usize; 2],
-    ) -> Result<Vec<Block<'a>>, String> {
+    ) -> Result<Vec<Block<'a>>, ChannelizerError> {
         let segs = &prep.segs;
-        let ranges = prep.ranges.ok_or_else(|| {
-            format!("the batch at {batch_ts} needs input from before timestamp 0 (delay): it cannot be made")
-        })?;
+        let ranges = prep.ranges.ok_or(ChannelizerError::BeforeInput(batch_ts))?;
         // Cut points: where either pol's coarse delay or delay model changes.
         let mut cuts: Vec<usize> = segs.iter().flatten().map(|s| s.first).collect();
         cuts.push(self.spectra);
@@ -151,13 +153,13 @@ impl<B: FBackend + Send> BackendChannelizer<B> {
                     .iter()
                     .rev()
                     .find(|s| s.first <= a)
-                    .ok_or("no delay segment")?;
+                    .ok_or(ChannelizerError::NoDelaySegment)?;
                 let k = a - seg.first;
                 // The window of spectrum a, from the segment's input start.
                 let offset = seg
                     .input_offset(ranges[p].0)
                     .map(|o| o + k * self.sbs as usize)
-                    .ok_or("input offset before the batch's input range")?;
+                    .ok_or(ChannelizerError::OffsetBeforeRange)?;
                 pols.push(PolBlock {
                     samples: samples[p],
                     timestamp: ranges[p].0.wrapping_sub(skip[p] as u64),
@@ -185,7 +187,7 @@ impl<B: FBackend + Send> BackendChannelizer<B> {
         ctl: &OutputControl,
         pol: usize,
         batch_ts: u64,
-    ) -> Result<Vec<DelaySegment>, String> {
+    ) -> Result<Vec<DelaySegment>, FError> {
         let mut out = Vec::new();
         let mut s = 0usize;
         while s < self.spectra {
@@ -195,10 +197,9 @@ impl<B: FBackend + Send> BackendChannelizer<B> {
                 Some(ns) => ((ns - batch_ts).div_ceil(self.sbs) as usize).min(self.spectra),
                 None => self.spectra,
             };
-            let segs = ctl
-                .model_at(pol, t)
-                .segments(t, end - s, self.sbs, self.unit, self.wideband)
-                .map_err(|e| e.to_string())?;
+            let segs =
+                ctl.model_at(pol, t)
+                    .segments(t, end - s, self.sbs, self.unit, self.wideband)?;
             out.extend(segs.into_iter().map(|mut seg| {
                 seg.first += s;
                 seg
@@ -209,9 +210,12 @@ impl<B: FBackend + Send> BackendChannelizer<B> {
     }
 
     /// Copies the controls for the batch at `batch_ts` and works out its input ranges.
-    fn prepare(&self, batch_ts: u64) -> Result<Prepared, String> {
+    fn prepare(&self, batch_ts: u64) -> Result<Prepared, ChannelizerError> {
         let ctl = {
-            let mut c = self.control.lock().map_err(|_| "control lock poisoned")?;
+            let mut c = self
+                .control
+                .lock()
+                .map_err(|_| ChannelizerError::LockPoisoned)?;
             c.mark_taken(batch_ts);
             c.clone()
         };
@@ -236,7 +240,7 @@ impl<B: FBackend + Send> BackendChannelizer<B> {
 }
 
 impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
-    fn input_range(&self, batch_ts: u64) -> Result<Option<[(u64, u64); 2]>, String> {
+    fn input_range(&self, batch_ts: u64) -> Result<Option<[(u64, u64); 2]>, ChannelizerError> {
         // A model that does not evaluate is the batch's error: the engine drops the batch
         // (counted) and goes on.
         let p = self.prepare(batch_ts)?;
@@ -252,7 +256,7 @@ impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
         batch_ts: u64,
         input: [&[i16]; 2],
         out: &mut [u8],
-    ) -> Result<[u64; 2], String> {
+    ) -> Result<[u64; 2], ChannelizerError> {
         let prep = self.take_prepared(batch_ts)?;
         let samples = input.map(|data| Samples::Decoded {
             data,
@@ -261,10 +265,7 @@ impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
         let blocks = self.blocks(&prep, batch_ts, samples, [0, 0])?;
         let mut sat = [0u64; 2];
         for block in &blocks {
-            let st = self
-                .backend
-                .process(block, out)
-                .map_err(|e| e.to_string())?;
+            let st = self.backend.process(block, out)?;
             sat[0] += st.saturated[0];
             sat[1] += st.saturated[1];
         }
@@ -298,12 +299,9 @@ impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
         batch_ts: u64,
         input: [&[u8]; 2],
         skip: [usize; 2],
-    ) -> Result<(), String> {
+    ) -> Result<(), ChannelizerError> {
         if self.queued.len() >= self.depth() {
-            return Err(format!(
-                "{} batches already in flight: complete one first",
-                self.queued.len()
-            ));
+            return Err(ChannelizerError::Full(self.queued.len()));
         }
         let prep = self.take_prepared(batch_ts)?;
         let bits = self.bits;
@@ -315,18 +313,13 @@ impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
         let blocks = self.blocks(&prep, batch_ts, samples, skip)?;
         let out_len = self.cfg.output_len(self.spectra);
         if self.backend.depth() > 0 {
-            self.backend
-                .submit(&blocks, out_len)
-                .map_err(|e| e.to_string())?;
+            self.backend.submit(&blocks, out_len)?;
         } else {
             let mut out = vec![0u8; out_len];
             let mut sat = [0u64; 2];
             let mut input: Option<[InputStats; 2]> = None;
             for block in &blocks {
-                let st = self
-                    .backend
-                    .process(block, &mut out)
-                    .map_err(|e| e.to_string())?;
+                let st = self.backend.process(block, &mut out)?;
                 sat[0] += st.saturated[0];
                 sat[1] += st.saturated[1];
                 match (&mut input, st.input) {
@@ -345,23 +338,29 @@ impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
         Ok(())
     }
 
-    fn complete(&mut self, out: &mut [u8], wait: bool) -> Result<Option<Completed>, String> {
+    fn complete(
+        &mut self,
+        out: &mut [u8],
+        wait: bool,
+    ) -> Result<Option<Completed>, ChannelizerError> {
         let Some(&batch_ts) = self.queued.front() else {
             return Ok(None);
         };
         let (clipped, input) = if self.backend.depth() > 0 {
-            match self
-                .backend
-                .complete(out, wait)
-                .map_err(|e| e.to_string())?
-            {
+            match self.backend.complete(out, wait)? {
                 Some(st) => (st.saturated, st.input),
                 None => return Ok(None),
             }
         } else {
-            let (data, sat, input) = self.done.pop_front().ok_or("no computed batch")?;
+            let (data, sat, input) = self
+                .done
+                .pop_front()
+                .ok_or(ChannelizerError::NoComputedBatch)?;
             if data.len() != out.len() {
-                return Err(format!("output of {} bytes for {}", out.len(), data.len()));
+                return Err(ChannelizerError::OutputLength {
+                    out: out.len(),
+                    batch: data.len(),
+                });
             }
             out.copy_from_slice(&data);
             (sat, input)
@@ -375,30 +374,39 @@ impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
     }
 }
 
-/// Builds the channeliser of one output on the requested backend.
+/// Builds the channeliser of one output on the configured backend.
 pub fn make_channelizer(
     spec: &WidebandSpec,
-    args: &FgpuArgs,
-    dither_seed: u64,
+    cfg: &FgpuConfig,
     control: SharedControl,
-) -> anyhow::Result<Box<dyn Channelizer>> {
-    if !args.gain.is_finite() {
-        anyhow::bail!("--gain must be finite");
-    }
-    let cfg = fconfig(spec, args, dither_seed);
-    let use_gpu = crate::engines::common::cli::use_gpu(&args.backend, true)?;
-    let bits = args.dig_sample_bits;
-    let err = |e: crate::compute::fengine::FError| anyhow::anyhow!("output {}: {e}", spec.name);
-    if use_gpu {
+) -> Result<Box<dyn Channelizer>, OutputError> {
+    let fcfg = fconfig(spec, cfg);
+    let bits = cfg.dig_sample_bits;
+    let err = |error| OutputError {
+        output: spec.name.clone(),
+        error,
+    };
+    if cfg.use_gpu {
         // Packed input straight to the GPU, several batches in flight.
-        let be = if cfg.narrowband.is_some() {
-            PipelineBackend::Narrowband(GpuNarrowband::new(cfg).map_err(err)?)
+        let be = if fcfg.narrowband.is_some() {
+            PipelineBackend::Narrowband(GpuNarrowband::new(fcfg).map_err(err)?)
         } else {
-            PipelineBackend::Wideband(GpuBackend::new(cfg).map_err(err)?)
+            PipelineBackend::Wideband(GpuBackend::new(fcfg).map_err(err)?)
         };
         let backend = Pipelined::new(be).map_err(err)?;
         return Ok(Box::new(BackendChannelizer::new(backend, bits, control)));
     }
-    let backend = CpuBackend::new(cfg).map_err(|e| anyhow::anyhow!("output {}: {e}", spec.name))?;
+    let backend = CpuBackend::new(fcfg).map_err(err)?;
     Ok(Box::new(BackendChannelizer::new(backend, bits, control)))
+}
+
+/// An output whose compute backend could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("output {output}: {error}")]
+pub struct OutputError {
+    /// The output's name.
+    pub output: String,
+    /// Why its backend could not be built (a kernel that does not compile, a shape the
+    /// backend does not take); the message carries it whole.
+    pub error: FError,
 }

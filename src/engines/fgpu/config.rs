@@ -1,274 +1,276 @@
-//! fgpu command line: katgpucbf's options, `--wideband`/`--narrowband` key=value specs.
+//! fgpu's command line (katgpucbf's options, [`FgpuArgs`]) and the configuration it makes
+//! once every option is checked ([`FgpuConfig`], from [`FgpuArgs::validate`]).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::Path;
 
 use clap::Args;
 
-use crate::engines::common::cli::{engine_args, parse_dither, parse_kv, parse_num};
+use super::spec::{parse_narrowband, parse_wideband, WidebandSpec};
+use crate::chunk::placement::DigitiserPlacement;
+use crate::engines::common::cli::sample_bits;
+use crate::engines::common::{ConfigError, EngineArgs};
 
-/// PFB window function.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WindowFunction {
-    Hann,
-    Rect,
+/// `gpucbf fgpu` options (katgpucbf names).
+#[derive(Debug, Clone, Args)]
+pub struct FgpuArgs {
+    /// ADC sample rate in Hz.
+    #[arg(long)]
+    pub adc_sample_rate: f64,
+    /// UNIX time of timestamp zero.
+    #[arg(long)]
+    pub sync_time: f64,
+    /// This F-engine's index in the array.
+    #[arg(long, default_value_t = 0)]
+    pub feng_id: u64,
+    /// Number of antennas (heap counters step by it).
+    #[arg(long, default_value_t = 65536)]
+    pub array_size: u64,
+    /// Digitiser sample width.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(2..=16))]
+    pub dig_sample_bits: u32,
+    /// Wideband output: name=,channels=,dst=[,jones_per_batch=,taps=,w_cutoff=,window_function=,dither=]
+    #[arg(long, value_parser = parse_wideband)]
+    pub wideband: Vec<WidebandSpec>,
+    /// Narrowband output: name=,channels=,centre_frequency=,decimation=,dst=[,ddc_taps=,weight_pass=,pass_bandwidth=]
+    #[arg(long, value_parser = parse_narrowband)]
+    pub narrowband: Vec<WidebandSpec>,
+    /// Initial gain for every channel of both inputs.
+    #[arg(long, default_value_t = 1.0)]
+    pub gain: f64,
+    /// Samples per digitiser heap.
+    #[arg(long, default_value_t = 4096)]
+    pub recv_packet_samples: u64,
+    /// Samples per polarisation in one receive chunk.
+    #[arg(long, default_value_t = 1 << 25)]
+    pub recv_chunk_samples: u64,
+    /// AND mask applied to received timestamps.
+    #[arg(long, value_parser = parse_mask)]
+    pub mask_timestamp: Option<u64>,
+    /// Output rate relative to the nominal data rate.
+    #[arg(long, default_value_t = 1.1)]
+    pub send_rate_factor: f64,
+    /// Output sample width (8, or 4 with real in the high nibble).
+    #[arg(long, default_value_t = 8, value_parser = sample_bits())]
+    pub send_sample_bits: u32,
+    /// katcp control port (default 7147 for network input, none for a pcap file; 0: none).
+    #[arg(long)]
+    pub katcp_port: Option<u16>,
+    /// katcp listening address.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub katcp_host: Ipv4Addr,
+    /// Dither seed (random if absent).
+    #[arg(long)]
+    pub dither_seed: Option<u64>,
+    /// Input: a pcap file, or digitiser endpoints ADDR[+N]:PORT[,...].
+    pub src: String,
+    /// Receive, send, backend and metrics options (shared with xbgpu).
+    #[command(flatten)]
+    pub io: EngineArgs,
 }
 
-/// Narrowband options of an output.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct NarrowbandOpts {
-    /// Baseband frequency (Hz) moved to the centre of the output band.
-    pub centre_frequency: f64,
-    pub decimation: usize,
-    pub ddc_taps: Option<usize>,
-    pub weight_pass: f64,
-    /// Present: no-discard (VLBI) mode with this pass bandwidth (Hz).
-    pub pass_bandwidth: Option<f64>,
-}
-
-/// One output (`--wideband` or `--narrowband name=,channels=,dst=[,...]`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct WidebandSpec {
-    pub name: String,
-    pub channels: usize,
-    pub dst: Vec<SocketAddrV4>,
-    pub jones_per_batch: usize,
-    pub taps: usize,
-    pub w_cutoff: f64,
-    pub window_function: WindowFunction,
-    pub dither: bool,
-    pub narrowband: Option<NarrowbandOpts>,
-}
-
-impl WidebandSpec {
-    pub fn spectra_per_heap(&self) -> usize {
-        self.jones_per_batch / self.channels
-    }
-
-    pub fn samples_between_spectra(&self) -> u64 {
-        2 * self.channels as u64 * self.narrowband.map_or(1, |n| n.decimation as u64)
-    }
-
-    /// ADC samples between consecutive output batches (heap timestamp step).
-    pub fn batch_step(&self) -> u64 {
-        self.spectra_per_heap() as u64 * self.samples_between_spectra()
-    }
-
-    pub fn channels_per_substream(&self) -> usize {
-        self.channels / self.dst.len()
-    }
-}
-
-/// Parses a `--wideband` value.
-pub fn parse_wideband(spec: &str) -> Result<WidebandSpec, String> {
-    parse_output(spec, false)
-}
-
-/// Parses a `--narrowband` value.
-pub fn parse_narrowband(spec: &str) -> Result<WidebandSpec, String> {
-    parse_output(spec, true)
-}
-
-fn parse_output(spec: &str, narrow: bool) -> Result<WidebandSpec, String> {
-    let mut nb = NarrowbandOpts {
-        centre_frequency: f64::NAN,
-        decimation: 0,
-        ddc_taps: None,
-        weight_pass: 0.005,
-        pass_bandwidth: None,
-    };
-    let mut name = None;
-    let mut channels = None;
-    let mut dst = None;
-    let mut w = WidebandSpec {
-        name: String::new(),
-        channels: 0,
-        dst: Vec::new(),
-        jones_per_batch: 1 << 20,
-        taps: 16,
-        w_cutoff: 1.0,
-        window_function: WindowFunction::Hann,
-        dither: true,
-        narrowband: None,
-    };
-    for (k, v) in parse_kv(spec, &["dst"])? {
-        match k.as_str() {
-            "name" => name = Some(v),
-            "channels" => channels = Some(parse_num::<usize>(&k, &v)?),
-            "dst" => dst = Some(crate::net::parse_endpoints(&v)?),
-            "jones_per_batch" => w.jones_per_batch = parse_num(&k, &v)?,
-            "taps" => w.taps = parse_num(&k, &v)?,
-            "w_cutoff" => w.w_cutoff = parse_num(&k, &v)?,
-            "window_function" => {
-                w.window_function = match v.as_str() {
-                    "hann" => WindowFunction::Hann,
-                    "rect" => WindowFunction::Rect,
-                    _ => return Err(format!("window_function={v}: expected hann or rect")),
-                }
-            }
-            "dither" => w.dither = parse_dither(&v)?,
-            "centre_frequency" if narrow => nb.centre_frequency = parse_num(&k, &v)?,
-            "decimation" if narrow => nb.decimation = parse_num(&k, &v)?,
-            "ddc_taps" if narrow => nb.ddc_taps = Some(parse_num(&k, &v)?),
-            "weight_pass" if narrow => nb.weight_pass = parse_num(&k, &v)?,
-            "pass_bandwidth" if narrow => nb.pass_bandwidth = Some(parse_num(&k, &v)?),
-            _ => {
-                return Err(format!(
-                    "unknown --{} key {k:?}",
-                    if narrow { "narrowband" } else { "wideband" }
-                ))
-            }
-        }
-    }
-    if narrow {
-        if !nb.centre_frequency.is_finite() {
-            return Err("--narrowband needs centre_frequency=".into());
-        }
-        if nb.decimation == 0 {
-            return Err("--narrowband needs decimation= (≥ 1)".into());
-        }
-        if nb.pass_bandwidth.is_none() && !nb.decimation.is_multiple_of(2) {
-            return Err(format!(
-                "decimation={} must be even in discard mode",
-                nb.decimation
-            ));
-        }
-        w.narrowband = Some(nb);
-    }
-    w.name = name.ok_or("output needs name=")?;
-    w.channels = channels.ok_or("output needs channels=")?;
-    w.dst = dst.ok_or("output needs dst=")?;
-    if !w.channels.is_power_of_two() || w.channels < 64 {
-        return Err(format!(
-            "channels={} must be a power of two ≥ 64",
-            w.channels
-        ));
-    }
-    if w.jones_per_batch == 0 || !w.jones_per_batch.is_multiple_of(w.channels) {
-        return Err(format!(
-            "jones_per_batch={} must be a multiple of channels={}",
-            w.jones_per_batch, w.channels
-        ));
-    }
-    if !w.channels.is_multiple_of(w.dst.len()) {
-        return Err(format!(
-            "channels={} must divide evenly over {} destinations",
-            w.channels,
-            w.dst.len()
-        ));
-    }
-    if w.taps == 0 || w.taps > 64 {
-        return Err(format!("taps={} out of range 1..=64", w.taps));
-    }
-    if !w.w_cutoff.is_finite() || w.w_cutoff < 0.0 {
-        return Err("w_cutoff must be ≥ 0".into());
-    }
-    Ok(w)
-}
-
-engine_args! {
-    /// `gpucbf fgpu` options (katgpucbf names).
-    #[derive(Debug, Clone, Args)]
-    pub struct FgpuArgs {
-        /// ADC sample rate in Hz.
-        #[arg(long)]
-        pub adc_sample_rate: f64,
-        /// UNIX time of timestamp zero.
-        #[arg(long)]
-        pub sync_time: f64,
-        /// This F-engine's index in the array.
-        #[arg(long, default_value_t = 0)]
-        pub feng_id: u64,
-        /// Number of antennas (heap counters step by it).
-        #[arg(long, default_value_t = 65536)]
-        pub array_size: u64,
-        /// Digitiser sample width.
-        #[arg(long, default_value_t = 10)]
-        pub dig_sample_bits: u32,
-        /// Wideband output: name=,channels=,dst=[,jones_per_batch=,taps=,w_cutoff=,window_function=,dither=]
-        #[arg(long)]
-        pub wideband: Vec<String>,
-        /// Narrowband output: name=,channels=,centre_frequency=,decimation=,dst=[,ddc_taps=,weight_pass=,pass_bandwidth=]
-        #[arg(long)]
-        pub narrowband: Vec<String>,
-        /// Initial gain for every channel of both inputs.
-        #[arg(long, default_value_t = 1.0)]
-        pub gain: f64,
-        /// Samples per digitiser heap.
-        #[arg(long, default_value_t = 4096)]
-        pub recv_packet_samples: u64,
-        /// Samples per polarisation in one receive chunk.
-        #[arg(long, default_value_t = 1 << 25)]
-        pub recv_chunk_samples: u64,
-        /// AND mask applied to received timestamps.
-        #[arg(long, value_parser = parse_mask)]
-        pub mask_timestamp: Option<u64>,
-        /// Output rate relative to the nominal data rate.
-        #[arg(long, default_value_t = 1.1)]
-        pub send_rate_factor: f64,
-        /// Output sample width (8, or 4 with real in the high nibble).
-        #[arg(long, default_value_t = 8)]
-        pub send_sample_bits: u32,
-        /// katcp control port (default 7147 for network input, none for a pcap file; 0: none).
-        #[arg(long)]
-        pub katcp_port: Option<u16>,
-        /// katcp listening address.
-        #[arg(long, default_value = "0.0.0.0")]
-        pub katcp_host: Ipv4Addr,
-        /// Dither seed (random if absent).
-        #[arg(long)]
-        pub dither_seed: Option<u64>,
-        /// Input: a pcap file, or digitiser endpoints ADDR[+N]:PORT[,...].
-        pub src: String,
-    }
-}
-
-fn parse_mask(s: &str) -> Result<u64, String> {
+/// A timestamp mask: decimal, or hexadecimal with `0x`.
+fn parse_mask(s: &str) -> Result<u64, std::num::ParseIntError> {
     let s = s.trim();
     match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(h) => u64::from_str_radix(h, 16).map_err(|e| e.to_string()),
-        None => s
-            .parse()
-            .map_err(|e: std::num::ParseIntError| e.to_string()),
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    }
+}
+
+/// A checked fgpu configuration: every option valid, outputs parsed, the receive layout
+/// built, the backend and the katcp endpoint resolved.
+#[derive(Debug, Clone)]
+pub struct FgpuConfig {
+    /// ADC sample rate in Hz (positive).
+    pub adc_sample_rate: f64,
+    /// UNIX time of timestamp zero.
+    pub sync_time: f64,
+    /// This F-engine's index in the array (below `array_size`).
+    pub feng_id: u64,
+    /// Number of antennas.
+    pub array_size: u64,
+    /// Digitiser sample width (2..=16).
+    pub dig_sample_bits: u32,
+    /// The outputs: wideband ones first, then narrowband ones (at least one).
+    pub outputs: Vec<WidebandSpec>,
+    /// Initial gain (finite).
+    pub gain: f64,
+    /// Receive layout: heap and chunk sizes, timestamp mask.
+    pub placement: DigitiserPlacement,
+    /// Output rate relative to the nominal data rate (≥ 0).
+    pub send_rate_factor: f64,
+    /// Output sample width (8 or 4).
+    pub send_sample_bits: u32,
+    /// katcp endpoint, if served.
+    pub katcp: Option<SocketAddrV4>,
+    /// katcp listening address (the Prometheus endpoint listens there too).
+    pub katcp_host: Ipv4Addr,
+    /// True when `--katcp-port` was given: failing to serve it is then an error (the
+    /// default port only warns).
+    pub katcp_required: bool,
+    /// Dither seed (drawn at random when not given).
+    pub dither_seed: u64,
+    /// Channelise on the GPU.
+    pub use_gpu: bool,
+    /// Receive, send and metrics options.
+    pub io: EngineArgs,
+    /// Input: a pcap file or digitiser endpoints.
+    pub src: String,
+}
+
+impl FgpuConfig {
+    /// Bytes per output value (re or im): 1 for 8-bit samples, and for 4-bit ones one byte
+    /// holds both halves of a complex value.
+    pub fn bytes_per_value(&self) -> usize {
+        if self.send_sample_bits == 4 {
+            1
+        } else {
+            2
+        }
+    }
+}
+
+impl FgpuArgs {
+    /// Checks every option and builds the configuration; nothing starts here.
+    pub fn validate(&self) -> Result<FgpuConfig, ConfigError> {
+        if !(self.adc_sample_rate.is_finite() && self.adc_sample_rate > 0.0) {
+            return Err(ConfigError::rule("--adc-sample-rate", "must be positive"));
+        }
+        if self.array_size == 0 || self.feng_id >= self.array_size {
+            return Err(ConfigError::rule("--feng-id", "must be below --array-size"));
+        }
+        if !(self.send_rate_factor.is_finite() && self.send_rate_factor >= 0.0) {
+            return Err(ConfigError::rule("--send-rate-factor", "must be ≥ 0"));
+        }
+        let outputs: Vec<WidebandSpec> = self
+            .wideband
+            .iter()
+            .chain(&self.narrowband)
+            .cloned()
+            .collect();
+        if outputs.is_empty() {
+            return Err(ConfigError::NoOutput {
+                options: "--wideband or --narrowband",
+            });
+        }
+        if !self.gain.is_finite() {
+            return Err(ConfigError::rule("--gain", "must be finite"));
+        }
+        let use_gpu = self.io.backend.use_gpu(true)?;
+        let mut placement = DigitiserPlacement::new(
+            self.recv_packet_samples,
+            self.dig_sample_bits,
+            self.recv_chunk_samples,
+        )
+        .map_err(|e| ConfigError::Placement(e.to_string()))?;
+        if let Some(m) = self.mask_timestamp {
+            placement.timestamp_mask = m;
+        }
+        let katcp_port = match self.katcp_port {
+            Some(0) => None,
+            Some(p) => Some(p),
+            None if Path::new(&self.src).is_file() => None,
+            None => Some(7147),
+        };
+        Ok(FgpuConfig {
+            adc_sample_rate: self.adc_sample_rate,
+            sync_time: self.sync_time,
+            feng_id: self.feng_id,
+            array_size: self.array_size,
+            dig_sample_bits: self.dig_sample_bits,
+            outputs,
+            gain: self.gain,
+            placement,
+            send_rate_factor: self.send_rate_factor,
+            send_sample_bits: self.send_sample_bits,
+            katcp: katcp_port.map(|p| SocketAddrV4::new(self.katcp_host, p)),
+            katcp_host: self.katcp_host,
+            katcp_required: self.katcp_port.is_some(),
+            dither_seed: self.dither_seed.unwrap_or_else(rand::random),
+            use_gpu,
+            io: self.io.clone(),
+            src: self.src.clone(),
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
 
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: FgpuArgs,
+    }
+
+    fn parse(extra: &[&str]) -> Result<FgpuArgs, clap::Error> {
+        let mut v = vec!["fgpu", "--adc-sample-rate", "1712e6", "--sync-time", "0"];
+        v.extend_from_slice(extra);
+        v.push("x.pcap");
+        Cli::try_parse_from(v).map(|c| c.args)
+    }
+
+    const WB: [&str; 2] = ["--wideband", "name=wb,channels=1024,dst=127.0.0.1:7148"];
+
+    /// Every rule fails in `validate` (or in clap for a single option's value), naming
+    /// the option, before anything starts.
     #[test]
-    fn wideband_specs() {
-        let w = parse_wideband("name=wb,channels=4096,dst=239.10.0.0+3:7148,taps=8,dither=none")
+    fn invalid_options_are_refused_by_name() {
+        let cfg = parse(&[&WB[..], &["--backend", "cpu"]].concat())
+            .unwrap()
+            .validate()
             .unwrap();
-        assert_eq!(w.dst.len(), 4);
-        assert_eq!(w.spectra_per_heap(), 256);
-        assert_eq!(w.batch_step(), 1 << 21);
-        assert_eq!(w.channels_per_substream(), 1024);
-        assert!(!w.dither);
-        let w = parse_wideband("name=wb,channels=1024,dst=127.0.0.1:7148,127.0.0.1:7149").unwrap();
-        assert_eq!(w.dst.len(), 2);
-        for bad in [
-            "name=wb,channels=1000,dst=1.2.3.4:1",
-            "name=wb,channels=1024",
-            "channels=1024,dst=1.2.3.4:1",
-            "name=wb,channels=1024,dst=1.2.3.4+2:1",
-            "name=wb,channels=1024,dst=1.2.3.4:1,taps=0",
-            "name=wb,channels=1024,dst=1.2.3.4:1,jones_per_batch=1000",
-            "name=wb,channels=1024,dst=1.2.3.4:1,colour=red",
+        assert_eq!((cfg.outputs.len(), cfg.bytes_per_value()), (1, 2));
+        // "x.pcap" is no file here: network input, katcp on 7147 unless --katcp-port 0.
+        assert_eq!(
+            cfg.katcp,
+            Some(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 7147))
+        );
+        assert!(!cfg.katcp_required);
+        let cfg = parse(&[&WB[..], &["--backend", "cpu", "--katcp-port", "0"]].concat())
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(cfg.katcp, None);
+        for (extra, want) in [
+            (vec!["--feng-id", "4", "--array-size", "4"], "--feng-id"),
+            (vec!["--send-rate-factor", "nan"], "--send-rate-factor"),
+            (vec!["--gain", "inf"], "--gain must be finite"),
+            (vec!["--recv-chunk-samples", "1000"], "chunk samples 1000"),
         ] {
-            assert!(parse_wideband(bad).is_err(), "{bad}");
+            let e = parse(&[&WB[..], &extra].concat())
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{extra:?}: {e}");
         }
-        let n = parse_narrowband(
-            "name=nb,channels=1024,centre_frequency=284e6,decimation=8,dst=1.2.3.4:1",
+        let e = parse(&[]).unwrap().validate().unwrap_err().to_string();
+        assert_eq!(e, "give at least one --wideband or --narrowband output");
+        for (extra, want) in [
+            (vec!["--dig-sample-bits", "17"], "--dig-sample-bits"),
+            (vec!["--send-sample-bits", "6"], "--send-sample-bits"),
+            (vec!["--backend", "tpu"], "--backend"),
+            (vec!["--mask-timestamp", "zz"], "--mask-timestamp"),
+            (
+                vec!["--wideband", "name=wb,channels=1000,dst=1.2.3.4:1"],
+                "channels=1000",
+            ),
+        ] {
+            let e = parse(&extra).expect_err("refused").to_string();
+            assert!(e.contains(want), "{extra:?}: {e}");
+        }
+        let a = parse(
+            &[
+                &WB[..],
+                &["--mask-timestamp", "0xff", "--send-sample-bits", "4"],
+            ]
+            .concat(),
         )
         .unwrap();
-        assert_eq!(n.samples_between_spectra(), 2 * 1024 * 8);
-        assert!(parse_narrowband("name=nb,channels=1024,decimation=8,dst=1.2.3.4:1").is_err());
-        assert!(parse_narrowband(
-            "name=nb,channels=1024,centre_frequency=1e8,decimation=3,dst=1.2.3.4:1"
-        )
-        .is_err());
-        assert!(parse_narrowband("name=nb,channels=1024,centre_frequency=1e8,decimation=3,pass_bandwidth=5e7,dst=1.2.3.4:1").is_ok());
-        assert!(parse_wideband("name=wb,channels=1024,dst=1.2.3.4:1,decimation=8").is_err());
+        assert_eq!((a.mask_timestamp, a.send_sample_bits), (Some(255), 4));
     }
 }

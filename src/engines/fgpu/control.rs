@@ -14,11 +14,35 @@ use std::sync::{Arc, Mutex};
 
 use num_complex::Complex32;
 
-use crate::compute::fengine::LinearDelayModel;
+use crate::compute::fengine::{FError, LinearDelayModel};
+
+/// A katcp gain or delay value that does not parse.
+#[derive(Debug, thiserror::Error)]
+pub enum ValueError {
+    /// Not `re`, `re+imj`, `re-imj` or `imj`.
+    #[error("{0:?} is not a complex number (re, re+imj)")]
+    NotComplex(String),
+    /// A gain that is not finite.
+    #[error("{0:?}: gains must be finite")]
+    GainNotFinite(String),
+    /// A delay model that is not `d,dr:p,pr`.
+    #[error("{0:?}: expected delay,rate:phase,rate")]
+    DelayFormat(String),
+    /// A delay model value that is not a number.
+    #[error("{0:?} is not a number")]
+    NotANumber(String),
+    /// A delay model value that is not finite.
+    #[error("delay model values must be finite")]
+    DelayNotFinite,
+    /// A delay model the compute does not take.
+    #[error(transparent)]
+    Model(#[from] FError),
+}
 
 /// Gains and delay models of one output.
 #[derive(Debug, Clone)]
 pub struct OutputControl {
+    /// Complex gain per channel, per input.
     pub gains: [Vec<Complex32>; 2],
     /// Delay models per input, sorted by start; each spectrum uses the last one starting at
     /// or before its timestamp.
@@ -28,6 +52,7 @@ pub struct OutputControl {
     pub taken_through: Option<u64>,
 }
 
+/// An output's controls, shared by the katcp server and the channeliser.
 pub type SharedControl = Arc<Mutex<OutputControl>>;
 
 fn zero_model() -> LinearDelayModel {
@@ -41,6 +66,7 @@ fn zero_model() -> LinearDelayModel {
 }
 
 impl OutputControl {
+    /// `channels` gains of `gain` for both inputs, and zero delay models.
     pub fn new(channels: usize, gain: f32) -> Self {
         OutputControl {
             gains: [
@@ -84,9 +110,9 @@ impl OutputControl {
 }
 
 /// Parses a katcp gain value: `re`, `re+imj`, `re-imj`, or `imj`.
-pub fn parse_complex(s: &str) -> Result<Complex32, String> {
+pub fn parse_complex(s: &str) -> Result<Complex32, ValueError> {
     let t = s.trim();
-    let bad = || format!("{s:?} is not a complex number (re, re+imj)");
+    let bad = || ValueError::NotComplex(s.to_string());
     let v = if let Some(body) = t.strip_suffix('j') {
         // Split at the last sign that is not an exponent sign or the leading sign.
         let b = body.as_bytes();
@@ -109,7 +135,7 @@ pub fn parse_complex(s: &str) -> Result<Complex32, String> {
         Complex32::new(t.parse().map_err(|_| bad())?, 0.0)
     };
     if !(v.re.is_finite() && v.im.is_finite()) {
-        return Err(format!("{s:?}: gains must be finite"));
+        return Err(ValueError::GainNotFinite(s.to_string()));
     }
     Ok(v)
 }
@@ -121,24 +147,19 @@ pub fn format_complex(c: Complex32) -> String {
 
 /// Parses one `?delays` model `d,dr:p,pr` (seconds, s/s, radians, rad/s) into a model
 /// starting at ADC sample `start`.
-pub fn parse_delay(s: &str, start: u64, adc_rate: f64) -> Result<LinearDelayModel, String> {
-    let (d, p) = s
-        .split_once(':')
-        .ok_or_else(|| format!("{s:?}: expected delay,rate:phase,rate"))?;
-    let two = |x: &str| -> Result<(f64, f64), String> {
-        let (a, b) = x
-            .split_once(',')
-            .ok_or_else(|| format!("{s:?}: expected delay,rate:phase,rate"))?;
-        let a: f64 = a
-            .trim()
+pub fn parse_delay(s: &str, start: u64, adc_rate: f64) -> Result<LinearDelayModel, ValueError> {
+    let format = || ValueError::DelayFormat(s.to_string());
+    let (d, p) = s.split_once(':').ok_or_else(format)?;
+    let num = |x: &str| -> Result<f64, ValueError> {
+        x.trim()
             .parse()
-            .map_err(|_| format!("{a:?} is not a number"))?;
-        let b: f64 = b
-            .trim()
-            .parse()
-            .map_err(|_| format!("{b:?} is not a number"))?;
+            .map_err(|_| ValueError::NotANumber(x.to_string()))
+    };
+    let two = |x: &str| -> Result<(f64, f64), ValueError> {
+        let (a, b) = x.split_once(',').ok_or_else(format)?;
+        let (a, b) = (num(a)?, num(b)?);
         if !(a.is_finite() && b.is_finite()) {
-            return Err("delay model values must be finite".into());
+            return Err(ValueError::DelayNotFinite);
         }
         Ok((a, b))
     };
@@ -151,7 +172,7 @@ pub fn parse_delay(s: &str, start: u64, adc_rate: f64) -> Result<LinearDelayMode
         phase,
         phase_rate: phase_rate / adc_rate,
     };
-    m.validate().map_err(|e| e.to_string())?;
+    m.validate()?;
     Ok(m)
 }
 

@@ -1,19 +1,66 @@
 //! fgpu's katcp interface (`?gain`, `?gain-all`, `?delays`) and its sensors and metrics.
 
-use super::control::{format_complex, parse_complex, parse_delay, SharedControl};
+use super::control::{format_complex, parse_complex, parse_delay, SharedControl, ValueError};
 use crate::control::{Device, SensorSet, SensorType, Status};
+
+/// Why a katcp request failed (its text is the `!fail` message).
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// The request names no stream.
+    #[error("which stream?")]
+    NoStream,
+    /// The request names a stream this engine does not have.
+    #[error("unknown stream {0:?}")]
+    UnknownStream(String),
+    /// An input other than 0 or 1.
+    #[error("input {0:?} must be 0 or 1")]
+    BadInput(String),
+    /// Arguments that do not fit the request.
+    #[error("usage: {0}")]
+    Usage(&'static str),
+    /// Neither one gain nor one per channel.
+    #[error("give 1 or {channels} gains, not {given}")]
+    GainCount {
+        /// Channels of the output.
+        channels: usize,
+        /// Gains given.
+        given: usize,
+    },
+    /// A `?delays` start time that is not a number.
+    #[error("start time {0:?} is not a number")]
+    StartTime(String),
+    /// A `?delays` start time before the sync time.
+    #[error("start time must not precede the sync time")]
+    BeforeSync,
+    /// The output's controls were poisoned by a panic elsewhere.
+    #[error("control lock poisoned")]
+    LockPoisoned,
+    /// A request this engine does not serve.
+    #[error("unknown request {0}")]
+    Unknown(String),
+    /// A gain or delay value that does not parse.
+    #[error(transparent)]
+    Value(#[from] ValueError),
+}
 
 /// One output as the device sees it.
 pub struct OutputHandle {
+    /// Stream name.
     pub name: String,
+    /// Output channels.
     pub channels: usize,
+    /// ADC samples between output batches.
     pub batch_step: u64,
     /// ADC samples between output spectra.
     pub spectrum_step: u64,
+    /// Gains and delay models.
     pub control: SharedControl,
 }
 
+/// fgpu's katcp device: its requests act on the outputs' controls, its sensors show them
+/// and the input and output counters.
 pub struct FgpuDevice {
+    /// The sensors (updated by the requests and by the engine's counters).
     pub sensors: SensorSet,
     outputs: Vec<OutputHandle>,
     adc_rate: f64,
@@ -22,6 +69,7 @@ pub struct FgpuDevice {
 }
 
 impl FgpuDevice {
+    /// The device of `outputs`, with every sensor at its initial value.
     pub fn new(
         outputs: Vec<OutputHandle>,
         adc_rate: f64,
@@ -103,12 +151,12 @@ impl FgpuDevice {
         }
     }
 
-    fn output(&self, name: Option<&String>) -> Result<&OutputHandle, String> {
-        let name = name.ok_or("which stream?")?;
+    fn output(&self, name: Option<&String>) -> Result<&OutputHandle, RequestError> {
+        let name = name.ok_or(RequestError::NoStream)?;
         self.outputs
             .iter()
             .find(|o| &o.name == name)
-            .ok_or_else(|| format!("unknown stream {name:?}"))
+            .ok_or_else(|| RequestError::UnknownStream(name.clone()))
     }
 
     /// Updates `steady-state-timestamp` after a change to `o`'s controls: data from the batch
@@ -133,7 +181,7 @@ impl FgpuDevice {
         o: &OutputHandle,
         pols: &[usize],
         values: &[String],
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Vec<String>, RequestError> {
         let vals = if values.len() == 1 && values[0] == "default" {
             vec![num_complex::Complex32::new(self.default_gain as f32, 0.0)]
         } else {
@@ -143,13 +191,12 @@ impl FgpuDevice {
                 .collect::<Result<Vec<_>, _>>()?
         };
         if vals.len() != 1 && vals.len() != o.channels {
-            return Err(format!(
-                "give 1 or {} gains, not {}",
-                o.channels,
-                vals.len()
-            ));
+            return Err(RequestError::GainCount {
+                channels: o.channels,
+                given: vals.len(),
+            });
         }
-        let mut ctl = o.control.lock().map_err(|_| "control lock poisoned")?;
+        let mut ctl = o.control.lock().map_err(|_| RequestError::LockPoisoned)?;
         for &p in pols {
             for (k, g) in ctl.gains[p].iter_mut().enumerate() {
                 *g = vals[if vals.len() == 1 { 0 } else { k }];
@@ -165,6 +212,79 @@ impl FgpuDevice {
         drop(ctl);
         self.steady(o, taken, 0);
         Ok(vec![])
+    }
+
+    /// Serves one request.
+    fn handle(&self, name: &str, args: &[String]) -> Result<Vec<String>, RequestError> {
+        match name {
+            "gain" => {
+                let o = self.output(args.first())?;
+                let p: usize = match args.get(1).map(String::as_str) {
+                    Some("0") => 0,
+                    Some("1") => 1,
+                    Some(x) => return Err(RequestError::BadInput(x.to_string())),
+                    None => return Err(RequestError::Usage("?gain stream input [values]")),
+                };
+                if args.len() == 2 {
+                    let ctl = o.control.lock().map_err(|_| RequestError::LockPoisoned)?;
+                    let g = &ctl.gains[p];
+                    return Ok(if g.iter().all(|x| *x == g[0]) {
+                        vec![format_complex(g[0])]
+                    } else {
+                        g.iter().map(|x| format_complex(*x)).collect()
+                    });
+                }
+                self.gains(o, &[p], &args[2..])
+            }
+            "gain-all" => {
+                let o = self.output(args.first())?;
+                if args.len() < 2 {
+                    return Err(RequestError::Usage("?gain-all stream values… | default"));
+                }
+                self.gains(o, &[0, 1], &args[1..])
+            }
+            "delays" => {
+                let o = self.output(args.first())?;
+                if args.len() != 4 {
+                    return Err(RequestError::Usage(
+                        "?delays stream start-time d,dr:p,pr d,dr:p,pr (exactly two models)",
+                    ));
+                }
+                let t: f64 = args[1]
+                    .parse()
+                    .map_err(|_| RequestError::StartTime(args[1].clone()))?;
+                if !t.is_finite() || t < self.sync_time {
+                    return Err(RequestError::BeforeSync);
+                }
+                let start = ((t - self.sync_time) * self.adc_rate).round() as u64;
+                let models = [
+                    parse_delay(&args[2], start, self.adc_rate)?,
+                    parse_delay(&args[3], start, self.adc_rate)?,
+                ];
+                let mut ctl = o.control.lock().map_err(|_| RequestError::LockPoisoned)?;
+                for (p, m) in models.iter().enumerate() {
+                    ctl.push_model(p, *m);
+                    let text = format!(
+                        "({start}, {}, {}, {}, {})",
+                        m.delay / self.adc_rate,
+                        m.delay_rate,
+                        m.phase,
+                        m.phase_rate * self.adc_rate
+                    );
+                    self.sensors.set(
+                        &format!("{}.input{p}.delay", o.name),
+                        &text,
+                        Status::Nominal,
+                    );
+                }
+                let taken = ctl.taken_through;
+                drop(ctl);
+                // The first spectrum at or after the load time is the first to use it.
+                self.steady(o, taken, start.div_ceil(o.spectrum_step) * o.spectrum_step);
+                Ok(vec![])
+            }
+            _ => Err(RequestError::Unknown(name.to_string())),
+        }
     }
 }
 
@@ -191,76 +311,7 @@ impl Device for FgpuDevice {
     }
 
     fn request(&self, name: &str, args: &[String]) -> Result<Vec<String>, String> {
-        match name {
-            "gain" => {
-                let o = self.output(args.first())?;
-                let p: usize = match args.get(1).map(String::as_str) {
-                    Some("0") => 0,
-                    Some("1") => 1,
-                    Some(x) => return Err(format!("input {x:?} must be 0 or 1")),
-                    None => return Err("usage: ?gain stream input [values]".into()),
-                };
-                if args.len() == 2 {
-                    let ctl = o.control.lock().map_err(|_| "control lock poisoned")?;
-                    let g = &ctl.gains[p];
-                    return Ok(if g.iter().all(|x| *x == g[0]) {
-                        vec![format_complex(g[0])]
-                    } else {
-                        g.iter().map(|x| format_complex(*x)).collect()
-                    });
-                }
-                self.gains(o, &[p], &args[2..])
-            }
-            "gain-all" => {
-                let o = self.output(args.first())?;
-                if args.len() < 2 {
-                    return Err("usage: ?gain-all stream values… | default".into());
-                }
-                self.gains(o, &[0, 1], &args[1..])
-            }
-            "delays" => {
-                let o = self.output(args.first())?;
-                if args.len() != 4 {
-                    return Err(
-                        "usage: ?delays stream start-time d,dr:p,pr d,dr:p,pr (exactly two models)"
-                            .into(),
-                    );
-                }
-                let t: f64 = args[1]
-                    .parse()
-                    .map_err(|_| format!("start time {:?} is not a number", args[1]))?;
-                if !t.is_finite() || t < self.sync_time {
-                    return Err("start time must not precede the sync time".into());
-                }
-                let start = ((t - self.sync_time) * self.adc_rate).round() as u64;
-                let models = [
-                    parse_delay(&args[2], start, self.adc_rate)?,
-                    parse_delay(&args[3], start, self.adc_rate)?,
-                ];
-                let mut ctl = o.control.lock().map_err(|_| "control lock poisoned")?;
-                for (p, m) in models.iter().enumerate() {
-                    ctl.push_model(p, *m);
-                    let text = format!(
-                        "({start}, {}, {}, {}, {})",
-                        m.delay / self.adc_rate,
-                        m.delay_rate,
-                        m.phase,
-                        m.phase_rate * self.adc_rate
-                    );
-                    self.sensors.set(
-                        &format!("{}.input{p}.delay", o.name),
-                        &text,
-                        Status::Nominal,
-                    );
-                }
-                let taken = ctl.taken_through;
-                drop(ctl);
-                // The first spectrum at or after the load time is the first to use it.
-                self.steady(o, taken, start.div_ceil(o.spectrum_step) * o.spectrum_step);
-                Ok(vec![])
-            }
-            _ => Err(format!("unknown request {name}")),
-        }
+        self.handle(name, args).map_err(|e| e.to_string())
     }
 
     fn sensors(&self) -> &SensorSet {

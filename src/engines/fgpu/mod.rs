@@ -1,16 +1,29 @@
-//! `gpucbf fgpu`: the F-engine process (command line, receive, timeline, pipelines, send).
-//! The channelising compute lives in [`crate::compute::fengine`] behind its backend trait.
+//! `gpucbf fgpu`: the F-engine process. Command line -> [`FgpuConfig`] ([`config`], output
+//! specs in [`spec`]) -> [`run()`]: outputs ([`pipeline`]) channelise through the
+//! [`Channelizer`] seam ([`channelizer`], implemented over the compute backends in
+//! [`backend`]), driven over the sample timeline ([`store`], [`engine`]); katcp gains and
+//! delays ([`control`], [`device`]) and metrics (`metrics.rs`) alongside. The channelising
+//! compute lives in [`crate::compute::fengine`].
 
 pub mod backend;
+pub mod channelizer;
 pub mod config;
 pub mod control;
 pub mod device;
 pub mod engine;
+mod metrics;
+pub mod pipeline;
+mod run;
+pub mod spec;
 pub mod store;
 #[cfg(test)]
 mod tests_backend;
 #[cfg(test)]
 mod tests_control;
 
-pub use config::{parse_wideband, FgpuArgs, WidebandSpec};
-pub use engine::{run, Channelizer, FgpuSummary, Pipeline};
+pub use channelizer::{Channelizer, ChannelizerError, Completed};
+pub use config::{FgpuArgs, FgpuConfig};
+pub use engine::FgpuSummary;
+pub use pipeline::{OutputStats, Pipeline};
+pub use run::run;
+pub use spec::{parse_wideband, WidebandSpec};

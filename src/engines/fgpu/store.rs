@@ -11,12 +11,15 @@ use crate::spead::bitpack;
 /// Digitiser statistics per polarisation.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct InputStats {
+    /// Heaps received.
     pub heaps: [u64; 2],
     /// Heaps missing inside the received span (not before the first heap or after the last).
     pub missing_heaps: [u64; 2],
     /// Samples at the extreme codes (±(2^(bits−1)−1) or −2^(bits−1)).
     pub clipped_samples: [u64; 2],
+    /// Sum of the squared samples (over `stat_samples`).
     pub sum_squares: [f64; 2],
+    /// Samples received.
     pub samples: [u64; 2],
     /// Samples that `sum_squares` covers (all received samples when the store decodes).
     pub stat_samples: [u64; 2],
@@ -33,8 +36,11 @@ impl InputStats {
 
 /// Samples [base_ts, base_ts + len) of both pols.
 pub struct SampleStore {
+    /// Samples per digitiser heap.
     pub heap_samples: u64,
+    /// Digitiser sample width.
     pub bits: u32,
+    /// Timestamp of the first sample held.
     pub base_ts: u64,
     samples: [Vec<i16>; 2],
     /// Packed samples as received (sample i at bit i·bits), when kept.
@@ -43,6 +49,7 @@ pub struct SampleStore {
     /// Samples held per pol.
     len: u64,
     present: [Vec<bool>; 2],
+    /// Digitiser statistics so far.
     pub stats: InputStats,
     span: SpanMissing,
     /// Timestamps of the first heap received and the end of the latest one (any pol).
@@ -51,6 +58,7 @@ pub struct SampleStore {
 }
 
 impl SampleStore {
+    /// A store of decoded samples.
     pub fn new(heap_samples: u64, bits: u32) -> Self {
         Self::with_forms(heap_samples, bits, true, false)
     }
@@ -73,10 +81,12 @@ impl SampleStore {
         }
     }
 
+    /// True until the first chunk arrives.
     pub fn is_empty(&self) -> bool {
         !self.started
     }
 
+    /// Timestamp just past the last sample held.
     pub fn end_ts(&self) -> u64 {
         self.base_ts + self.len
     }

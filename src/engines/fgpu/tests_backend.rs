@@ -3,12 +3,12 @@
 //! batches in flight) against the CPU ones.
 
 use super::backend::*;
-use super::config::FgpuArgs;
+use super::channelizer::Channelizer;
+use super::config::{FgpuArgs, FgpuConfig};
 use super::control::{OutputControl, SharedControl};
-use super::engine::Channelizer;
+use super::spec::{parse_narrowband, parse_wideband};
 use crate::compute::fengine::sample_noise;
 use crate::compute::fengine::CpuBackend;
-use crate::engines::fgpu::parse_wideband;
 use clap::Parser;
 
 #[derive(Parser)]
@@ -21,43 +21,57 @@ fn ctl() -> SharedControl {
     std::sync::Arc::new(std::sync::Mutex::new(OutputControl::new(1024, 1.0)))
 }
 
-fn args(backend: &str) -> FgpuArgs {
+fn args(backend: &str, dither_seed: u64) -> Result<FgpuArgs, clap::Error> {
     Cli::try_parse_from([
         "fgpu",
         "--adc-sample-rate",
         "1712e6",
         "--sync-time",
         "0",
+        "--wideband",
+        "name=wb,channels=1024,dst=127.0.0.1:7148",
+        "--dither-seed",
+        &dither_seed.to_string(),
         "--backend",
         backend,
         "x.pcap",
     ])
-    .unwrap()
-    .args
+    .map(|c| c.args)
+}
+
+/// The configuration of `fgpu --backend backend --dither-seed dither_seed` (panics where it
+/// is refused).
+fn cfg(backend: &str, dither_seed: u64) -> FgpuConfig {
+    args(backend, dither_seed).unwrap().validate().unwrap()
 }
 
 /// `--backend gpu` builds the GPU channeliser where there is a GPU and is a clear error
-/// where there is none; `cpu` and `auto` always work; other names are refused.
+/// (before anything starts) where there is none; `cpu` and `auto` always work; other names
+/// are refused.
 #[test]
 fn backend_selection() {
     let spec = parse_wideband("name=wb,channels=1024,dst=127.0.0.1:7148").unwrap();
-    assert!(make_channelizer(&spec, &args("cpu"), 1, ctl()).is_ok());
-    assert!(make_channelizer(&spec, &args("auto"), 1, ctl()).is_ok());
-    let gpu = make_channelizer(&spec, &args("gpu"), 1, ctl());
-    if crate::gpu::gpu_available() {
-        assert!(gpu.is_ok(), "{:?}", gpu.err());
-    } else {
-        let e = gpu
-            .err()
-            .expect("--backend gpu without a GPU must fail")
-            .to_string();
-        assert!(e.contains("no usable CUDA device"), "{e}");
+    assert!(make_channelizer(&spec, &cfg("cpu", 1), ctl()).is_ok());
+    assert!(make_channelizer(&spec, &cfg("auto", 1), ctl()).is_ok());
+    match args("gpu", 1).unwrap().validate() {
+        Ok(gpu) => {
+            assert!(
+                crate::gpu::gpu_available(),
+                "--backend gpu without a GPU must fail"
+            );
+            let chan = make_channelizer(&spec, &gpu, ctl());
+            assert!(chan.is_ok(), "{:?}", chan.err());
+        }
+        Err(e) => {
+            assert!(!crate::gpu::gpu_available(), "{e}");
+            assert!(e.to_string().contains("no usable CUDA device"), "{e}");
+        }
     }
-    let e = make_channelizer(&spec, &args("tpu"), 1, ctl())
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(e.contains("expected auto, cpu or gpu"), "{e}");
+    let e = args("tpu", 1).expect_err("--backend tpu").to_string();
+    assert!(
+        e.contains("--backend") && e.contains("auto, cpu, gpu"),
+        "{e}"
+    );
 }
 
 /// `fgpu --backend gpu --narrowband ...`: the GPU channeliser (GpuNarrowband) gives the
@@ -69,16 +83,16 @@ fn narrowband_gpu_channelizer_matches_cpu() {
         return;
     }
     for extra in ["", ",pass_bandwidth=40e6"] {
-        let spec = crate::engines::fgpu::config::parse_narrowband(&format!(
+        let spec = parse_narrowband(&format!(
             "name=nb,channels=256,centre_frequency=300e6,decimation=8,jones_per_batch=8192,dst=127.0.0.1:7148{extra}"
         ))
         .unwrap();
         let ctl = || std::sync::Arc::new(std::sync::Mutex::new(OutputControl::new(256, 0.5)));
-        let mut cpu = make_channelizer(&spec, &args("cpu"), 7, ctl()).unwrap();
-        let mut gpu = make_channelizer(&spec, &args("gpu"), 7, ctl()).unwrap();
+        let mut cpu = make_channelizer(&spec, &cfg("cpu", 7), ctl()).unwrap();
+        let mut gpu = make_channelizer(&spec, &cfg("gpu", 7), ctl()).unwrap();
         let batch_ts = 1u64 << 36;
         let ranges = cpu.input_range(batch_ts).unwrap().unwrap();
-        assert_eq!(Ok(Some(ranges)), gpu.input_range(batch_ts));
+        assert_eq!(Some(ranges), gpu.input_range(batch_ts).unwrap());
         let input = [0, 1]
             .map(|p| sample_noise((ranges[p].1 - ranges[p].0) as usize, 0x1234 + 2 * p as u64));
         let len = 256 * spec.spectra_per_heap() * 4;
@@ -164,7 +178,7 @@ fn batch_input(
 fn packed_submission_matches_process_on_cpu() {
     let spec =
         parse_wideband("name=wb,channels=256,jones_per_batch=8192,dst=127.0.0.1:7148").unwrap();
-    let cfg = fconfig(&spec, &args("cpu"), 7);
+    let cfg = fconfig(&spec, &cfg("cpu", 7));
     let mut dec = BackendChannelizer::new(
         CpuBackend::new(cfg.clone()).unwrap(),
         10,
@@ -184,7 +198,7 @@ fn packed_submission_matches_process_on_cpu() {
     for (i, skip) in [[3usize, 0], [7, 5], [0, 1]].into_iter().enumerate() {
         let ts = (1u64 << 30) + i as u64 * step;
         let ranges = dec.input_range(ts).unwrap().unwrap();
-        assert_eq!(Ok(Some(ranges)), pk.input_range(ts));
+        assert_eq!(Some(ranges), pk.input_range(ts).unwrap());
         let (d, p) = batch_input(ranges, skip, 10 * i as u64);
         let mut want = vec![0u8; len];
         let sat = dec.process(ts, [&d[0], &d[1]], &mut want).unwrap();
@@ -234,20 +248,18 @@ fn gpu_channelizer_in_flight_matches_cpu() {
         let spec = if what == "wb" {
             parse_wideband(s).unwrap()
         } else {
-            crate::engines::fgpu::config::parse_narrowband(s).unwrap()
+            parse_narrowband(s).unwrap()
         };
         let gain = if what == "wb" { 0.02 } else { 0.5 };
         let mut cpu = make_channelizer(
             &spec,
-            &args("cpu"),
-            7,
+            &cfg("cpu", 7),
             stepping_ctl(spec.channels, gain, unit),
         )
         .unwrap();
         let mut gpu = make_channelizer(
             &spec,
-            &args("gpu"),
-            7,
+            &cfg("gpu", 7),
             stepping_ctl(spec.channels, gain, unit),
         )
         .unwrap();
@@ -260,7 +272,7 @@ fn gpu_channelizer_in_flight_matches_cpu() {
         for i in 0..n {
             let ts = (1u64 << 36) + i as u64 * step;
             let ranges = cpu.input_range(ts).unwrap().unwrap();
-            assert_eq!(Ok(Some(ranges)), gpu.input_range(ts), "{what}");
+            assert_eq!(Some(ranges), gpu.input_range(ts).unwrap(), "{what}");
             let skip = if what == "wb" { [3, 6] } else { [0, 0] };
             let (d, p) = batch_input(ranges, skip, 100 + 10 * i as u64);
             let mut w = vec![0u8; len];

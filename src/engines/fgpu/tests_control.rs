@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use num_complex::Complex32;
 
 use super::backend::BackendChannelizer;
+use super::channelizer::Channelizer;
 use super::control::{OutputControl, SharedControl};
 use super::device::{FgpuDevice, OutputHandle};
-use super::engine::Channelizer;
 use crate::compute::fengine::{
     CpuBackend, Dither, FBackend, FConfig, GpuBackend, LinearDelayModel,
 };

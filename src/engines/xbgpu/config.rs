@@ -1,169 +1,204 @@
-//! xbgpu command line: katgpucbf's options, `--corrprod` and `--beam` key=value specs.
-
-use std::net::SocketAddrV4;
+//! xbgpu's command line (katgpucbf's options, [`XbgpuArgs`]) and the configuration it makes
+//! once every option is checked ([`XbgpuConfig`], from [`XbgpuArgs::validate`]).
 
 use clap::Args;
 
-use crate::engines::common::cli::{engine_args, parse_dither, parse_kv};
+use super::spec::{parse_beam, parse_corrprod, BeamSpec, CorrprodSpec};
+use crate::chunk::placement::FengPlacement;
+use crate::compute::xengine::XShape;
+use crate::engines::common::cli::sample_bits;
+use crate::engines::common::{ConfigError, EngineArgs};
 
-/// One correlation-products output.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CorrprodSpec {
-    pub name: String,
-    pub dst: SocketAddrV4,
-    /// Batches per dump.
-    pub heap_accumulation_threshold: u64,
+/// `gpucbf xbgpu` options (katgpucbf names).
+#[derive(Debug, Clone, Args)]
+pub struct XbgpuArgs {
+    /// ADC sample rate in Hz.
+    #[arg(long)]
+    pub adc_sample_rate: f64,
+    /// UNIX time of timestamp zero.
+    #[arg(long)]
+    pub sync_time: f64,
+    /// Number of antennas (F-engines).
+    #[arg(long)]
+    pub array_size: usize,
+    /// Total channels of the stream.
+    #[arg(long)]
+    pub channels: usize,
+    /// Channels in each F-engine heap (this engine's share).
+    #[arg(long)]
+    pub channels_per_substream: usize,
+    /// ADC samples between spectra (2 × channels for wideband).
+    #[arg(long)]
+    pub samples_between_spectra: u64,
+    /// Complex values per polarisation in one F-engine batch (channels × spectra per heap).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub jones_per_batch: usize,
+    /// First channel handled by this engine.
+    #[arg(long, default_value_t = 0)]
+    pub channel_offset_value: usize,
+    /// Batches of every F-engine in one receive chunk.
+    #[arg(long, default_value_t = 32)]
+    pub heaps_per_fengine_per_chunk: usize,
+    /// Input sample width: 8, or 4 (one byte per complex value, real in the high nibble, as
+    /// fgpu `--send-sample-bits 4` sends it).
+    #[arg(long, default_value_t = 8, value_parser = sample_bits())]
+    pub sample_bits: u32,
+    /// Correlation output: name=,dst=,heap_accumulation_threshold=
+    #[arg(long, value_parser = parse_corrprod)]
+    pub corrprod: Vec<CorrprodSpec>,
+    /// Beam output: name=,dst=,pol=[,dither=]
+    #[arg(long, value_parser = parse_beam)]
+    pub beam: Vec<BeamSpec>,
+    /// Transmit from the start (otherwise wait for ?capture-start).
+    #[arg(long)]
+    pub send_enabled: bool,
+    /// katcp control port (none by default).
+    #[arg(long)]
+    pub katcp_port: Option<u16>,
+    /// Input: a pcap file, or the multicast endpoint of F-engine heaps.
+    pub src: String,
+    /// Receive, send, backend and metrics options (shared with fgpu).
+    #[command(flatten)]
+    pub io: EngineArgs,
 }
 
-/// One single-polarisation beam.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BeamSpec {
-    pub name: String,
-    pub dst: SocketAddrV4,
-    pub pol: usize,
-    pub dither: bool,
+/// A checked xbgpu configuration: every option valid, outputs parsed, the compute shape and
+/// the receive layout built, the backend resolved.
+#[derive(Debug, Clone)]
+pub struct XbgpuConfig {
+    /// ADC sample rate in Hz (positive).
+    pub adc_sample_rate: f64,
+    /// UNIX time of timestamp zero.
+    pub sync_time: f64,
+    /// Total channels of the stream.
+    pub channels: usize,
+    /// First channel handled by this engine (a multiple of the substream's channels).
+    pub channel_offset: usize,
+    /// ADC samples between spectra.
+    pub samples_between_spectra: u64,
+    /// The compute shape: antennas, channels of this engine, spectra per batch, sample width.
+    pub shape: XShape,
+    /// Receive layout: batches × antennas per chunk.
+    pub placement: FengPlacement,
+    /// Correlation outputs.
+    pub corrprods: Vec<CorrprodSpec>,
+    /// Beams.
+    pub beams: Vec<BeamSpec>,
+    /// Transmit from the start.
+    pub send_enabled: bool,
+    /// katcp control port, if served.
+    pub katcp_port: Option<u16>,
+    /// Correlate and beamform on the GPU.
+    pub use_gpu: bool,
+    /// Receive, send and metrics options.
+    pub io: EngineArgs,
+    /// Input: a pcap file or endpoints.
+    pub src: String,
 }
 
-fn one_endpoint(v: &str) -> Result<SocketAddrV4, String> {
-    let e = crate::net::parse_endpoints(v)?;
-    if e.len() != 1 {
-        return Err(format!("dst={v}: one endpoint expected"));
+impl XbgpuConfig {
+    /// Antennas.
+    pub fn n_ants(&self) -> usize {
+        self.placement.n_ants
     }
-    Ok(e[0])
-}
 
-pub fn parse_corrprod(spec: &str) -> Result<CorrprodSpec, String> {
-    let (mut name, mut dst, mut thr) = (None, None, None);
-    for (k, v) in parse_kv(spec, &[])? {
-        match k.as_str() {
-            "name" => name = Some(v),
-            "dst" => dst = Some(one_endpoint(&v)?),
-            "heap_accumulation_threshold" => {
-                thr = Some(v.parse::<u64>().map_err(|_| {
-                    format!("heap_accumulation_threshold={v}: not a positive integer")
-                })?)
-            }
-            _ => return Err(format!("unknown --corrprod key {k:?}")),
-        }
+    /// Channels of this engine (one F-engine substream).
+    pub fn channels_per_substream(&self) -> usize {
+        self.placement.channels_per_substream
     }
-    let thr = thr.ok_or("--corrprod needs heap_accumulation_threshold=")?;
-    if thr == 0 {
-        return Err("heap_accumulation_threshold must be ≥ 1".into());
-    }
-    Ok(CorrprodSpec {
-        name: name.ok_or("--corrprod needs name=")?,
-        dst: dst.ok_or("--corrprod needs dst=")?,
-        heap_accumulation_threshold: thr,
-    })
-}
 
-pub fn parse_beam(spec: &str) -> Result<BeamSpec, String> {
-    let (mut name, mut dst, mut pol, mut dither) = (None, None, None, true);
-    for (k, v) in parse_kv(spec, &[])? {
-        match k.as_str() {
-            "name" => name = Some(v),
-            "dst" => dst = Some(one_endpoint(&v)?),
-            "pol" => {
-                pol = Some(match v.as_str() {
-                    "0" => 0,
-                    "1" => 1,
-                    _ => return Err(format!("pol={v}: expected 0 or 1")),
-                })
-            }
-            "dither" => dither = parse_dither(&v)?,
-            _ => return Err(format!("unknown --beam key {k:?}")),
-        }
-    }
-    Ok(BeamSpec {
-        name: name.ok_or("--beam needs name=")?,
-        dst: dst.ok_or("--beam needs dst=")?,
-        pol: pol.ok_or("--beam needs pol=")?,
-        dither,
-    })
-}
-
-engine_args! {
-    /// `gpucbf xbgpu` options (katgpucbf names).
-    #[derive(Debug, Clone, Args)]
-    pub struct XbgpuArgs {
-        #[arg(long)]
-        pub adc_sample_rate: f64,
-        #[arg(long)]
-        pub sync_time: f64,
-        /// Number of antennas (F-engines).
-        #[arg(long)]
-        pub array_size: usize,
-        /// Total channels of the stream.
-        #[arg(long)]
-        pub channels: usize,
-        /// Channels in each F-engine heap (this engine's share).
-        #[arg(long)]
-        pub channels_per_substream: usize,
-        /// ADC samples between spectra (2 × channels for wideband).
-        #[arg(long)]
-        pub samples_between_spectra: u64,
-        #[arg(long, default_value_t = 1 << 20)]
-        pub jones_per_batch: usize,
-        /// First channel handled by this engine.
-        #[arg(long, default_value_t = 0)]
-        pub channel_offset_value: usize,
-        #[arg(long, default_value_t = 32)]
-        pub heaps_per_fengine_per_chunk: usize,
-        /// Input sample width: 8, or 4 (one byte per complex value, real in the high nibble, as
-        /// fgpu `--send-sample-bits 4` sends it).
-        #[arg(long, default_value_t = 8)]
-        pub sample_bits: u32,
-        /// Correlation output: name=,dst=,heap_accumulation_threshold=
-        #[arg(long)]
-        pub corrprod: Vec<String>,
-        /// Beam output: name=,dst=,pol=[,dither=]
-        #[arg(long)]
-        pub beam: Vec<String>,
-        /// Transmit from the start (otherwise wait for ?capture-start).
-        #[arg(long)]
-        pub send_enabled: bool,
-        #[arg(long)]
-        pub katcp_port: Option<u16>,
-        /// Input: a pcap file, or the multicast endpoint of F-engine heaps.
-        pub src: String,
+    /// Spectra per F-engine heap.
+    pub fn spectra_per_heap(&self) -> usize {
+        self.placement.spectra_per_heap
     }
 }
 
 impl XbgpuArgs {
+    /// Spectra per F-engine heap (`--jones-per-batch` / `--channels`).
     pub fn spectra_per_heap(&self) -> usize {
         self.jones_per_batch / self.channels.max(1)
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks every option and builds the configuration; nothing starts here.
+    pub fn validate(&self) -> Result<XbgpuConfig, ConfigError> {
+        self.check_layout()?;
+        if self.corrprod.is_empty() && self.beam.is_empty() {
+            return Err(ConfigError::NoOutput {
+                options: "--corrprod or --beam",
+            });
+        }
+        if !(self.adc_sample_rate.is_finite() && self.adc_sample_rate > 0.0) {
+            return Err(ConfigError::rule("--adc-sample-rate", "must be positive"));
+        }
+        let (n, cps, sph) = (
+            self.array_size,
+            self.channels_per_substream,
+            self.spectra_per_heap(),
+        );
+        let shape = XShape::new(n, cps, sph)
+            .and_then(|s| s.with_sample_bits(self.sample_bits))
+            .map_err(|e| ConfigError::Shape(e.to_string()))?;
+        let use_gpu = self.io.backend.use_gpu(true)?;
+        Ok(XbgpuConfig {
+            adc_sample_rate: self.adc_sample_rate,
+            sync_time: self.sync_time,
+            channels: self.channels,
+            channel_offset: self.channel_offset_value,
+            samples_between_spectra: self.samples_between_spectra,
+            shape,
+            placement: FengPlacement {
+                n_ants: n,
+                channels_per_substream: cps,
+                spectra_per_heap: sph,
+                sample_bits: self.sample_bits,
+                samples_between_spectra: self.samples_between_spectra,
+                batches_per_chunk: self.heaps_per_fengine_per_chunk,
+            },
+            corrprods: self.corrprod.clone(),
+            beams: self.beam.clone(),
+            send_enabled: self.send_enabled,
+            katcp_port: self.katcp_port,
+            use_gpu,
+            io: self.io.clone(),
+            src: self.src.clone(),
+        })
+    }
+
+    /// Antennas, channels, batches and chunks that fit together.
+    fn check_layout(&self) -> Result<(), ConfigError> {
         if self.array_size == 0 || self.array_size > 1024 {
-            return Err("--array-size must be 1..=1024".into());
+            return Err(ConfigError::rule("--array-size", "must be 1..=1024"));
         }
         if self.channels == 0
             || self.channels_per_substream == 0
             || !self.channels.is_multiple_of(self.channels_per_substream)
         {
-            return Err(
-                "--channels must be a positive multiple of --channels-per-substream".into(),
-            );
+            return Err(ConfigError::rule(
+                "--channels",
+                "must be a positive multiple of --channels-per-substream",
+            ));
         }
         if self.heaps_per_fengine_per_chunk == 0 {
-            return Err("--heaps-per-fengine-per-chunk must be at least 1".into());
+            return Err(ConfigError::rule(
+                "--heaps-per-fengine-per-chunk",
+                "must be at least 1",
+            ));
         }
         if self.jones_per_batch == 0 || !self.jones_per_batch.is_multiple_of(self.channels) {
-            return Err("--jones-per-batch must be a multiple of --channels".into());
-        }
-        if self.sample_bits != 8 && self.sample_bits != 4 {
-            return Err("--sample-bits must be 8 or 4".into());
+            return Err(ConfigError::rule(
+                "--jones-per-batch",
+                "must be a multiple of --channels",
+            ));
         }
         if !self
             .channel_offset_value
             .is_multiple_of(self.channels_per_substream)
             || self.channel_offset_value >= self.channels
         {
-            return Err("--channel-offset-value must be a multiple of --channels-per-substream below --channels".into());
-        }
-        if self.corrprod.is_empty() && self.beam.is_empty() {
-            return Err("give at least one --corrprod or --beam output".into());
+            return Err(ConfigError::rule(
+                "--channel-offset-value",
+                "must be a multiple of --channels-per-substream below --channels",
+            ));
         }
         Ok(())
     }
@@ -197,6 +232,8 @@ mod tests {
             "8192",
             "--corrprod",
             "name=bc,dst=127.0.0.1:7160,heap_accumulation_threshold=2",
+            "--backend",
+            "cpu",
         ];
         v.extend_from_slice(extra);
         v.push("f.pcap");
@@ -205,10 +242,50 @@ mod tests {
 
     #[test]
     fn zero_heaps_per_chunk_is_refused() {
-        assert_eq!(parse(&[]).validate(), Ok(()));
+        let cfg = parse(&[]).validate().unwrap();
+        assert_eq!((cfg.n_ants(), cfg.channels_per_substream()), (4, 512));
+        assert_eq!(cfg.spectra_per_heap(), 256);
         let e = parse(&["--heaps-per-fengine-per-chunk", "0"])
             .validate()
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--heaps-per-fengine-per-chunk"), "{e}");
+    }
+
+    /// Rules across options fail in `validate`, a single bad value in clap; both name the
+    /// option.
+    #[test]
+    fn invalid_options_are_refused_by_name() {
+        for (extra, want) in [
+            (vec!["--jones-per-batch", "1000"], "--jones-per-batch"),
+            (
+                vec!["--channel-offset-value", "100"],
+                "--channel-offset-value",
+            ),
+            (vec!["--jones-per-batch", "4096"], "invalid shape"),
+        ] {
+            let e = parse(&extra).validate().unwrap_err().to_string();
+            assert!(e.contains(want), "{extra:?}: {e}");
+        }
+        for (extra, want) in [
+            (vec!["--sample-bits", "6"], "--sample-bits"),
+            (
+                vec!["--beam", "name=b,dst=127.0.0.1:7161,pol=2"],
+                "pol=2: expected 0 or 1",
+            ),
+        ] {
+            let mut v = vec!["xbgpu", "--adc-sample-rate", "1", "--sync-time", "0"];
+            v.extend(["--array-size", "4", "--channels", "4096"]);
+            v.extend([
+                "--channels-per-substream",
+                "512",
+                "--samples-between-spectra",
+                "8192",
+            ]);
+            v.extend(&extra);
+            v.push("f.pcap");
+            let e = Cli::try_parse_from(v).err().expect("refused").to_string();
+            assert!(e.contains(want), "{extra:?}: {e}");
+        }
     }
 }

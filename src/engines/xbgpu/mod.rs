@@ -1,10 +1,23 @@
-//! `gpucbf xbgpu`: the XB-engine process (command line, receive, accumulation, dumps,
-//! beams, send). The correlation and beamforming compute lives in [`crate::compute::xengine`].
+//! `gpucbf xbgpu`: the XB-engine process. Command line -> [`XbgpuConfig`] ([`config`],
+//! output specs in [`spec`]) -> [`run()`]: batches of F-engine heaps ([`engine`]) go to the
+//! correlation outputs ([`corrprod`]) and the beams ([`beams`]) through the compute seams of
+//! [`backend`]; katcp capture and beam control in [`device`]. The correlation and
+//! beamforming compute lives in [`crate::compute::xengine`].
 
+pub mod backend;
+pub mod beams;
 pub mod config;
+pub mod corrprod;
+pub mod device;
 pub mod engine;
-pub mod run;
+mod metrics;
+mod run;
+pub mod spec;
 
-pub use config::{parse_beam, parse_corrprod, XbgpuArgs};
-pub use engine::{baseline_index, n_baselines, Beamformer, Correlator, XPipeline, MISSING};
-pub use run::{run, Beams};
+pub use backend::{BackendError, Beamformer, Beams, Correlator, PipelineError};
+pub use beams::BPipeline;
+pub use config::{XbgpuArgs, XbgpuConfig};
+pub use corrprod::{baseline_index, n_baselines, XPipeline, MISSING};
+pub use engine::XbgpuSummary;
+pub use run::run;
+pub use spec::{parse_beam, parse_corrprod};

@@ -17,381 +17,78 @@
 //! counter-based generator), so any range of samples can be evaluated independently, in
 //! parallel, and the result does not depend on the thread count.
 
-use std::collections::HashMap;
 use std::f64::consts::PI;
 use std::sync::Arc;
+
+mod parse;
+
+pub use parse::{parse, per_stream, SignalError};
 
 /// A parsed signal expression.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Signal {
+    /// A constant (full scale is 1).
     Const(f64),
+    /// A cosine: `cw(amp, freq)`.
     Cw {
+        /// Amplitude (full scale is 1).
         amp: f64,
+        /// Frequency in Hz (snapped to the period).
         freq: f64,
     },
+    /// `m` cosines, amplitudes and frequencies in steps: `multicw(m, amp0, amp_step, freq0,
+    /// freq_step)`.
     MultiCw {
+        /// Number of cosines.
         m: u32,
+        /// Amplitude of the first.
         amp0: f64,
+        /// Amplitude step.
         amp_step: f64,
+        /// Frequency of the first (Hz).
         freq0: f64,
+        /// Frequency step (Hz).
         freq_step: f64,
     },
+    /// Impulses `freq` times a second: `comb(amp, freq)`.
     Comb {
+        /// Impulse height.
         amp: f64,
+        /// Impulses per second (snapped to the period).
         freq: f64,
     },
+    /// White Gaussian noise: `wgn(std [, entropy])`.
     Wgn {
+        /// Standard deviation (full scale is 1).
         std: f64,
+        /// Seed of the noise.
         entropy: u64,
     },
+    /// A signal delayed by whole samples: `delay(expr, samples)`.
     Delay(Arc<Signal>, i64),
+    /// Sum.
     Add(Arc<Signal>, Arc<Signal>),
+    /// Difference.
     Sub(Arc<Signal>, Arc<Signal>),
+    /// Product.
     Mul(Arc<Signal>, Arc<Signal>),
 }
 
 /// One output stream's signal and whether to dither it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamSignal {
+    /// The signal.
     pub signal: Arc<Signal>,
+    /// Add uniform dither before quantisation (`nodither(...)` turns it off).
     pub dither: bool,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum Tok {
-    Num(f64),
-    Name(String),
-    Sym(char),
-}
-
-fn tokenize(s: &str) -> Result<Vec<(usize, Tok)>, String> {
-    let b = s.as_bytes();
-    let mut i = 0;
-    let mut out = Vec::new();
-    while i < b.len() {
-        let c = b[i] as char;
-        if c.is_ascii_whitespace() {
-            i += 1;
-        } else if c.is_ascii_digit()
-            || (c == '.' && i + 1 < b.len() && (b[i + 1] as char).is_ascii_digit())
-        {
-            let start = i;
-            while i < b.len() && ((b[i] as char).is_ascii_digit() || b[i] == b'.') {
-                i += 1;
-            }
-            if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
-                let save = i;
-                i += 1;
-                if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
-                    i += 1;
-                }
-                if i < b.len() && (b[i] as char).is_ascii_digit() {
-                    while i < b.len() && (b[i] as char).is_ascii_digit() {
-                        i += 1;
-                    }
-                } else {
-                    i = save;
-                }
-            }
-            let text = &s[start..i];
-            let v: f64 = text
-                .parse()
-                .map_err(|_| format!("bad number {text:?} at column {}", start + 1))?;
-            out.push((start, Tok::Num(v)));
-        } else if c.is_ascii_alphabetic() || c == '_' {
-            let start = i;
-            while i < b.len() && ((b[i] as char).is_ascii_alphanumeric() || b[i] == b'_') {
-                i += 1;
-            }
-            out.push((start, Tok::Name(s[start..i].to_string())));
-        } else if "+-*(),;=".contains(c) {
-            out.push((i, Tok::Sym(c)));
-            i += 1;
-        } else {
-            return Err(format!("unexpected character {c:?} at column {}", i + 1));
-        }
-    }
-    Ok(out)
-}
-
-#[derive(Clone)]
-enum Value {
-    Sig(Arc<Signal>),
-    NoDither(Arc<Signal>),
-}
-
-struct Parser<'a> {
-    toks: Vec<(usize, Tok)>,
-    pos: usize,
-    vars: HashMap<String, Value>,
-    entropy: &'a mut dyn FnMut() -> u64,
-}
-
-impl Parser<'_> {
-    fn peek(&self) -> Option<&Tok> {
-        self.toks.get(self.pos).map(|t| &t.1)
-    }
-
-    fn where_(&self) -> String {
-        match self.toks.get(self.pos) {
-            Some((c, _)) => format!("column {}", c + 1),
-            None => "end of input".into(),
-        }
-    }
-
-    fn expect(&mut self, c: char) -> Result<(), String> {
-        match self.peek() {
-            Some(Tok::Sym(x)) if *x == c => {
-                self.pos += 1;
-                Ok(())
-            }
-            _ => Err(format!("expected '{c}' at {}", self.where_())),
-        }
-    }
-
-    fn number(&mut self) -> Result<f64, String> {
-        let neg = if self.peek() == Some(&Tok::Sym('-')) {
-            self.pos += 1;
-            true
-        } else {
-            false
-        };
-        match self.peek().cloned() {
-            Some(Tok::Num(v)) => {
-                self.pos += 1;
-                Ok(if neg { -v } else { v })
-            }
-            _ => Err(format!("expected a literal number at {}", self.where_())),
-        }
-    }
-
-    fn top(&mut self) -> Result<Value, String> {
-        // A nodither variable may stand alone as a statement.
-        if let (Some(Tok::Name(n)), Some(Tok::Sym(';'))) =
-            (self.peek(), self.toks.get(self.pos + 1).map(|t| &t.1))
-        {
-            if let Some(v @ Value::NoDither(_)) = self.vars.get(n) {
-                let v = v.clone();
-                self.pos += 1;
-                return Ok(v);
-            }
-        }
-        if let Some(Tok::Name(n)) = self.peek() {
-            if n == "nodither" {
-                self.pos += 1;
-                self.expect('(')?;
-                let e = self.expr()?;
-                self.expect(')')?;
-                return Ok(Value::NoDither(e));
-            }
-        }
-        Ok(Value::Sig(self.expr()?))
-    }
-
-    fn expr(&mut self) -> Result<Arc<Signal>, String> {
-        let mut lhs = self.term()?;
-        loop {
-            match self.peek() {
-                Some(Tok::Sym('+')) => {
-                    self.pos += 1;
-                    lhs = Arc::new(Signal::Add(lhs, self.term()?));
-                }
-                Some(Tok::Sym('-')) => {
-                    self.pos += 1;
-                    lhs = Arc::new(Signal::Sub(lhs, self.term()?));
-                }
-                _ => return Ok(lhs),
-            }
-        }
-    }
-
-    fn term(&mut self) -> Result<Arc<Signal>, String> {
-        let mut lhs = self.unary()?;
-        while self.peek() == Some(&Tok::Sym('*')) {
-            self.pos += 1;
-            lhs = Arc::new(Signal::Mul(lhs, self.unary()?));
-        }
-        Ok(lhs)
-    }
-
-    fn unary(&mut self) -> Result<Arc<Signal>, String> {
-        if self.peek() == Some(&Tok::Sym('-')) {
-            self.pos += 1;
-            let inner = self.unary()?;
-            return Ok(Arc::new(Signal::Sub(Arc::new(Signal::Const(0.0)), inner)));
-        }
-        self.atom()
-    }
-
-    fn args(&mut self, name: &str, min: usize, max: usize) -> Result<Vec<f64>, String> {
-        self.expect('(')?;
-        let mut v = vec![self.number()?];
-        while self.peek() == Some(&Tok::Sym(',')) {
-            self.pos += 1;
-            v.push(self.number()?);
-        }
-        self.expect(')')?;
-        if v.len() < min || v.len() > max {
-            return Err(format!(
-                "{name} takes {min}..={max} arguments, got {}",
-                v.len()
-            ));
-        }
-        if v.iter().any(|x| !x.is_finite()) {
-            return Err(format!("{name}: arguments must be finite"));
-        }
-        Ok(v)
-    }
-
-    fn atom(&mut self) -> Result<Arc<Signal>, String> {
-        let tok = self.peek().cloned();
-        match tok {
-            Some(Tok::Num(v)) => {
-                self.pos += 1;
-                Ok(Arc::new(Signal::Const(v)))
-            }
-            Some(Tok::Sym('(')) => {
-                self.pos += 1;
-                let e = self.expr()?;
-                self.expect(')')?;
-                Ok(e)
-            }
-            Some(Tok::Name(n)) => {
-                self.pos += 1;
-                match n.as_str() {
-                    "cw" => {
-                        let a = self.args("cw", 2, 2)?;
-                        Ok(Arc::new(Signal::Cw {
-                            amp: a[0],
-                            freq: a[1],
-                        }))
-                    }
-                    "comb" => {
-                        let a = self.args("comb", 2, 2)?;
-                        Ok(Arc::new(Signal::Comb {
-                            amp: a[0],
-                            freq: a[1],
-                        }))
-                    }
-                    "multicw" => {
-                        let a = self.args("multicw", 5, 5)?;
-                        if a[0] < 0.0 || a[0].fract() != 0.0 || a[0] > 1e6 {
-                            return Err("multicw: m must be a non-negative integer".into());
-                        }
-                        Ok(Arc::new(Signal::MultiCw {
-                            m: a[0] as u32,
-                            amp0: a[1],
-                            amp_step: a[2],
-                            freq0: a[3],
-                            freq_step: a[4],
-                        }))
-                    }
-                    "wgn" => {
-                        let a = self.args("wgn", 1, 2)?;
-                        if a[0] < 0.0 {
-                            return Err("wgn: std must be non-negative".into());
-                        }
-                        let entropy = match a.get(1) {
-                            Some(&e) if e >= 0.0 && e.fract() == 0.0 && e < 1.8e19 => e as u64,
-                            Some(_) => {
-                                return Err("wgn: entropy must be a non-negative integer".into())
-                            }
-                            None => (self.entropy)(),
-                        };
-                        Ok(Arc::new(Signal::Wgn { std: a[0], entropy }))
-                    }
-                    "delay" => {
-                        self.expect('(')?;
-                        let e = self.expr()?;
-                        self.expect(',')?;
-                        let d = self.number()?;
-                        self.expect(')')?;
-                        if d.fract() != 0.0 || d.abs() > 1e15 {
-                            return Err("delay: only integer sample delays are supported".into());
-                        }
-                        Ok(Arc::new(Signal::Delay(e, d as i64)))
-                    }
-                    "nodither" => Err("nodither(...) must be the whole statement".into()),
-                    name => match self.vars.get(name) {
-                        Some(Value::Sig(s)) => Ok(s.clone()),
-                        Some(Value::NoDither(_)) => Err(format!(
-                            "variable {name} is nodither(...) and cannot be combined"
-                        )),
-                        None => Err(format!("unknown function or variable {name:?}")),
-                    },
-                }
-            }
-            _ => Err(format!("expected a signal at {}", self.where_())),
-        }
-    }
-}
-
-/// Parses a program; `entropy` supplies seeds for `wgn` without an explicit one.
-pub fn parse(src: &str, entropy: &mut dyn FnMut() -> u64) -> Result<Vec<StreamSignal>, String> {
-    let toks = tokenize(src)?;
-    let mut p = Parser {
-        toks,
-        pos: 0,
-        vars: HashMap::new(),
-        entropy,
-    };
-    let mut outs = Vec::new();
-    while p.pos < p.toks.len() {
-        let assign = match (
-            p.toks.get(p.pos).map(|t| &t.1),
-            p.toks.get(p.pos + 1).map(|t| &t.1),
-        ) {
-            (Some(Tok::Name(n)), Some(Tok::Sym('='))) => Some(n.clone()),
-            _ => None,
-        };
-        if let Some(name) = assign {
-            if p.vars.contains_key(&name) {
-                return Err(format!("variable {name} is defined twice"));
-            }
-            if ["cw", "comb", "multicw", "wgn", "delay", "nodither"].contains(&name.as_str()) {
-                return Err(format!("{name} is a function name"));
-            }
-            p.pos += 2;
-            let v = p.top()?;
-            p.expect(';')?;
-            p.vars.insert(name, v);
-        } else {
-            let v = p.top()?;
-            p.expect(';')
-                .map_err(|e| format!("{e} (every statement ends with ';')"))?;
-            outs.push(match v {
-                Value::Sig(s) => StreamSignal {
-                    signal: s,
-                    dither: true,
-                },
-                Value::NoDither(s) => StreamSignal {
-                    signal: s,
-                    dither: false,
-                },
-            });
-        }
-    }
-    if outs.is_empty() {
-        return Err("no output signal: write one ';'-terminated expression per stream".into());
-    }
-    Ok(outs)
-}
-
-/// Maps the program's outputs onto `n_streams` streams: one each, or one for all.
-pub fn per_stream(outs: Vec<StreamSignal>, n_streams: usize) -> Result<Vec<StreamSignal>, String> {
-    match outs.len() {
-        1 => Ok(vec![outs[0].clone(); n_streams]),
-        n if n == n_streams => Ok(outs),
-        n => Err(format!(
-            "{n} signal expressions for {n_streams} streams (give one, or one per stream)"
-        )),
-    }
 }
 
 /// Evaluation context: the replay period and sample rate that frequencies snap to.
 #[derive(Debug, Clone, Copy)]
 pub struct Timebase {
+    /// ADC sample rate in Hz.
     pub adc_rate: f64,
+    /// Replay period in samples.
     pub period: u64,
 }
 
@@ -554,7 +251,7 @@ impl Signal {
 mod tests {
     use super::*;
 
-    fn p(s: &str) -> Result<Vec<StreamSignal>, String> {
+    fn p(s: &str) -> Result<Vec<StreamSignal>, SignalError> {
         let mut k = 0;
         parse(s, &mut || {
             k += 1;

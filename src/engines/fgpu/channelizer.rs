@@ -1,0 +1,117 @@
+//! The seam between the F-engine and its compute: [`Channelizer`] (one output's batches,
+//! decoded or packed input, in flight or not), what a finished batch reports
+//! ([`Completed`]) and why a batch cannot be made ([`ChannelizerError`]).
+
+use crate::compute::fengine::{FError, InputStats};
+
+/// Why a channeliser cannot make a batch.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelizerError {
+    /// The compute backend refused the batch (or its delay model does not evaluate).
+    #[error(transparent)]
+    Compute(#[from] FError),
+    /// The output's controls were poisoned by a panic elsewhere.
+    #[error("control lock poisoned")]
+    LockPoisoned,
+    /// The batch's input would start before timestamp 0 (a positive delay).
+    #[error("the batch at {0} needs input from before timestamp 0 (delay): it cannot be made")]
+    BeforeInput(u64),
+    /// No delay segment covers a block of the batch.
+    #[error("no delay segment")]
+    NoDelaySegment,
+    /// A block's input would start before the batch's input range.
+    #[error("input offset before the batch's input range")]
+    OffsetBeforeRange,
+    /// As many batches as the channeliser holds are already in flight.
+    #[error("{0} batches already in flight: complete one first")]
+    Full(usize),
+    /// A batch was to complete that was never computed.
+    #[error("no computed batch")]
+    NoComputedBatch,
+    /// The output buffer does not have the batch's size.
+    #[error("output of {out} bytes for {batch}")]
+    OutputLength {
+        /// Bytes of the buffer given.
+        out: usize,
+        /// Bytes of the batch.
+        batch: usize,
+    },
+    /// Packed input given to a channeliser that takes decoded samples.
+    #[error("this channeliser takes decoded input (process)")]
+    DecodedOnly,
+}
+
+/// A channeliser backend for one output: the compute behind the engine.
+pub trait Channelizer: Send {
+    /// Input samples [start, end) each polarisation needs for the batch at `batch_ts`
+    /// (PFB footprint and coarse delay included); `None` when some spectrum's window would
+    /// start before timestamp 0 (a positive delay near the start of the timeline): the
+    /// batch cannot be made, and the engine skips it ([`OutputStats::before_input_heaps`](super::OutputStats::before_input_heaps)).
+    /// `Err` when the batch's controls do not evaluate (a delay model that gives no finite
+    /// delay there): the batch cannot be made either, and the engine drops it
+    /// ([`OutputStats::delay_error_heaps`](super::OutputStats::delay_error_heaps)) and goes on with the next one.
+    fn input_range(&self, batch_ts: u64) -> Result<Option<[(u64, u64); 2]>, ChannelizerError>;
+    /// Channelises one batch. `input[p]` holds pol `p`'s samples over `input_range`.
+    /// Writes the batch as (channel, spectrum, pol, re/im) bytes into `out` and returns the
+    /// clipped output values per pol.
+    fn process(
+        &mut self,
+        batch_ts: u64,
+        input: [&[i16]; 2],
+        out: &mut [u8],
+    ) -> Result<[u64; 2], ChannelizerError>;
+
+    /// True if batches go through [`Self::submit_packed`] and [`Self::complete`] (packed
+    /// input, several batches in flight) instead of [`Self::process`].
+    fn pipelined(&self) -> bool {
+        false
+    }
+
+    /// Batches that may be in flight at once.
+    fn depth(&self) -> usize {
+        1
+    }
+
+    /// What [`Self::submit_packed`]'s input must start on: a multiple of this many samples
+    /// (a multiple of 8, so on a byte boundary) into the store.
+    fn packed_align(&self) -> usize {
+        8
+    }
+
+    /// Batches submitted and not yet completed.
+    fn in_flight(&self) -> usize {
+        0
+    }
+
+    /// Queues the batch at `batch_ts`: `input[p]` holds pol p's packed samples (the
+    /// digitiser's width) over `input_range`, starting `skip[p]` samples before the range.
+    fn submit_packed(
+        &mut self,
+        _batch_ts: u64,
+        _input: [&[u8]; 2],
+        _skip: [usize; 2],
+    ) -> Result<(), ChannelizerError> {
+        Err(ChannelizerError::DecodedOnly)
+    }
+
+    /// The oldest submitted batch, written to `out` as [`Self::process`] writes it, once it
+    /// is done (`wait`: wait for it); `None` while it is not, or when none is in flight.
+    fn complete(
+        &mut self,
+        _out: &mut [u8],
+        _wait: bool,
+    ) -> Result<Option<Completed>, ChannelizerError> {
+        Ok(None)
+    }
+}
+
+/// A batch finished by a pipelined channeliser.
+#[derive(Debug, Clone, Copy)]
+pub struct Completed {
+    /// Timestamp of the batch.
+    pub batch_ts: u64,
+    /// Clipped output values per pol.
+    pub clipped: [u64; 2],
+    /// Digitiser statistics over the batch's input (wideband GPU), if measured.
+    pub input: Option<[InputStats; 2]>,
+}

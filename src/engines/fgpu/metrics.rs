@@ -1,0 +1,176 @@
+//! fgpu's counters (katgpucbf's `fgpu_input_*` and `fgpu_output_*` metrics) and the katcp
+//! sensors that follow the input and outputs, updated after every chunk from the store's
+//! and the pipelines' counters.
+
+use std::sync::Arc;
+
+use super::device::FgpuDevice;
+use super::pipeline::{OutputStats, Pipeline};
+use super::store::{InputStats, SampleStore};
+use crate::chunk::RecvMonitor;
+use crate::control::Status;
+use crate::telemetry::metrics::{labels, CounterFamily, Metrics};
+use crate::telemetry::recv::{RecvFlavour, RecvMetrics};
+
+/// The metric families of one fgpu process, what they have counted so far, and the device
+/// whose sensors follow them.
+pub(crate) struct FgpuMetrics {
+    registry: Metrics,
+    input_heaps: CounterFamily,
+    input_missing: CounterFamily,
+    input_clipped: CounterFamily,
+    input_samples: CounterFamily,
+    input_bytes: CounterFamily,
+    recv: Option<RecvMetrics>,
+    output_heaps: CounterFamily,
+    output_bytes: CounterFamily,
+    output_samples: CounterFamily,
+    output_skipped: CounterFamily,
+    output_before_input: CounterFamily,
+    output_delay_error: CounterFamily,
+    output_clipped: CounterFamily,
+    seen_in: InputStats,
+    seen_out: Vec<OutputStats>,
+    device: Arc<FgpuDevice>,
+}
+
+impl FgpuMetrics {
+    /// Registers the families (in katgpucbf's order) for `outputs` outputs.
+    pub(crate) fn new(device: Arc<FgpuDevice>, outputs: usize) -> Self {
+        let m = Metrics::new("fgpu");
+        let family = |name: &str, help: &str| m.counter_family(name, help);
+        let input_heaps = family("input_heaps", "Digitiser heaps received");
+        let input_missing = family("input_missing_heaps", "Digitiser heaps missing");
+        let input_clipped = family("input_clipped_samples", "Digitiser samples that clipped");
+        let input_samples = family("input_samples", "Digitiser samples received");
+        let input_bytes = family("input_bytes", "Bytes of digitiser samples received");
+        let recv = Some(RecvMetrics::new(&m, RecvFlavour::Digitiser));
+        FgpuMetrics {
+            input_heaps,
+            input_missing,
+            input_clipped,
+            input_samples,
+            input_bytes,
+            recv,
+            output_heaps: family("output_heaps", "Heaps transmitted"),
+            output_bytes: family("output_bytes", "Payload bytes transmitted"),
+            output_samples: family("output_samples", "Complex samples transmitted"),
+            output_skipped: family(
+                "output_skipped_heaps",
+                "Heaps not sent because their input was incomplete",
+            ),
+            output_before_input: family(
+                "output_before_input_heaps",
+                "Heaps not sent because the delay made their input start before the first sample",
+            ),
+            output_delay_error: family(
+                "output_delay_error_heaps",
+                "Heaps not sent because the delay model did not evaluate for their batch",
+            ),
+            output_clipped: family("output_clipped_samples", "Output values that saturated"),
+            seen_in: InputStats::default(),
+            seen_out: vec![OutputStats::default(); outputs],
+            device,
+            registry: m,
+        }
+    }
+
+    /// The registry (to serve on the Prometheus port).
+    pub(crate) fn registry(&self) -> &Metrics {
+        &self.registry
+    }
+
+    /// The receive thread's monitor, publishing its counters (taken once).
+    pub(crate) fn take_recv_monitor(&mut self) -> RecvMonitor {
+        match self.recv.take() {
+            Some(r) => r.into_monitor(),
+            None => Box::new(|_, _| {}),
+        }
+    }
+
+    /// Counts what moved since the last call and updates the sensors.
+    pub(crate) fn update(&mut self, store: &SampleStore, pipes: &[Pipeline]) {
+        self.update_input(store);
+        for (k, pl) in pipes.iter().enumerate() {
+            self.update_output(k, pl);
+        }
+    }
+
+    fn update_input(&mut self, store: &SampleStore) {
+        let s = &store.stats;
+        let seen = &self.seen_in;
+        for p in 0..2 {
+            let pol = p.to_string();
+            let l = labels(&[("pol", &pol)]);
+            self.input_heaps
+                .get_or_create(&l)
+                .inc_by(s.heaps[p] - seen.heaps[p]);
+            self.input_missing
+                .get_or_create(&l)
+                .inc_by(s.missing_heaps[p] - seen.missing_heaps[p]);
+            self.input_clipped
+                .get_or_create(&l)
+                .inc_by(s.clipped_samples[p] - seen.clipped_samples[p]);
+            let new_samples = s.samples[p] - seen.samples[p];
+            self.input_samples.get_or_create(&l).inc_by(new_samples);
+            self.input_bytes
+                .get_or_create(&l)
+                .inc_by(new_samples * store.bits as u64 / 8);
+            let sensors = &self.device.sensors;
+            sensors.set(
+                &format!("input{p}.dig-clip-cnt"),
+                s.clipped_samples[p],
+                Status::Nominal,
+            );
+            let db = s.rms_dbfs(p, store.bits);
+            let status = if (-33.0..=-7.0).contains(&db) {
+                Status::Nominal
+            } else {
+                Status::Warn
+            };
+            sensors.set(
+                &format!("input{p}.dig-rms-dbfs"),
+                format!("{db:.3}"),
+                status,
+            );
+        }
+        self.seen_in = s.clone();
+    }
+
+    fn update_output(&mut self, k: usize, pl: &Pipeline) {
+        let o = &pl.stats;
+        let seen = &self.seen_out[k];
+        let l = labels(&[("stream", &o.name)]);
+        self.output_heaps
+            .get_or_create(&l)
+            .inc_by(o.heaps - seen.heaps);
+        self.output_bytes
+            .get_or_create(&l)
+            .inc_by(o.bytes - seen.bytes);
+        let per_heap = (pl.spec.channels_per_substream() * pl.spec.spectra_per_heap() * 2) as u64;
+        self.output_samples
+            .get_or_create(&l)
+            .inc_by((o.heaps - seen.heaps) * per_heap);
+        self.output_skipped
+            .get_or_create(&l)
+            .inc_by(o.skipped_heaps - seen.skipped_heaps);
+        self.output_before_input
+            .get_or_create(&l)
+            .inc_by(o.before_input_heaps - seen.before_input_heaps);
+        self.output_delay_error
+            .get_or_create(&l)
+            .inc_by(o.delay_error_heaps - seen.delay_error_heaps);
+        for p in 0..2 {
+            let pol = p.to_string();
+            self.output_clipped
+                .get_or_create(&labels(&[("stream", &o.name), ("pol", &pol)]))
+                .inc_by(o.clipped_samples[p] - seen.clipped_samples[p]);
+            self.device.sensors.set(
+                &format!("{}.input{p}.feng-clip-cnt", o.name),
+                o.clipped_samples[p],
+                Status::Nominal,
+            );
+        }
+        self.seen_out[k] = o.clone();
+    }
+}

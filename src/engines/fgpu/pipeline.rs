@@ -1,0 +1,338 @@
+//! One F-engine output ([`Pipeline`]): its place on the timeline, batch by batch through
+//! its [`Channelizer`], and its heaps (ICD §4.2) to its destinations. Batches touched by
+//! missing input, before the first sample or with a delay model that does not evaluate are
+//! not sent (counted in [`OutputStats`]).
+
+use serde::Serialize;
+use tracing::warn;
+
+use super::channelizer::{Channelizer, ChannelizerError};
+use super::spec::WidebandSpec;
+use super::store::SampleStore;
+use crate::compute::fengine::InputStats;
+use crate::net::heapsend::HeapSender;
+use crate::spead::{ids, Descriptor};
+
+/// Why an output stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// The channeliser failed on a batch it had taken.
+    #[error(transparent)]
+    Channelizer(#[from] ChannelizerError),
+    /// Sending a heap failed.
+    #[error(transparent)]
+    Send(#[from] std::io::Error),
+    /// A pipelined channeliser needs packed input that the store does not keep.
+    #[error("the sample store keeps no packed input")]
+    NoPackedInput,
+    /// A batch in flight never completed at the end of the input.
+    #[error("a batch in flight did not complete")]
+    Incomplete,
+}
+
+/// Per-output counters (katgpucbf's `fgpu_output_*`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct OutputStats {
+    /// Stream name.
+    pub name: String,
+    /// Batches sent.
+    pub batches: u64,
+    /// Heaps sent (one per destination per batch).
+    pub heaps: u64,
+    /// Payload bytes sent.
+    pub bytes: u64,
+    /// Heaps not sent because their input was incomplete (lost digitiser heaps).
+    pub skipped_heaps: u64,
+    /// Heaps not sent because a spectrum's input window would start before the first
+    /// available sample (the stream's first, or timestamp 0): a positive delay at the
+    /// start of the stream. katgpucbf skips those spectra the same way.
+    pub before_input_heaps: u64,
+    /// Heaps not sent because the delay model did not evaluate for their batch (see
+    /// [`Channelizer::input_range`]).
+    pub delay_error_heaps: u64,
+    /// Output values that saturated, per input.
+    pub clipped_samples: [u64; 2],
+    /// Timestamp of the first batch sent.
+    pub first_timestamp: Option<u64>,
+    /// Timestamp of the latest batch sent.
+    pub last_timestamp: Option<u64>,
+}
+
+/// One output stream: its channeliser, its sender and its place on the timeline.
+pub struct Pipeline {
+    /// The output.
+    pub spec: WidebandSpec,
+    chan: Box<dyn Channelizer>,
+    sender: HeapSender,
+    feng_id: u64,
+    next_ts: Option<u64>,
+    /// The first input sample of the stream (set with the first batch): batches whose
+    /// input would start before it are skipped.
+    first_sample: u64,
+    /// Whether a batch skipped for input before `first_sample` has been logged.
+    logged_before_input: bool,
+    /// Whether a batch dropped because its delay model did not evaluate has been logged.
+    logged_delay_error: bool,
+    out: Vec<u8>,
+    /// Counters.
+    pub stats: OutputStats,
+    /// Digitiser statistics reported by completed batches, not yet taken.
+    dig: Option<[InputStats; 2]>,
+}
+
+impl Pipeline {
+    /// The output `spec` of F-engine `feng_id`, channelised by `chan` and sent through
+    /// `sender`; `bytes_per_value` is 2 for 8-bit output, 1 for 4-bit.
+    pub fn new(
+        spec: WidebandSpec,
+        chan: Box<dyn Channelizer>,
+        sender: HeapSender,
+        feng_id: u64,
+        bytes_per_value: usize,
+    ) -> Self {
+        let out = vec![0u8; spec.channels * spec.spectra_per_heap() * 2 * bytes_per_value];
+        let stats = OutputStats {
+            name: spec.name.clone(),
+            ..Default::default()
+        };
+        Pipeline {
+            spec,
+            chan,
+            sender,
+            feng_id,
+            next_ts: None,
+            first_sample: 0,
+            logged_before_input: false,
+            logged_delay_error: false,
+            out,
+            stats,
+            dig: None,
+        }
+    }
+
+    /// True if this output takes packed input (a pipelined channeliser).
+    pub fn takes_packed(&self) -> bool {
+        self.chan.pipelined()
+    }
+
+    /// Digitiser statistics its completed batches measured since the last call.
+    pub fn take_dig_stats(&mut self) -> Option<[InputStats; 2]> {
+        self.dig.take()
+    }
+
+    /// Sends the batch at `ts` (in `self.out`) to its destinations and counts it.
+    fn send_batch(&mut self, ts: u64, clipped: [u64; 2]) -> Result<(), PipelineError> {
+        self.stats.clipped_samples[0] += clipped[0];
+        self.stats.clipped_samples[1] += clipped[1];
+        let n_dst = self.spec.dst.len() as u64;
+        let cps = self.spec.channels_per_substream();
+        let per_dst = self.out.len() / self.spec.dst.len();
+        for d in 0..self.spec.dst.len() {
+            let items = [
+                (ids::TIMESTAMP, ts),
+                (ids::FENG_ID, self.feng_id),
+                (ids::FREQUENCY, (d * cps) as u64),
+            ];
+            self.sender.send_heap(
+                d,
+                &items,
+                ids::FENG_RAW,
+                &self.out[d * per_dst..(d + 1) * per_dst],
+            )?;
+        }
+        self.stats.batches += 1;
+        self.stats.heaps += n_dst;
+        self.stats.bytes += self.out.len() as u64;
+        self.stats.first_timestamp.get_or_insert(ts);
+        self.stats.last_timestamp = Some(ts);
+        Ok(())
+    }
+
+    /// Sends the oldest in-flight batch if it is done (`wait`: waiting for it); false if
+    /// none was sent.
+    fn complete_one(&mut self, wait: bool) -> Result<bool, PipelineError> {
+        let Some(c) = self.chan.complete(&mut self.out, wait)? else {
+            return Ok(false);
+        };
+        if let Some(st) = c.input {
+            let acc = self.dig.get_or_insert(st.map(|s| InputStats {
+                sum_sq: 0,
+                samples: 0,
+                clipped: 0,
+                bits: s.bits,
+            }));
+            for p in 0..2 {
+                acc[p].sum_sq += st[p].sum_sq;
+                acc[p].samples += st[p].samples;
+                acc[p].clipped += st[p].clipped;
+            }
+        }
+        self.send_batch(c.batch_ts, c.clipped)?;
+        Ok(true)
+    }
+
+    /// Timestamp of the next batch to process (once known).
+    pub fn next_batch(&self) -> Option<u64> {
+        self.next_ts
+    }
+
+    /// Earliest sample this pipeline still needs; `None` when its next batch has no input
+    /// range (it keeps whatever the store holds until that batch is settled).
+    pub fn needed_from(&self) -> Option<u64> {
+        let r = self.chan.input_range(self.next_ts?).ok()??;
+        Some(r[0].0.min(r[1].0))
+    }
+
+    /// Counts (and logs, the first time) the batch at `ts`, not made because its delay
+    /// model did not evaluate.
+    fn drop_delay_error(&mut self, ts: u64, error: &ChannelizerError) {
+        self.stats.delay_error_heaps += self.spec.dst.len() as u64;
+        if !self.logged_delay_error {
+            self.logged_delay_error = true;
+            warn!(
+                output = %self.spec.name,
+                batch_timestamp = ts,
+                %error,
+                "the delay model does not evaluate for this batch: such batches are not sent \
+                 (counted in delay_error_heaps; logged once)"
+            );
+        }
+    }
+
+    /// Counts (and logs, the first time) the batch at `ts`, not made because its input
+    /// would start before the first available sample.
+    fn skip_before_input(&mut self, ts: u64, ranges: Option<[(u64, u64); 2]>) {
+        self.stats.before_input_heaps += self.spec.dst.len() as u64;
+        if !self.logged_before_input {
+            self.logged_before_input = true;
+            let needed = ranges.map(|r| r[0].0.min(r[1].0));
+            warn!(
+                output = %self.spec.name,
+                batch_timestamp = ts,
+                needed_from = ?needed,
+                first_sample = self.first_sample,
+                "the delay makes this batch need input from before the first available sample: \
+                 such batches are not sent (counted in before_input_heaps; logged once)"
+            );
+        }
+    }
+
+    /// Processes every batch whose input is in the store.
+    pub fn run_ready(&mut self, store: &SampleStore) -> Result<(), PipelineError> {
+        let step = self.spec.batch_step();
+        let n_dst = self.spec.dst.len() as u64;
+        // Batches are made inside the received span only: none from the unfilled head of the
+        // first chunk, and a batch reaching past the latest heap waits for more input.
+        let Some((first, received_end)) = store.received_span() else {
+            return Ok(());
+        };
+        if self.next_ts.is_none() {
+            // The output grid starts at the first aligned batch at or after the first
+            // sample; those of its batches whose input would start before that sample
+            // (a positive delay) are skipped below, one by one, and counted.
+            let from = store.base_ts.max(first);
+            self.first_sample = from;
+            self.next_ts = Some(from.div_ceil(step) * step);
+        }
+        let end = received_end.min(store.end_ts());
+        loop {
+            let ts = self.next_ts.unwrap_or(0);
+            let ranges = match self.chan.input_range(ts) {
+                Ok(Some(r)) if r.iter().all(|r| r.0 >= self.first_sample) => r,
+                other => {
+                    if ts >= end {
+                        // Not past the input received (a delay model growing without
+                        // bound, or one that never evaluates, would otherwise keep this
+                        // loop going).
+                        while self.complete_one(false)? {}
+                        return Ok(());
+                    }
+                    self.next_ts = Some(ts + step);
+                    match other {
+                        Err(e) => self.drop_delay_error(ts, &e),
+                        Ok(r) => self.skip_before_input(ts, r),
+                    }
+                    continue;
+                }
+            };
+            if ranges.iter().any(|r| r.1 > end) {
+                // Send whatever has finished meanwhile.
+                while self.complete_one(false)? {}
+                return Ok(());
+            }
+            self.next_ts = Some(ts + step);
+            let ok = (0..2).all(|p| store.all_present(p, ranges[p].0, ranges[p].1));
+            if !ok {
+                self.stats.skipped_heaps += n_dst;
+                continue;
+            }
+            let len = [0, 1].map(|p| (ranges[p].1 - ranges[p].0) as usize);
+            if self.chan.pipelined() {
+                // Packed input straight to the channeliser; wait for the oldest batch only
+                // when as many as it holds are in flight.
+                while self.chan.in_flight() >= self.chan.depth() {
+                    if !self.complete_one(true)? {
+                        break;
+                    }
+                }
+                let mut input: [&[u8]; 2] = [&[], &[]];
+                let mut skip = [0usize; 2];
+                for p in 0..2 {
+                    let align = self.chan.packed_align();
+                    let (d, s) = store
+                        .packed_slice(p, ranges[p].0, len[p], align)
+                        .ok_or(PipelineError::NoPackedInput)?;
+                    input[p] = d;
+                    skip[p] = s;
+                }
+                self.chan.submit_packed(ts, input, skip)?;
+                continue;
+            }
+            let input = [
+                store.slice(0, ranges[0].0, len[0]),
+                store.slice(1, ranges[1].0, len[1]),
+            ];
+            let clipped = self.chan.process(ts, input, &mut self.out)?;
+            self.send_batch(ts, clipped)?;
+        }
+    }
+
+    /// Sends every batch still in flight, then flushes the sender.
+    pub fn finish(&mut self) -> Result<(), PipelineError> {
+        while self.chan.in_flight() > 0 {
+            if !self.complete_one(true)? {
+                return Err(PipelineError::Incomplete);
+            }
+        }
+        self.sender.flush()?;
+        Ok(())
+    }
+}
+
+/// Descriptors of an F-engine output stream.
+pub fn descriptors(cps: usize, spectra_per_heap: usize, sample_bits: u32) -> Vec<Descriptor> {
+    let u48 = [('u', 48)];
+    let raw = if sample_bits == 4 {
+        Descriptor::with_format(
+            ids::FENG_RAW,
+            "feng_raw",
+            "Channelised complex data (4-bit, real in the high nibble).",
+            &[cps as u64, spectra_per_heap as u64, 2],
+            &[('i', 4), ('i', 4)],
+        )
+    } else {
+        Descriptor::with_dtype(
+            ids::FENG_RAW,
+            "feng_raw",
+            "Channelised complex data.",
+            &[cps as u64, spectra_per_heap as u64, 2, 2],
+            "|i1",
+        )
+    };
+    vec![
+        Descriptor::with_format(ids::TIMESTAMP, "timestamp", "Timestamp provided by the MeerKAT digitisers and scaled to the digitiser sampling rate.", &[], &u48),
+        Descriptor::with_format(ids::FENG_ID, "feng_id", "Uniquely identifies the F-engine source for the data.", &[], &u48),
+        Descriptor::with_format(ids::FREQUENCY, "frequency", "Identifies the first channel in the band of frequencies in the SPEAD heap.", &[], &u48),
+        raw,
+    ]
+}

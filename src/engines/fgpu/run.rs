@@ -1,0 +1,142 @@
+//! `gpucbf fgpu`: from a checked [`FgpuConfig`] to a running engine. Each step is a function:
+//! open the sink, build the outputs, serve katcp and metrics, open the input, run.
+
+use std::sync::{Arc, Mutex};
+
+use tracing::{info, warn};
+
+use super::backend::make_channelizer;
+use super::config::FgpuConfig;
+use super::control::OutputControl;
+use super::device::{FgpuDevice, OutputHandle};
+use super::engine::{run_pipelines_monitored, FgpuSummary};
+use super::metrics::FgpuMetrics;
+use super::pipeline::{descriptors, Pipeline};
+use super::spec::WidebandSpec;
+use crate::control::Server;
+use crate::engines::common::recv::open_source_with;
+use crate::engines::common::send::open_sink;
+use crate::net::heapsend::HeapSender;
+use crate::net::SharedSink;
+
+/// Runs the engine until the input ends (pcap) or a stop is requested.
+pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
+    crate::control::shutdown::install();
+    let io = &cfg.io;
+    let sink = SharedSink::new(open_sink(
+        io.send_pcap.as_deref(),
+        io.send_interface,
+        io.send_ttl,
+    )?);
+    let (pipelines, handles) = build_outputs(cfg, &sink)?;
+    let device = Arc::new(FgpuDevice::new(
+        handles,
+        cfg.adc_sample_rate,
+        cfg.sync_time,
+        cfg.gain,
+        cfg.dither_seed,
+    ));
+    let _katcp = serve_katcp(cfg, device.clone())?;
+    let mut metrics = FgpuMetrics::new(device, pipelines.len());
+    serve_metrics(cfg, &metrics)?;
+    let src = open_source_with(&cfg.src, &io.recv_options())?;
+    let _transmit = crate::net::peerdirect::plan(io.use_peerdirect);
+    let monitor = metrics.take_recv_monitor();
+    run_pipelines_monitored(
+        src,
+        cfg.placement.clone(),
+        pipelines,
+        cfg.dig_sample_bits,
+        &mut |store, pipes| metrics.update(store, pipes),
+        monitor,
+    )
+}
+
+/// Every output: its controls, channeliser and sender (descriptors sent), as a pipeline and
+/// as the katcp device sees it.
+fn build_outputs(
+    cfg: &FgpuConfig,
+    sink: &SharedSink,
+) -> anyhow::Result<(Vec<Pipeline>, Vec<OutputHandle>)> {
+    let mut pipelines = Vec::new();
+    let mut handles = Vec::new();
+    for spec in &cfg.outputs {
+        let control = Arc::new(Mutex::new(OutputControl::new(
+            spec.channels,
+            cfg.gain as f32,
+        )));
+        let chan = make_channelizer(spec, cfg, control.clone())?;
+        let sender = output_sender(cfg, spec, sink)?;
+        info!(output = %spec.name, channels = spec.channels, destinations = spec.dst.len(), "output ready");
+        handles.push(OutputHandle {
+            name: spec.name.clone(),
+            channels: spec.channels,
+            batch_step: spec.batch_step(),
+            spectrum_step: spec.samples_between_spectra(),
+            control,
+        });
+        pipelines.push(Pipeline::new(
+            spec.clone(),
+            chan,
+            sender,
+            cfg.feng_id,
+            cfg.bytes_per_value(),
+        ));
+    }
+    Ok((pipelines, handles))
+}
+
+/// The heap sender of one output, paced at its data rate × `--send-rate-factor`, with the
+/// stream's descriptors sent.
+fn output_sender(
+    cfg: &FgpuConfig,
+    spec: &WidebandSpec,
+    sink: &SharedSink,
+) -> std::io::Result<HeapSender> {
+    let payload = cfg.io.send_packet_payload;
+    let header = (8 + 8 * 8) as f64;
+    let values_per_s =
+        2.0 * cfg.adc_sample_rate * spec.channels as f64 / spec.samples_between_spectra() as f64;
+    let rate = values_per_s
+        * cfg.bytes_per_value() as f64
+        * (1.0 + header / payload as f64)
+        * cfg.send_rate_factor;
+    let mut sender = HeapSender::new(
+        Box::new(sink.clone()),
+        spec.dst.clone(),
+        cfg.feng_id,
+        cfg.array_size,
+        payload,
+        Some(rate),
+    );
+    let cps = spec.channels_per_substream();
+    sender.send_descriptors(
+        &descriptors(cps, spec.spectra_per_heap(), cfg.send_sample_bits),
+        8872,
+    )?;
+    Ok(sender)
+}
+
+/// The katcp server, if one is configured; the default port only warns when it is taken.
+fn serve_katcp(cfg: &FgpuConfig, device: Arc<FgpuDevice>) -> anyhow::Result<Option<Server>> {
+    let Some(addr) = cfg.katcp else {
+        return Ok(None);
+    };
+    match Server::start(addr.into(), device) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if !cfg.katcp_required => {
+            warn!(port = addr.port(), error = %e, "katcp port unavailable; running without katcp (give --katcp-port)");
+            Ok(None)
+        }
+        Err(e) => Err(anyhow::anyhow!("katcp port {}: {e}", addr.port())),
+    }
+}
+
+/// Serves the metrics on `--prometheus-port` (on the katcp host address), if given.
+fn serve_metrics(cfg: &FgpuConfig, metrics: &FgpuMetrics) -> anyhow::Result<()> {
+    if let Some(p) = cfg.io.prometheus_port {
+        let bound = metrics.registry().serve((cfg.katcp_host, p).into())?;
+        info!(%bound, "prometheus metrics at /metrics");
+    }
+    Ok(())
+}

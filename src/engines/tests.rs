@@ -1,0 +1,81 @@
+//! Across the engines: `fgpu` and `xbgpu` take the same shared options
+//! ([`super::common::EngineArgs`]), with the same defaults.
+
+use clap::Parser;
+
+use super::common::{Backend, EngineArgs};
+
+#[derive(Parser)]
+struct F {
+    #[command(flatten)]
+    a: super::fgpu::FgpuArgs,
+}
+
+#[derive(Parser)]
+struct X {
+    #[command(flatten)]
+    a: super::xbgpu::XbgpuArgs,
+}
+
+/// `fgpu` and `xbgpu` both take the options of [`EngineArgs`], with their defaults.
+#[test]
+fn engine_args_carry_the_shared_options() {
+    let common = ["--adc-sample-rate", "1712e6", "--sync-time", "0"];
+    let shared = [
+        "--send-ttl",
+        "7",
+        "--recv-ibv",
+        "--send-pcap",
+        "o.pcap",
+        "--backend",
+        "cpu",
+        "--prometheus-port",
+        "9100",
+        "--recv-interface",
+        "10.0.0.1",
+    ];
+    let xb = [
+        "--array-size",
+        "4",
+        "--channels",
+        "1024",
+        "--channels-per-substream",
+        "256",
+        "--samples-between-spectra",
+        "2048",
+    ];
+    let f = F::try_parse_from(
+        ["fgpu"]
+            .iter()
+            .chain(&common)
+            .chain(&shared)
+            .chain(&["x.pcap"]),
+    )
+    .unwrap()
+    .a;
+    let x = X::try_parse_from(
+        ["xbgpu"]
+            .iter()
+            .chain(&common)
+            .chain(&xb)
+            .chain(&shared)
+            .chain(&["x.pcap"]),
+    )
+    .unwrap()
+    .a;
+    let want = EngineArgs {
+        recv_interface: std::net::Ipv4Addr::new(10, 0, 0, 1),
+        recv_dpdk: None,
+        recv_ibv: true,
+        use_peerdirect: false,
+        send_interface: std::net::Ipv4Addr::UNSPECIFIED,
+        send_ttl: 7,
+        send_packet_payload: 8192,
+        send_pcap: Some(std::path::PathBuf::from("o.pcap")),
+        backend: Backend::Cpu,
+        prometheus_port: Some(9100),
+    };
+    assert_eq!(f.io, want);
+    assert_eq!(x.io, want);
+    assert_eq!((f.src.as_str(), x.src.as_str()), ("x.pcap", "x.pcap"));
+}

@@ -1,0 +1,198 @@
+//! The beams of one XB-engine ([`BPipeline`]): every beam of a batch formed through a
+//! [`Beamformer`] (a chunk of batches at once where it can), one heap per beam per batch
+//! (ICD §4.4), all beams sharing one heap counter sequence.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::backend::{Beamformer, PipelineError};
+use crate::net::heapsend::HeapSender;
+use crate::spead::{ids, Descriptor};
+
+/// Counters of the beams (katgpucbf's `xbgpu_output_b_*`), per beam.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BStats {
+    /// Beam (stream) name.
+    pub name: String,
+    /// Heaps sent.
+    pub heaps: u64,
+    /// Payload bytes sent.
+    pub bytes: u64,
+    /// Beam values that saturated.
+    pub clipped_samples: u64,
+    /// Heaps not sent: no antenna present.
+    pub skipped_heaps: u64,
+}
+
+/// All beams of one engine, sharing one heap counter sequence.
+pub struct BPipeline {
+    bf: Box<dyn Beamformer>,
+    sender: HeapSender,
+    channel_offset: u64,
+    outs: Vec<Vec<i8>>,
+    /// Beams formed ahead by [`BPipeline::prepare`]: timestamps, outputs (`[batch][beam]`),
+    /// saturation per batch, and the next one to send.
+    pre_ts: Vec<u64>,
+    pre_outs: Vec<Vec<i8>>,
+    pre_clipped: Vec<Vec<u64>>,
+    pre_next: usize,
+    /// Sending on or off, per beam (`?capture-start` / `?capture-stop`).
+    pub enabled: Vec<Arc<AtomicBool>>,
+    /// Counters per beam.
+    pub stats: Vec<BStats>,
+}
+
+impl BPipeline {
+    /// The beams `names` (`beam_bytes` per heap) formed by `bf` for the channels from
+    /// `channel_offset`, sent through `sender` (one destination per beam); sending from the
+    /// start when `enabled`.
+    pub fn new(
+        names: &[String],
+        bf: Box<dyn Beamformer>,
+        sender: HeapSender,
+        channel_offset: u64,
+        beam_bytes: usize,
+        enabled: bool,
+    ) -> Self {
+        BPipeline {
+            bf,
+            sender,
+            channel_offset,
+            outs: vec![vec![0; beam_bytes]; names.len()],
+            pre_ts: Vec::new(),
+            pre_outs: Vec::new(),
+            pre_clipped: Vec::new(),
+            pre_next: 0,
+            enabled: names
+                .iter()
+                .map(|_| Arc::new(AtomicBool::new(enabled)))
+                .collect(),
+            stats: names
+                .iter()
+                .map(|n| BStats {
+                    name: n.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+        }
+    }
+
+    /// Forms the beams of several batches (timestamps `ts`, back to back in `data`, `present`
+    /// `[batch][antenna]`, each with an antenna present) in one beamformer call; the following
+    /// [`BPipeline::batch`] calls for these timestamps, in order, send them.
+    pub fn prepare(
+        &mut self,
+        ts: &[u64],
+        data: &[i8],
+        present: &[bool],
+    ) -> Result<(), PipelineError> {
+        self.pre_ts.clear();
+        self.pre_clipped.clear();
+        self.pre_next = 0;
+        if ts.is_empty() {
+            return Ok(());
+        }
+        let nb = self.outs.len();
+        let beam_bytes = self.outs.first().map_or(0, Vec::len);
+        self.pre_outs.resize_with(ts.len() * nb, Vec::new);
+        self.pre_outs.truncate(ts.len() * nb);
+        self.pre_outs
+            .iter_mut()
+            .for_each(|o| o.resize(beam_bytes, 0));
+        self.pre_clipped = self
+            .bf
+            .beamform_chunk(ts, data, present, &mut self.pre_outs)?;
+        self.pre_ts.extend_from_slice(ts);
+        Ok(())
+    }
+
+    /// Forms (or takes from [`BPipeline::prepare`]) and sends the beams of the batch at
+    /// `ts`; a batch without any antenna present is counted as skipped.
+    pub fn batch(&mut self, ts: u64, data: &[i8], present: &[bool]) -> Result<(), PipelineError> {
+        let n_present = present.iter().filter(|&&p| p).count() as u64;
+        if n_present == 0 {
+            self.stats.iter_mut().for_each(|s| s.skipped_heaps += 1);
+            return Ok(());
+        }
+        let k = self.pre_next;
+        let clipped = if self.pre_ts.get(k) == Some(&ts) {
+            // formed ahead by `prepare`: take its outputs
+            self.pre_next += 1;
+            let nb = self.outs.len();
+            for (o, p) in self
+                .outs
+                .iter_mut()
+                .zip(&mut self.pre_outs[k * nb..(k + 1) * nb])
+            {
+                std::mem::swap(o, p);
+            }
+            std::mem::take(&mut self.pre_clipped[k])
+        } else {
+            self.bf.beamform(ts, data, present, &mut self.outs)?
+        };
+        for (b, out) in self.outs.iter().enumerate() {
+            if !self.enabled[b].load(Ordering::Relaxed) {
+                continue;
+            }
+            let bytes: &[u8] = bytemuck_i8(out);
+            let items = [
+                (ids::TIMESTAMP, ts),
+                (ids::FREQUENCY, self.channel_offset),
+                (ids::BEAM_ANTS, n_present),
+            ];
+            self.sender.send_heap(b, &items, ids::BF_RAW, bytes)?;
+            let s = &mut self.stats[b];
+            s.heaps += 1;
+            s.bytes += bytes.len() as u64;
+            s.clipped_samples += clipped.get(b).copied().unwrap_or(0);
+        }
+        Ok(())
+    }
+
+    /// Flushes the sender.
+    pub fn finish(&mut self) -> std::io::Result<()> {
+        self.sender.flush()
+    }
+}
+
+fn bytemuck_i8(v: &[i8]) -> &[u8] {
+    // SAFETY: i8 and u8 have the same size and alignment; every bit pattern is valid.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len()) }
+}
+
+/// Descriptors of the beam output.
+pub fn beam_descriptors(cps: usize, sph: usize) -> Vec<Descriptor> {
+    let u48 = [('u', 48)];
+    vec![
+        Descriptor::with_format(
+            ids::TIMESTAMP,
+            "timestamp",
+            "Timestamp of the first spectrum, in ADC samples.",
+            &[],
+            &u48,
+        ),
+        Descriptor::with_format(
+            ids::FREQUENCY,
+            "frequency",
+            "Identifies the first channel in the band of frequencies in the SPEAD heap.",
+            &[],
+            &u48,
+        ),
+        Descriptor::with_format(
+            ids::BEAM_ANTS,
+            "beam_ants",
+            "Number of antennas present in the sum.",
+            &[],
+            &u48,
+        ),
+        Descriptor::with_dtype(
+            ids::BF_RAW,
+            "bf_raw",
+            "Beamformer output for the frequency range.",
+            &[cps as u64, sph as u64, 2],
+            "|i1",
+        ),
+    ]
+}

@@ -1,0 +1,206 @@
+//! One correlation-products output ([`XPipeline`]): batches accumulated through a
+//! [`Correlator`] over `heap_accumulation_threshold` batches, then one X heap per dump
+//! (ICD §4.3), with MISSING on baselines of absent antennas.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::backend::{Correlator, PipelineError};
+use crate::net::heapsend::HeapSender;
+use crate::spead::{ids, Descriptor};
+
+/// The MISSING marker for visibilities of absent antennas (re, im).
+pub const MISSING: (i32, i32) = (i32::MIN, 1);
+
+/// Number of baselines (a1 ≤ a2) for `n` antennas.
+pub fn n_baselines(n: usize) -> usize {
+    n * (n + 1) / 2
+}
+
+/// Index of baseline (a1, a2), a1 ≤ a2.
+pub fn baseline_index(a1: usize, a2: usize) -> usize {
+    a2 * (a2 + 1) / 2 + a1
+}
+
+/// Counters of one corrprod output (katgpucbf's `xbgpu_output_x_*`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct XStats {
+    /// Stream name.
+    pub name: String,
+    /// Heaps sent.
+    pub heaps: u64,
+    /// Payload bytes sent.
+    pub bytes: u64,
+    /// Visibilities sent.
+    pub visibilities: u64,
+    /// Visibilities that saturated.
+    pub clipped_visibilities: u64,
+    /// Accumulations not sent: no antenna present.
+    pub skipped_accs: u64,
+    /// Accumulations sent with MISSING markers (an antenna absent).
+    pub incomplete_accs: u64,
+    /// Accumulations not sent: output stopped (`?capture-stop`).
+    pub unsent_accs: u64,
+    /// Timestamp of the first heap sent.
+    pub first_timestamp: Option<u64>,
+}
+
+/// One correlation output.
+pub struct XPipeline {
+    /// Stream name.
+    pub name: String,
+    corr: Box<dyn Correlator>,
+    sender: HeapSender,
+    threshold: u64,
+    batch_step: u64,
+    channel_offset: u64,
+    acc: Option<u64>,
+    batches_seen: u64,
+    present: Vec<bool>,
+    out: Vec<i32>,
+    bytes: Vec<u8>,
+    /// Sending on (`?capture-start`) or off (`?capture-stop`).
+    pub enabled: Arc<AtomicBool>,
+    /// Counters.
+    pub stats: XStats,
+}
+
+impl XPipeline {
+    /// The output `name`: dumps every `threshold` batches (`batch_step` ADC samples apart)
+    /// of `n_ants` antennas × `cps` channels from `channel_offset`, through `corr`, to
+    /// `sender`; sending from the start when `enabled`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        name: &str,
+        corr: Box<dyn Correlator>,
+        sender: HeapSender,
+        threshold: u64,
+        batch_step: u64,
+        channel_offset: u64,
+        n_ants: usize,
+        cps: usize,
+        enabled: bool,
+    ) -> Self {
+        let n = cps * n_baselines(n_ants) * 4 * 2;
+        XPipeline {
+            name: name.into(),
+            corr,
+            sender,
+            threshold,
+            batch_step,
+            channel_offset,
+            acc: None,
+            batches_seen: 0,
+            present: vec![true; n_ants],
+            out: vec![0; n],
+            bytes: vec![0; n * 4],
+            enabled: Arc::new(AtomicBool::new(enabled)),
+            stats: XStats {
+                name: name.into(),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// ADC samples per dump.
+    pub fn acc_step(&self) -> u64 {
+        self.threshold * self.batch_step
+    }
+
+    /// Adds one batch (absent antennas zeroed in `data`).
+    pub fn batch(&mut self, ts: u64, data: &[i8], present: &[bool]) -> Result<(), PipelineError> {
+        let acc = ts / self.acc_step();
+        if self.acc != Some(acc) {
+            if self.acc.is_some() {
+                self.dump()?;
+            }
+            self.acc = Some(acc);
+            self.batches_seen = 0;
+            self.present.iter_mut().for_each(|p| *p = true);
+        }
+        self.batches_seen += 1;
+        for (p, &q) in self.present.iter_mut().zip(present) {
+            *p &= q;
+        }
+        if present.iter().any(|&p| p) {
+            self.corr.accumulate(data)?;
+        }
+        Ok(())
+    }
+
+    /// Ends the accumulation in progress: dumps it if it saw every batch (end of input).
+    pub fn finish(&mut self) -> Result<(), PipelineError> {
+        if self.acc.is_some() && self.batches_seen >= self.threshold {
+            self.dump()?;
+        }
+        self.acc = None;
+        self.sender.flush()?;
+        Ok(())
+    }
+
+    fn dump(&mut self) -> Result<(), PipelineError> {
+        let Some(acc) = self.acc else { return Ok(()) };
+        if self.batches_seen < self.threshold {
+            self.present.iter_mut().for_each(|p| *p = false);
+        }
+        let clipped = self.corr.dump(&self.present, &mut self.out)?;
+        self.acc = None;
+        if !self.present.iter().any(|&p| p) {
+            self.stats.skipped_accs += 1;
+            return Ok(());
+        }
+        if !self.enabled.load(Ordering::Relaxed) {
+            self.stats.unsent_accs += 1;
+            return Ok(());
+        }
+        if self.present.iter().any(|&p| !p) {
+            self.stats.incomplete_accs += 1;
+        }
+        for (b, v) in self.bytes.chunks_exact_mut(4).zip(&self.out) {
+            b.copy_from_slice(&v.to_le_bytes());
+        }
+        let ts = acc * self.acc_step();
+        self.sender.send_heap(
+            0,
+            &[(ids::TIMESTAMP, ts), (ids::FREQUENCY, self.channel_offset)],
+            ids::XENG_RAW,
+            &self.bytes,
+        )?;
+        self.stats.heaps += 1;
+        self.stats.bytes += self.bytes.len() as u64;
+        self.stats.visibilities += (self.out.len() / 2) as u64;
+        self.stats.clipped_visibilities += clipped;
+        self.stats.first_timestamp.get_or_insert(ts);
+        Ok(())
+    }
+}
+
+/// Descriptors of the X output.
+pub fn x_descriptors(cps: usize, n_ants: usize) -> Vec<Descriptor> {
+    let u48 = [('u', 48)];
+    vec![
+        Descriptor::with_format(
+            ids::TIMESTAMP,
+            "timestamp",
+            "Timestamp of the start of the accumulation, in ADC samples.",
+            &[],
+            &u48,
+        ),
+        Descriptor::with_format(
+            ids::FREQUENCY,
+            "frequency",
+            "Identifies the first channel in the band of frequencies in the SPEAD heap.",
+            &[],
+            &u48,
+        ),
+        Descriptor::with_dtype(
+            ids::XENG_RAW,
+            "xeng_raw",
+            "Integrated baseline correlation products.",
+            &[cps as u64, (n_baselines(n_ants) * 4) as u64, 2],
+            "<i4",
+        ),
+    ]
+}
