@@ -8,4 +8,4 @@ pub mod shutdown;
 
 pub use katcp::{Kind, Message};
 pub use sensors::{SensorSet, SensorType, Status};
-pub use server::{Device, Server};
+pub use server::{Device, RequestError, Server};

@@ -13,14 +13,19 @@ use tracing::{debug, info, warn};
 use super::katcp::{Kind, Message};
 use super::sensors::SensorSet;
 
+/// Why an engine's request failed: any error; its text is the `fail` reply's message.
+pub type RequestError = Box<dyn std::error::Error + Send + Sync>;
+
 /// An engine's katcp interface.
 pub trait Device: Send + Sync + 'static {
     /// API version, e.g. `katgpucbf-fgpu-1.0` style.
     fn api_version(&self) -> String;
     /// The engine's own requests: (name, help text).
     fn requests(&self) -> Vec<(&'static str, &'static str)>;
-    /// Handles one of [`Device::requests`]: `Ok(reply args after "ok")` or `Err(fail message)`.
-    fn request(&self, name: &str, args: &[String]) -> Result<Vec<String>, String>;
+    /// Handles one of [`Device::requests`]: `Ok(reply args after "ok")`, or the error whose
+    /// text the `fail` reply carries.
+    fn request(&self, name: &str, args: &[String]) -> Result<Vec<String>, RequestError>;
+    /// The engine's sensors, reported by `?sensor-list` and `?sensor-value`.
     fn sensors(&self) -> &SensorSet;
 }
 
@@ -267,7 +272,7 @@ pub fn handle(req: &Message, device: &dyn Device, out: &mut Vec<Message>) -> boo
         name if device.requests().iter().any(|(n, _)| *n == name) => {
             match device.request(name, &args) {
                 Ok(v) => ok(v),
-                Err(e) => fail(&e),
+                Err(e) => fail(&e.to_string()),
             }
         }
         name => vec!["invalid".into(), format!("Unknown request: {name}")],

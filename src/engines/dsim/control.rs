@@ -233,13 +233,17 @@ impl Device for DsimDevice {
         ]
     }
 
-    fn request(&self, name: &str, args: &[String]) -> Result<Vec<String>, String> {
+    fn request(
+        &self,
+        name: &str,
+        args: &[String],
+    ) -> Result<Vec<String>, crate::control::RequestError> {
         let reply = match name {
             "signals" => self.signals(args),
             "time" => Ok(vec![format!("{:.6}", crate::control::sensors::now())]),
             _ => Err(RequestError::Unknown(name.to_string())),
         };
-        reply.map_err(|e| e.to_string())
+        Ok(reply?)
     }
 
     fn sensors(&self) -> &SensorSet {

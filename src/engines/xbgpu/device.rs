@@ -214,8 +214,12 @@ impl Device for XbDevice {
         ]
     }
 
-    fn request(&self, name: &str, args: &[String]) -> Result<Vec<String>, String> {
-        self.handle(name, args).map_err(|e| e.to_string())
+    fn request(
+        &self,
+        name: &str,
+        args: &[String],
+    ) -> Result<Vec<String>, crate::control::RequestError> {
+        Ok(self.handle(name, args)?)
     }
 
     fn sensors(&self) -> &SensorSet {
