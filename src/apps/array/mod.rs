@@ -16,7 +16,8 @@ use num_complex::Complex32;
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::net::source::{PacketSource, Poll, UdpRecvSource};
+use crate::net::recv::udp::UdpRecvSource;
+use crate::net::recv::{PacketSource, Poll};
 use crate::spead::{ids, Assembler, ItemValue};
 
 /// `gpucbf array` options.

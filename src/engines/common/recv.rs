@@ -5,7 +5,9 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 
 use crate::chunk::{Chunk, ChunkAssembler, ChunkQueues, ChunkStats, Placement, RecvMonitor};
-use crate::net::source::{PacketSource, PcapFileSource, Poll, UdpRecvSource};
+use crate::net::recv::pcap::PcapFileSource;
+use crate::net::recv::udp::UdpRecvSource;
+use crate::net::recv::{PacketSource, Poll};
 
 /// How an engine receives (`--recv-interface`, `--recv-dpdk`, `--recv-ibv`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -73,7 +75,7 @@ fn open_ibv(
     eps: Vec<std::net::SocketAddrV4>,
     interface: Ipv4Addr,
 ) -> anyhow::Result<Box<dyn PacketSource>> {
-    let s = crate::net::ibv_recv::IbvRecvSource::open(eps, interface)
+    let s = crate::net::recv::ibv::IbvRecvSource::open(eps, interface)
         .map_err(|e| anyhow::anyhow!("--recv-ibv: {e}"))?;
     Ok(Box::new(s))
 }
@@ -90,7 +92,7 @@ fn open_ibv(
 
 #[cfg(feature = "dpdk")]
 fn open_dpdk(eal: &str, eps: Vec<std::net::SocketAddrV4>) -> anyhow::Result<Box<dyn PacketSource>> {
-    Ok(Box::new(crate::net::dpdk::DpdkSource::new(eal, eps)?))
+    Ok(Box::new(crate::net::recv::dpdk::DpdkSource::new(eal, eps)?))
 }
 
 #[cfg(not(feature = "dpdk"))]

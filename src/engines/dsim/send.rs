@@ -11,8 +11,8 @@ use super::control::{DsimDevice, GenContext, SignalSwap};
 use super::generate::{generate, HeapFormat, Window};
 use super::signal::Timebase;
 use super::DsimConfig;
-use crate::net::pcap::PcapSink;
-use crate::net::udp::UdpSink;
+use crate::net::send::pcap::PcapSink;
+use crate::net::send::udp::UdpSink;
 use crate::net::{Pacer, PacketSink};
 use crate::spead::{self, ids, Descriptor, HeapBuilder};
 

@@ -13,8 +13,8 @@ use crate::chunk::placement::DigitiserPlacement;
 use crate::chunk::Chunk;
 use crate::engines::common::recv::{open_source_with, RecvOptions};
 use crate::engines::common::send::open_sink;
-use crate::net::heapsend::HeapSender;
-use crate::net::source::PacketSource;
+use crate::net::recv::PacketSource;
+use crate::net::send::heap::HeapSender;
 use crate::spead::{ids, Descriptor};
 
 /// A channeliser backend for one output: the compute behind the engine.
@@ -738,7 +738,7 @@ pub fn run(args: &super::FgpuArgs) -> anyhow::Result<FgpuSummary> {
             ibv: args.recv_ibv,
         },
     )?;
-    let _transmit = crate::net::peerdirect::plan(args.use_peerdirect);
+    let _transmit = crate::net::send::peerdirect::plan(args.use_peerdirect);
     run_pipelines_monitored(
         src,
         placement,

@@ -10,8 +10,8 @@ use tracing::info;
 
 use crate::chunk::placement::FengPlacement;
 use crate::chunk::Chunk;
-use crate::net::heapsend::HeapSender;
-use crate::net::source::PacketSource;
+use crate::net::recv::PacketSource;
+use crate::net::send::heap::HeapSender;
 use crate::spead::{ids, Descriptor};
 
 /// The MISSING marker for visibilities of absent antennas (re, im).

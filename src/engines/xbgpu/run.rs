@@ -15,7 +15,7 @@ use crate::compute::xengine::{Beam, BeamSet, CpuX, GpuX, XBackend, XShape};
 use crate::control::{Device, SensorSet, SensorType, Status};
 use crate::engines::common::recv::open_source_with;
 use crate::engines::common::send::open_sink;
-use crate::net::heapsend::HeapSender;
+use crate::net::send::heap::HeapSender;
 use crate::net::SharedSink;
 use crate::spead::{ids, Descriptor};
 
@@ -483,7 +483,7 @@ pub fn run(args: &XbgpuArgs) -> anyhow::Result<XbgpuSummary> {
             ibv: args.recv_ibv,
         },
     )?;
-    let _transmit = crate::net::peerdirect::plan(args.use_peerdirect);
+    let _transmit = crate::net::send::peerdirect::plan(args.use_peerdirect);
     let metrics = crate::telemetry::metrics::Metrics::new("xbgpu");
     let recv_metrics = crate::telemetry::recv::RecvMetrics::new(
         &metrics,

@@ -2,8 +2,8 @@
 //! records every posted work request and hands out queued completions.
 
 use super::*;
-use crate::net::ibverbs::CTX_OPS_POLL_CQ;
-use crate::net::peerdirect::{wr_id, SendWr, CTX_OPS_POST_SEND};
+use crate::net::send::peerdirect::{wr_id, SendWr, CTX_OPS_POST_SEND};
+use crate::net::verbs::CTX_OPS_POLL_CQ;
 use std::net::Ipv4Addr;
 use std::sync::Mutex;
 
@@ -137,7 +137,7 @@ fn headers_match_the_staged_path_byte_for_byte() {
                 frame.extend_from_slice(seg);
             }
             assert_eq!(ipv4_checksum(&frame[14..34]), 0);
-            let (dst, udp) = crate::net::source::fast_udp_ipv4(&frame).unwrap();
+            let (dst, udp) = crate::net::frame::fast_udp_ipv4(&frame).unwrap();
             assert_eq!(dst, s.cfg.dests[plan.dst]);
             let v = crate::spead::PacketView::parse(udp).unwrap();
             assert_eq!(v.heap_cnt, 5 + 64 * h as u64);
@@ -161,7 +161,7 @@ fn headers_match_the_staged_path_byte_for_byte() {
         assert_eq!(ps.addr, next);
         next += ps.length as u64;
         assert_eq!(
-            flags & crate::net::peerdirect::IBV_SEND_SIGNALED != 0,
+            flags & crate::net::send::peerdirect::IBV_SEND_SIGNALED != 0,
             j == 5
         );
     }

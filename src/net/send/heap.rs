@@ -6,7 +6,8 @@
 use std::io;
 use std::net::SocketAddrV4;
 
-use super::{Pacer, PacketSink};
+use super::PacketSink;
+use crate::net::pacing::Pacer;
 use crate::spead::{Descriptor, HeapBuilder};
 
 /// Counters of a heap sender.

@@ -53,7 +53,7 @@ pub struct Probe {
     /// `/sys/module/nvidia_peermem` exists.
     pub peermem: bool,
     /// The engines' pipelines can hand batches to the verbs transmit sink
-    /// ([`crate::net::verbs_send::PeerDirectSender`], feature `ibverbs`) in GPU memory
+    /// ([`crate::net::send::verbs::PeerDirectSender`], feature `ibverbs`) in GPU memory
     /// (false until the pipelines write into its output items).
     pub verbs_sink: bool,
 }
@@ -94,7 +94,7 @@ pub fn probe() -> Probe {
     let gpu = crate::gpu::gpu_available();
     let gpu_dmabuf = gpu && gpu_supports_dmabuf();
     #[cfg(feature = "ibverbs")]
-    let (rdma, verbs_dmabuf) = match super::ibverbs::Verbs::load() {
+    let (rdma, verbs_dmabuf) = match crate::net::verbs::Verbs::load() {
         Ok(v) => (
             v.device_names().map_err(|e| e.to_string()),
             // SAFETY: only looks the symbol up.
@@ -371,7 +371,7 @@ impl SendTracker {
 /// A device allocation registered with the NIC (feature `ibverbs`).
 #[cfg(feature = "ibverbs")]
 pub struct GpuMr<'v> {
-    verbs: &'v super::ibverbs::Verbs,
+    verbs: &'v crate::net::verbs::Verbs,
     mr: *mut c_void,
     pub kind: GpuMrKind,
     pub lkey: u32,
@@ -387,14 +387,14 @@ impl<'v> GpuMr<'v> {
     /// `pd` must be a live protection domain of `verbs`; `dptr..dptr+len` a live CUDA
     /// allocation in the current context, kept alive until the region is dropped.
     pub unsafe fn register(
-        verbs: &'v super::ibverbs::Verbs,
+        verbs: &'v crate::net::verbs::Verbs,
         pd: *mut c_void,
         dptr: u64,
         len: usize,
         kind: GpuMrKind,
     ) -> std::io::Result<Self> {
         use std::io::Error;
-        let access = super::ibverbs::IBV_ACCESS_LOCAL_WRITE;
+        let access = crate::net::verbs::IBV_ACCESS_LOCAL_WRITE;
         let (mr, fd) = match kind {
             GpuMrKind::Dmabuf => {
                 use cudarc::driver::sys;

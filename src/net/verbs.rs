@@ -15,8 +15,6 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::io;
 use std::net::SocketAddrV4;
 
-use super::source::{deliver_frame, FrameStats, PacketSource, Poll};
-
 // ---- ABI constants (rdma-core verbs.h) ----
 pub const IBV_QPT_RAW_PACKET: u32 = 8;
 pub const IBV_QP_STATE: c_int = 1;
@@ -195,21 +193,21 @@ type CreateFlow = unsafe extern "C" fn(*mut c_void, *mut FlowRule) -> *mut c_voi
 
 /// The exported verbs we call, resolved from libibverbs at run time.
 pub struct Verbs {
-    _lib: libloading::Library,
-    get_device_list: GetDeviceList,
-    free_device_list: FreeDeviceList,
-    get_device_name: GetDeviceName,
-    open_device: OpenDevice,
-    close_device: CloseDevice,
-    alloc_pd: AllocPd,
-    dealloc_pd: Destroy,
-    create_cq: CreateCq,
-    destroy_cq: Destroy,
-    create_qp: CreateQp,
-    destroy_qp: Destroy,
-    modify_qp: ModifyQp,
-    reg_mr: RegMr,
-    dereg_mr: Destroy,
+    pub(crate) _lib: libloading::Library,
+    pub(crate) get_device_list: GetDeviceList,
+    pub(crate) free_device_list: FreeDeviceList,
+    pub(crate) get_device_name: GetDeviceName,
+    pub(crate) open_device: OpenDevice,
+    pub(crate) close_device: CloseDevice,
+    pub(crate) alloc_pd: AllocPd,
+    pub(crate) dealloc_pd: Destroy,
+    pub(crate) create_cq: CreateCq,
+    pub(crate) destroy_cq: Destroy,
+    pub(crate) create_qp: CreateQp,
+    pub(crate) destroy_qp: Destroy,
+    pub(crate) modify_qp: ModifyQp,
+    pub(crate) reg_mr: RegMr,
+    pub(crate) dereg_mr: Destroy,
 }
 
 impl Verbs {
@@ -395,7 +393,11 @@ pub unsafe fn destroy_flow(ctx: *const u8, flow: *mut c_void) -> c_int {
 ///
 /// # Safety
 /// `v` holds libibverbs' entry points.
-unsafe fn open_device(v: &Verbs, want: &str, names: &[String]) -> io::Result<*mut c_void> {
+pub(crate) unsafe fn open_device(
+    v: &Verbs,
+    want: &str,
+    names: &[String],
+) -> io::Result<*mut c_void> {
     let mut n: c_int = 0;
     let list = (v.get_device_list)(&mut n);
     if list.is_null() {
@@ -428,290 +430,6 @@ unsafe fn open_device(v: &Verbs, want: &str, names: &[String]) -> io::Result<*mu
         )));
     }
     Ok(ctx)
-}
-
-/// Receive settings.
-#[derive(Debug, Clone)]
-pub struct IbvConfig {
-    /// Device name (`mlx5_0`); `None`: the first device.
-    pub device: Option<String>,
-    /// Port number on the device (1-based).
-    pub port: u8,
-    /// Destinations to steer to this queue pair (at least one).
-    pub endpoints: Vec<SocketAddrV4>,
-    /// MAC of the interface, matched for unicast endpoints (`None`: not matched).
-    pub unicast_mac: Option<[u8; 6]>,
-    /// Receive buffers (work requests) and their size.
-    pub buffers: usize,
-    pub buffer_size: usize,
-}
-
-impl Default for IbvConfig {
-    fn default() -> Self {
-        IbvConfig {
-            device: None,
-            port: 1,
-            endpoints: Vec::new(),
-            unicast_mac: None,
-            buffers: 4096,
-            buffer_size: 9216 + 64,
-        }
-    }
-}
-
-/// Raw-packet receive from one RDMA device port.
-pub struct IbvSource {
-    verbs: Verbs,
-    ctx: *mut c_void,
-    pd: *mut c_void,
-    cq: *mut c_void,
-    qp: *mut c_void,
-    mr: *mut c_void,
-    flows: Vec<*mut c_void>,
-    endpoints: Vec<SocketAddrV4>,
-    /// The receive ring (hugepages when reserved; registered with the NIC).
-    mem: crate::mem::ChunkMem,
-    buffer_size: usize,
-    lkey: u32,
-    sges: Vec<IbvSge>,
-    wrs: Vec<IbvRecvWr>,
-    wc: Vec<IbvWc>,
-    pub stats: FrameStats,
-    /// Work completions with an error status.
-    pub wc_errors: u64,
-}
-
-// SAFETY: the verbs objects are owned by this source and used from one thread at a time.
-unsafe impl Send for IbvSource {}
-
-impl IbvSource {
-    /// Loads libibverbs, opens the device, creates the QP and flow rules, and posts every
-    /// receive buffer. Errors: library missing, "no RDMA device found", device not found,
-    /// or the failing verb.
-    pub fn open(cfg: &IbvConfig) -> io::Result<Self> {
-        if cfg.endpoints.is_empty() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "ibverbs receive needs at least one endpoint",
-            ));
-        }
-        if cfg.buffers == 0 || cfg.buffer_size < 64 || cfg.buffer_size > u32::MAX as usize {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "bad ibverbs buffer settings",
-            ));
-        }
-        let verbs = Verbs::load()?;
-        let names = verbs.device_names()?;
-        let want = cfg.device.clone().unwrap_or_else(|| names[0].clone());
-        let mut src = IbvSource {
-            verbs,
-            ctx: std::ptr::null_mut(),
-            pd: std::ptr::null_mut(),
-            cq: std::ptr::null_mut(),
-            qp: std::ptr::null_mut(),
-            mr: std::ptr::null_mut(),
-            flows: Vec::new(),
-            endpoints: cfg.endpoints.clone(),
-            mem: crate::mem::ChunkMem::alloc(
-                cfg.buffers.saturating_mul(cfg.buffer_size),
-                &crate::mem::MemPolicy {
-                    hugepages: true,
-                    cuda: None,
-                },
-            )?,
-            buffer_size: cfg.buffer_size,
-            lkey: 0,
-            sges: vec![IbvSge::default(); cfg.buffers],
-            wrs: Vec::new(),
-            wc: vec![IbvWc::default(); 64],
-            stats: FrameStats::default(),
-            wc_errors: 0,
-        };
-        src.setup(&want, &names, cfg)?;
-        Ok(src)
-    }
-
-    fn setup(&mut self, want: &str, names: &[String], cfg: &IbvConfig) -> io::Result<()> {
-        let fail =
-            |what: &str| io::Error::other(format!("{what} failed: {}", io::Error::last_os_error()));
-        // SAFETY: each verb gets valid arguments; every object created is recorded in self
-        // and released in Drop in reverse order.
-        unsafe {
-            let v = &self.verbs;
-            self.ctx = open_device(v, want, names)?;
-            self.pd = (v.alloc_pd)(self.ctx);
-            if self.pd.is_null() {
-                return Err(fail("ibv_alloc_pd"));
-            }
-            let depth = self.sges.len() as c_int;
-            self.cq = (v.create_cq)(
-                self.ctx,
-                depth,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                0,
-            );
-            if self.cq.is_null() {
-                return Err(fail("ibv_create_cq"));
-            }
-            let mut init = IbvQpInitAttr {
-                qp_context: std::ptr::null_mut(),
-                send_cq: self.cq,
-                recv_cq: self.cq,
-                srq: std::ptr::null_mut(),
-                cap: IbvQpCap {
-                    max_send_wr: 1,
-                    max_recv_wr: depth as u32,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                qp_type: IBV_QPT_RAW_PACKET,
-                sq_sig_all: 0,
-            };
-            self.qp = (v.create_qp)(self.pd, &mut init);
-            if self.qp.is_null() {
-                return Err(fail(
-                    "ibv_create_qp(IBV_QPT_RAW_PACKET) (needs CAP_NET_RAW)",
-                ));
-            }
-            let mut a = IbvQpAttr::new(IBV_QPS_INIT, Some(cfg.port));
-            let rc = (v.modify_qp)(self.qp, &mut a, IBV_QP_STATE | IBV_QP_PORT);
-            if rc != 0 {
-                return Err(io::Error::other(format!(
-                    "ibv_modify_qp(INIT) failed: {}",
-                    io::Error::from_raw_os_error(rc)
-                )));
-            }
-            self.mr = (v.reg_mr)(
-                self.pd,
-                self.mem.as_mut_ptr() as *mut c_void,
-                self.mem.len(),
-                IBV_ACCESS_LOCAL_WRITE,
-            );
-            if self.mr.is_null() {
-                return Err(fail("ibv_reg_mr"));
-            }
-            self.lkey = *((self.mr as *const u8).add(36) as *const u32);
-            for ep in &cfg.endpoints {
-                let mut rule = FlowRule::new(*ep, cfg.port, cfg.unicast_mac);
-                let flow = create_flow(self.qp, &mut rule)?;
-                self.flows.push(flow);
-            }
-            let mut a = IbvQpAttr::new(IBV_QPS_RTR, None);
-            let rc = (v.modify_qp)(self.qp, &mut a, IBV_QP_STATE);
-            if rc != 0 {
-                return Err(io::Error::other(format!(
-                    "ibv_modify_qp(RTR) failed: {}",
-                    io::Error::from_raw_os_error(rc)
-                )));
-            }
-            let all: Vec<u64> = (0..self.sges.len() as u64).collect();
-            self.post(&all)?;
-        }
-        Ok(())
-    }
-
-    /// Posts the receive buffers `ids` as one linked list of work requests.
-    fn post(&mut self, ids: &[u64]) -> io::Result<()> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        self.wrs.clear();
-        for &id in ids {
-            let k = id as usize;
-            self.sges[k] = IbvSge {
-                addr: self.mem[k * self.buffer_size..].as_ptr() as u64,
-                length: self.buffer_size as u32,
-                lkey: self.lkey,
-            };
-            let sge: *mut IbvSge = &mut self.sges[k];
-            self.wrs.push(IbvRecvWr {
-                wr_id: id,
-                next: std::ptr::null_mut(),
-                sg_list: sge,
-                num_sge: 1,
-            });
-        }
-        for k in 0..self.wrs.len() - 1 {
-            let next: *mut IbvRecvWr = &mut self.wrs[k + 1];
-            self.wrs[k].next = next;
-        }
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: the list and its buffers stay alive until the work completes (the
-        // buffers are owned by self; the WR list is copied by the provider during the call).
-        let rc = unsafe { post_recv(self.qp, self.wrs.as_mut_ptr(), &mut bad) };
-        if rc != 0 {
-            return Err(io::Error::other(format!(
-                "ibv_post_recv failed: {}",
-                io::Error::from_raw_os_error(rc)
-            )));
-        }
-        Ok(())
-    }
-}
-
-impl PacketSource for IbvSource {
-    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8])) -> io::Result<Poll> {
-        // SAFETY: cq is live; wc has room for its length.
-        let n = unsafe { poll_cq(self.cq, self.wc.len() as c_int, self.wc.as_mut_ptr()) };
-        if n < 0 {
-            return Err(io::Error::other(format!("ibv_poll_cq failed ({n})")));
-        }
-        if n == 0 {
-            std::thread::sleep(std::time::Duration::from_micros(20));
-            return Ok(Poll::Idle);
-        }
-        let mut handed = 0;
-        let mut ids = Vec::with_capacity(n as usize);
-        for k in 0..n as usize {
-            let wc = self.wc[k];
-            if wc.wr_id as usize >= self.sges.len() {
-                self.wc_errors += 1;
-                continue;
-            }
-            ids.push(wc.wr_id);
-            if wc.status != IBV_WC_SUCCESS {
-                self.wc_errors += 1;
-                continue;
-            }
-            self.stats.frames += 1;
-            let start = wc.wr_id as usize * self.buffer_size;
-            let len = (wc.byte_len as usize).min(self.buffer_size);
-            let frame = &self.mem[start..start + len];
-            handed += deliver_frame(&self.endpoints, &mut self.stats, frame, f) as usize;
-        }
-        self.post(&ids)?;
-        Ok(Poll::Packets(handed))
-    }
-}
-
-impl Drop for IbvSource {
-    fn drop(&mut self) {
-        let v = &self.verbs;
-        // SAFETY: objects are destroyed once, in reverse order of creation.
-        unsafe {
-            for &fl in &self.flows {
-                destroy_flow(self.ctx as *const u8, fl);
-            }
-            if !self.qp.is_null() {
-                (v.destroy_qp)(self.qp);
-            }
-            if !self.mr.is_null() {
-                (v.dereg_mr)(self.mr);
-            }
-            if !self.cq.is_null() {
-                (v.destroy_cq)(self.cq);
-            }
-            if !self.pd.is_null() {
-                (v.dealloc_pd)(self.pd);
-            }
-            if !self.ctx.is_null() {
-                (v.close_device)(self.ctx);
-            }
-        }
-    }
 }
 
 /// A raw-packet queue pair for sending (PeerDirect transmit): device context, protection
@@ -920,26 +638,6 @@ mod tests {
                 .contains("could not load libibverbs-gpucbf-absent.so.1"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn no_device_or_no_library_is_a_clear_error() {
-        let cfg = IbvConfig {
-            endpoints: vec![SocketAddrV4::new(Ipv4Addr::new(239, 1, 1, 1), 7148)],
-            buffers: 4,
-            ..Default::default()
-        };
-        match IbvSource::open(&cfg) {
-            Ok(_) => eprintln!("SKIP: this host has an RDMA device"),
-            Err(e) => {
-                let m = e.to_string();
-                assert!(
-                    m.contains("no RDMA device found") || m.contains("could not load"),
-                    "{m}"
-                );
-            }
-        }
-        assert!(IbvSource::open(&IbvConfig::default()).is_err());
     }
 
     // A fake provider: an extended verbs_context (648 bytes, ibv_context at 320) whose ops

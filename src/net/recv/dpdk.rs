@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use dpdk_sys as sys;
 
-use super::source::{deliver_frame, FrameStats, PacketSource, Poll};
+use super::{PacketSource, Poll};
+use crate::net::frame::{deliver_frame, fast_udp_ipv4, FrameStats};
 
 /// Set once the EAL has been initialised in this process (it cannot be initialised twice,
 /// not even after `rte_eal_cleanup`).
@@ -378,8 +379,8 @@ impl RingReplay {
         let first = frames
             .first()
             .ok_or_else(|| bad("no frames to replay".into()))?;
-        let (_, udp) = super::source::fast_udp_ipv4(first)
-            .ok_or_else(|| bad("first frame is not IPv4/UDP".into()))?;
+        let (_, udp) =
+            fast_udp_ipv4(first).ok_or_else(|| bad("first frame is not IPv4/UDP".into()))?;
         let spead_at = udp.as_ptr() as usize - first.as_ptr() as usize;
         let pkt = PacketView::parse(udp).map_err(|e| bad(format!("{e:?}")))?;
         let find = |id: u16| {

@@ -19,9 +19,10 @@ use std::io;
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
-use super::ibverbs::{poll_cq, IbvWc, IBV_WC_SUCCESS};
-use super::peerdirect::{PacketWrs, SendTracker, Sge};
-use super::Pacer;
+use super::peerdirect::{GpuMr, GpuMrKind, PacketWrs, SendTracker, Sge};
+use crate::net::frame::dest_mac;
+use crate::net::pacing::Pacer;
+use crate::net::verbs::{poll_cq, IbvWc, RawSendQp, IBV_WC_SUCCESS};
 use crate::spead::{ids, ItemPointer, HEADER_BYTES};
 
 /// Ethernet + IPv4 + UDP header bytes.
@@ -260,7 +261,7 @@ impl PeerDirectSender {
     fn write_static(h: &mut [u8], cfg: &PeerDirectConfig, plan: &HeapPlan, off: u64, len: usize) {
         let dst = cfg.dests[plan.dst];
         let spead = Self::spead_header_len(cfg.immediate_ids.len());
-        h[0..6].copy_from_slice(&super::pcap::dest_mac(*dst.ip()));
+        h[0..6].copy_from_slice(&dest_mac(*dst.ip()));
         h[6..12].copy_from_slice(&cfg.src_mac);
         h[12..14].copy_from_slice(&[0x08, 0x00]);
         let ip = &mut h[14..34];
@@ -473,21 +474,16 @@ impl PeerDirectSender {
         dptr: u64,
         item_bytes: usize,
         n_items: usize,
-        kind: super::peerdirect::GpuMrKind,
+        kind: GpuMrKind,
     ) -> io::Result<Self> {
-        let mut qp = Box::new(super::ibverbs::RawSendQp::open(
-            device,
-            port,
-            cfg.send_queue_depth,
-        )?);
-        let verbs: &'static super::ibverbs::Verbs = &*(&qp.verbs as *const _);
-        let gpu =
-            super::peerdirect::GpuMr::register(verbs, qp.pd, dptr, item_bytes * n_items, kind)?;
+        let mut qp = Box::new(RawSendQp::open(device, port, cfg.send_queue_depth)?);
+        let verbs: &'static crate::net::verbs::Verbs = &*(&qp.verbs as *const _);
+        let gpu = GpuMr::register(verbs, qp.pd, dptr, item_bytes * n_items, kind)?;
         let items: Vec<(u64, u32)> = (0..n_items)
             .map(|i| (dptr + (i * item_bytes) as u64, gpu.lkey))
             .collect();
         let (raw_qp, raw_cq) = (qp.qp, qp.cq);
-        let qp_ref: *mut super::ibverbs::RawSendQp = &mut *qp;
+        let qp_ref: *mut RawSendQp = &mut *qp;
         let mut s = Self::from_raw(raw_qp, raw_cq, cfg, &items, |p, len| {
             (*qp_ref).register_host(p, len)
         })?;
@@ -510,9 +506,9 @@ impl Drop for PeerDirectSender {
 /// The verbs objects behind a real sender; the GPU region must go before the QP that
 /// holds the library.
 struct PeerDirectOwner {
-    gpu: Option<super::peerdirect::GpuMr<'static>>,
+    gpu: Option<GpuMr<'static>>,
     #[allow(dead_code)]
-    qp: Box<super::ibverbs::RawSendQp>,
+    qp: Box<RawSendQp>,
 }
 
 // SAFETY: the region and the QP are owned here and only dropped, from the sender's thread.
