@@ -1,391 +1,143 @@
-//! Raw-packet ibverbs receive (cargo feature `ibverbs`), the way spead2 does it: a
-//! `IBV_QPT_RAW_PACKET` queue pair, one flow-steering rule per destination endpoint
-//! (Ethernet dst MAC + IPv4 dst + UDP dst port), a registered ring of receive buffers.
-//!
-//! libibverbs is loaded at run time (`dlopen("libibverbs.so.1")`), so building needs
-//! nothing and a binary runs on hosts without RDMA; there [`IbvSource::open`] returns a
-//! clear error. The declarations below are our own and follow rdma-core's `verbs.h`
-//! (ABI of libibverbs.so.1, checked against rdma-core 44 by the layout tests). Several
-//! verbs are `static inline` in `verbs.h` and are emulated here as the header does it:
-//! `ibv_poll_cq` / `ibv_post_recv` call through `context->ops`, `ibv_create_flow` /
-//! `ibv_destroy_flow` through the extended `verbs_context` that lies just before the
-//! `ibv_context` in memory.
+//! The safe verbs layer that receive and send share (cargo feature `ibverbs`), over
+//! `ibverbs-sys` (libibverbs loaded at run time): which RDMA device and port sit behind a
+//! network interface (sysfs), the device list, opening a device, and a raw-packet queue pair
+//! for sending ([`RawSendQp`]). Without RDMA hardware every step fails with a clear message:
+//! "no RDMA device found", "no RDMA device behind interface lo", or the library missing
+//! ("could not load libibverbs.so.1").
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_int, c_void, CStr};
 use std::io;
-use std::net::SocketAddrV4;
+use std::net::Ipv4Addr;
+use std::path::Path;
 
-// ---- ABI constants (rdma-core verbs.h) ----
-pub const IBV_QPT_RAW_PACKET: u32 = 8;
-pub const IBV_QP_STATE: c_int = 1;
-pub const IBV_QP_PORT: c_int = 32;
-pub const IBV_QPS_INIT: u32 = 1;
-pub const IBV_QPS_RTR: u32 = 2;
-pub const IBV_QPS_RTS: u32 = 3;
-pub const IBV_ACCESS_LOCAL_WRITE: c_int = 1;
-pub const IBV_FLOW_ATTR_NORMAL: u32 = 0;
-pub const IBV_FLOW_SPEC_ETH: u32 = 0x20;
-pub const IBV_FLOW_SPEC_IPV4: u32 = 0x30;
-pub const IBV_FLOW_SPEC_UDP: u32 = 0x41;
-pub const IBV_WC_SUCCESS: u32 = 0;
+pub use ibverbs_sys::Verbs;
+use ibverbs_sys::{
+    mr_lkey, IbvQpAttr, IbvQpCap, IbvQpInitAttr, IBV_ACCESS_LOCAL_WRITE, IBV_QPS_INIT, IBV_QPS_RTR,
+    IBV_QPS_RTS, IBV_QPT_RAW_PACKET, IBV_QP_PORT, IBV_QP_STATE,
+};
 
-/// Byte offsets inside `struct ibv_context` (x86-64): `ops` starts at 8.
-pub(crate) const CTX_OPS_POLL_CQ: usize = 8 + 88;
-const CTX_OPS_POST_RECV: usize = 8 + 208;
-const CTX_ABI_COMPAT: usize = 320;
-/// `verbs_context` fields, as negative offsets from its trailing `ibv_context` (new
-/// fields are added at the front, so these are stable), and `sizeof(verbs_context) -
-/// offsetof(field)`, the `sz` a provider must report for the field to exist.
-const VCTX_SZ_NEG: usize = 8;
-const VCTX_CREATE_FLOW_NEG: usize = 80;
-const VCTX_DESTROY_FLOW_NEG: usize = 96;
-const VCTX_CREATE_FLOW_NEED: usize = 408;
-const VCTX_DESTROY_FLOW_NEED: usize = 424;
-/// `__VERBS_ABI_IS_EXTENDED`: `abi_compat` holds `(void *)-1` on extended contexts.
-const VERBS_ABI_IS_EXTENDED: usize = usize::MAX;
-
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-pub struct IbvQpCap {
-    pub max_send_wr: u32,
-    pub max_recv_wr: u32,
-    pub max_send_sge: u32,
-    pub max_recv_sge: u32,
-    pub max_inline_data: u32,
-}
-
-#[repr(C)]
-pub struct IbvQpInitAttr {
-    pub qp_context: *mut c_void,
-    pub send_cq: *mut c_void,
-    pub recv_cq: *mut c_void,
-    pub srq: *mut c_void,
-    pub cap: IbvQpCap,
-    pub qp_type: u32,
-    pub sq_sig_all: c_int,
-}
-
-/// `struct ibv_qp_attr` (144 bytes); only `qp_state` (offset 0) and `port_num` (129) are set.
-#[repr(C, align(8))]
-pub struct IbvQpAttr(pub [u8; 144]);
-
-impl IbvQpAttr {
-    pub fn new(state: u32, port: Option<u8>) -> Self {
-        let mut a = IbvQpAttr([0; 144]);
-        a.0[0..4].copy_from_slice(&state.to_ne_bytes());
-        if let Some(p) = port {
-            a.0[129] = p;
-        }
-        a
+/// The network interface that holds `ip` (e.g. `"ens1f0"`).
+pub fn interface_with_address(ip: Ipv4Addr) -> io::Result<String> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list that we free with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(io::Error::last_os_error());
     }
-}
-
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-pub struct IbvSge {
-    pub addr: u64,
-    pub length: u32,
-    pub lkey: u32,
-}
-
-#[repr(C)]
-pub struct IbvRecvWr {
-    pub wr_id: u64,
-    pub next: *mut IbvRecvWr,
-    pub sg_list: *mut IbvSge,
-    pub num_sge: c_int,
-}
-
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
-pub struct IbvWc {
-    pub wr_id: u64,
-    pub status: u32,
-    pub opcode: u32,
-    pub vendor_err: u32,
-    pub byte_len: u32,
-    pub imm_data: u32,
-    pub qp_num: u32,
-    pub src_qp: u32,
-    pub wc_flags: u32,
-    pub pkey_index: u16,
-    pub slid: u16,
-    pub sl: u8,
-    pub dlid_path_bits: u8,
-}
-
-/// Multicast MAC of an IPv4 group (01:00:5e + low 23 bits).
-pub fn multicast_mac(ip: std::net::Ipv4Addr) -> [u8; 6] {
-    let o = ip.octets();
-    [0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]]
-}
-
-pub const FLOW_ATTR_SIZE: usize = 20;
-pub const FLOW_SPEC_ETH_SIZE: usize = 40;
-pub const FLOW_SPEC_IPV4_SIZE: usize = 24;
-pub const FLOW_SPEC_UDP_SIZE: usize = 16;
-pub const FLOW_RULE_SIZE: usize =
-    FLOW_ATTR_SIZE + FLOW_SPEC_ETH_SIZE + FLOW_SPEC_IPV4_SIZE + FLOW_SPEC_UDP_SIZE;
-
-/// A flow-steering rule as `ibv_create_flow` takes it: `struct ibv_flow_attr` followed by
-/// `ibv_flow_spec_eth`, `ibv_flow_spec_ipv4`, `ibv_flow_spec_tcp_udp` (spead2's
-/// `create_flow`): for a multicast group the Ethernet destination is the group's MAC, for
-/// unicast `unicast_mac` (the interface's MAC; `None` leaves the MAC unmatched); IPv4
-/// destination and UDP destination port match exactly. Addresses and ports are in network
-/// byte order, the spec headers in host order.
-#[repr(C, align(4))]
-pub struct FlowRule(pub [u8; FLOW_RULE_SIZE]);
-
-impl FlowRule {
-    pub fn new(ep: SocketAddrV4, port_num: u8, unicast_mac: Option<[u8; 6]>) -> Self {
-        let mut b = [0u8; FLOW_RULE_SIZE];
-        // ibv_flow_attr: comp_mask, type, size, priority, num_of_specs, port, flags.
-        b[4..8].copy_from_slice(&IBV_FLOW_ATTR_NORMAL.to_ne_bytes());
-        b[8..10].copy_from_slice(&(FLOW_RULE_SIZE as u16).to_ne_bytes());
-        b[12] = 3;
-        b[13] = port_num;
-        // ibv_flow_spec_eth: type, size, val{dst_mac, src_mac, ether_type, vlan_tag}, mask.
-        let e = FLOW_ATTR_SIZE;
-        b[e..e + 4].copy_from_slice(&IBV_FLOW_SPEC_ETH.to_ne_bytes());
-        b[e + 4..e + 6].copy_from_slice(&(FLOW_SPEC_ETH_SIZE as u16).to_ne_bytes());
-        let mac = if ep.ip().is_multicast() {
-            Some(multicast_mac(*ep.ip()))
-        } else {
-            unicast_mac
-        };
-        if let Some(mac) = mac {
-            b[e + 6..e + 12].copy_from_slice(&mac);
-            b[e + 22..e + 28].copy_from_slice(&[0xff; 6]);
-        }
-        // ibv_flow_spec_ipv4: type, size, val{src_ip, dst_ip}, mask.
-        let i = e + FLOW_SPEC_ETH_SIZE;
-        b[i..i + 4].copy_from_slice(&IBV_FLOW_SPEC_IPV4.to_ne_bytes());
-        b[i + 4..i + 6].copy_from_slice(&(FLOW_SPEC_IPV4_SIZE as u16).to_ne_bytes());
-        if !ep.ip().is_unspecified() {
-            b[i + 12..i + 16].copy_from_slice(&ep.ip().octets());
-            b[i + 20..i + 24].copy_from_slice(&[0xff; 4]);
-        }
-        // ibv_flow_spec_tcp_udp: type, size, val{dst_port, src_port}, mask.
-        let u = i + FLOW_SPEC_IPV4_SIZE;
-        b[u..u + 4].copy_from_slice(&IBV_FLOW_SPEC_UDP.to_ne_bytes());
-        b[u + 4..u + 6].copy_from_slice(&(FLOW_SPEC_UDP_SIZE as u16).to_ne_bytes());
-        b[u + 6..u + 8].copy_from_slice(&ep.port().to_be_bytes());
-        b[u + 10..u + 12].copy_from_slice(&[0xff; 2]);
-        FlowRule(b)
-    }
-}
-
-type GetDeviceList = unsafe extern "C" fn(*mut c_int) -> *mut *mut c_void;
-type FreeDeviceList = unsafe extern "C" fn(*mut *mut c_void);
-type GetDeviceName = unsafe extern "C" fn(*mut c_void) -> *const c_char;
-type OpenDevice = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
-type CloseDevice = unsafe extern "C" fn(*mut c_void) -> c_int;
-type AllocPd = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
-type Destroy = unsafe extern "C" fn(*mut c_void) -> c_int;
-type CreateCq =
-    unsafe extern "C" fn(*mut c_void, c_int, *mut c_void, *mut c_void, c_int) -> *mut c_void;
-type CreateQp = unsafe extern "C" fn(*mut c_void, *mut IbvQpInitAttr) -> *mut c_void;
-type ModifyQp = unsafe extern "C" fn(*mut c_void, *mut IbvQpAttr, c_int) -> c_int;
-type RegMr = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, c_int) -> *mut c_void;
-type PollCq = unsafe extern "C" fn(*mut c_void, c_int, *mut IbvWc) -> c_int;
-type PostRecv = unsafe extern "C" fn(*mut c_void, *mut IbvRecvWr, *mut *mut IbvRecvWr) -> c_int;
-type CreateFlow = unsafe extern "C" fn(*mut c_void, *mut FlowRule) -> *mut c_void;
-
-/// The exported verbs we call, resolved from libibverbs at run time.
-pub struct Verbs {
-    pub(crate) _lib: libloading::Library,
-    pub(crate) get_device_list: GetDeviceList,
-    pub(crate) free_device_list: FreeDeviceList,
-    pub(crate) get_device_name: GetDeviceName,
-    pub(crate) open_device: OpenDevice,
-    pub(crate) close_device: CloseDevice,
-    pub(crate) alloc_pd: AllocPd,
-    pub(crate) dealloc_pd: Destroy,
-    pub(crate) create_cq: CreateCq,
-    pub(crate) destroy_cq: Destroy,
-    pub(crate) create_qp: CreateQp,
-    pub(crate) destroy_qp: Destroy,
-    pub(crate) modify_qp: ModifyQp,
-    pub(crate) reg_mr: RegMr,
-    pub(crate) dereg_mr: Destroy,
-}
-
-impl Verbs {
-    /// Loads `libibverbs.so.1`.
-    pub fn load() -> io::Result<Self> {
-        Self::load_from("libibverbs.so.1")
-    }
-
-    /// Loads the verbs library from `name` (a soname or a path).
-    pub fn load_from(name: &str) -> io::Result<Self> {
-        // SAFETY: loading libibverbs runs its constructors, which are safe to run.
-        let lib = unsafe { libloading::Library::new(name) }.map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("could not load {name} (install libibverbs1 / rdma-core): {e}"),
-            )
-        })?;
-        fn sym<T: Copy>(lib: &libloading::Library, name: &str) -> io::Result<T> {
-            // SAFETY: T is the function type declared in verbs.h for `name`.
-            unsafe { lib.get::<T>(name.as_bytes()) }
-                .map(|s| *s)
-                .map_err(|e| io::Error::other(format!("libibverbs lacks {name}: {e}")))
-        }
-        Ok(Verbs {
-            get_device_list: sym(&lib, "ibv_get_device_list")?,
-            free_device_list: sym(&lib, "ibv_free_device_list")?,
-            get_device_name: sym(&lib, "ibv_get_device_name")?,
-            open_device: sym(&lib, "ibv_open_device")?,
-            close_device: sym(&lib, "ibv_close_device")?,
-            alloc_pd: sym(&lib, "ibv_alloc_pd")?,
-            dealloc_pd: sym(&lib, "ibv_dealloc_pd")?,
-            create_cq: sym(&lib, "ibv_create_cq")?,
-            destroy_cq: sym(&lib, "ibv_destroy_cq")?,
-            create_qp: sym(&lib, "ibv_create_qp")?,
-            destroy_qp: sym(&lib, "ibv_destroy_qp")?,
-            modify_qp: sym(&lib, "ibv_modify_qp")?,
-            reg_mr: sym(&lib, "ibv_reg_mr")?,
-            dereg_mr: sym(&lib, "ibv_dereg_mr")?,
-            _lib: lib,
-        })
-    }
-
-    /// An optional symbol of the library (newer verbs such as `ibv_reg_dmabuf_mr`).
-    ///
-    /// # Safety
-    /// `T` must be the C function type of `name`.
-    pub unsafe fn optional<T: Copy>(&self, name: &str) -> Option<T> {
-        self._lib.get::<T>(name.as_bytes()).ok().map(|s| *s)
-    }
-
-    /// `ibv_reg_mr(pd, addr, len, access)`; NULL on failure (errno set).
-    ///
-    /// # Safety
-    /// `pd` must be a live protection domain and the range registrable memory.
-    pub unsafe fn reg_mr_raw(
-        &self,
-        pd: *mut c_void,
-        addr: *mut c_void,
-        len: usize,
-        access: c_int,
-    ) -> *mut c_void {
-        (self.reg_mr)(pd, addr, len, access)
-    }
-
-    /// `ibv_dereg_mr(mr)`.
-    ///
-    /// # Safety
-    /// `mr` must be a live memory region of this library.
-    pub unsafe fn dereg_mr_raw(&self, mr: *mut c_void) -> c_int {
-        (self.dereg_mr)(mr)
-    }
-
-    /// Names of the RDMA devices; "no RDMA device found" if there are none (or the kernel
-    /// has no RDMA support).
-    pub fn device_names(&self) -> io::Result<Vec<String>> {
-        let mut n: c_int = 0;
-        // SAFETY: ibv_get_device_list returns NULL or an array of n device pointers that
-        // we free with ibv_free_device_list.
-        unsafe {
-            let list = (self.get_device_list)(&mut n);
-            if list.is_null() {
-                let e = io::Error::last_os_error();
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("no RDMA device found (ibv_get_device_list: {e})"),
-                ));
-            }
-            let mut names = Vec::new();
-            for k in 0..n.max(0) as usize {
-                let p = (self.get_device_name)(*list.add(k));
-                if !p.is_null() {
-                    names.push(CStr::from_ptr(p).to_string_lossy().into_owned());
+    let mut found = None;
+    let mut p = head;
+    // SAFETY: walking the list returned by getifaddrs; sockaddr_in is read only for AF_INET.
+    unsafe {
+        while !p.is_null() {
+            let a = (*p).ifa_addr;
+            if !a.is_null() && (*a).sa_family as i32 == libc::AF_INET {
+                let sin = &*(a as *const libc::sockaddr_in);
+                if Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)) == ip {
+                    found = Some(CStr::from_ptr((*p).ifa_name).to_string_lossy().into_owned());
+                    break;
                 }
             }
-            (self.free_device_list)(list);
-            if names.is_empty() {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "no RDMA device found",
-                ));
-            }
-            Ok(names)
+            p = (*p).ifa_next;
         }
+        libc::freeifaddrs(head);
     }
-}
-
-/// `ibv_poll_cq` (static inline in verbs.h): `cq->context->ops.poll_cq(cq, n, wc)`.
-///
-/// # Safety
-/// `cq` must be a live `struct ibv_cq *` and `wc` must have room for `n` entries.
-pub unsafe fn poll_cq(cq: *mut c_void, n: c_int, wc: *mut IbvWc) -> c_int {
-    let ctx = *(cq as *const *const u8);
-    let f = *(ctx.add(CTX_OPS_POLL_CQ) as *const Option<PollCq>);
-    match f {
-        Some(f) => f(cq, n, wc),
-        None => -libc::EOPNOTSUPP,
-    }
-}
-
-/// `ibv_post_recv` (static inline): `qp->context->ops.post_recv(qp, wr, bad_wr)`.
-///
-/// # Safety
-/// `qp` must be a live `struct ibv_qp *`; `wr` a valid list of receive work requests.
-pub unsafe fn post_recv(qp: *mut c_void, wr: *mut IbvRecvWr, bad: *mut *mut IbvRecvWr) -> c_int {
-    let ctx = *(qp as *const *const u8);
-    match *(ctx.add(CTX_OPS_POST_RECV) as *const Option<PostRecv>) {
-        Some(f) => f(qp, wr, bad),
-        None => libc::EOPNOTSUPP,
-    }
-}
-
-/// The extended-context function pointer at `neg` bytes before `ctx`, if the provider's
-/// `verbs_context` is extended, large enough (`sz >= need`) and sets it.
-unsafe fn vctx_op(ctx: *const u8, neg: usize, need: usize) -> Option<*const c_void> {
-    if *(ctx.add(CTX_ABI_COMPAT) as *const usize) != VERBS_ABI_IS_EXTENDED {
-        return None;
-    }
-    if *(ctx.sub(VCTX_SZ_NEG) as *const usize) < need {
-        return None;
-    }
-    let f = *(ctx.sub(neg) as *const *const c_void);
-    (!f.is_null()).then_some(f)
-}
-
-/// `ibv_create_flow` (static inline): through `verbs_context.ibv_create_flow`.
-///
-/// # Safety
-/// `qp` must be a live `struct ibv_qp *`.
-pub unsafe fn create_flow(qp: *mut c_void, rule: &mut FlowRule) -> io::Result<*mut c_void> {
-    let ctx = *(qp as *const *const u8);
-    let f = vctx_op(ctx, VCTX_CREATE_FLOW_NEG, VCTX_CREATE_FLOW_NEED).ok_or_else(|| {
+    found.ok_or_else(|| {
         io::Error::new(
-            io::ErrorKind::Unsupported,
-            "the RDMA provider has no flow steering (ibv_create_flow)",
+            io::ErrorKind::NotFound,
+            format!("no network interface has the address {ip} (--recv-interface)"),
         )
-    })?;
-    let f: CreateFlow = std::mem::transmute(f);
-    let flow = f(qp, rule);
-    if flow.is_null() {
-        return Err(io::Error::other(format!(
-            "ibv_create_flow failed: {}",
-            io::Error::last_os_error()
-        )));
-    }
-    Ok(flow)
+    })
 }
 
-/// `ibv_destroy_flow` (static inline): through `verbs_context.ibv_destroy_flow`.
-///
-/// # Safety
-/// `ctx` must be the context of the QP that `flow` was created on.
-pub unsafe fn destroy_flow(ctx: *const u8, flow: *mut c_void) -> c_int {
-    match vctx_op(ctx, VCTX_DESTROY_FLOW_NEG, VCTX_DESTROY_FLOW_NEED) {
-        Some(f) => {
-            let f: Destroy = std::mem::transmute(f);
-            f(flow)
+/// What sysfs says about an interface: its MAC and the RDMA device/port behind it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdmaPort {
+    pub interface: String,
+    pub mac: [u8; 6],
+    pub device: String,
+    /// 1-based port number on the device.
+    pub port: u8,
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let v: Vec<u8> = s
+        .trim()
+        .split(':')
+        .map(|h| u8::from_str_radix(h, 16))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    v.try_into().ok()
+}
+
+/// Looks up `interface` under `sys` (normally `/sys`): the RDMA device in
+/// `class/net/IF/device/infiniband/`, the port from `class/net/IF/dev_port` (0-based there),
+/// the MAC from `class/net/IF/address`.
+pub fn rdma_port_of_interface(sys: &Path, interface: &str) -> io::Result<RdmaPort> {
+    let net = sys.join("class/net").join(interface);
+    let no_dev = || {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no RDMA device behind interface {interface}"),
+        )
+    };
+    let mut devices: Vec<String> = std::fs::read_dir(net.join("device/infiniband"))
+        .map_err(|_| no_dev())?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    devices.sort();
+    let device = devices.into_iter().next().ok_or_else(no_dev)?;
+    let dev_port: u8 = std::fs::read_to_string(net.join("dev_port"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    let port = dev_port.checked_add(1).ok_or_else(no_dev)?;
+    let mac = std::fs::read_to_string(net.join("address"))
+        .ok()
+        .and_then(|s| parse_mac(&s))
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("interface {interface} has no Ethernet address in sysfs"),
+            )
+        })?;
+    Ok(RdmaPort {
+        interface: interface.to_string(),
+        mac,
+        device,
+        port,
+    })
+}
+
+/// Names of the RDMA devices; "no RDMA device found" if there are none (or the kernel
+/// has no RDMA support).
+pub fn device_names(v: &Verbs) -> io::Result<Vec<String>> {
+    let mut n: c_int = 0;
+    // SAFETY: ibv_get_device_list returns NULL or an array of n device pointers that
+    // we free with ibv_free_device_list.
+    unsafe {
+        let list = (v.get_device_list)(&mut n);
+        if list.is_null() {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no RDMA device found (ibv_get_device_list: {e})"),
+            ));
         }
-        None => libc::EOPNOTSUPP,
+        let mut names = Vec::new();
+        for k in 0..n.max(0) as usize {
+            let p = (v.get_device_name)(*list.add(k));
+            if !p.is_null() {
+                names.push(CStr::from_ptr(p).to_string_lossy().into_owned());
+            }
+        }
+        (v.free_device_list)(list);
+        if names.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "no RDMA device found",
+            ));
+        }
+        Ok(names)
     }
 }
 
@@ -452,7 +204,7 @@ impl RawSendQp {
     /// to RTS.
     pub fn open(device: Option<&str>, port: u8, depth: usize) -> io::Result<Self> {
         let verbs = Verbs::load()?;
-        let names = verbs.device_names()?;
+        let names = device_names(&verbs)?;
         let want = device
             .map(str::to_string)
             .unwrap_or_else(|| names[0].clone());
@@ -532,7 +284,7 @@ impl RawSendQp {
             )));
         }
         self.mrs.push(mr);
-        Ok(*((mr as *const u8).add(36) as *const u32))
+        Ok(mr_lkey(mr))
     }
 }
 
@@ -563,147 +315,58 @@ impl Drop for RawSendQp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::Ipv4Addr;
 
-    #[test]
-    fn struct_sizes_match_verbs_h() {
-        // Values printed by a C program against rdma-core 44's verbs.h (x86-64).
-        assert_eq!(std::mem::size_of::<IbvQpInitAttr>(), 64);
-        assert_eq!(std::mem::offset_of!(IbvQpInitAttr, cap), 32);
-        assert_eq!(std::mem::offset_of!(IbvQpInitAttr, qp_type), 52);
-        assert_eq!(std::mem::offset_of!(IbvQpInitAttr, sq_sig_all), 56);
-        assert_eq!(std::mem::size_of::<IbvQpAttr>(), 144);
-        assert_eq!(std::mem::size_of::<IbvWc>(), 48);
-        assert_eq!(std::mem::offset_of!(IbvWc, status), 8);
-        assert_eq!(std::mem::offset_of!(IbvWc, byte_len), 20);
-        assert_eq!(std::mem::offset_of!(IbvWc, wc_flags), 36);
-        assert_eq!(std::mem::size_of::<IbvRecvWr>(), 32);
-        assert_eq!(std::mem::size_of::<IbvSge>(), 16);
-        assert_eq!(FLOW_RULE_SIZE, 20 + 40 + 24 + 16);
-        assert_eq!(std::mem::size_of::<FlowRule>(), FLOW_RULE_SIZE);
-        let a = IbvQpAttr::new(IBV_QPS_INIT, Some(1));
-        assert_eq!(&a.0[0..4], &1u32.to_ne_bytes());
-        assert_eq!(a.0[129], 1);
+    fn fake_sys(name: &str) -> std::path::PathBuf {
+        let root = std::env::temp_dir().join(format!("gpucbf-sys-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        root
     }
 
     #[test]
-    fn flow_rule_for_multicast_group() {
-        let ep = SocketAddrV4::new(Ipv4Addr::new(239, 129, 2, 3), 7148);
-        let r = FlowRule::new(ep, 1, None).0;
-        let u16_at = |o: usize| u16::from_ne_bytes([r[o], r[o + 1]]);
-        let u32_at = |o: usize| u32::from_ne_bytes(r[o..o + 4].try_into().unwrap());
-        // ibv_flow_attr
-        assert_eq!(u32_at(0), 0);
-        assert_eq!(u32_at(4), IBV_FLOW_ATTR_NORMAL);
-        assert_eq!(u16_at(8) as usize, FLOW_RULE_SIZE);
-        assert_eq!((r[12], r[13]), (3, 1));
-        // eth spec at 20: dst MAC 01:00:5e:01:02:03 (bit 23 of the group cleared), full mask
-        assert_eq!(u32_at(20), 0x20);
-        assert_eq!(u16_at(24), 40);
-        assert_eq!(&r[26..32], &[0x01, 0x00, 0x5e, 0x01, 0x02, 0x03]);
-        assert_eq!(&r[42..48], &[0xff; 6]);
-        assert!(r[32..42].iter().chain(&r[48..60]).all(|&b| b == 0));
-        // ipv4 spec at 60: dst 239.129.2.3 in network order, mask on dst only
-        assert_eq!(u32_at(60), 0x30);
-        assert_eq!(u16_at(64), 24);
-        assert_eq!(&r[68..72], &[0; 4]);
-        assert_eq!(&r[72..76], &[239, 129, 2, 3]);
-        assert_eq!(&r[76..80], &[0; 4]);
-        assert_eq!(&r[80..84], &[0xff; 4]);
-        // udp spec at 84: dst port 7148 big-endian, mask on dst port only
-        assert_eq!(u32_at(84), 0x41);
-        assert_eq!(u16_at(88), 16);
-        assert_eq!(&r[90..92], &7148u16.to_be_bytes());
-        assert_eq!(&r[92..94], &[0, 0]);
-        assert_eq!(&r[94..96], &[0xff, 0xff]);
-        assert_eq!(&r[96..100], &[0; 4]);
-        // unicast: MAC given is matched, none given leaves the MAC mask empty
-        let uni = SocketAddrV4::new(Ipv4Addr::new(169, 254, 1, 2), 7149);
-        let r = FlowRule::new(uni, 2, Some([2, 3, 4, 5, 6, 7])).0;
-        assert_eq!(&r[26..32], &[2, 3, 4, 5, 6, 7]);
-        assert_eq!(r[13], 2);
-        let r = FlowRule::new(uni, 1, None).0;
-        assert_eq!(&r[42..48], &[0; 6]);
-        assert_eq!(&r[72..76], &[169, 254, 1, 2]);
+    fn loopback_address_is_found() {
+        assert_eq!(interface_with_address(Ipv4Addr::LOCALHOST).unwrap(), "lo");
+        let e = interface_with_address(Ipv4Addr::new(192, 0, 2, 77)).unwrap_err();
+        assert!(e
+            .to_string()
+            .contains("no network interface has the address 192.0.2.77"));
     }
 
     #[test]
-    fn missing_library_is_a_clear_error() {
-        let e = Verbs::load_from("libibverbs-gpucbf-absent.so.1")
-            .err()
-            .unwrap();
-        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    fn rdma_port_from_sysfs() {
+        let root = fake_sys("mlx");
+        let net = root.join("class/net/ens1f1");
+        std::fs::create_dir_all(net.join("device/infiniband/mlx5_1")).unwrap();
+        std::fs::write(net.join("dev_port"), "0\n").unwrap();
+        std::fs::write(net.join("address"), "0c:42:a1:0b:0c:0d\n").unwrap();
+        let p = rdma_port_of_interface(&root, "ens1f1").unwrap();
+        assert_eq!(
+            p,
+            RdmaPort {
+                interface: "ens1f1".into(),
+                mac: [0x0c, 0x42, 0xa1, 0x0b, 0x0c, 0x0d],
+                device: "mlx5_1".into(),
+                port: 1,
+            }
+        );
+        // A dual-port device (mlx4 style): dev_port 1 is verbs port 2.
+        std::fs::write(net.join("dev_port"), "1").unwrap();
+        assert_eq!(rdma_port_of_interface(&root, "ens1f1").unwrap().port, 2);
+        // Bad MAC: clear error, no panic.
+        std::fs::write(net.join("address"), "zz:00").unwrap();
+        assert!(rdma_port_of_interface(&root, "ens1f1").is_err());
+        // A plain NIC (no infiniband directory).
+        std::fs::create_dir_all(root.join("class/net/eth0/device")).unwrap();
+        let e = rdma_port_of_interface(&root, "eth0").unwrap_err();
+        assert_eq!(e.to_string(), "no RDMA device behind interface eth0");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn loopback_has_no_rdma_device() {
+        let e = rdma_port_of_interface(Path::new("/sys"), "lo").unwrap_err();
         assert!(
-            e.to_string()
-                .contains("could not load libibverbs-gpucbf-absent.so.1"),
+            e.to_string().contains("no RDMA device behind interface lo"),
             "{e}"
         );
-    }
-
-    // A fake provider: an extended verbs_context (648 bytes, ibv_context at 320) whose ops
-    // and extended ops point at recording functions, to check the static-inline emulation.
-    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-    static CALLS: [AtomicUsize; 3] = [
-        AtomicUsize::new(0),
-        AtomicUsize::new(0),
-        AtomicUsize::new(0),
-    ];
-    unsafe extern "C" fn fake_poll(_cq: *mut c_void, n: c_int, _wc: *mut IbvWc) -> c_int {
-        CALLS[0].fetch_add(1, Relaxed);
-        n - 1
-    }
-    unsafe extern "C" fn fake_post(
-        _qp: *mut c_void,
-        _w: *mut IbvRecvWr,
-        _b: *mut *mut IbvRecvWr,
-    ) -> c_int {
-        CALLS[1].fetch_add(1, Relaxed);
-        0
-    }
-    unsafe extern "C" fn fake_flow(qp: *mut c_void, rule: *mut FlowRule) -> *mut c_void {
-        CALLS[2].fetch_add(1, Relaxed);
-        if (*rule).0[12] == 3 {
-            qp
-        } else {
-            std::ptr::null_mut()
-        }
-    }
-
-    #[test]
-    fn static_inline_verbs_go_through_the_context() {
-        #[repr(C, align(8))]
-        struct Fake([u8; 648]);
-        let mut vctx = Box::new(Fake([0; 648]));
-        let base = vctx.0.as_mut_ptr();
-        // SAFETY: all offsets lie inside the 648-byte block; pointers are 8-aligned.
-        unsafe {
-            let ctx = base.add(320);
-            *(ctx.add(CTX_OPS_POLL_CQ) as *mut usize) = fake_poll as *const () as usize;
-            *(ctx.add(CTX_OPS_POST_RECV) as *mut usize) = fake_post as *const () as usize;
-            *(ctx.add(CTX_ABI_COMPAT) as *mut usize) = usize::MAX;
-            *(ctx.sub(VCTX_SZ_NEG) as *mut usize) = 648;
-            *(ctx.sub(VCTX_CREATE_FLOW_NEG) as *mut usize) = fake_flow as *const () as usize;
-            // A "qp"/"cq" whose first word is the context pointer.
-            let mut obj: [usize; 8] = [ctx as usize, 0, 0, 0, 0, 0, 0, 0];
-            let o = obj.as_mut_ptr() as *mut c_void;
-            let mut wc = [IbvWc::default(); 4];
-            assert_eq!(poll_cq(o, 4, wc.as_mut_ptr()), 3);
-            assert_eq!(post_recv(o, std::ptr::null_mut(), std::ptr::null_mut()), 0);
-            let mut rule =
-                FlowRule::new(SocketAddrV4::new(Ipv4Addr::new(239, 0, 0, 1), 1), 1, None);
-            assert_eq!(create_flow(o, &mut rule).unwrap(), o);
-            // destroy_flow is not set: EOPNOTSUPP instead of a call through NULL.
-            assert_eq!(destroy_flow(ctx, o), libc::EOPNOTSUPP);
-            // A provider whose verbs_context is too small for ibv_create_flow.
-            *(ctx.sub(VCTX_SZ_NEG) as *mut usize) = 400;
-            let e = create_flow(o, &mut rule).unwrap_err();
-            assert_eq!(e.kind(), io::ErrorKind::Unsupported);
-            // Not an extended context at all.
-            *(ctx.sub(VCTX_SZ_NEG) as *mut usize) = 648;
-            *(ctx.add(CTX_ABI_COMPAT) as *mut usize) = 0;
-            assert!(create_flow(o, &mut rule).is_err());
-            let calls: Vec<usize> = CALLS.iter().map(|c| c.load(Relaxed)).collect();
-            assert_eq!(calls, [1, 1, 1]);
-        }
     }
 }

@@ -16,7 +16,7 @@
 //! (no device at all), "no RDMA device behind interface lo (127.0.0.1)", or the library
 //! missing ("could not load libibverbs.so.1").
 
-use std::ffi::{c_int, c_void, CStr};
+use std::ffi::{c_int, c_void};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::Path;
@@ -26,102 +26,13 @@ use socket2::{Domain, Protocol, Socket, Type};
 use super::{PacketSource, Poll};
 use crate::net::frame::{deliver_frame, FrameStats};
 use crate::net::verbs::{
-    create_flow, destroy_flow, open_device, poll_cq, post_recv, FlowRule, IbvQpAttr, IbvQpCap,
-    IbvQpInitAttr, IbvRecvWr, IbvSge, IbvWc, Verbs, IBV_ACCESS_LOCAL_WRITE, IBV_QPS_INIT,
-    IBV_QPS_RTR, IBV_QPT_RAW_PACKET, IBV_QP_PORT, IBV_QP_STATE, IBV_WC_SUCCESS,
+    device_names, interface_with_address, open_device, rdma_port_of_interface, RdmaPort, Verbs,
 };
-
-/// The network interface that holds `ip` (e.g. `"ens1f0"`).
-pub fn interface_with_address(ip: Ipv4Addr) -> io::Result<String> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `head` with a list that we free with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut found = None;
-    let mut p = head;
-    // SAFETY: walking the list returned by getifaddrs; sockaddr_in is read only for AF_INET.
-    unsafe {
-        while !p.is_null() {
-            let a = (*p).ifa_addr;
-            if !a.is_null() && (*a).sa_family as i32 == libc::AF_INET {
-                let sin = &*(a as *const libc::sockaddr_in);
-                if Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)) == ip {
-                    found = Some(CStr::from_ptr((*p).ifa_name).to_string_lossy().into_owned());
-                    break;
-                }
-            }
-            p = (*p).ifa_next;
-        }
-        libc::freeifaddrs(head);
-    }
-    found.ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("no network interface has the address {ip} (--recv-interface)"),
-        )
-    })
-}
-
-/// What sysfs says about an interface: its MAC and the RDMA device/port behind it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RdmaPort {
-    pub interface: String,
-    pub mac: [u8; 6],
-    pub device: String,
-    /// 1-based port number on the device.
-    pub port: u8,
-}
-
-fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let v: Vec<u8> = s
-        .trim()
-        .split(':')
-        .map(|h| u8::from_str_radix(h, 16))
-        .collect::<Result<_, _>>()
-        .ok()?;
-    v.try_into().ok()
-}
-
-/// Looks up `interface` under `sys` (normally `/sys`): the RDMA device in
-/// `class/net/IF/device/infiniband/`, the port from `class/net/IF/dev_port` (0-based there),
-/// the MAC from `class/net/IF/address`.
-pub fn rdma_port_of_interface(sys: &Path, interface: &str) -> io::Result<RdmaPort> {
-    let net = sys.join("class/net").join(interface);
-    let no_dev = || {
-        io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("no RDMA device behind interface {interface}"),
-        )
-    };
-    let mut devices: Vec<String> = std::fs::read_dir(net.join("device/infiniband"))
-        .map_err(|_| no_dev())?
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    devices.sort();
-    let device = devices.into_iter().next().ok_or_else(no_dev)?;
-    let dev_port: u8 = std::fs::read_to_string(net.join("dev_port"))
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0);
-    let port = dev_port.checked_add(1).ok_or_else(no_dev)?;
-    let mac = std::fs::read_to_string(net.join("address"))
-        .ok()
-        .and_then(|s| parse_mac(&s))
-        .ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("interface {interface} has no Ethernet address in sysfs"),
-            )
-        })?;
-    Ok(RdmaPort {
-        interface: interface.to_string(),
-        mac,
-        device,
-        port,
-    })
-}
+use ibverbs_sys::{
+    create_flow, destroy_flow, mr_lkey, poll_cq, post_recv, FlowRule, IbvQpAttr, IbvQpCap,
+    IbvQpInitAttr, IbvRecvWr, IbvSge, IbvWc, IBV_ACCESS_LOCAL_WRITE, IBV_QPS_INIT, IBV_QPS_RTR,
+    IBV_QPT_RAW_PACKET, IBV_QP_PORT, IBV_QP_STATE, IBV_WC_SUCCESS,
+};
 
 /// A kernel socket that holds IGMP membership of `groups` on `interface` for as long as
 /// it lives (`None` when no endpoint is multicast).
@@ -221,7 +132,7 @@ impl IbvSource {
             ));
         }
         let verbs = Verbs::load()?;
-        let names = verbs.device_names()?;
+        let names = device_names(&verbs)?;
         let want = cfg.device.clone().unwrap_or_else(|| names[0].clone());
         let mut src = IbvSource {
             verbs,
@@ -312,7 +223,7 @@ impl IbvSource {
             if self.mr.is_null() {
                 return Err(fail("ibv_reg_mr"));
             }
-            self.lkey = *((self.mr as *const u8).add(36) as *const u32);
+            self.lkey = mr_lkey(self.mr);
             for ep in &cfg.endpoints {
                 let mut rule = FlowRule::new(*ep, cfg.port, cfg.unicast_mac);
                 let flow = create_flow(self.qp, &mut rule)?;
@@ -452,7 +363,7 @@ impl IbvRecvSource {
         }
         // First the library and the device list: on a host without RDMA this is the
         // error to give ("no RDMA device found"), whatever the interface.
-        let names = Verbs::load()?.device_names()?;
+        let names = device_names(&Verbs::load()?)?;
         let mut cfg = IbvConfig {
             endpoints: endpoints.clone(),
             ..Default::default()
@@ -496,60 +407,6 @@ impl PacketSource for IbvRecvSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn fake_sys(name: &str) -> std::path::PathBuf {
-        let root = std::env::temp_dir().join(format!("gpucbf-sys-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        root
-    }
-
-    #[test]
-    fn loopback_address_is_found() {
-        assert_eq!(interface_with_address(Ipv4Addr::LOCALHOST).unwrap(), "lo");
-        let e = interface_with_address(Ipv4Addr::new(192, 0, 2, 77)).unwrap_err();
-        assert!(e
-            .to_string()
-            .contains("no network interface has the address 192.0.2.77"));
-    }
-
-    #[test]
-    fn rdma_port_from_sysfs() {
-        let root = fake_sys("mlx");
-        let net = root.join("class/net/ens1f1");
-        std::fs::create_dir_all(net.join("device/infiniband/mlx5_1")).unwrap();
-        std::fs::write(net.join("dev_port"), "0\n").unwrap();
-        std::fs::write(net.join("address"), "0c:42:a1:0b:0c:0d\n").unwrap();
-        let p = rdma_port_of_interface(&root, "ens1f1").unwrap();
-        assert_eq!(
-            p,
-            RdmaPort {
-                interface: "ens1f1".into(),
-                mac: [0x0c, 0x42, 0xa1, 0x0b, 0x0c, 0x0d],
-                device: "mlx5_1".into(),
-                port: 1,
-            }
-        );
-        // A dual-port device (mlx4 style): dev_port 1 is verbs port 2.
-        std::fs::write(net.join("dev_port"), "1").unwrap();
-        assert_eq!(rdma_port_of_interface(&root, "ens1f1").unwrap().port, 2);
-        // Bad MAC: clear error, no panic.
-        std::fs::write(net.join("address"), "zz:00").unwrap();
-        assert!(rdma_port_of_interface(&root, "ens1f1").is_err());
-        // A plain NIC (no infiniband directory).
-        std::fs::create_dir_all(root.join("class/net/eth0/device")).unwrap();
-        let e = rdma_port_of_interface(&root, "eth0").unwrap_err();
-        assert_eq!(e.to_string(), "no RDMA device behind interface eth0");
-        std::fs::remove_dir_all(&root).unwrap();
-    }
-
-    #[test]
-    fn loopback_has_no_rdma_device() {
-        let e = rdma_port_of_interface(Path::new("/sys"), "lo").unwrap_err();
-        assert!(
-            e.to_string().contains("no RDMA device behind interface lo"),
-            "{e}"
-        );
-    }
 
     #[test]
     fn multicast_groups_are_joined_on_loopback() {

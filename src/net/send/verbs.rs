@@ -14,15 +14,24 @@
 //! objects as raw pointers, so the whole path down to `post_send`/`poll_cq` is tested with
 //! fake providers; [`PeerDirectSender::open`] makes the real ones.
 
+mod chain;
+mod gpu_mr;
+
+pub use chain::{wr_id, ItemLayout, PacketWrs, SendTracker};
+pub use gpu_mr::GpuMr;
+
 use std::ffi::{c_int, c_void};
 use std::io;
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
-use super::peerdirect::{GpuMr, GpuMrKind, PacketWrs, SendTracker, Sge};
+use ibverbs_sys::{poll_cq, IbvSge, IbvWc, IBV_WC_SUCCESS};
+
+use super::peerdirect::GpuMrKind;
 use crate::net::frame::dest_mac;
 use crate::net::pacing::Pacer;
-use crate::net::verbs::{poll_cq, IbvWc, RawSendQp, IBV_WC_SUCCESS};
+use crate::net::verbs::{RawSendQp, Verbs};
+
 use crate::spead::{ids, ItemPointer, HEADER_BYTES};
 
 /// Ethernet + IPv4 + UDP header bytes.
@@ -210,12 +219,12 @@ impl PeerDirectSender {
                         wire += header_len + len;
                     }
                     sges.push([
-                        Sge {
+                        IbvSge {
                             addr: base + at as u64,
                             length: header_len as u32,
                             lkey,
                         },
-                        Sge {
+                        IbvSge {
                             addr: dptr + plan.offset + off,
                             length: len as u32,
                             lkey: payload_lkey,
@@ -477,7 +486,7 @@ impl PeerDirectSender {
         kind: GpuMrKind,
     ) -> io::Result<Self> {
         let mut qp = Box::new(RawSendQp::open(device, port, cfg.send_queue_depth)?);
-        let verbs: &'static crate::net::verbs::Verbs = &*(&qp.verbs as *const _);
+        let verbs: &'static Verbs = &*(&qp.verbs as *const _);
         let gpu = GpuMr::register(verbs, qp.pd, dptr, item_bytes * n_items, kind)?;
         let items: Vec<(u64, u32)> = (0..n_items)
             .map(|i| (dptr + (i * item_bytes) as u64, gpu.lkey))
