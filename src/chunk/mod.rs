@@ -272,7 +272,7 @@ impl<P: Placement> ChunkAssembler<P> {
                     bytes = c.data.len(),
                     backing = ?c.data.backing(),
                     cuda_pinned = c.data.cuda_pinned(),
-                    note = c.data.pin_note.as_deref().unwrap_or(""),
+                    note = c.data.pin_note.as_ref().map(ToString::to_string).unwrap_or_default(),
                     "chunk memory"
                 );
             }
