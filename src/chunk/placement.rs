@@ -3,6 +3,24 @@
 use super::{Place, Placement, Reject};
 use crate::spead::{ids, PacketView};
 
+/// Why a placement's geometry is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlacementError {
+    /// A chunk must hold a whole, positive number of heaps.
+    #[error(
+        "chunk samples {chunk_samples} must be a positive multiple of heap samples {heap_samples}"
+    )]
+    ChunkNotWholeHeaps {
+        /// Samples per chunk asked for.
+        chunk_samples: u64,
+        /// Samples per heap.
+        heap_samples: u64,
+    },
+    /// A heap's packed samples must fill whole bytes.
+    #[error("heap samples × bits must be whole bytes")]
+    HeapNotWholeBytes,
+}
+
 /// Digitiser heaps into F-engine input chunks: `chunk_samples` samples per polarisation,
 /// polarisation the major axis, each pol's heaps contiguous (so a chunk holds one packed
 /// sample stream per pol).
@@ -16,12 +34,15 @@ pub struct DigitiserPlacement {
 }
 
 impl DigitiserPlacement {
-    pub fn new(heap_samples: u64, bits: u32, chunk_samples: u64) -> Result<Self, String> {
+    pub fn new(heap_samples: u64, bits: u32, chunk_samples: u64) -> Result<Self, PlacementError> {
         if heap_samples == 0 || chunk_samples == 0 || !chunk_samples.is_multiple_of(heap_samples) {
-            return Err(format!("chunk samples {chunk_samples} must be a positive multiple of heap samples {heap_samples}"));
+            return Err(PlacementError::ChunkNotWholeHeaps {
+                chunk_samples,
+                heap_samples,
+            });
         }
         if !(heap_samples * bits as u64).is_multiple_of(8) {
-            return Err("heap samples × bits must be whole bytes".into());
+            return Err(PlacementError::HeapNotWholeBytes);
         }
         Ok(DigitiserPlacement {
             heap_samples,

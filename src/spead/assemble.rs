@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 
 use super::packet::{DropReason, ItemPointer, PacketView};
-use super::{ids, Descriptor, CTRL_STREAM_STOP};
+use super::{ids, CTRL_STREAM_STOP};
 
 /// A received heap. `complete` is false only for heaps delivered by eviction or flush.
 #[derive(Debug, Clone)]
@@ -64,7 +64,7 @@ impl Heap {
         self.value_of(i)
     }
 
-    fn value_of(&self, idx: usize) -> Option<ItemValue<'_>> {
+    pub(super) fn value_of(&self, idx: usize) -> Option<ItemValue<'_>> {
         let p = self.pointers[idx];
         if p.immediate {
             Some(ItemValue::Immediate(p.value))
@@ -91,17 +91,6 @@ impl Heap {
         self.pointers
             .iter()
             .any(|p| p.id == ids::STREAM_CTRL && p.immediate && p.value == CTRL_STREAM_STOP)
-    }
-
-    /// Descriptors carried by this heap; malformed ones are returned as errors.
-    pub fn descriptors(&self) -> Vec<Result<Descriptor, String>> {
-        (0..self.pointers.len())
-            .filter(|&i| self.pointers[i].id == ids::DESCRIPTOR)
-            .map(|i| match self.value_of(i) {
-                Some(ItemValue::Bytes(b)) => Descriptor::decode(b),
-                _ => Err("descriptor item is not an addressed item".to_string()),
-            })
-            .collect()
     }
 
     /// All addressed items lie inside the heap and in range.

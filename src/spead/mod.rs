@@ -12,8 +12,8 @@ pub mod encode;
 pub mod packet;
 
 pub use assemble::{Assembler, AssemblerStats, Heap, ItemValue};
-pub use descriptor::Descriptor;
-pub use encode::{HeapBuilder, PacketParts};
+pub use descriptor::{Descriptor, DescriptorError};
+pub use encode::{HeapBuilder, PacketParts, PacketSizeError};
 pub use packet::{DropReason, ItemPointer, PacketView};
 
 /// First byte of every SPEAD packet.

@@ -35,7 +35,7 @@ pub struct Probe {
     /// The binary has the `ibverbs` feature.
     pub ibverbs_built: bool,
     /// RDMA devices, or why there are none.
-    pub rdma: Result<Vec<String>, String>,
+    pub rdma: Result<Vec<String>, NoRdma>,
     /// A CUDA GPU is present.
     pub gpu: bool,
     /// `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED` on device 0.
@@ -50,6 +50,17 @@ pub struct Probe {
     pub verbs_sink: bool,
 }
 
+/// Why the host offers no RDMA device to send through.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NoRdma {
+    /// The binary has no verbs support at all.
+    #[error("built without ibverbs")]
+    NotBuilt,
+    /// Loading libibverbs or listing its devices failed (the message says which).
+    #[error(transparent)]
+    Verbs(std::sync::Arc<std::io::Error>),
+}
+
 /// The transmit path for `--use-peerdirect` on a host described by `p`.
 pub fn decide(p: &Probe) -> TransmitPath {
     let fallback = |reason: &str| TransmitPath::PinnedHostStaging {
@@ -59,7 +70,7 @@ pub fn decide(p: &Probe) -> TransmitPath {
         return fallback("this binary was built without the ibverbs feature");
     }
     if let Err(e) = &p.rdma {
-        return fallback(e);
+        return fallback(&e.to_string());
     }
     if !p.gpu {
         return fallback("no GPU present");
@@ -88,14 +99,14 @@ pub fn probe() -> Probe {
     #[cfg(feature = "ibverbs")]
     let (rdma, verbs_dmabuf) = match crate::net::verbs::Verbs::load() {
         Ok(v) => (
-            crate::net::verbs::device_names(&v).map_err(|e| e.to_string()),
+            crate::net::verbs::device_names(&v).map_err(|e| NoRdma::Verbs(e.into())),
             // SAFETY: only looks the symbol up.
             unsafe { v.optional::<ibverbs_sys::RegDmabufMr>("ibv_reg_dmabuf_mr") }.is_some(),
         ),
-        Err(e) => (Err(e.to_string()), false),
+        Err(e) => (Err(NoRdma::Verbs(e.into())), false),
     };
     #[cfg(not(feature = "ibverbs"))]
-    let (rdma, verbs_dmabuf) = (Err("built without ibverbs".to_string()), false);
+    let (rdma, verbs_dmabuf) = (Err(NoRdma::NotBuilt), false);
     Probe {
         ibverbs_built: cfg!(feature = "ibverbs"),
         rdma,
@@ -186,7 +197,9 @@ mod tests {
         p.peermem = false;
         assert!(reason(&p).contains("cannot be registered"));
         let mut p = full();
-        p.rdma = Err("no RDMA device found".into());
+        p.rdma = Err(NoRdma::Verbs(
+            std::io::Error::new(std::io::ErrorKind::NotFound, "no RDMA device found").into(),
+        ));
         assert_eq!(reason(&p), "no RDMA device found");
         let mut p = full();
         p.gpu = false;
