@@ -14,6 +14,7 @@
 //!
 //! Sans-IO: bytes in, chunks and counters out; no sockets, clocks or threads here. Chunk
 //! bytes live in [`crate::mem::ChunkMem`] (hugepages, CUDA-registered when a GPU exists).
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod placement;
 mod presence;
@@ -54,6 +55,7 @@ pub enum Reject {
 }
 
 impl Reject {
+    /// Every reason, in counter order (`Reject as usize` indexes [`ChunkStats::rejects`]).
     pub const ALL: [Reject; 7] = [
         Reject::Malformed,
         Reject::MetadataHeap,

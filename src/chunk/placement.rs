@@ -26,14 +26,19 @@ pub enum PlacementError {
 /// sample stream per pol).
 #[derive(Debug, Clone)]
 pub struct DigitiserPlacement {
+    /// Digitiser samples per heap.
     pub heap_samples: u64,
+    /// Bits per packed sample.
     pub bits: u32,
+    /// Samples per polarisation per chunk (a multiple of `heap_samples`).
     pub chunk_samples: u64,
     /// ANDed into timestamps first (`--mask-timestamp`); all ones by default.
     pub timestamp_mask: u64,
 }
 
 impl DigitiserPlacement {
+    /// The placement of `heap_samples`-sample heaps of `bits`-bit samples into chunks of
+    /// `chunk_samples` samples per polarisation; the timestamp mask is all ones.
     pub fn new(heap_samples: u64, bits: u32, chunk_samples: u64) -> Result<Self, PlacementError> {
         if heap_samples == 0 || chunk_samples == 0 || !chunk_samples.is_multiple_of(heap_samples) {
             return Err(PlacementError::ChunkNotWholeHeaps {
@@ -52,6 +57,7 @@ impl DigitiserPlacement {
         })
     }
 
+    /// Heaps of one polarisation per chunk.
     pub fn heaps_per_pol(&self) -> usize {
         (self.chunk_samples / self.heap_samples) as usize
     }
@@ -103,11 +109,17 @@ impl Placement for DigitiserPlacement {
 /// antennas, each slot one heap of (channels, spectra, pol, re/im) samples.
 #[derive(Debug, Clone)]
 pub struct FengPlacement {
+    /// Antennas (F-engines) feeding this X-engine.
     pub n_ants: usize,
+    /// Channels per F-engine heap.
     pub channels_per_substream: usize,
+    /// Spectra per F-engine heap.
     pub spectra_per_heap: usize,
+    /// Bits per real or imaginary sample (8 in the ICD).
     pub sample_bits: u32,
+    /// ADC samples from one spectrum to the next (the timestamp step per spectrum).
     pub samples_between_spectra: u64,
+    /// Batches (heap timestamps) per chunk.
     pub batches_per_chunk: usize,
 }
 

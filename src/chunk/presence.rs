@@ -16,6 +16,7 @@ pub struct SpanMissing {
 }
 
 impl SpanMissing {
+    /// A counter over `streams` streams, nothing counted yet.
     pub fn new(streams: usize) -> Self {
         SpanMissing {
             started: false,
@@ -51,8 +52,11 @@ impl SpanMissing {
 /// A chunk of heaps: `n_slots × slot_bytes` bytes plus per-slot received bytes.
 #[derive(Debug)]
 pub struct Chunk {
+    /// Chunk sequence number (timestamp / chunk span).
     pub chunk_id: u64,
+    /// Bytes per heap slot.
     pub slot_bytes: usize,
+    /// The heap slots, back to back (`n_slots × slot_bytes` bytes).
     pub data: ChunkMem,
     /// Payload bytes received per slot; a slot is present when it equals `slot_bytes`.
     pub received: Vec<u32>,
@@ -68,6 +72,7 @@ impl Chunk {
         Self::with_policy(n_slots, slot_bytes, MemPolicy::shared())
     }
 
+    /// A zeroed chunk in memory allocated by `policy`.
     pub fn with_policy(n_slots: usize, slot_bytes: usize, policy: &MemPolicy) -> Self {
         let len = n_slots.saturating_mul(slot_bytes);
         let data = ChunkMem::alloc(len, policy).unwrap_or_else(|e| {
@@ -87,18 +92,22 @@ impl Chunk {
         }
     }
 
+    /// Heap slots in the chunk.
     pub fn n_slots(&self) -> usize {
         self.received.len()
     }
 
+    /// True if every byte of slot `slot` arrived.
     pub fn present(&self, slot: usize) -> bool {
         self.received[slot] as usize == self.slot_bytes
     }
 
+    /// Slots whose heap arrived whole.
     pub fn n_present(&self) -> usize {
         (0..self.n_slots()).filter(|&s| self.present(s)).count()
     }
 
+    /// The bytes of slot `slot`.
     pub fn slot(&self, slot: usize) -> &[u8] {
         &self.data[slot * self.slot_bytes..(slot + 1) * self.slot_bytes]
     }

@@ -8,11 +8,15 @@ use crate::spead::PacketView;
 /// Receive counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ChunkStats {
+    /// Packets placed.
     pub packets: u64,
+    /// Payload bytes placed.
     pub bytes: u64,
     /// Heaps completed (all payload bytes placed).
     pub heaps: u64,
+    /// Chunks emitted (chunks that received nothing are not).
     pub chunks: u64,
+    /// Packets rejected, per [`Reject`] (indexed by `Reject as usize`).
     pub rejects: [u64; Reject::ALL.len()],
     /// Heaps missing inside the received span (see [`SpanMissing`]).
     pub missing_heaps: u64,
@@ -21,6 +25,7 @@ pub struct ChunkStats {
 }
 
 impl ChunkStats {
+    /// Packets rejected for reason `r`.
     pub fn rejected(&self, r: Reject) -> u64 {
         self.rejects[r as usize]
     }
@@ -43,10 +48,12 @@ pub struct ChunkAssembler<P: Placement> {
     row_any: Vec<bool>,
     /// Chunks allocated so far (the first one is logged).
     allocated: usize,
+    /// Counters so far.
     pub stats: ChunkStats,
 }
 
 impl<P: Placement> ChunkAssembler<P> {
+    /// A window of at most `max_active` (at least 1) open chunks placed by `placement`.
     pub fn new(placement: P, max_active: usize) -> Self {
         ChunkAssembler {
             placement,
@@ -62,6 +69,7 @@ impl<P: Placement> ChunkAssembler<P> {
         }
     }
 
+    /// The placement rule.
     pub fn placement(&self) -> &P {
         &self.placement
     }

@@ -4,6 +4,7 @@
 //! speed by DMA straight from the chunk (`mem::cuda`). Every step falls back cleanly: a host
 //! without a hugepage pool, without a GPU, or whose registration fails (memlock limit) still
 //! gets chunk memory, and [`ChunkMem::backing`] / [`ChunkMem::cuda_pinned`] say what it got.
+#![warn(missing_docs, unreachable_pub)]
 
 mod cuda;
 mod pages;
@@ -121,6 +122,7 @@ impl ChunkMem {
         Ok(m)
     }
 
+    /// What backs the memory.
     pub fn backing(&self) -> Backing {
         self.backing
     }
@@ -130,6 +132,7 @@ impl ChunkMem {
         self.cuda.is_some()
     }
 
+    /// The first byte (page aligned; dangling when empty).
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr.as_ptr()
     }

@@ -3,7 +3,8 @@
 use std::time::{Duration, Instant};
 
 /// Rate limiter: keeps the average send rate at or below `bytes_per_second`, measured from
-/// the first packet. Bursts of up to `burst` bytes go out back to back.
+/// the first packet: a send that is due later waits (sleeping while more than 200 µs ahead,
+/// then spinning), one that is due now or late goes out at once.
 pub struct Pacer {
     bytes_per_second: f64,
     start: Option<Instant>,
@@ -11,6 +12,7 @@ pub struct Pacer {
 }
 
 impl Pacer {
+    /// A pacer for `bytes_per_second` (zero, negative or not finite: no pacing).
     pub fn new(bytes_per_second: f64) -> Self {
         Pacer {
             bytes_per_second,

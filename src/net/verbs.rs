@@ -51,8 +51,11 @@ pub fn interface_with_address(ip: Ipv4Addr) -> io::Result<String> {
 /// What sysfs says about an interface: its MAC and the RDMA device/port behind it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RdmaPort {
+    /// Interface name (`ens1f0`).
     pub interface: String,
+    /// The interface's Ethernet address.
     pub mac: [u8; 6],
+    /// RDMA device name (`mlx5_0`).
     pub device: String,
     /// 1-based port number on the device.
     pub port: u8,
@@ -187,10 +190,15 @@ pub(crate) unsafe fn open_device(
 /// A raw-packet queue pair for sending (PeerDirect transmit): device context, protection
 /// domain, one completion queue and a QP in RTS on `port`. Released in reverse order.
 pub struct RawSendQp {
+    /// The loaded library (owns the entry points the objects below are released with).
     pub verbs: Verbs,
+    /// Device context (`struct ibv_context *`).
     pub ctx: *mut c_void,
+    /// Protection domain.
     pub pd: *mut c_void,
+    /// Completion queue (send and receive).
     pub cq: *mut c_void,
+    /// The raw-packet queue pair, in RTS.
     pub qp: *mut c_void,
     mrs: Vec<*mut c_void>,
 }

@@ -12,12 +12,15 @@ use super::{ids, CTRL_STREAM_STOP};
 /// A received heap. `complete` is false only for heaps delivered by eviction or flush.
 #[derive(Debug, Clone)]
 pub struct Heap {
+    /// Heap counter.
     pub cnt: u64,
     /// Heap size in bytes (from the packets; for heaps without a size, the bytes seen).
     pub size: u64,
     /// Application item pointers, de-duplicated, in order of first appearance.
     pub pointers: Vec<ItemPointer>,
+    /// Payload bytes, at their heap offsets (zero where nothing arrived).
     pub payload: Vec<u8>,
+    /// All payload bytes arrived.
     pub complete: bool,
     /// Payload bytes actually received.
     pub received: u64,
@@ -26,7 +29,9 @@ pub struct Heap {
 /// The value of one item of a heap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ItemValue<'a> {
+    /// An immediate item's value (48 bits).
     Immediate(u64),
+    /// An addressed item's bytes.
     Bytes(&'a [u8]),
 }
 
@@ -105,24 +110,34 @@ impl Heap {
 /// Counters kept by an [`Assembler`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AssemblerStats {
+    /// Packets accepted.
     pub packets: u64,
+    /// Heaps completed.
     pub heaps: u64,
+    /// Payload bytes accepted.
     pub bytes: u64,
+    /// Incomplete heaps pushed out to make room for newer ones.
     pub incomplete_heaps_evicted: u64,
+    /// Incomplete heaps left at the end of the stream (flush).
     pub incomplete_heaps_flushed: u64,
+    /// Stream-control stop heaps received.
     pub stop_heaps: u64,
+    /// Packets dropped, per [`DropReason`] (indexed by `DropReason as usize`).
     pub drops: [u64; DropReason::ALL.len()],
 }
 
 impl AssemblerStats {
+    /// Packets dropped for `reason`.
     pub fn dropped(&self, reason: DropReason) -> u64 {
         self.drops[reason as usize]
     }
 
+    /// Packets dropped for any reason.
     pub fn total_dropped(&self) -> u64 {
         self.drops.iter().sum()
     }
 
+    /// Counts one packet dropped for `reason`.
     pub fn count(&mut self, reason: DropReason) {
         self.drops[reason as usize] += 1;
     }
@@ -184,6 +199,7 @@ pub struct Assembler {
     partial: Vec<Partial>,
     recent: VecDeque<u64>,
     clock: u64,
+    /// Counters so far.
     pub stats: AssemblerStats,
 }
 

@@ -75,10 +75,14 @@ impl serde::Serialize for DescriptorError {
     }
 }
 
+/// What a stream says about one of its items (spead2's `Descriptor`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Descriptor {
+    /// The item ID described.
     pub id: u16,
+    /// Item name (as katgpucbf names it, e.g. `timestamp`).
     pub name: String,
+    /// Human-readable description.
     pub description: String,
     /// Dimensions; `None` is a variable-length dimension.
     pub shape: Vec<Option<u64>>,

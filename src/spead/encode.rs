@@ -31,6 +31,7 @@ enum Value<'a> {
 /// A heap under construction: items in the order they will appear.
 #[derive(Debug, Clone)]
 pub struct HeapBuilder<'a> {
+    /// Heap counter.
     pub cnt: u64,
     items: Vec<(u16, Value<'a>)>,
 }
@@ -38,15 +39,20 @@ pub struct HeapBuilder<'a> {
 /// One packet: header and item pointers (owned, small) and payload slices (borrowed).
 #[derive(Debug, Clone)]
 pub struct PacketParts<'a> {
+    /// SPEAD header and item pointers.
     pub header: Vec<u8>,
+    /// Payload slices, in order.
     pub payload: Vec<&'a [u8]>,
 }
 
 impl PacketParts<'_> {
+    /// Bytes of the whole packet.
     pub fn len(&self) -> usize {
         self.header.len() + self.payload.iter().map(|p| p.len()).sum::<usize>()
     }
 
+    /// True if the packet has no bytes (packets from [`HeapBuilder::packets`] always have a
+    /// header).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -63,6 +69,7 @@ impl PacketParts<'_> {
 }
 
 impl<'a> HeapBuilder<'a> {
+    /// An empty heap with counter `cnt`.
     pub fn new(cnt: u64) -> Self {
         HeapBuilder {
             cnt,

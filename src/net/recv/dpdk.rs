@@ -29,11 +29,14 @@ const MAX_FRAME: u32 = 9216 + 64;
 /// Counters of the DPDK source: frame counters plus the port's own.
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct DpdkStats {
+    /// Frame counters of the receive path.
     #[serde(flatten)]
     pub frames: FrameStats,
     /// Port counters at the last [`DpdkSource::port_stats`] call.
     pub port_ipackets: u64,
+    /// Packets the port dropped for lack of room in the RX queue (`imissed`).
     pub port_imissed: u64,
+    /// Receive failures for lack of mbufs (`rx_nombuf`).
     pub port_rx_nombuf: u64,
 }
 
@@ -89,6 +92,7 @@ pub struct DpdkSource {
     last_packet: Option<Instant>,
     idle_sleep: Duration,
     started: bool,
+    /// Counters so far.
     pub stats: DpdkStats,
 }
 

@@ -6,7 +6,9 @@
 //!
 //! 1. the RDMA device and port behind `--recv-interface` (an IPv4 address) are found the way
 //!    rdma_cm binds to an address: the interface holding the address (getifaddrs), then
-//!    `/sys/class/net/IF/device/infiniband/DEV` and `/sys/class/net/IF/dev_port` (+1);
+//!    `/sys/class/net/IF/device/infiniband/DEV` and `/sys/class/net/IF/dev_port` (+1)
+//!    ([`crate::net::verbs::interface_with_address`],
+//!    [`crate::net::verbs::rdma_port_of_interface`]);
 //! 2. a kernel UDP socket joins every multicast group on that interface, so IGMP membership
 //!    reaches the switch (the raw-packet QP itself never sends IGMP);
 //! 3. [`IbvSource`] creates the raw-packet QP with one `ibv_create_flow` rule per endpoint
@@ -73,6 +75,7 @@ pub struct IbvConfig {
     pub unicast_mac: Option<[u8; 6]>,
     /// Receive buffers (work requests) and their size.
     pub buffers: usize,
+    /// Bytes per receive buffer (the largest frame taken whole).
     pub buffer_size: usize,
 }
 
@@ -106,6 +109,7 @@ pub struct IbvSource {
     sges: Vec<IbvSge>,
     wrs: Vec<IbvRecvWr>,
     wc: Vec<IbvWc>,
+    /// Frame counters of the receive path.
     pub stats: FrameStats,
     /// Work completions with an error status.
     pub wc_errors: u64,
@@ -348,6 +352,7 @@ impl Drop for IbvSource {
 pub struct IbvRecvSource {
     src: IbvSource,
     _memberships: Option<UdpSocket>,
+    /// The RDMA port behind `--recv-interface` (`None` when no interface was given).
     pub port: Option<RdmaPort>,
 }
 
@@ -393,6 +398,7 @@ impl IbvRecvSource {
         })
     }
 
+    /// Frame counters of the receive path.
     pub fn stats(&self) -> &FrameStats {
         &self.src.stats
     }

@@ -25,6 +25,7 @@ pub struct PcapFileSource {
 }
 
 impl PcapFileSource {
+    /// Opens `path` (mapped into memory); `endpoints`: destinations to keep (empty: all).
     pub fn open(path: &Path, endpoints: Vec<SocketAddrV4>) -> io::Result<Self> {
         Ok(PcapFileSource {
             src: MappedPcap::open(path)?,
@@ -33,6 +34,7 @@ impl PcapFileSource {
         })
     }
 
+    /// The capture's frame counters.
     pub fn stats(&self) -> &PcapSourceStats {
         &self.src.stats
     }
@@ -63,16 +65,22 @@ impl PacketSource for PcapFileSource {
 /// One UDP datagram from a capture.
 #[derive(Debug, Clone)]
 pub struct Datagram {
+    /// Capture timestamp.
     pub time: Duration,
+    /// Source address and UDP port.
     pub src: SocketAddrV4,
+    /// Destination address and UDP port.
     pub dst: SocketAddrV4,
+    /// The UDP payload.
     pub payload: Vec<u8>,
 }
 
 /// Counters of frames a [`PcapSource`] could not use.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct PcapSourceStats {
+    /// Frames read.
     pub frames: u64,
+    /// UDP datagrams handed on.
     pub datagrams: u64,
     /// Not IPv4/UDP (ARP, IPv6, TCP, fragments...).
     pub not_udp: u64,
@@ -86,10 +94,12 @@ pub struct PcapSourceStats {
 pub struct PcapSource {
     reader: PcapReader<BufReader<File>>,
     datalink: DataLink,
+    /// Frame counters so far.
     pub stats: PcapSourceStats,
 }
 
 impl PcapSource {
+    /// Opens `path`: a pcap file of Ethernet, raw-IP or IPv4 link type, or a clear error.
     pub fn open(path: &Path) -> io::Result<Self> {
         let file = File::open(path)?;
         let reader = PcapReader::new(BufReader::with_capacity(1 << 20, file)).map_err(|e| {
@@ -200,6 +210,7 @@ pub struct MappedPcap {
     pos: usize,
     swap: bool,
     ethernet: bool,
+    /// Frame counters so far.
     pub stats: PcapSourceStats,
 }
 
@@ -207,6 +218,7 @@ pub struct MappedPcap {
 unsafe impl Send for MappedPcap {}
 
 impl MappedPcap {
+    /// Maps `path`: a classic pcap file of a supported link type, or a clear error.
     pub fn open(path: &Path) -> io::Result<Self> {
         use std::os::fd::AsRawFd;
         let bad = |m: &str| {

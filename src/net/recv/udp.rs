@@ -72,6 +72,7 @@ pub struct UdpRecvSource {
     /// poll() set, reused across calls (no allocation per batch).
     fds: Vec<libc::pollfd>,
     poll_ms: i32,
+    /// Counters so far.
     pub stats: UdpRecvStats,
 }
 
@@ -85,6 +86,7 @@ impl UdpRecvSource {
         Self::with_config(endpoints, interface, recv_buffer, UdpRecvConfig::default())
     }
 
+    /// Sockets for `endpoints` receiving as `config` says (GRO, slot size).
     pub fn with_config(
         endpoints: &[SocketAddrV4],
         interface: Ipv4Addr,
@@ -387,6 +389,7 @@ impl UdpSource {
         Ok(UdpSource { socket: s.into() })
     }
 
+    /// The bound address (the port the kernel chose for port 0).
     pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
         self.socket.local_addr()
     }

@@ -46,6 +46,7 @@ pub trait PacketSink: Send {
 pub struct SharedSink(std::sync::Arc<std::sync::Mutex<Box<dyn PacketSink>>>);
 
 impl SharedSink {
+    /// Shares `sink` between several senders.
     pub fn new(sink: Box<dyn PacketSink>) -> Self {
         SharedSink(std::sync::Arc::new(std::sync::Mutex::new(sink)))
     }

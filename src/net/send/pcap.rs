@@ -47,7 +47,9 @@ pub struct PcapSink {
     /// Timestamp of the next frame; advances by `tick` per packet so files sort stably.
     time: Duration,
     tick: Duration,
+    /// Packets written.
     pub packets: u64,
+    /// UDP payload bytes written.
     pub bytes: u64,
 }
 

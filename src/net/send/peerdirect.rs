@@ -17,7 +17,10 @@ pub enum TransmitPath {
     /// NIC reads the payload from GPU memory registered this way.
     PeerDirect(GpuMrKind),
     /// Output items are copied to pinned host memory and sent from there.
-    PinnedHostStaging { reason: String },
+    PinnedHostStaging {
+        /// Why PeerDirect is not possible here (logged by the engine).
+        reason: String,
+    },
 }
 
 /// How GPU memory is registered with the NIC.

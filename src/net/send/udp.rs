@@ -74,6 +74,7 @@ impl UdpSink {
         })
     }
 
+    /// The bound address and port.
     pub fn local_addr(&self) -> io::Result<SocketAddrV4> {
         match self.socket.local_addr()? {
             std::net::SocketAddr::V4(a) => Ok(a),

@@ -41,17 +41,24 @@ const L2_L4: usize = 14 + 20 + 8;
 /// its payload's byte range inside the item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeapPlan {
+    /// Index into [`PeerDirectConfig::dests`].
     pub dst: usize,
+    /// Payload offset inside the item.
     pub offset: u64,
+    /// Payload bytes of the heap.
     pub len: u64,
 }
 
 /// What the sender sends and how.
 #[derive(Debug, Clone)]
 pub struct PeerDirectConfig {
+    /// Ethernet source address of the frames.
     pub src_mac: [u8; 6],
+    /// IPv4 source address and UDP port of the frames.
     pub src: SocketAddrV4,
+    /// Destinations (substreams), indexed by [`HeapPlan::dst`].
     pub dests: Vec<SocketAddrV4>,
+    /// IPv4 time to live.
     pub ttl: u8,
     /// Payload bytes per packet (as `HeapSender`'s `packet_payload`).
     pub packet_payload: usize,
@@ -65,6 +72,7 @@ pub struct PeerDirectConfig {
     pub send_queue_depth: usize,
     /// Heap counter sequence (as `HeapSender`).
     pub cnt_start: u64,
+    /// Heap counter step (at least 1 is used).
     pub cnt_step: u64,
     /// Bytes per second including headers (None: unpaced).
     pub rate: Option<f64>,
@@ -73,9 +81,13 @@ pub struct PeerDirectConfig {
 /// Counters of the PeerDirect sender.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PeerDirectStats {
+    /// Output items sent.
     pub items: u64,
+    /// Heaps sent.
     pub heaps: u64,
+    /// Packets (send work requests) posted.
     pub packets: u64,
+    /// Payload bytes sent.
     pub bytes: u64,
     /// Completions carrying an error status (the item is recycled all the same).
     pub wc_errors: u64,
@@ -124,6 +136,7 @@ pub struct PeerDirectSender {
     /// Keeps the real verbs objects alive (None with fake providers).
     #[allow(dead_code)]
     owner: Option<Box<dyn std::any::Any + Send>>,
+    /// Counters so far.
     pub stats: PeerDirectStats,
 }
 

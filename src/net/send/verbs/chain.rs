@@ -14,12 +14,17 @@ pub struct ItemLayout {
     /// Host address of packet 0's headers (Ethernet + IPv4 + UDP + SPEAD), `header_stride`
     /// apart, and the host memory region's lkey.
     pub header_addr: u64,
+    /// Bytes from one packet's headers to the next's.
     pub header_stride: u32,
+    /// Header bytes per packet.
     pub header_len: u32,
+    /// lkey of the host memory region holding the headers.
     pub header_lkey: u32,
     /// Device address of the item's payload and the GPU memory region's lkey.
     pub payload_addr: u64,
+    /// Payload bytes of the item.
     pub payload_len: u64,
+    /// lkey of the GPU memory region holding the payload.
     pub payload_lkey: u32,
     /// Payload bytes per packet (the last packet may be shorter).
     pub packet_payload: u32,
@@ -102,18 +107,22 @@ impl PacketWrs {
         }
     }
 
+    /// Packets (work requests) in the chain.
     pub fn len(&self) -> usize {
         self.wrs.len()
     }
 
+    /// True if the chain has no work request (never, once built).
     pub fn is_empty(&self) -> bool {
         self.wrs.is_empty()
     }
 
+    /// The work requests, in sending order.
     pub fn wrs(&self) -> &[IbvSendWr] {
         &self.wrs
     }
 
+    /// The header and payload entries of packet `k`.
     pub fn sges(&self, k: usize) -> &[IbvSge; 2] {
         &self.sges[k]
     }
@@ -146,6 +155,7 @@ pub struct SendTracker {
 }
 
 impl SendTracker {
+    /// Item `item` was posted as `wrs`: in flight until its last packet completes.
     pub fn posted(&mut self, item: u32, wrs: &PacketWrs) {
         if let Some(last) = wrs.wrs().last() {
             self.in_flight.push_back((item, last.wr_id));
@@ -162,6 +172,7 @@ impl SendTracker {
         free.extend(self.in_flight.drain(..=pos).map(|(item, _)| item));
     }
 
+    /// Items posted and not yet completed.
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
     }

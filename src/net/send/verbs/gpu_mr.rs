@@ -12,7 +12,9 @@ use crate::net::send::peerdirect::GpuMrKind;
 pub struct GpuMr<'v> {
     verbs: &'v Verbs,
     mr: *mut c_void,
+    /// How the memory was registered.
     pub kind: GpuMrKind,
+    /// The lkey for scatter entries into the region.
     pub lkey: u32,
     dmabuf_fd: c_int,
 }
