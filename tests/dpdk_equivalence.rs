@@ -10,10 +10,11 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use common::{scratch_dir, send_digitiser_heaps, HEAP_BYTES};
 use gpucbf::chunk::placement::DigitiserPlacement;
 use gpucbf::chunk::{Chunk, ChunkAssembler};
-use gpucbf::net::dpdk::DpdkSource;
-use gpucbf::net::heapsend::HeapSender;
-use gpucbf::net::pcap::PcapSink;
-use gpucbf::net::source::{PacketSource, PcapFileSource, Poll};
+use gpucbf::net::recv::dpdk::DpdkSource;
+use gpucbf::net::recv::pcap::PcapFileSource;
+use gpucbf::net::recv::{PacketSource, Poll};
+use gpucbf::net::send::heap::HeapSender;
+use gpucbf::net::send::pcap::PcapSink;
 
 /// Digitiser heaps for two pols on two destinations, one heap missing; plus heaps to a third
 /// destination that the endpoint filter must drop.

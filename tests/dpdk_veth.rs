@@ -14,11 +14,12 @@ use std::process::Command;
 use common::{scratch_dir, send_digitiser_heaps, HEAP_BYTES};
 use gpucbf::chunk::placement::DigitiserPlacement;
 use gpucbf::chunk::{Chunk, ChunkAssembler};
-use gpucbf::net::dpdk::DpdkSource;
-use gpucbf::net::heapsend::HeapSender;
-use gpucbf::net::pcap::PcapSink;
-use gpucbf::net::source::{PacketSource, PcapFileSource, Poll};
-use gpucbf::net::udp::UdpSink;
+use gpucbf::net::recv::dpdk::DpdkSource;
+use gpucbf::net::recv::pcap::PcapFileSource;
+use gpucbf::net::recv::{PacketSource, Poll};
+use gpucbf::net::send::heap::HeapSender;
+use gpucbf::net::send::pcap::PcapSink;
+use gpucbf::net::send::udp::UdpSink;
 use gpucbf::net::PacketSink;
 
 const HEAPS: u64 = 200;

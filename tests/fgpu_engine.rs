@@ -13,9 +13,10 @@ use gpucbf::chunk::placement::DigitiserPlacement;
 use gpucbf::engines::common::send::open_sink;
 use gpucbf::engines::fgpu::engine::run_pipelines;
 use gpucbf::engines::fgpu::{parse_wideband, Channelizer, ChannelizerError, FgpuSummary, Pipeline};
-use gpucbf::net::heapsend::HeapSender;
-use gpucbf::net::pcap::{PcapSink, PcapSource};
-use gpucbf::net::source::PcapFileSource;
+use gpucbf::net::recv::pcap::PcapFileSource;
+use gpucbf::net::recv::pcap::PcapSource;
+use gpucbf::net::send::heap::HeapSender;
+use gpucbf::net::send::pcap::PcapSink;
 use gpucbf::spead::{ids, Assembler};
 
 struct Recording {

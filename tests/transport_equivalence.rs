@@ -8,10 +8,12 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use common::{scratch_dir, send_digitiser_heaps, HEAP_BYTES};
 use gpucbf::chunk::placement::DigitiserPlacement;
 use gpucbf::chunk::{Chunk, ChunkAssembler, ChunkStats, Reject};
-use gpucbf::net::heapsend::HeapSender;
-use gpucbf::net::pcap::PcapSink;
-use gpucbf::net::source::{PacketSource, PcapFileSource, Poll, UdpRecvConfig, UdpRecvSource};
-use gpucbf::net::udp::UdpSink;
+use gpucbf::net::recv::pcap::PcapFileSource;
+use gpucbf::net::recv::udp::{UdpRecvConfig, UdpRecvSource};
+use gpucbf::net::recv::{PacketSource, Poll};
+use gpucbf::net::send::heap::HeapSender;
+use gpucbf::net::send::pcap::PcapSink;
+use gpucbf::net::send::udp::UdpSink;
 use gpucbf::net::PacketSink;
 
 fn send_all(sink: Box<dyn PacketSink>, dests: Vec<SocketAddrV4>, rate: Option<f64>) {

@@ -16,9 +16,9 @@ use gpucbf::engines::common::send::open_sink;
 use gpucbf::engines::xbgpu::engine::run_pipelines;
 use gpucbf::engines::xbgpu::{BPipeline, BackendError, Beamformer, Correlator, XPipeline};
 use gpucbf::gpu::gpu_test_guard;
-use gpucbf::net::heapsend::HeapSender;
-use gpucbf::net::pcap::{PcapSink, PcapSource};
-use gpucbf::net::source::PcapFileSource;
+use gpucbf::net::recv::pcap::{PcapFileSource, PcapSource};
+use gpucbf::net::send::heap::HeapSender;
+use gpucbf::net::send::pcap::PcapSink;
 use gpucbf::spead::{ids, Assembler, Heap};
 
 struct Counting;

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::net::pcap::PcapSource;
+use crate::net::recv::pcap::PcapSource;
 use crate::spead::{ids, Assembler, DropReason};
 
 /// Summary of one destination endpoint's heaps.
@@ -184,8 +184,11 @@ pub fn dump(
             }
         }
         DumpSource::Udp { addr, idle_timeout } => {
-            let sock =
-                crate::net::udp::UdpSource::bind(addr, std::net::Ipv4Addr::UNSPECIFIED, 8 << 20)?;
+            let sock = crate::net::recv::udp::UdpSource::bind(
+                addr,
+                std::net::Ipv4Addr::UNSPECIFIED,
+                8 << 20,
+            )?;
             let mut buf = vec![0u8; 65536];
             while let Some(len) = sock.recv(&mut buf, idle_timeout)? {
                 let _ = asm.push(&buf[..len], &mut heaps);

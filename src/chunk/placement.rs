@@ -3,25 +3,51 @@
 use super::{Place, Placement, Reject};
 use crate::spead::{ids, PacketView};
 
+/// Why a placement's geometry is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlacementError {
+    /// A chunk must hold a whole, positive number of heaps.
+    #[error(
+        "chunk samples {chunk_samples} must be a positive multiple of heap samples {heap_samples}"
+    )]
+    ChunkNotWholeHeaps {
+        /// Samples per chunk asked for.
+        chunk_samples: u64,
+        /// Samples per heap.
+        heap_samples: u64,
+    },
+    /// A heap's packed samples must fill whole bytes.
+    #[error("heap samples × bits must be whole bytes")]
+    HeapNotWholeBytes,
+}
+
 /// Digitiser heaps into F-engine input chunks: `chunk_samples` samples per polarisation,
 /// polarisation the major axis, each pol's heaps contiguous (so a chunk holds one packed
 /// sample stream per pol).
 #[derive(Debug, Clone)]
 pub struct DigitiserPlacement {
+    /// Digitiser samples per heap.
     pub heap_samples: u64,
+    /// Bits per packed sample.
     pub bits: u32,
+    /// Samples per polarisation per chunk (a multiple of `heap_samples`).
     pub chunk_samples: u64,
     /// ANDed into timestamps first (`--mask-timestamp`); all ones by default.
     pub timestamp_mask: u64,
 }
 
 impl DigitiserPlacement {
-    pub fn new(heap_samples: u64, bits: u32, chunk_samples: u64) -> Result<Self, String> {
+    /// The placement of `heap_samples`-sample heaps of `bits`-bit samples into chunks of
+    /// `chunk_samples` samples per polarisation; the timestamp mask is all ones.
+    pub fn new(heap_samples: u64, bits: u32, chunk_samples: u64) -> Result<Self, PlacementError> {
         if heap_samples == 0 || chunk_samples == 0 || !chunk_samples.is_multiple_of(heap_samples) {
-            return Err(format!("chunk samples {chunk_samples} must be a positive multiple of heap samples {heap_samples}"));
+            return Err(PlacementError::ChunkNotWholeHeaps {
+                chunk_samples,
+                heap_samples,
+            });
         }
         if !(heap_samples * bits as u64).is_multiple_of(8) {
-            return Err("heap samples × bits must be whole bytes".into());
+            return Err(PlacementError::HeapNotWholeBytes);
         }
         Ok(DigitiserPlacement {
             heap_samples,
@@ -31,6 +57,7 @@ impl DigitiserPlacement {
         })
     }
 
+    /// Heaps of one polarisation per chunk.
     pub fn heaps_per_pol(&self) -> usize {
         (self.chunk_samples / self.heap_samples) as usize
     }
@@ -82,11 +109,17 @@ impl Placement for DigitiserPlacement {
 /// antennas, each slot one heap of (channels, spectra, pol, re/im) samples.
 #[derive(Debug, Clone)]
 pub struct FengPlacement {
+    /// Antennas (F-engines) feeding this X-engine.
     pub n_ants: usize,
+    /// Channels per F-engine heap.
     pub channels_per_substream: usize,
+    /// Spectra per F-engine heap.
     pub spectra_per_heap: usize,
+    /// Bits per real or imaginary sample (8 in the ICD).
     pub sample_bits: u32,
+    /// ADC samples from one spectrum to the next (the timestamp step per spectrum).
     pub samples_between_spectra: u64,
+    /// Batches (heap timestamps) per chunk.
     pub batches_per_chunk: usize,
 }
 

@@ -2,35 +2,60 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
+/// Why an endpoint list did not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    /// An entry without `:PORT`.
+    #[error("endpoint {0:?} has no :PORT")]
+    NoPort(String),
+    /// The port is not a number in 0..=65535.
+    #[error("bad port in endpoint {0:?}")]
+    BadPort(String),
+    /// The `+N` count is not a number.
+    #[error("bad +N in endpoint {0:?}")]
+    BadCount(String),
+    /// The address is not a dotted IPv4 address.
+    #[error("bad IPv4 address in endpoint {0:?}")]
+    BadAddress(String),
+    /// `ADDR+N` runs past 255.255.255.255.
+    #[error("endpoint range {0:?} overflows")]
+    Overflow(String),
+    /// The list names no endpoint at all.
+    #[error("no endpoints in {0:?}")]
+    Empty(String),
+}
+
+/// The message, for validation code that still collects errors as strings (the engines'
+/// argument checks).
 /// Parses `ADDR[+N]:PORT[,ADDR[+N]:PORT...]` into consecutive IPv4 endpoints.
-pub fn parse_endpoints(spec: &str) -> Result<Vec<SocketAddrV4>, String> {
+pub fn parse_endpoints(spec: &str) -> Result<Vec<SocketAddrV4>, EndpointError> {
     let mut out = Vec::new();
     for part in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (host, port) = part
             .rsplit_once(':')
-            .ok_or_else(|| format!("endpoint {part:?} has no :PORT"))?;
+            .ok_or_else(|| EndpointError::NoPort(part.into()))?;
         let port: u16 = port
             .parse()
-            .map_err(|_| format!("bad port in endpoint {part:?}"))?;
+            .map_err(|_| EndpointError::BadPort(part.into()))?;
         let (addr, extra) = match host.split_once('+') {
             Some((a, n)) => (
                 a,
                 n.parse::<u32>()
-                    .map_err(|_| format!("bad +N in endpoint {part:?}"))?,
+                    .map_err(|_| EndpointError::BadCount(part.into()))?,
             ),
             None => (host, 0),
         };
         let addr: Ipv4Addr = addr
             .parse()
-            .map_err(|_| format!("bad IPv4 address in endpoint {part:?}"))?;
+            .map_err(|_| EndpointError::BadAddress(part.into()))?;
         let base = u32::from(addr);
         let last = base
             .checked_add(extra)
-            .ok_or_else(|| format!("endpoint range {part:?} overflows"))?;
+            .ok_or_else(|| EndpointError::Overflow(part.into()))?;
         out.extend((base..=last).map(|a| SocketAddrV4::new(Ipv4Addr::from(a), port)));
     }
     if out.is_empty() {
-        return Err(format!("no endpoints in {spec:?}"));
+        return Err(EndpointError::Empty(spec.into()));
     }
     Ok(out)
 }
@@ -48,5 +73,16 @@ mod tests {
         assert!(parse_endpoints("1.2.3.4").is_err());
         assert!(parse_endpoints("1.2.3.4+x:1").is_err());
         assert!(parse_endpoints("255.255.255.255+1:1").is_err());
+        // The messages users see.
+        let msg = |s: &str| parse_endpoints(s).unwrap_err().to_string();
+        assert_eq!(msg("1.2.3.4"), r#"endpoint "1.2.3.4" has no :PORT"#);
+        assert_eq!(msg("1.2.3.4:x"), r#"bad port in endpoint "1.2.3.4:x""#);
+        assert_eq!(msg("1.2.3.4+x:1"), r#"bad +N in endpoint "1.2.3.4+x:1""#);
+        assert_eq!(msg("1.2.3:1"), r#"bad IPv4 address in endpoint "1.2.3:1""#);
+        assert_eq!(
+            msg("255.255.255.255+1:1"),
+            r#"endpoint range "255.255.255.255+1:1" overflows"#
+        );
+        assert_eq!(msg(" , "), r#"no endpoints in " , ""#);
     }
 }

@@ -7,17 +7,20 @@
 use std::collections::VecDeque;
 
 use super::packet::{DropReason, ItemPointer, PacketView};
-use super::{ids, Descriptor, CTRL_STREAM_STOP};
+use super::{ids, CTRL_STREAM_STOP};
 
 /// A received heap. `complete` is false only for heaps delivered by eviction or flush.
 #[derive(Debug, Clone)]
 pub struct Heap {
+    /// Heap counter.
     pub cnt: u64,
     /// Heap size in bytes (from the packets; for heaps without a size, the bytes seen).
     pub size: u64,
     /// Application item pointers, de-duplicated, in order of first appearance.
     pub pointers: Vec<ItemPointer>,
+    /// Payload bytes, at their heap offsets (zero where nothing arrived).
     pub payload: Vec<u8>,
+    /// All payload bytes arrived.
     pub complete: bool,
     /// Payload bytes actually received.
     pub received: u64,
@@ -26,7 +29,9 @@ pub struct Heap {
 /// The value of one item of a heap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ItemValue<'a> {
+    /// An immediate item's value (48 bits).
     Immediate(u64),
+    /// An addressed item's bytes.
     Bytes(&'a [u8]),
 }
 
@@ -64,7 +69,7 @@ impl Heap {
         self.value_of(i)
     }
 
-    fn value_of(&self, idx: usize) -> Option<ItemValue<'_>> {
+    pub(super) fn value_of(&self, idx: usize) -> Option<ItemValue<'_>> {
         let p = self.pointers[idx];
         if p.immediate {
             Some(ItemValue::Immediate(p.value))
@@ -93,17 +98,6 @@ impl Heap {
             .any(|p| p.id == ids::STREAM_CTRL && p.immediate && p.value == CTRL_STREAM_STOP)
     }
 
-    /// Descriptors carried by this heap; malformed ones are returned as errors.
-    pub fn descriptors(&self) -> Vec<Result<Descriptor, String>> {
-        (0..self.pointers.len())
-            .filter(|&i| self.pointers[i].id == ids::DESCRIPTOR)
-            .map(|i| match self.value_of(i) {
-                Some(ItemValue::Bytes(b)) => Descriptor::decode(b),
-                _ => Err("descriptor item is not an addressed item".to_string()),
-            })
-            .collect()
-    }
-
     /// All addressed items lie inside the heap and in range.
     fn addresses_valid(&self) -> bool {
         self.pointers
@@ -116,24 +110,34 @@ impl Heap {
 /// Counters kept by an [`Assembler`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AssemblerStats {
+    /// Packets accepted.
     pub packets: u64,
+    /// Heaps completed.
     pub heaps: u64,
+    /// Payload bytes accepted.
     pub bytes: u64,
+    /// Incomplete heaps pushed out to make room for newer ones.
     pub incomplete_heaps_evicted: u64,
+    /// Incomplete heaps left at the end of the stream (flush).
     pub incomplete_heaps_flushed: u64,
+    /// Stream-control stop heaps received.
     pub stop_heaps: u64,
+    /// Packets dropped, per [`DropReason`] (indexed by `DropReason as usize`).
     pub drops: [u64; DropReason::ALL.len()],
 }
 
 impl AssemblerStats {
+    /// Packets dropped for `reason`.
     pub fn dropped(&self, reason: DropReason) -> u64 {
         self.drops[reason as usize]
     }
 
+    /// Packets dropped for any reason.
     pub fn total_dropped(&self) -> u64 {
         self.drops.iter().sum()
     }
 
+    /// Counts one packet dropped for `reason`.
     pub fn count(&mut self, reason: DropReason) {
         self.drops[reason as usize] += 1;
     }
@@ -195,6 +199,7 @@ pub struct Assembler {
     partial: Vec<Partial>,
     recent: VecDeque<u64>,
     clock: u64,
+    /// Counters so far.
     pub stats: AssemblerStats,
 }
 

@@ -3,9 +3,21 @@
 
 use std::borrow::Cow;
 
-use super::{
-    ids, packet_header, Descriptor, ItemPointer, CTRL_STREAM_STOP, HEADER_BYTES, ITEM_POINTER_BYTES,
-};
+use super::{ids, packet_header, ItemPointer, CTRL_STREAM_STOP, HEADER_BYTES, ITEM_POINTER_BYTES};
+
+/// A heap whose item pointers do not fit the packet size.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "max packet size {max_packet_size} cannot hold the {pointers} item pointers of heap {heap_cnt}"
+)]
+pub struct PacketSizeError {
+    /// The packet size asked for, rounded down to a multiple of 8.
+    pub max_packet_size: usize,
+    /// Item pointers the heap carries (besides the four standard ones).
+    pub pointers: usize,
+    /// The heap's counter.
+    pub heap_cnt: u64,
+}
 
 /// Number of standard pointers (heap cnt, heap size, heap offset, payload length).
 pub const STANDARD_POINTERS: usize = 4;
@@ -19,6 +31,7 @@ enum Value<'a> {
 /// A heap under construction: items in the order they will appear.
 #[derive(Debug, Clone)]
 pub struct HeapBuilder<'a> {
+    /// Heap counter.
     pub cnt: u64,
     items: Vec<(u16, Value<'a>)>,
 }
@@ -26,15 +39,20 @@ pub struct HeapBuilder<'a> {
 /// One packet: header and item pointers (owned, small) and payload slices (borrowed).
 #[derive(Debug, Clone)]
 pub struct PacketParts<'a> {
+    /// SPEAD header and item pointers.
     pub header: Vec<u8>,
+    /// Payload slices, in order.
     pub payload: Vec<&'a [u8]>,
 }
 
 impl PacketParts<'_> {
+    /// Bytes of the whole packet.
     pub fn len(&self) -> usize {
         self.header.len() + self.payload.iter().map(|p| p.len()).sum::<usize>()
     }
 
+    /// True if the packet has no bytes (packets from [`HeapBuilder::packets`] always have a
+    /// header).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -51,6 +69,7 @@ impl PacketParts<'_> {
 }
 
 impl<'a> HeapBuilder<'a> {
+    /// An empty heap with counter `cnt`.
     pub fn new(cnt: u64) -> Self {
         HeapBuilder {
             cnt,
@@ -76,11 +95,6 @@ impl<'a> HeapBuilder<'a> {
         self
     }
 
-    /// Adds a descriptor item (0x0005) carrying `d` encoded as a SPEAD packet.
-    pub fn descriptor(self, d: &Descriptor) -> Self {
-        self.addressed_owned(ids::DESCRIPTOR, d.encode())
-    }
-
     /// Adds the stream-control "stop" item.
     pub fn stop(self) -> Self {
         self.immediate(ids::STREAM_CTRL, CTRL_STREAM_STOP)
@@ -102,12 +116,12 @@ impl<'a> HeapBuilder<'a> {
     /// Splits the heap into packets of at most `max_packet_size` bytes (rounded down to a
     /// multiple of 8, as spead2 does). With `repeat_pointers`, every packet carries every
     /// item pointer (katgpucbf data heaps); otherwise pointers go in the first packets.
-    /// Returns an error string if the pointers cannot fit at all.
+    /// Returns an error if the pointers cannot fit at all.
     pub fn packets(
         &self,
         max_packet_size: usize,
         repeat_pointers: bool,
-    ) -> Result<Vec<PacketParts<'_>>, String> {
+    ) -> Result<Vec<PacketParts<'_>>, PacketSizeError> {
         let max_packet_size = max_packet_size & !7;
         // Lay out payload: addressed items back to back, in order.
         let mut pointers: Vec<ItemPointer> = Vec::with_capacity(self.items.len() + 1);
@@ -143,11 +157,11 @@ impl<'a> HeapBuilder<'a> {
                 8
             };
         if max_packet_size < min_needed {
-            return Err(format!(
-                "max packet size {max_packet_size} cannot hold the {} item pointers of heap {}",
-                pointers.len(),
-                self.cnt
-            ));
+            return Err(PacketSizeError {
+                max_packet_size,
+                pointers: pointers.len(),
+                heap_cnt: self.cnt,
+            });
         }
 
         let mut out = Vec::new();

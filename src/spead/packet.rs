@@ -39,6 +39,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
+    /// Every reason, in counter order (`DropReason as usize` indexes the drop counters).
     pub const ALL: [DropReason; 14] = [
         DropReason::TooShort,
         DropReason::BadMagic,
@@ -86,13 +87,16 @@ impl std::fmt::Display for DropReason {
 /// One decoded 64-bit item pointer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ItemPointer {
+    /// Item ID (15 bits).
     pub id: u16,
+    /// True for an immediate value, false for an address into the heap payload.
     pub immediate: bool,
     /// Immediate value or heap address (48 bits).
     pub value: u64,
 }
 
 impl ItemPointer {
+    /// Decodes a raw item pointer (in host order, as read big-endian from a packet).
     #[inline]
     pub fn from_raw(raw: u64) -> Self {
         ItemPointer {
@@ -102,6 +106,8 @@ impl ItemPointer {
         }
     }
 
+    /// The raw 64-bit pointer (immediate flag, 15-bit ID, 48-bit value), in host order (it
+    /// goes on the wire big-endian).
     #[inline]
     pub fn to_raw(self) -> u64 {
         ((self.immediate as u64) << 63)
@@ -109,6 +115,7 @@ impl ItemPointer {
             | (self.value & ADDRESS_MASK)
     }
 
+    /// An immediate item: `value` (low 48 bits) carried in the pointer.
     pub fn immediate(id: u16, value: u64) -> Self {
         ItemPointer {
             id,
@@ -117,6 +124,7 @@ impl ItemPointer {
         }
     }
 
+    /// An addressed item at `offset` in the heap payload.
     pub fn address(id: u16, offset: u64) -> Self {
         ItemPointer {
             id,
@@ -129,13 +137,17 @@ impl ItemPointer {
 /// A parsed packet borrowing its bytes.
 #[derive(Debug, Clone, Copy)]
 pub struct PacketView<'a> {
+    /// Heap counter.
     pub heap_cnt: u64,
     /// Total heap payload size; `None` if the packet does not say.
     pub heap_size: Option<u64>,
+    /// Offset of this packet's payload in the heap.
     pub payload_offset: u64,
+    /// Length of this packet's payload.
     pub payload_length: u64,
     /// Raw bytes of all item pointers (8 bytes each), standard ones included.
     pointers: &'a [u8],
+    /// This packet's payload.
     pub payload: &'a [u8],
 }
 

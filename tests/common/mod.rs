@@ -7,7 +7,7 @@ use std::ops::Range;
 use std::path::PathBuf;
 
 use gpucbf::chunk::placement::FengPlacement;
-use gpucbf::net::heapsend::HeapSender;
+use gpucbf::net::send::heap::HeapSender;
 use gpucbf::spead::ids;
 
 /// Samples per digitiser heap.

@@ -8,7 +8,10 @@ use std::sync::Arc;
 
 use num_complex::Complex32;
 
-use crate::net::source::{PacketSource, Poll, UdpRecvSource};
+use crate::net::{
+    recv::udp::UdpRecvSource,
+    recv::{PacketSource, Poll},
+};
 use crate::spead::{ids, Assembler, AssemblerStats, ItemValue};
 
 /// One dump of correlation products.

@@ -129,7 +129,7 @@ pub fn load_npy(path: &Path) -> anyhow::Result<Visibilities> {
 
 /// Assembles X-engine heaps from a pcap and sums every dump; channels never received are flagged.
 pub fn load_pcap(path: &Path, n_ants: usize) -> anyhow::Result<Visibilities> {
-    use crate::net::pcap::PcapSource;
+    use crate::net::recv::pcap::PcapSource;
     use crate::spead::{ids, Assembler, ItemValue};
     if n_ants == 0 {
         bail!("--array-size must be positive");

@@ -6,7 +6,7 @@ use num_complex::Complex32;
 
 use super::cli::{load_pcap, run, ImageArgs, WeightingArg};
 use super::*;
-use crate::net::pcap::PcapSink;
+use crate::net::send::pcap::PcapSink;
 use crate::net::PacketSink;
 use crate::npy::{write_npy, NpyData};
 use crate::spead::{ids, HeapBuilder};

@@ -9,7 +9,11 @@ use super::feed::{payloads, send_all, udp_buffer, Feed};
 use super::{RecvBenchArgs, RecvResult, BITS, CHUNK_SAMPLES, HEAP_SAMPLES};
 use crate::chunk::placement::DigitiserPlacement;
 use crate::chunk::{Chunk, ChunkAssembler};
-use crate::net::source::{PacketSource, PcapFileSource, Poll, UdpRecvSource};
+use crate::net::{
+    recv::pcap::PcapFileSource,
+    recv::udp::UdpRecvSource,
+    recv::{PacketSource, Poll},
+};
 
 /// CPU seconds (user + system) used so far by the calling thread (`thread`) or the whole
 /// process.
@@ -199,7 +203,7 @@ fn eal_for(base: &str, core: Option<usize>, vdev: &str) -> String {
 #[cfg(feature = "dpdk")]
 fn bench_dpdk_pcap(pcap: &Path, eal: &str, core: Option<usize>) -> anyhow::Result<RecvResult> {
     let eal = eal_for(eal, core, &format!("net_pcap0,rx_pcap={}", pcap.display()));
-    let mut src = crate::net::dpdk::DpdkSource::new(&eal, Vec::new())?;
+    let mut src = crate::net::recv::dpdk::DpdkSource::new(&eal, Vec::new())?;
     src.set_end_after_idle(None);
     let (packets, secs, placed, cpu) = drain(
         &mut src,
@@ -222,14 +226,14 @@ fn bench_dpdk_pcap(pcap: &Path, eal: &str, core: Option<usize>) -> anyhow::Resul
 /// The feed's first `n` datagrams as Ethernet frames.
 #[cfg(feature = "dpdk")]
 fn frames(pcap: &Path, n: usize) -> anyhow::Result<Vec<Vec<u8>>> {
-    let mut src = crate::net::pcap::PcapSource::open(pcap)?;
+    let mut src = crate::net::recv::pcap::PcapSource::open(pcap)?;
     let mut v = Vec::new();
     while v.len() < n {
         let Some(d) = src.next_datagram()? else { break };
         let mut f = Vec::with_capacity(d.payload.len() + 42);
         etherparse::PacketBuilder::ethernet2(
             [2, 0, 0, 0, 0, 1],
-            crate::net::pcap::dest_mac(*d.dst.ip()),
+            crate::net::frame::dest_mac(*d.dst.ip()),
         )
         .ipv4(d.src.ip().octets(), d.dst.ip().octets(), 4)
         .udp(d.src.port(), d.dst.port())
@@ -246,7 +250,7 @@ fn bench_dpdk_ring(
     core: Option<usize>,
     target: u64,
 ) -> anyhow::Result<RecvResult> {
-    use crate::net::dpdk::{DpdkSource, RingReplay};
+    use crate::net::recv::dpdk::{DpdkSource, RingReplay};
     // net_ring's ring holds 1023 frames: both pols of 511 timestamps (an even count keeps
     // every timestamp whole).
     let frames = frames(pcap, 1022)?;

@@ -6,9 +6,12 @@ use std::path::Path;
 
 use clap::Parser;
 
-use crate::net::source::{PacketSource, PcapFileSource, Poll};
-use crate::net::udp::UdpSink;
+use crate::net::send::udp::UdpSink;
 use crate::net::PacketSink;
+use crate::net::{
+    recv::pcap::PcapFileSource,
+    recv::{PacketSource, Poll},
+};
 
 #[derive(Parser)]
 struct DsimCli {

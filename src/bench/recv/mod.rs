@@ -17,7 +17,7 @@
 //!   spead2 on that feed.
 //! * `dpdk-net_pcap`: DPDK's pcap PMD reading the file (libpcap on the receive core).
 //! * `dpdk-net_ring`: kernel bypass with a source that costs the receive core almost
-//!   nothing ([`crate::net::dpdk::RingReplay`]), for a fixed packet count: rx_burst → parse
+//!   nothing ([`crate::net::recv::dpdk::RingReplay`]), for a fixed packet count: rx_burst → parse
 //!   → place into the chunk → presence; against the 840k packets/s per core target.
 //!
 //! DPDK's EAL can start once per process, so each DPDK trial runs in a child process

@@ -5,7 +5,11 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 
 use crate::chunk::{Chunk, ChunkAssembler, ChunkQueues, ChunkStats, Placement, RecvMonitor};
-use crate::net::source::{PacketSource, PcapFileSource, Poll, UdpRecvSource};
+use crate::net::{
+    recv::pcap::PcapFileSource,
+    recv::udp::UdpRecvSource,
+    recv::{PacketSource, Poll},
+};
 
 /// Why the input could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -118,7 +122,7 @@ fn open_ibv(
     eps: Vec<std::net::SocketAddrV4>,
     interface: Ipv4Addr,
 ) -> Result<Box<dyn PacketSource>, OpenError> {
-    let s = crate::net::ibv_recv::IbvRecvSource::open(eps, interface).map_err(OpenError::Ibv)?;
+    let s = crate::net::recv::ibv::IbvRecvSource::open(eps, interface).map_err(OpenError::Ibv)?;
     Ok(Box::new(s))
 }
 
@@ -135,7 +139,7 @@ fn open_dpdk(
     eal: &str,
     eps: Vec<std::net::SocketAddrV4>,
 ) -> Result<Box<dyn PacketSource>, OpenError> {
-    Ok(Box::new(crate::net::dpdk::DpdkSource::new(eal, eps)?))
+    Ok(Box::new(crate::net::recv::dpdk::DpdkSource::new(eal, eps)?))
 }
 
 #[cfg(not(feature = "dpdk"))]

@@ -3,8 +3,8 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 
-use crate::net::pcap::PcapSink;
-use crate::net::udp::UdpSink;
+use crate::net::send::pcap::PcapSink;
+use crate::net::send::udp::UdpSink;
 use crate::net::PacketSink;
 
 /// Opens the output sink (a pcap file if asked).

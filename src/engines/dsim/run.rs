@@ -13,8 +13,8 @@ use super::send::{DsimSummary, HeapStream, SendMetrics};
 use super::signal::Timebase;
 use super::DsimConfig;
 use crate::control::Server;
-use crate::net::pcap::PcapSink;
-use crate::net::udp::UdpSink;
+use crate::net::send::pcap::PcapSink;
+use crate::net::send::udp::UdpSink;
 use crate::net::PacketSink;
 use crate::telemetry::metrics::Metrics;
 

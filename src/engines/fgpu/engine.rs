@@ -12,7 +12,7 @@ use super::store::SampleStore;
 use crate::chunk::placement::DigitiserPlacement;
 use crate::chunk::{Chunk, RecvMonitor};
 use crate::engines::common::recv::{rejected_counts, spawn_receiver_monitored};
-use crate::net::source::PacketSource;
+use crate::net::recv::PacketSource;
 
 /// What a run did.
 #[derive(Debug, Clone, Serialize)]

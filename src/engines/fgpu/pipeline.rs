@@ -10,7 +10,7 @@ use super::channelizer::{Channelizer, ChannelizerError};
 use super::spec::WidebandSpec;
 use super::store::SampleStore;
 use crate::compute::fengine::InputStats;
-use crate::net::heapsend::HeapSender;
+use crate::net::send::heap::HeapSender;
 use crate::spead::{ids, Descriptor};
 
 /// Why an output stopped.

@@ -16,7 +16,7 @@ use super::spec::WidebandSpec;
 use crate::control::Server;
 use crate::engines::common::recv::open_source_with;
 use crate::engines::common::send::open_sink;
-use crate::net::heapsend::HeapSender;
+use crate::net::send::heap::HeapSender;
 use crate::net::SharedSink;
 
 /// Runs the engine until the input ends (pcap) or a stop is requested.
@@ -40,7 +40,7 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
     let mut metrics = FgpuMetrics::new(device, pipelines.len());
     serve_metrics(cfg, &metrics)?;
     let src = open_source_with(&cfg.src, &io.recv_options())?;
-    let _transmit = crate::net::peerdirect::plan(io.use_peerdirect);
+    let _transmit = crate::net::send::peerdirect::plan(io.use_peerdirect);
     let monitor = metrics.take_recv_monitor();
     run_pipelines_monitored(
         src,

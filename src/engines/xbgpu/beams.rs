@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::backend::{Beamformer, PipelineError};
-use crate::net::heapsend::HeapSender;
+use crate::net::send::heap::HeapSender;
 use crate::spead::{ids, Descriptor};
 
 /// Counters of the beams (katgpucbf's `xbgpu_output_b_*`), per beam.

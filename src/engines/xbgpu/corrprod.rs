@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::backend::{Correlator, PipelineError};
-use crate::net::heapsend::HeapSender;
+use crate::net::send::heap::HeapSender;
 use crate::spead::{ids, Descriptor};
 
 /// The MISSING marker for visibilities of absent antennas (re, im).

@@ -13,7 +13,7 @@ use super::corrprod::{XPipeline, XStats};
 use crate::chunk::placement::FengPlacement;
 use crate::chunk::{Chunk, Placement, RecvMonitor};
 use crate::engines::common::recv::{rejected_counts, spawn_receiver_monitored};
-use crate::net::source::PacketSource;
+use crate::net::recv::PacketSource;
 
 /// What a run did.
 #[derive(Debug, Clone, Serialize)]

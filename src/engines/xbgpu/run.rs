@@ -19,7 +19,7 @@ use crate::compute::xengine::{Beam, BeamSet};
 use crate::control::{SensorSet, SensorType};
 use crate::engines::common::recv::open_source_with;
 use crate::engines::common::send::open_sink;
-use crate::net::heapsend::HeapSender;
+use crate::net::send::heap::HeapSender;
 use crate::net::SharedSink;
 
 /// Runs the engine until the input ends or a stop is requested.
@@ -51,7 +51,7 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
         None => None,
     };
     let src = open_source_with(&cfg.src, &io.recv_options())?;
-    let _transmit = crate::net::peerdirect::plan(io.use_peerdirect);
+    let _transmit = crate::net::send::peerdirect::plan(io.use_peerdirect);
     let mut metrics = XbgpuMetrics::new();
     if let Some(p) = io.prometheus_port {
         let bound = metrics.registry().serve(([0, 0, 0, 0], p).into())?;

@@ -1,150 +1,86 @@
-//! Classic libpcap files: a sink that writes UDP/IPv4/Ethernet frames with valid checksums,
-//! and a source that yields the UDP datagrams of a capture.
+//! Classic libpcap files as a source: the UDP datagrams of a capture, read through
+//! pcap-file ([`PcapSource`]) or mapped into memory and read in place ([`MappedPcap`],
+//! behind [`PcapFileSource`], the engines' file input).
 
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Write};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::io::{self, BufReader};
+use std::net::SocketAddrV4;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
-use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+use pcap_file::pcap::PcapReader;
 use pcap_file::DataLink;
 
-use super::PacketSink;
+use super::{PacketSource, Poll};
+use crate::net::frame::fast_udp_ipv4;
 
-/// Ethernet MAC for an IPv4 destination: the multicast mapping for 224/4, otherwise a fixed
-/// locally administered address.
-pub fn dest_mac(ip: Ipv4Addr) -> [u8; 6] {
-    let o = ip.octets();
-    if ip.is_multicast() {
-        [0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]]
-    } else {
-        [0x02, 0x00, o[0], o[1], o[2], o[3]]
-    }
+/// Replays the UDP datagrams of a pcap file (mapped into memory and read in place),
+/// keeping those addressed to `endpoints` (all datagrams if the list is empty).
+pub struct PcapFileSource {
+    src: MappedPcap,
+    endpoints: Vec<SocketAddrV4>,
+    /// Datagrams skipped because of their destination.
+    pub filtered: u64,
 }
 
-/// A buffered file shared between the pcap writer and the sink, so the sink can flush it
-/// (pcap-file's writer does not expose its inner writer).
-#[derive(Clone)]
-struct SharedFile(Arc<Mutex<BufWriter<File>>>);
-
-impl Write for SharedFile {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0
-            .lock()
-            .map_err(|_| io::Error::other("poisoned"))?
-            .write(buf)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.0
-            .lock()
-            .map_err(|_| io::Error::other("poisoned"))?
-            .flush()
-    }
-}
-
-/// Writes packets into a pcap file instead of sending them.
-pub struct PcapSink {
-    writer: PcapWriter<SharedFile>,
-    file: SharedFile,
-    src: SocketAddrV4,
-    ttl: u8,
-    scratch: Vec<u8>,
-    frame: Vec<u8>,
-    /// Timestamp of the next frame; advances by `tick` per packet so files sort stably.
-    time: Duration,
-    tick: Duration,
-    pub packets: u64,
-    pub bytes: u64,
-}
-
-impl PcapSink {
-    /// Creates `path`; frames come from `src` (address and UDP port) with the given TTL.
-    pub fn create(path: &Path, src: SocketAddrV4, ttl: u8) -> io::Result<Self> {
-        let file = File::create(path)?;
-        let header = PcapHeader {
-            datalink: DataLink::ETHERNET,
-            snaplen: 65535,
-            ..Default::default()
-        };
-        let file = SharedFile(Arc::new(Mutex::new(BufWriter::with_capacity(
-            1 << 20,
-            file,
-        ))));
-        let writer = PcapWriter::with_header(file.clone(), header).map_err(io::Error::other)?;
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        Ok(PcapSink {
-            writer,
-            file,
-            src,
-            ttl,
-            scratch: Vec::new(),
-            frame: Vec::new(),
-            time: now,
-            tick: Duration::from_micros(1),
-            packets: 0,
-            bytes: 0,
+impl PcapFileSource {
+    /// Opens `path` (mapped into memory); `endpoints`: destinations to keep (empty: all).
+    pub fn open(path: &Path, endpoints: Vec<SocketAddrV4>) -> io::Result<Self> {
+        Ok(PcapFileSource {
+            src: MappedPcap::open(path)?,
+            endpoints,
+            filtered: 0,
         })
     }
+
+    /// The capture's frame counters.
+    pub fn stats(&self) -> &PcapSourceStats {
+        &self.src.stats
+    }
 }
 
-impl PacketSink for PcapSink {
-    fn send(&mut self, dst: SocketAddrV4, parts: &[&[u8]]) -> io::Result<()> {
-        self.scratch.clear();
-        for p in parts {
-            self.scratch.extend_from_slice(p);
+impl PacketSource for PcapFileSource {
+    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8])) -> io::Result<Poll> {
+        let mut n = 0;
+        while n < 64 {
+            let eps = &self.endpoints;
+            let got = self.src.next_payload(|dst, payload| {
+                let keep = eps.is_empty() || eps.contains(&dst);
+                if keep {
+                    f(payload);
+                }
+                keep
+            })?;
+            match got {
+                None => return Ok(if n == 0 { Poll::End } else { Poll::Packets(n) }),
+                Some(true) => n += 1,
+                Some(false) => self.filtered += 1,
+            }
         }
-        let src_ip = *self.src.ip();
-        let builder = PacketBuilder::ethernet2(dest_mac(src_ip), dest_mac(*dst.ip()))
-            .ipv4(src_ip.octets(), dst.ip().octets(), self.ttl)
-            .udp(self.src.port(), dst.port());
-        self.frame.clear();
-        builder
-            .write(&mut self.frame, &self.scratch)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        let len = self.frame.len() as u32;
-        self.writer
-            .write_packet(&PcapPacket::new(self.time, len, &self.frame))
-            .map_err(io::Error::other)?;
-        self.time += self.tick;
-        self.packets += 1;
-        self.bytes += self.scratch.len() as u64;
-        Ok(())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.file.flush()
-    }
-
-    fn is_offline(&self) -> bool {
-        true
-    }
-}
-
-impl Drop for PcapSink {
-    fn drop(&mut self) {
-        let _ = PacketSink::flush(self);
+        Ok(Poll::Packets(n))
     }
 }
 
 /// One UDP datagram from a capture.
 #[derive(Debug, Clone)]
 pub struct Datagram {
+    /// Capture timestamp.
     pub time: Duration,
+    /// Source address and UDP port.
     pub src: SocketAddrV4,
+    /// Destination address and UDP port.
     pub dst: SocketAddrV4,
+    /// The UDP payload.
     pub payload: Vec<u8>,
 }
 
 /// Counters of frames a [`PcapSource`] could not use.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct PcapSourceStats {
+    /// Frames read.
     pub frames: u64,
+    /// UDP datagrams handed on.
     pub datagrams: u64,
     /// Not IPv4/UDP (ARP, IPv6, TCP, fragments...).
     pub not_udp: u64,
@@ -158,10 +94,12 @@ pub struct PcapSourceStats {
 pub struct PcapSource {
     reader: PcapReader<BufReader<File>>,
     datalink: DataLink,
+    /// Frame counters so far.
     pub stats: PcapSourceStats,
 }
 
 impl PcapSource {
+    /// Opens `path`: a pcap file of Ethernet, raw-IP or IPv4 link type, or a clear error.
     pub fn open(path: &Path) -> io::Result<Self> {
         let file = File::open(path)?;
         let reader = PcapReader::new(BufReader::with_capacity(1 << 20, file)).map_err(|e| {
@@ -272,6 +210,7 @@ pub struct MappedPcap {
     pos: usize,
     swap: bool,
     ethernet: bool,
+    /// Frame counters so far.
     pub stats: PcapSourceStats,
 }
 
@@ -279,6 +218,7 @@ pub struct MappedPcap {
 unsafe impl Send for MappedPcap {}
 
 impl MappedPcap {
+    /// Maps `path`: a classic pcap file of a supported link type, or a clear error.
     pub fn open(path: &Path) -> io::Result<Self> {
         use std::os::fd::AsRawFd;
         let bad = |m: &str| {
@@ -383,7 +323,7 @@ impl MappedPcap {
             // SAFETY: start + incl <= len (checked above); the mapping outlives the borrow.
             let frame: &[u8] = unsafe { std::slice::from_raw_parts(self.map.add(start), incl) };
             if self.ethernet {
-                if let Some((dst, payload)) = super::source::fast_udp_ipv4(frame) {
+                if let Some((dst, payload)) = fast_udp_ipv4(frame) {
                     self.stats.datagrams += 1;
                     return Ok(Some(f(dst, payload)));
                 }

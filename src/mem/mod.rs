@@ -1,20 +1,20 @@
 //! Where chunk bytes live (the `ChunkMemory` seam): hugepages when the host has reserved
-//! them (`mmap(MAP_HUGETLB)`), otherwise normal anonymous pages with
-//! `madvise(MADV_HUGEPAGE)` (transparent hugepages), and, when a GPU is present, registered
-//! with the CUDA driver (`cuMemHostRegister`) so copies to the GPU run at full PCIe speed
-//! by DMA straight from the chunk. Every step falls back cleanly: a host without a hugepage
-//! pool, without a GPU, or whose registration fails (memlock limit) still gets chunk memory,
-//! and [`ChunkMem::backing`] / [`ChunkMem::cuda_pinned`] say what it got.
-//!
-//! (libc's mmap/madvise directly rather than memmap2: the same two system calls, and no new
-//! dependency.)
+//! them, otherwise normal pages with transparent hugepages requested (`mem::pages`), and, when
+//! a GPU is present, registered with the CUDA driver so copies to the GPU run at full PCIe
+//! speed by DMA straight from the chunk (`mem::cuda`). Every step falls back cleanly: a host
+//! without a hugepage pool, without a GPU, or whose registration fails (memlock limit) still
+//! gets chunk memory, and [`ChunkMem::backing`] / [`ChunkMem::cuda_pinned`] say what it got.
+#![warn(missing_docs, unreachable_pub)]
+
+mod cuda;
+mod pages;
+
+pub use cuda::PinError;
+pub use pages::HUGE_PAGE;
 
 use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
-
-/// Size of the hugepages that `MAP_HUGETLB` gives by default on x86-64 and aarch64 (4K granule).
-pub const HUGE_PAGE: usize = 2 << 20;
 
 /// What backs a [`ChunkMem`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -79,51 +79,13 @@ pub struct ChunkMem {
     /// The context the memory is registered with, if it is.
     cuda: Option<Arc<cudarc::driver::CudaContext>>,
     /// Why CUDA registration was not done or failed (for the log).
-    pub pin_note: Option<String>,
+    pub pin_note: Option<PinError>,
 }
 
 // SAFETY: ChunkMem owns its mapping exclusively, like a Vec<u8>.
 unsafe impl Send for ChunkMem {}
 // SAFETY: shared access is read-only through &[u8].
 unsafe impl Sync for ChunkMem {}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as usize
-    } else {
-        4096
-    }
-}
-
-fn round_up(n: usize, to: usize) -> Option<usize> {
-    n.checked_add(to - 1).map(|m| m / to * to)
-}
-
-/// `mmap` anonymous private memory; `None` if the kernel refuses.
-fn map(len: usize, huge: bool) -> Option<NonNull<u8>> {
-    let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-    if huge {
-        flags |= libc::MAP_HUGETLB;
-    }
-    // SAFETY: a fresh anonymous mapping; no existing memory is affected.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            flags,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        None
-    } else {
-        NonNull::new(p as *mut u8)
-    }
-}
 
 impl ChunkMem {
     /// Allocates `len` zeroed bytes by `policy`. Fails only if not even normal pages can be
@@ -139,32 +101,7 @@ impl ChunkMem {
                 pin_note: None,
             });
         }
-        let too_big = || io::Error::new(io::ErrorKind::InvalidInput, "chunk size overflows");
-        let mut got = None;
-        if policy.hugepages {
-            let map_len = round_up(len, HUGE_PAGE).ok_or_else(too_big)?;
-            got = map(map_len, true).map(|p| (p, map_len, Backing::HugePages));
-        }
-        let (ptr, map_len, backing) = match got {
-            Some(g) => g,
-            None => {
-                let map_len = round_up(len, page_size()).ok_or_else(too_big)?;
-                let p = map(map_len, false).ok_or_else(|| {
-                    io::Error::new(
-                        io::ErrorKind::OutOfMemory,
-                        format!(
-                            "cannot map {map_len} bytes of chunk memory: {}",
-                            io::Error::last_os_error()
-                        ),
-                    )
-                })?;
-                // SAFETY: advice on our own mapping; failure (THP disabled) is harmless.
-                unsafe {
-                    libc::madvise(p.as_ptr() as *mut _, map_len, libc::MADV_HUGEPAGE);
-                }
-                (p, map_len, Backing::Pages)
-            }
-        };
+        let (ptr, map_len, backing) = pages::map_zeroed(len, policy.hugepages)?;
         let mut m = ChunkMem {
             ptr,
             len,
@@ -173,54 +110,19 @@ impl ChunkMem {
             cuda: None,
             pin_note: None,
         };
-        m.prefault();
-        if let Some(ctx) = &policy.cuda {
-            if let Err(e) = m.register(ctx) {
-                m.pin_note = Some(e);
-            }
-        } else {
-            m.pin_note = Some("no GPU: chunk memory not registered with CUDA".into());
+        pages::prefault(m.ptr, m.map_len, m.backing);
+        match &policy.cuda {
+            // SAFETY: our own live mapping; unregistered in Drop before the unmap.
+            Some(ctx) => match unsafe { cuda::register(m.ptr, m.map_len, ctx) } {
+                Ok(()) => m.cuda = Some(ctx.clone()),
+                Err(e) => m.pin_note = Some(e),
+            },
+            None => m.pin_note = Some(PinError::NoGpu),
         }
         Ok(m)
     }
 
-    /// Touches every page so that the first packets do not take page faults.
-    fn prefault(&mut self) {
-        let step = if self.backing == Backing::HugePages {
-            HUGE_PAGE
-        } else {
-            page_size()
-        };
-        let base = self.ptr.as_ptr();
-        for off in (0..self.map_len).step_by(step) {
-            // SAFETY: off < map_len, inside our mapping; the memory is already zero.
-            unsafe { std::ptr::write_volatile(base.add(off), 0) };
-        }
-    }
-
-    fn register(&mut self, ctx: &Arc<cudarc::driver::CudaContext>) -> Result<(), String> {
-        use cudarc::driver::sys;
-        ctx.bind_to_thread()
-            .map_err(|e| format!("CUDA context: {e:?}"))?;
-        // SAFETY: the range is our own live mapping; PORTABLE makes it pinned for every
-        // context. Unregistered in Drop before the unmap.
-        let r = unsafe {
-            sys::cuMemHostRegister_v2(
-                self.ptr.as_ptr() as *mut _,
-                self.map_len,
-                sys::CU_MEMHOSTREGISTER_PORTABLE,
-            )
-        };
-        if r != sys::CUresult::CUDA_SUCCESS {
-            return Err(format!(
-                "cuMemHostRegister of {} bytes failed ({r:?}; memlock limit?): chunk memory stays pageable",
-                self.map_len
-            ));
-        }
-        self.cuda = Some(ctx.clone());
-        Ok(())
-    }
-
+    /// What backs the memory.
     pub fn backing(&self) -> Backing {
         self.backing
     }
@@ -230,6 +132,7 @@ impl ChunkMem {
         self.cuda.is_some()
     }
 
+    /// The first byte (page aligned; dangling when empty).
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr.as_ptr()
     }
@@ -269,18 +172,12 @@ impl std::fmt::Debug for ChunkMem {
 impl Drop for ChunkMem {
     fn drop(&mut self) {
         if let Some(ctx) = self.cuda.take() {
-            if ctx.bind_to_thread().is_ok() {
-                // SAFETY: registered in `register` with this base address.
-                unsafe {
-                    cudarc::driver::sys::cuMemHostUnregister(self.ptr.as_ptr() as *mut _);
-                }
-            }
+            // SAFETY: registered in `alloc` with this base address, still mapped.
+            unsafe { cuda::unregister(self.ptr, &ctx) };
         }
         if self.map_len > 0 {
             // SAFETY: unmapping exactly the mapping made in `alloc`.
-            unsafe {
-                libc::munmap(self.ptr.as_ptr() as *mut _, self.map_len);
-            }
+            unsafe { pages::unmap(self.ptr, self.map_len) };
         }
     }
 }
@@ -302,8 +199,12 @@ mod tests {
         m[4096 * 3 + 16] = 7;
         assert_eq!(m[m.len() - 1], 7);
         assert!(!m.cuda_pinned());
-        assert!(m.pin_note.as_deref().unwrap().contains("no GPU"));
-        assert_eq!(m.as_ptr() as usize % page_size(), 0);
+        assert!(matches!(m.pin_note, Some(PinError::NoGpu)));
+        assert_eq!(
+            m.pin_note.as_ref().unwrap().to_string(),
+            "no GPU: chunk memory not registered with CUDA"
+        );
+        assert_eq!(m.as_ptr() as usize % pages::page_size(), 0);
         let z = ChunkMem::alloc(0, &policy).unwrap();
         assert_eq!((z.backing(), z.len()), (Backing::Empty, 0));
         assert!(ChunkMem::alloc(usize::MAX, &policy).is_err());

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use dpdk_sys as sys;
 
-use super::source::{deliver_frame, FrameStats, PacketSource, Poll};
+use super::{PacketSource, Poll};
+use crate::net::frame::{deliver_frame, fast_udp_ipv4, FrameStats};
 
 /// Set once the EAL has been initialised in this process (it cannot be initialised twice,
 /// not even after `rte_eal_cleanup`).
@@ -28,11 +29,14 @@ const MAX_FRAME: u32 = 9216 + 64;
 /// Counters of the DPDK source: frame counters plus the port's own.
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct DpdkStats {
+    /// Frame counters of the receive path.
     #[serde(flatten)]
     pub frames: FrameStats,
     /// Port counters at the last [`DpdkSource::port_stats`] call.
     pub port_ipackets: u64,
+    /// Packets the port dropped for lack of room in the RX queue (`imissed`).
     pub port_imissed: u64,
+    /// Receive failures for lack of mbufs (`rx_nombuf`).
     pub port_rx_nombuf: u64,
 }
 
@@ -88,6 +92,7 @@ pub struct DpdkSource {
     last_packet: Option<Instant>,
     idle_sleep: Duration,
     started: bool,
+    /// Counters so far.
     pub stats: DpdkStats,
 }
 
@@ -378,8 +383,8 @@ impl RingReplay {
         let first = frames
             .first()
             .ok_or_else(|| bad("no frames to replay".into()))?;
-        let (_, udp) = super::source::fast_udp_ipv4(first)
-            .ok_or_else(|| bad("first frame is not IPv4/UDP".into()))?;
+        let (_, udp) =
+            fast_udp_ipv4(first).ok_or_else(|| bad("first frame is not IPv4/UDP".into()))?;
         let spead_at = udp.as_ptr() as usize - first.as_ptr() as usize;
         let pkt = PacketView::parse(udp).map_err(|e| bad(format!("{e:?}")))?;
         let find = |id: u16| {

@@ -2,13 +2,12 @@
 //! records every posted work request and hands out queued completions.
 
 use super::*;
-use crate::net::ibverbs::CTX_OPS_POLL_CQ;
-use crate::net::peerdirect::{wr_id, SendWr, CTX_OPS_POST_SEND};
+use ibverbs_sys::{IbvSendWr, CTX_OPS_POLL_CQ, CTX_OPS_POST_SEND, IBV_SEND_SIGNALED};
 use std::net::Ipv4Addr;
 use std::sync::Mutex;
 
 /// A posted chain: per request (wr_id, header sge, payload sge, flags).
-type Chain = Vec<(u64, Sge, Sge, u32)>;
+type Chain = Vec<(u64, IbvSge, IbvSge, u32)>;
 /// Posted chains with the QP they were posted on (tests run in parallel: each has its own).
 static POSTED: Mutex<Vec<(usize, Chain)>> = Mutex::new(Vec::new());
 /// Completions the fake CQs return next, with their CQ.
@@ -16,8 +15,8 @@ static COMPLETIONS: Mutex<Vec<(usize, IbvWc)>> = Mutex::new(Vec::new());
 
 unsafe extern "C" fn fake_post_send(
     qp: *mut c_void,
-    mut wr: *mut SendWr,
-    _bad: *mut *mut SendWr,
+    mut wr: *mut IbvSendWr,
+    _bad: *mut *mut IbvSendWr,
 ) -> c_int {
     let mut chain = Vec::new();
     while !wr.is_null() {
@@ -137,7 +136,7 @@ fn headers_match_the_staged_path_byte_for_byte() {
                 frame.extend_from_slice(seg);
             }
             assert_eq!(ipv4_checksum(&frame[14..34]), 0);
-            let (dst, udp) = crate::net::source::fast_udp_ipv4(&frame).unwrap();
+            let (dst, udp) = crate::net::frame::fast_udp_ipv4(&frame).unwrap();
             assert_eq!(dst, s.cfg.dests[plan.dst]);
             let v = crate::spead::PacketView::parse(udp).unwrap();
             assert_eq!(v.heap_cnt, 5 + 64 * h as u64);
@@ -160,10 +159,7 @@ fn headers_match_the_staged_path_byte_for_byte() {
         assert_eq!(hs.length as usize, 42 + spead);
         assert_eq!(ps.addr, next);
         next += ps.length as u64;
-        assert_eq!(
-            flags & crate::net::peerdirect::IBV_SEND_SIGNALED != 0,
-            j == 5
-        );
+        assert_eq!(flags & IBV_SEND_SIGNALED != 0, j == 5);
     }
     assert_eq!(next, DEV + ITEM_BYTES);
 }

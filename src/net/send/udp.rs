@@ -1,4 +1,4 @@
-//! Kernel UDP sockets: unicast or multicast send with sendmmsg batching.
+//! Kernel UDP sockets for send: unicast or multicast, sendmmsg batching and UDP GSO.
 
 use std::io;
 use std::mem::MaybeUninit;
@@ -74,6 +74,7 @@ impl UdpSink {
         })
     }
 
+    /// The bound address and port.
     pub fn local_addr(&self) -> io::Result<SocketAddrV4> {
         match self.socket.local_addr()? {
             std::net::SocketAddr::V4(a) => Ok(a),
@@ -359,53 +360,10 @@ impl PacketSink for UdpSink {
         Ok(())
     }
 }
-
-/// A plain UDP receive socket (unicast, or multicast joined on `interface`).
-pub struct UdpSource {
-    socket: UdpSocket,
-}
-
-impl UdpSource {
-    /// Binds `addr`; for a multicast address, binds the port and joins the group.
-    pub fn bind(addr: SocketAddrV4, interface: Ipv4Addr, recv_buffer: usize) -> io::Result<Self> {
-        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
-        s.set_reuse_address(true)?;
-        let _ = s.set_recv_buffer_size(recv_buffer);
-        if addr.ip().is_multicast() {
-            s.bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, addr.port()).into())?;
-            s.join_multicast_v4(addr.ip(), &interface)?;
-        } else {
-            s.bind(&addr.into())?;
-        }
-        Ok(UdpSource { socket: s.into() })
-    }
-
-    pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
-        self.socket.local_addr()
-    }
-
-    /// Receives one datagram into `buf`; `Ok(None)` after `timeout` with nothing.
-    pub fn recv(&self, buf: &mut [u8], timeout: std::time::Duration) -> io::Result<Option<usize>> {
-        self.socket
-            .set_read_timeout(Some(timeout.max(std::time::Duration::from_millis(1))))?;
-        match self.socket.recv(buf) {
-            Ok(n) => Ok(Some(n)),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                Ok(None)
-            }
-            Err(e) => Err(e),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::recv::udp::UdpSource;
 
     fn plan_of(packets: &[(u16, usize)], gso: bool) -> Vec<(usize, usize, usize)> {
         let bufs: Vec<Vec<u8>> = packets.iter().map(|&(_, n)| vec![0; n]).collect();

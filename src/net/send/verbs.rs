@@ -14,14 +14,24 @@
 //! objects as raw pointers, so the whole path down to `post_send`/`poll_cq` is tested with
 //! fake providers; [`PeerDirectSender::open`] makes the real ones.
 
+mod chain;
+mod gpu_mr;
+
+pub use chain::{wr_id, ItemLayout, PacketWrs, SendTracker};
+pub use gpu_mr::GpuMr;
+
 use std::ffi::{c_int, c_void};
 use std::io;
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
-use super::ibverbs::{poll_cq, IbvWc, IBV_WC_SUCCESS};
-use super::peerdirect::{PacketWrs, SendTracker, Sge};
-use super::Pacer;
+use ibverbs_sys::{poll_cq, IbvSge, IbvWc, IBV_WC_SUCCESS};
+
+use super::peerdirect::GpuMrKind;
+use crate::net::frame::dest_mac;
+use crate::net::pacing::Pacer;
+use crate::net::verbs::{RawSendQp, Verbs};
+
 use crate::spead::{ids, ItemPointer, HEADER_BYTES};
 
 /// Ethernet + IPv4 + UDP header bytes.
@@ -31,17 +41,24 @@ const L2_L4: usize = 14 + 20 + 8;
 /// its payload's byte range inside the item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeapPlan {
+    /// Index into [`PeerDirectConfig::dests`].
     pub dst: usize,
+    /// Payload offset inside the item.
     pub offset: u64,
+    /// Payload bytes of the heap.
     pub len: u64,
 }
 
 /// What the sender sends and how.
 #[derive(Debug, Clone)]
 pub struct PeerDirectConfig {
+    /// Ethernet source address of the frames.
     pub src_mac: [u8; 6],
+    /// IPv4 source address and UDP port of the frames.
     pub src: SocketAddrV4,
+    /// Destinations (substreams), indexed by [`HeapPlan::dst`].
     pub dests: Vec<SocketAddrV4>,
+    /// IPv4 time to live.
     pub ttl: u8,
     /// Payload bytes per packet (as `HeapSender`'s `packet_payload`).
     pub packet_payload: usize,
@@ -55,6 +72,7 @@ pub struct PeerDirectConfig {
     pub send_queue_depth: usize,
     /// Heap counter sequence (as `HeapSender`).
     pub cnt_start: u64,
+    /// Heap counter step (at least 1 is used).
     pub cnt_step: u64,
     /// Bytes per second including headers (None: unpaced).
     pub rate: Option<f64>,
@@ -63,9 +81,13 @@ pub struct PeerDirectConfig {
 /// Counters of the PeerDirect sender.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PeerDirectStats {
+    /// Output items sent.
     pub items: u64,
+    /// Heaps sent.
     pub heaps: u64,
+    /// Packets (send work requests) posted.
     pub packets: u64,
+    /// Payload bytes sent.
     pub bytes: u64,
     /// Completions carrying an error status (the item is recycled all the same).
     pub wc_errors: u64,
@@ -114,6 +136,7 @@ pub struct PeerDirectSender {
     /// Keeps the real verbs objects alive (None with fake providers).
     #[allow(dead_code)]
     owner: Option<Box<dyn std::any::Any + Send>>,
+    /// Counters so far.
     pub stats: PeerDirectStats,
 }
 
@@ -209,12 +232,12 @@ impl PeerDirectSender {
                         wire += header_len + len;
                     }
                     sges.push([
-                        Sge {
+                        IbvSge {
                             addr: base + at as u64,
                             length: header_len as u32,
                             lkey,
                         },
-                        Sge {
+                        IbvSge {
                             addr: dptr + plan.offset + off,
                             length: len as u32,
                             lkey: payload_lkey,
@@ -260,7 +283,7 @@ impl PeerDirectSender {
     fn write_static(h: &mut [u8], cfg: &PeerDirectConfig, plan: &HeapPlan, off: u64, len: usize) {
         let dst = cfg.dests[plan.dst];
         let spead = Self::spead_header_len(cfg.immediate_ids.len());
-        h[0..6].copy_from_slice(&super::pcap::dest_mac(*dst.ip()));
+        h[0..6].copy_from_slice(&dest_mac(*dst.ip()));
         h[6..12].copy_from_slice(&cfg.src_mac);
         h[12..14].copy_from_slice(&[0x08, 0x00]);
         let ip = &mut h[14..34];
@@ -473,21 +496,16 @@ impl PeerDirectSender {
         dptr: u64,
         item_bytes: usize,
         n_items: usize,
-        kind: super::peerdirect::GpuMrKind,
+        kind: GpuMrKind,
     ) -> io::Result<Self> {
-        let mut qp = Box::new(super::ibverbs::RawSendQp::open(
-            device,
-            port,
-            cfg.send_queue_depth,
-        )?);
-        let verbs: &'static super::ibverbs::Verbs = &*(&qp.verbs as *const _);
-        let gpu =
-            super::peerdirect::GpuMr::register(verbs, qp.pd, dptr, item_bytes * n_items, kind)?;
+        let mut qp = Box::new(RawSendQp::open(device, port, cfg.send_queue_depth)?);
+        let verbs: &'static Verbs = &*(&qp.verbs as *const _);
+        let gpu = GpuMr::register(verbs, qp.pd, dptr, item_bytes * n_items, kind)?;
         let items: Vec<(u64, u32)> = (0..n_items)
             .map(|i| (dptr + (i * item_bytes) as u64, gpu.lkey))
             .collect();
         let (raw_qp, raw_cq) = (qp.qp, qp.cq);
-        let qp_ref: *mut super::ibverbs::RawSendQp = &mut *qp;
+        let qp_ref: *mut RawSendQp = &mut *qp;
         let mut s = Self::from_raw(raw_qp, raw_cq, cfg, &items, |p, len| {
             (*qp_ref).register_host(p, len)
         })?;
@@ -510,9 +528,9 @@ impl Drop for PeerDirectSender {
 /// The verbs objects behind a real sender; the GPU region must go before the QP that
 /// holds the library.
 struct PeerDirectOwner {
-    gpu: Option<super::peerdirect::GpuMr<'static>>,
+    gpu: Option<GpuMr<'static>>,
     #[allow(dead_code)]
-    qp: Box<super::ibverbs::RawSendQp>,
+    qp: Box<RawSendQp>,
 }
 
 // SAFETY: the region and the QP are owned here and only dropped, from the sender's thread.

@@ -6,27 +6,33 @@
 use std::io;
 use std::net::SocketAddrV4;
 
-use super::{Pacer, PacketSink};
+use super::PacketSink;
+use crate::net::pacing::Pacer;
 use crate::spead::{Descriptor, HeapBuilder};
 
 /// Counters of a heap sender.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SendStats {
+    /// Heaps sent (data heaps).
     pub heaps: u64,
+    /// Packets sent for data heaps.
     pub packets: u64,
     /// Payload bytes of data heaps.
     pub bytes: u64,
+    /// Descriptor heaps sent (one per call, whatever the number of destinations).
     pub descriptor_heaps: u64,
 }
 
 /// Sends heaps to a fixed list of destinations (substreams).
 pub struct HeapSender {
     sink: Box<dyn PacketSink>,
+    /// Destinations (substreams), indexed by `send_heap`'s `dst`.
     pub dests: Vec<SocketAddrV4>,
     next_cnt: u64,
     cnt_step: u64,
     packet_payload: usize,
     pacer: Option<Pacer>,
+    /// Counters so far.
     pub stats: SendStats,
 }
 
@@ -145,6 +151,7 @@ impl HeapSender {
         Ok(())
     }
 
+    /// Flushes the sink (for files: writes what is buffered).
     pub fn flush(&mut self) -> io::Result<()> {
         self.sink.flush()
     }

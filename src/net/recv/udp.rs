@@ -1,178 +1,14 @@
-//! Packet sources for the engines' receive side: a pcap file (replayed as fast as the
-//! consumer takes it) or UDP sockets (recvmmsg over one socket per port, multicast joined).
+//! Kernel UDP sockets for receive: recvmmsg over one socket per port (multicast joined),
+//! with UDP GRO where the kernel has it ([`UdpRecvSource`]), and a plain socket
+//! ([`UdpSource`]).
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::path::Path;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::pcap::MappedPcap;
-
-/// What a receive call produced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Poll {
-    /// This many packets were handed to the callback.
-    Packets(usize),
-    /// Nothing arrived within the poll interval.
-    Idle,
-    /// The source is exhausted (end of file).
-    End,
-}
-
-/// Where packets come from.
-pub trait PacketSource: Send {
-    /// Hands up to one batch of packet payloads (UDP payloads) to `f`.
-    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8])) -> io::Result<Poll>;
-}
-
-/// Replays the UDP datagrams of a pcap file (mapped into memory and read in place),
-/// keeping those addressed to `endpoints` (all datagrams if the list is empty).
-pub struct PcapFileSource {
-    src: MappedPcap,
-    endpoints: Vec<SocketAddrV4>,
-    /// Datagrams skipped because of their destination.
-    pub filtered: u64,
-}
-
-impl PcapFileSource {
-    pub fn open(path: &Path, endpoints: Vec<SocketAddrV4>) -> io::Result<Self> {
-        Ok(PcapFileSource {
-            src: MappedPcap::open(path)?,
-            endpoints,
-            filtered: 0,
-        })
-    }
-
-    pub fn stats(&self) -> &super::pcap::PcapSourceStats {
-        &self.src.stats
-    }
-}
-
-impl PacketSource for PcapFileSource {
-    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8])) -> io::Result<Poll> {
-        let mut n = 0;
-        while n < 64 {
-            let eps = &self.endpoints;
-            let got = self.src.next_payload(|dst, payload| {
-                let keep = eps.is_empty() || eps.contains(&dst);
-                if keep {
-                    f(payload);
-                }
-                keep
-            })?;
-            match got {
-                None => return Ok(if n == 0 { Poll::End } else { Poll::Packets(n) }),
-                Some(true) => n += 1,
-                Some(false) => self.filtered += 1,
-            }
-        }
-        Ok(Poll::Packets(n))
-    }
-}
-
-/// Counters for sources that see whole Ethernet frames (DPDK, ibverbs).
-#[derive(Debug, Default, Clone, serde::Serialize)]
-pub struct FrameStats {
-    /// Frames taken from the device.
-    pub frames: u64,
-    /// UDP payloads handed on.
-    pub datagrams: u64,
-    /// Frames that were not unfragmented IPv4/UDP (ARP, IPv6, fragments, ...).
-    pub not_udp: u64,
-    /// Frames that could not be parsed.
-    pub malformed: u64,
-    /// UDP datagrams to other endpoints.
-    pub filtered: u64,
-}
-
-/// The common case on the per-packet path of the bypass sources: an untagged Ethernet II
-/// frame with an unfragmented IPv4/UDP datagram whose lengths are consistent. Returns the
-/// destination and the UDP payload (bounded by the IPv4 total length and the UDP length,
-/// so Ethernet padding is dropped); `None` for anything else, which [`deliver_frame`] then
-/// hands to etherparse for exact classification.
-#[inline]
-pub fn fast_udp_ipv4(frame: &[u8]) -> Option<(SocketAddrV4, &[u8])> {
-    if frame.len() < 14 + 20 + 8 || frame[12] != 0x08 || frame[13] != 0x00 {
-        return None;
-    }
-    let ip = &frame[14..];
-    let ihl = (ip[0] & 0x0f) as usize * 4;
-    if ip[0] >> 4 != 4 || ihl < 20 || ip[9] != 17 {
-        return None;
-    }
-    // More-fragments flag or a fragment offset: not a whole datagram.
-    if u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0 {
-        return None;
-    }
-    let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
-    if total < ihl + 8 || total > ip.len() {
-        return None;
-    }
-    let udp = &ip[ihl..total];
-    let udp_len = u16::from_be_bytes([udp[4], udp[5]]) as usize;
-    if udp_len < 8 || udp_len > udp.len() {
-        return None;
-    }
-    let dst = SocketAddrV4::new(
-        Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
-        u16::from_be_bytes([udp[2], udp[3]]),
-    );
-    Some((dst, &udp[8..udp_len]))
-}
-
-/// Parses an Ethernet frame and hands its UDP payload to `f` if its destination is in
-/// `endpoints` (or `endpoints` is empty). Anything else is counted in `stats`. True if
-/// handed on.
-pub fn deliver_frame(
-    endpoints: &[SocketAddrV4],
-    stats: &mut FrameStats,
-    frame: &[u8],
-    f: &mut dyn FnMut(&[u8]),
-) -> bool {
-    use etherparse::{NetSlice, SlicedPacket, TransportSlice};
-    if let Some((dst, payload)) = fast_udp_ipv4(frame) {
-        if endpoints.is_empty() || endpoints.contains(&dst) {
-            stats.datagrams += 1;
-            f(payload);
-            return true;
-        }
-        stats.filtered += 1;
-        return false;
-    }
-    let sliced = match SlicedPacket::from_ethernet(frame) {
-        Ok(s) => s,
-        Err(_) => {
-            stats.malformed += 1;
-            return false;
-        }
-    };
-    let dst_ip = match &sliced.net {
-        Some(NetSlice::Ipv4(ip)) if !ip.is_payload_fragmented() => ip.header().destination_addr(),
-        _ => {
-            stats.not_udp += 1;
-            return false;
-        }
-    };
-    match &sliced.transport {
-        Some(TransportSlice::Udp(udp)) => {
-            let dst = SocketAddrV4::new(dst_ip, udp.destination_port());
-            if endpoints.is_empty() || endpoints.contains(&dst) {
-                stats.datagrams += 1;
-                f(udp.payload());
-                true
-            } else {
-                stats.filtered += 1;
-                false
-            }
-        }
-        _ => {
-            stats.not_udp += 1;
-            false
-        }
-    }
-}
+use super::{PacketSource, Poll};
 
 const BATCH: usize = 64;
 const MAX_DATAGRAM: usize = 9216;
@@ -236,6 +72,7 @@ pub struct UdpRecvSource {
     /// poll() set, reused across calls (no allocation per batch).
     fds: Vec<libc::pollfd>,
     poll_ms: i32,
+    /// Counters so far.
     pub stats: UdpRecvStats,
 }
 
@@ -249,6 +86,7 @@ impl UdpRecvSource {
         Self::with_config(endpoints, interface, recv_buffer, UdpRecvConfig::default())
     }
 
+    /// Sockets for `endpoints` receiving as `config` says (GRO, slot size).
     pub fn with_config(
         endpoints: &[SocketAddrV4],
         interface: Ipv4Addr,
@@ -531,102 +369,46 @@ impl PacketSource for UdpRecvSource {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// A plain UDP receive socket (unicast, or multicast joined on `interface`).
+pub struct UdpSource {
+    socket: UdpSocket,
+}
 
-    #[test]
-    fn frames_are_parsed_and_filtered() {
-        let ep = SocketAddrV4::new(Ipv4Addr::new(239, 1, 2, 3), 7148);
-        let mut frame = Vec::new();
-        etherparse::PacketBuilder::ethernet2([2; 6], [1, 0, 0x5e, 1, 2, 3])
-            .ipv4([169, 254, 0, 1], ep.ip().octets(), 4)
-            .udp(1000, 7148)
-            .write(&mut frame, b"hello")
-            .unwrap();
-        let mut st = FrameStats::default();
-        let mut got = Vec::new();
-        assert!(deliver_frame(&[ep], &mut st, &frame, &mut |p| got.push(p.to_vec())));
-        assert!(deliver_frame(&[], &mut st, &frame, &mut |p| got.push(p.to_vec())));
-        let other = SocketAddrV4::new(*ep.ip(), 7149);
-        assert!(!deliver_frame(&[other], &mut st, &frame, &mut |_| {}));
-        assert!(!deliver_frame(&[], &mut st, &frame[..20], &mut |_| {}));
-        let mut arp = frame.clone();
-        arp[12] = 0x08;
-        arp[13] = 0x06;
-        assert!(!deliver_frame(&[], &mut st, &arp[..42], &mut |_| {}));
-        assert_eq!(got, vec![b"hello".to_vec(), b"hello".to_vec()]);
-        assert_eq!(st.datagrams, 2);
-        assert_eq!(st.filtered, 1);
-        assert_eq!(st.malformed + st.not_udp, 2);
+impl UdpSource {
+    /// Binds `addr`; for a multicast address, binds the port and joins the group.
+    pub fn bind(addr: SocketAddrV4, interface: Ipv4Addr, recv_buffer: usize) -> io::Result<Self> {
+        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+        s.set_reuse_address(true)?;
+        let _ = s.set_recv_buffer_size(recv_buffer);
+        if addr.ip().is_multicast() {
+            s.bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, addr.port()).into())?;
+            s.join_multicast_v4(addr.ip(), &interface)?;
+        } else {
+            s.bind(&addr.into())?;
+        }
+        Ok(UdpSource { socket: s.into() })
     }
 
-    /// etherparse's reading of a frame: the reference for the fast path.
-    fn reference(frame: &[u8]) -> Option<(SocketAddrV4, Vec<u8>)> {
-        use etherparse::{NetSlice, SlicedPacket, TransportSlice};
-        let s = SlicedPacket::from_ethernet(frame).ok()?;
-        let dst = match &s.net {
-            Some(NetSlice::Ipv4(ip)) if !ip.is_payload_fragmented() => {
-                ip.header().destination_addr()
-            }
-            _ => return None,
-        };
-        match &s.transport {
-            Some(TransportSlice::Udp(u)) => Some((
-                SocketAddrV4::new(dst, u.destination_port()),
-                u.payload().to_vec(),
-            )),
-            _ => None,
-        }
+    /// The bound address (the port the kernel chose for port 0).
+    pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.socket.local_addr()
     }
 
-    #[test]
-    fn fast_path_agrees_with_etherparse() {
-        let mut base = Vec::new();
-        etherparse::PacketBuilder::ethernet2([2; 6], [1, 0, 0x5e, 1, 2, 3])
-            .ipv4([169, 254, 0, 1], [239, 1, 2, 3], 4)
-            .udp(1000, 7148)
-            .write(&mut base, &[0xab; 40])
-            .unwrap();
-        let (dst, p) = fast_udp_ipv4(&base).unwrap();
-        assert_eq!(dst, SocketAddrV4::new(Ipv4Addr::new(239, 1, 2, 3), 7148));
-        assert_eq!(p, &[0xab; 40]);
-        // Ethernet padding after the datagram is not payload.
-        let mut padded = base.clone();
-        padded.extend_from_slice(&[0; 16]);
-        assert_eq!(fast_udp_ipv4(&padded).unwrap().1.len(), 40);
-        // splitmix64: a seeded stream of pseudo-random numbers in [0, n).
-        let mut state = 5u64;
-        let mut below = |n: usize| {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            ((z ^ (z >> 31)) % n as u64) as usize
-        };
-        let mut fast = 0;
-        for _ in 0..20000 {
-            let mut fr = padded.clone();
-            // Mutate header bytes (Ethernet type, IPv4 header, UDP header) and the length.
-            for _ in 0..1 + below(3) {
-                let k = 12 + below(2 + 20 + 8);
-                fr[k] = match below(4) {
-                    0 => 0,
-                    1 => 0xff,
-                    2 => fr[k] ^ (1 << below(8)),
-                    _ => below(256) as u8,
-                };
+    /// Receives one datagram into `buf`; `Ok(None)` after `timeout` with nothing.
+    pub fn recv(&self, buf: &mut [u8], timeout: std::time::Duration) -> io::Result<Option<usize>> {
+        self.socket
+            .set_read_timeout(Some(timeout.max(std::time::Duration::from_millis(1))))?;
+        match self.socket.recv(buf) {
+            Ok(n) => Ok(Some(n)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Ok(None)
             }
-            let keep = 30 + below(fr.len() - 30 + 1);
-            fr.truncate(keep);
-            if let Some((d, p)) = fast_udp_ipv4(&fr) {
-                fast += 1;
-                assert_eq!(reference(&fr), Some((d, p.to_vec())), "frame {fr:02x?}");
-            }
+            Err(e) => Err(e),
         }
-        assert!(
-            fast > 1000,
-            "the fast path must take most valid frames ({fast})"
-        );
     }
 }

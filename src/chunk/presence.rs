@@ -1,0 +1,122 @@
+//! Which heaps of a chunk arrived: per-slot received bytes and the byte ranges behind them
+//! ([`Chunk`]), and missing-heap counting over the received span ([`SpanMissing`]).
+
+use crate::mem::{ChunkMem, MemPolicy};
+
+/// Missing-heap counting over the received span, row (heap timestamp) by row in time
+/// order: rows before the first row that received anything are not counted, and rows after
+/// the latest such row stay pending until a later row receives something (at the end of the
+/// stream they are never counted). Counts are kept per stream (e.g. per polarisation).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpanMissing {
+    started: bool,
+    pending: Vec<u64>,
+    /// Missing heaps per stream inside the span so far.
+    pub missing: Vec<u64>,
+}
+
+impl SpanMissing {
+    /// A counter over `streams` streams, nothing counted yet.
+    pub fn new(streams: usize) -> Self {
+        SpanMissing {
+            started: false,
+            pending: vec![0; streams],
+            missing: vec![0; streams],
+        }
+    }
+
+    /// One row: `missing[k]` heaps of stream k absent; `any_received` if any heap of the
+    /// row (any stream) arrived, even partly.
+    pub fn row(&mut self, missing: &[u64], any_received: bool) {
+        self.rows(1, missing, any_received);
+    }
+
+    /// `n` identical rows.
+    pub fn rows(&mut self, n: u64, missing: &[u64], any_received: bool) {
+        if n == 0 {
+            return;
+        }
+        if any_received {
+            self.started = true;
+            for ((t, p), &m) in self.missing.iter_mut().zip(&mut self.pending).zip(missing) {
+                *t += std::mem::take(p) + n * m;
+            }
+        } else if self.started {
+            for (p, &m) in self.pending.iter_mut().zip(missing) {
+                *p += n * m;
+            }
+        }
+    }
+}
+
+/// A chunk of heaps: `n_slots × slot_bytes` bytes plus per-slot received bytes.
+#[derive(Debug)]
+pub struct Chunk {
+    /// Chunk sequence number (timestamp / chunk span).
+    pub chunk_id: u64,
+    /// Bytes per heap slot.
+    pub slot_bytes: usize,
+    /// The heap slots, back to back (`n_slots × slot_bytes` bytes).
+    pub data: ChunkMem,
+    /// Payload bytes received per slot; a slot is present when it equals `slot_bytes`.
+    pub received: Vec<u32>,
+    /// Payload byte ranges [start, end) received per slot (duplicate and overlap
+    /// detection; capacity is kept on reuse).
+    pub(super) offsets: Vec<Vec<(u32, u32)>>,
+}
+
+impl Chunk {
+    /// A zeroed chunk in memory of the process-wide [`MemPolicy::shared`] (hugepages if
+    /// reserved, CUDA-registered if a GPU is present).
+    pub fn new(n_slots: usize, slot_bytes: usize) -> Self {
+        Self::with_policy(n_slots, slot_bytes, MemPolicy::shared())
+    }
+
+    /// A zeroed chunk in memory allocated by `policy`.
+    pub fn with_policy(n_slots: usize, slot_bytes: usize, policy: &MemPolicy) -> Self {
+        let len = n_slots.saturating_mul(slot_bytes);
+        let data = ChunkMem::alloc(len, policy).unwrap_or_else(|e| {
+            // Out of memory: the same outcome as a Vec that cannot grow.
+            tracing::error!("chunk allocation: {e}");
+            std::alloc::handle_alloc_error(
+                std::alloc::Layout::from_size_align(len.max(1), 4096)
+                    .unwrap_or(std::alloc::Layout::new::<u8>()),
+            )
+        });
+        Chunk {
+            chunk_id: 0,
+            slot_bytes,
+            data,
+            received: vec![0; n_slots],
+            offsets: vec![Vec::new(); n_slots],
+        }
+    }
+
+    /// Heap slots in the chunk.
+    pub fn n_slots(&self) -> usize {
+        self.received.len()
+    }
+
+    /// True if every byte of slot `slot` arrived.
+    pub fn present(&self, slot: usize) -> bool {
+        self.received[slot] as usize == self.slot_bytes
+    }
+
+    /// Slots whose heap arrived whole.
+    pub fn n_present(&self) -> usize {
+        (0..self.n_slots()).filter(|&s| self.present(s)).count()
+    }
+
+    /// The bytes of slot `slot`.
+    pub fn slot(&self, slot: usize) -> &[u8] {
+        &self.data[slot * self.slot_bytes..(slot + 1) * self.slot_bytes]
+    }
+
+    /// Readies the chunk for reuse as chunk `chunk_id`: presence is cleared, the bytes are
+    /// not (a slot counts as present only once its bytes arrive again).
+    pub(super) fn reset(&mut self, chunk_id: u64) {
+        self.chunk_id = chunk_id;
+        self.received.iter_mut().for_each(|r| *r = 0);
+        self.offsets.iter_mut().for_each(Vec::clear);
+    }
+}

@@ -1,0 +1,257 @@
+//! `--use-peerdirect`: transmit heaps straight from GPU memory (output items) through a
+//! raw-packet ibverbs queue pair, as katgpucbf does with spead2 and PeerDirect.
+//!
+//! Here the decision, testable without the hardware: [`decide`] picks the transmit path a
+//! host supports from a [`Probe`] (RDMA device, GPU, dmabuf export on the GPU and
+//! `ibv_reg_dmabuf_mr` in libibverbs, or the nvidia-peermem module); anything missing gives
+//! [`TransmitPath::PinnedHostStaging`] with the reason, which the engine logs.
+//! [`output_items_for_peerdirect`] sizes the output ring for the longer life of an item
+//! that waits for the NIC. The sender itself (GPU memory registration, work-request chains,
+//! completion tracking) is `net::send::verbs` (feature `ibverbs`).
+
+use std::ffi::c_int;
+
+/// How the engine transmits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransmitPath {
+    /// NIC reads the payload from GPU memory registered this way.
+    PeerDirect(GpuMrKind),
+    /// Output items are copied to pinned host memory and sent from there.
+    PinnedHostStaging {
+        /// Why PeerDirect is not possible here (logged by the engine).
+        reason: String,
+    },
+}
+
+/// How GPU memory is registered with the NIC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuMrKind {
+    /// dmabuf export of the CUDA allocation (`ibv_reg_dmabuf_mr`, kernel ≥ 5.12).
+    Dmabuf,
+    /// nvidia-peermem kernel module: `ibv_reg_mr` on the device pointer.
+    PeerMem,
+}
+
+/// What the host offers (filled by [`probe`], or by hand in tests).
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// The binary has the `ibverbs` feature.
+    pub ibverbs_built: bool,
+    /// RDMA devices, or why there are none.
+    pub rdma: Result<Vec<String>, NoRdma>,
+    /// A CUDA GPU is present.
+    pub gpu: bool,
+    /// `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED` on device 0.
+    pub gpu_dmabuf: bool,
+    /// libibverbs exports `ibv_reg_dmabuf_mr`.
+    pub verbs_dmabuf: bool,
+    /// `/sys/module/nvidia_peermem` exists.
+    pub peermem: bool,
+    /// The engines' pipelines can hand batches to the verbs transmit sink
+    /// ([`crate::net::send::verbs::PeerDirectSender`], feature `ibverbs`) in GPU memory
+    /// (false until the pipelines write into its output items).
+    pub verbs_sink: bool,
+}
+
+/// Why the host offers no RDMA device to send through.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NoRdma {
+    /// The binary has no verbs support at all.
+    #[error("built without ibverbs")]
+    NotBuilt,
+    /// Loading libibverbs or listing its devices failed (the message says which).
+    #[error(transparent)]
+    Verbs(std::sync::Arc<std::io::Error>),
+}
+
+/// The transmit path for `--use-peerdirect` on a host described by `p`.
+pub fn decide(p: &Probe) -> TransmitPath {
+    let fallback = |reason: &str| TransmitPath::PinnedHostStaging {
+        reason: reason.to_string(),
+    };
+    if !p.ibverbs_built {
+        return fallback("this binary was built without the ibverbs feature");
+    }
+    if let Err(e) = &p.rdma {
+        return fallback(&e.to_string());
+    }
+    if !p.gpu {
+        return fallback("no GPU present");
+    }
+    let kind = if p.gpu_dmabuf && p.verbs_dmabuf {
+        GpuMrKind::Dmabuf
+    } else if p.peermem {
+        GpuMrKind::PeerMem
+    } else {
+        return fallback(
+            "GPU memory cannot be registered with the NIC (no dmabuf export and no nvidia-peermem module)",
+        );
+    };
+    if !p.verbs_sink {
+        return fallback(
+            "the engines' pipelines still produce each batch in host memory: the GPU-memory sender (net::send::verbs::PeerDirectSender) is not wired into them yet",
+        );
+    }
+    TransmitPath::PeerDirect(kind)
+}
+
+/// Probes this host (loads libibverbs and the CUDA driver only if present).
+pub fn probe() -> Probe {
+    let gpu = crate::gpu::gpu_available();
+    let gpu_dmabuf = gpu && gpu_supports_dmabuf();
+    #[cfg(feature = "ibverbs")]
+    let (rdma, verbs_dmabuf) = match crate::net::verbs::Verbs::load() {
+        Ok(v) => (
+            crate::net::verbs::device_names(&v).map_err(|e| NoRdma::Verbs(e.into())),
+            // SAFETY: only looks the symbol up.
+            unsafe { v.optional::<ibverbs_sys::RegDmabufMr>("ibv_reg_dmabuf_mr") }.is_some(),
+        ),
+        Err(e) => (Err(NoRdma::Verbs(e.into())), false),
+    };
+    #[cfg(not(feature = "ibverbs"))]
+    let (rdma, verbs_dmabuf) = (Err(NoRdma::NotBuilt), false);
+    Probe {
+        ibverbs_built: cfg!(feature = "ibverbs"),
+        rdma,
+        gpu,
+        gpu_dmabuf,
+        verbs_dmabuf,
+        peermem: std::path::Path::new("/sys/module/nvidia_peermem").exists(),
+        verbs_sink: false,
+    }
+}
+
+fn gpu_supports_dmabuf() -> bool {
+    use cudarc::driver::sys;
+    let Ok(ctx) = std::panic::catch_unwind(|| cudarc::driver::CudaContext::new(0)) else {
+        return false;
+    };
+    let Ok(ctx) = ctx else { return false };
+    let mut v: c_int = 0;
+    // SAFETY: a plain attribute query on a device that the context was created for.
+    let r = unsafe {
+        sys::cuDeviceGetAttribute(
+            &mut v,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
+            ctx.cu_device(),
+        )
+    };
+    r == sys::CUresult::CUDA_SUCCESS && v != 0
+}
+
+/// The engine's start-up decision for `--use-peerdirect`, logged either way.
+pub fn plan(requested: bool) -> Option<TransmitPath> {
+    if !requested {
+        return None;
+    }
+    let path = decide(&probe());
+    match &path {
+        TransmitPath::PeerDirect(kind) => {
+            tracing::info!(?kind, "--use-peerdirect: sending heaps from GPU memory")
+        }
+        TransmitPath::PinnedHostStaging { reason } => tracing::warn!(
+            "--use-peerdirect: {reason}; falling back to staging output items through pinned host memory"
+        ),
+    }
+    Some(path)
+}
+
+/// Output items an engine needs with PeerDirect: an item stays busy until the NIC has sent
+/// all its packets, so besides the `base` items of the pipeline, enough to cover a full
+/// send queue (`send_queue_depth` work requests of `packets_per_item` each), plus one.
+pub fn output_items_for_peerdirect(
+    base: usize,
+    send_queue_depth: usize,
+    packets_per_item: usize,
+) -> usize {
+    base + send_queue_depth.div_ceil(packets_per_item.max(1)) + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn full() -> Probe {
+        Probe {
+            ibverbs_built: true,
+            rdma: Ok(vec!["mlx5_0".into()]),
+            gpu: true,
+            gpu_dmabuf: true,
+            verbs_dmabuf: true,
+            peermem: false,
+            verbs_sink: true,
+        }
+    }
+
+    fn reason(p: &Probe) -> String {
+        match decide(p) {
+            TransmitPath::PinnedHostStaging { reason } => reason,
+            other => panic!("expected a fallback, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn decision_covers_every_missing_piece() {
+        assert_eq!(decide(&full()), TransmitPath::PeerDirect(GpuMrKind::Dmabuf));
+        let mut p = full();
+        p.verbs_dmabuf = false;
+        p.peermem = true;
+        assert_eq!(decide(&p), TransmitPath::PeerDirect(GpuMrKind::PeerMem));
+        p.peermem = false;
+        assert!(reason(&p).contains("cannot be registered"));
+        let mut p = full();
+        p.rdma = Err(NoRdma::Verbs(
+            std::io::Error::new(std::io::ErrorKind::NotFound, "no RDMA device found").into(),
+        ));
+        assert_eq!(reason(&p), "no RDMA device found");
+        let mut p = full();
+        p.gpu = false;
+        assert_eq!(reason(&p), "no GPU present");
+        let mut p = full();
+        p.ibverbs_built = false;
+        assert!(reason(&p).contains("without the ibverbs feature"));
+        let mut p = full();
+        p.verbs_sink = false;
+        assert!(reason(&p).contains("not wired"));
+    }
+
+    #[test]
+    fn this_host_falls_back_with_a_reason() {
+        let p = probe();
+        eprintln!("peerdirect probe: {p:?}");
+        // The verbs transmit sink is not wired in, so every host stages for now.
+        assert!(matches!(decide(&p), TransmitPath::PinnedHostStaging { .. }));
+        assert!(plan(false).is_none());
+        assert!(matches!(
+            plan(true),
+            Some(TransmitPath::PinnedHostStaging { .. })
+        ));
+    }
+
+    #[test]
+    fn items_cover_the_longer_life() {
+        assert_eq!(output_items_for_peerdirect(4, 4096, 512), 4 + 8 + 1);
+        assert_eq!(output_items_for_peerdirect(2, 1000, 3), 2 + 334 + 1);
+        assert_eq!(output_items_for_peerdirect(2, 10, 0), 2 + 10 + 1);
+    }
+
+    #[cfg(feature = "ibverbs")]
+    #[test]
+    fn gpu_registration_fails_cleanly_without_hardware() {
+        // Without a library or device there is nothing to register against: the probe says
+        // so, and the fallback names the reason.
+        let p = probe();
+        if p.rdma.is_ok() && p.gpu {
+            eprintln!("SKIP: this host has RDMA and a GPU");
+            return;
+        }
+        let r = reason(&Probe {
+            verbs_sink: true,
+            ..p
+        });
+        assert!(
+            r.contains("RDMA") || r.contains("could not load") || r.contains("GPU"),
+            "{r}"
+        );
+    }
+}
