@@ -10,6 +10,7 @@ pub mod assemble;
 pub mod bitpack;
 pub mod descriptor;
 pub mod encode;
+pub mod icd;
 pub mod packet;
 
 pub use assemble::{Assembler, AssemblerStats, Heap, ItemValue};

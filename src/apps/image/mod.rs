@@ -30,6 +30,7 @@ pub use geometry::{gmst_rad, uvw, zenith_radec};
 pub use grid::dirty_image;
 pub use plot::{write_image_png, write_spectrum_png};
 
+pub use crate::spead::icd::{baseline_index, n_baselines, MISSING};
 use num_complex::Complex32;
 
 /// MeerKAT reference latitude (−30.7110°), radians.
@@ -97,16 +98,6 @@ pub enum ImagingError {
     Nufft(#[from] crate::compute::nufft::NufftError),
 }
 
-/// Number of baselines including autocorrelations.
-pub fn n_baselines(n_ants: usize) -> usize {
-    n_ants * (n_ants + 1) / 2
-}
-
-/// Baseline index of `(a1, a2)` with `a1 ≤ a2` (ICD §4.3).
-pub fn baseline_index(a1: usize, a2: usize) -> usize {
-    a2 * (a2 + 1) / 2 + a1
-}
-
 /// Correlation products of one or more summed dumps.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Visibilities {
@@ -117,9 +108,6 @@ pub struct Visibilities {
     /// `[channel][baseline]`: the baseline was MISSING (some antenna absent).
     pub flagged: Vec<bool>,
 }
-
-/// The ICD's MISSING marker (re, im).
-pub const MISSING: (i32, i32) = (i32::MIN, 1);
 
 impl Visibilities {
     /// Zeroed, unflagged visibilities.
@@ -158,7 +146,7 @@ impl Visibilities {
         }
         let mut v = Visibilities::zeros(n_ants, channels);
         for (i, pair) in raw.chunks_exact(2).enumerate() {
-            if (pair[0], pair[1]) == MISSING {
+            if pair == MISSING {
                 v.flagged[i / 4] = true;
             } else {
                 v.data[i] = Complex32::new(pair[0] as f32, pair[1] as f32);

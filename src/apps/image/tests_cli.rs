@@ -91,7 +91,7 @@ fn xeng_payload(n_ants: usize, channels: usize, base: i32, missing_ant: Option<u
             for a1 in 0..=a2 {
                 for p in 0..4 {
                     let (re, im) = if missing_ant.is_some_and(|m| m == a1 || m == a2) {
-                        MISSING
+                        (MISSING[0], MISSING[1])
                     } else {
                         let k = ((ch * nb + baseline_index(a1, a2)) * 4 + p) as i32;
                         (base + k, -k)

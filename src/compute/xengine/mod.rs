@@ -33,8 +33,7 @@ pub use gpu::{
     AUTO_SPARSE_ON_SM90, AUTO_WS_ON_SM90, CORRELATE_WGMMA_SRC, CORRELATOR_ENV, WGMMA_ARCH,
 };
 
-/// MISSING marker written for every product of a baseline touching an absent antenna.
-pub const MISSING: [i32; 2] = [i32::MIN, 1];
+pub use crate::spead::icd::{baseline_index, MISSING};
 /// Largest antenna count supported.
 pub const MAX_ANTS: usize = 1024;
 
@@ -132,7 +131,7 @@ impl XShape {
 
     /// Number of baselines including autocorrelations.
     pub fn n_baselines(&self) -> usize {
-        self.n_ants * (self.n_ants + 1) / 2
+        crate::spead::icd::n_baselines(self.n_ants)
     }
 
     /// Bytes of one batch (all antennas).
@@ -184,12 +183,6 @@ pub fn unpack4(packed: &[i8]) -> Vec<i8> {
         out.push(b.wrapping_shl(4) >> 4);
     }
     out
-}
-
-/// Baseline index of antennas (a1, a2), a1 ≤ a2 (ICD §4.3).
-pub fn baseline_index(a1: usize, a2: usize) -> usize {
-    debug_assert!(a1 <= a2);
-    a2 * (a2 + 1) / 2 + a1
 }
 
 /// Offset (in int32 elements) of the real part of product (p1, p2) of baseline `bl` in channel `c`.

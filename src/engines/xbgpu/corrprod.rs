@@ -2,6 +2,7 @@
 //! [`Correlator`] over `heap_accumulation_threshold` batches, then one X heap per dump
 //! (ICD §4.3), with MISSING on baselines of absent antennas.
 
+use crate::spead::icd::n_baselines;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -10,19 +11,6 @@ use serde::Serialize;
 use super::backend::{Correlator, PipelineError};
 use crate::net::send::heap::HeapSender;
 use crate::spead::{ids, Descriptor};
-
-/// The MISSING marker for visibilities of absent antennas (re, im).
-pub const MISSING: (i32, i32) = (i32::MIN, 1);
-
-/// Number of baselines (a1 ≤ a2) for `n` antennas.
-pub fn n_baselines(n: usize) -> usize {
-    n * (n + 1) / 2
-}
-
-/// Index of baseline (a1, a2), a1 ≤ a2.
-pub fn baseline_index(a1: usize, a2: usize) -> usize {
-    a2 * (a2 + 1) / 2 + a1
-}
 
 /// Counters of one corrprod output (katgpucbf's `xbgpu_output_x_*`).
 #[derive(Debug, Clone, Default, Serialize)]

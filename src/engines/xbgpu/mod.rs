@@ -17,7 +17,7 @@ pub mod spec;
 pub use backend::{BackendError, Beamformer, Beams, Correlator, PipelineError};
 pub use beams::BPipeline;
 pub use config::{XbgpuArgs, XbgpuConfig};
-pub use corrprod::{baseline_index, n_baselines, XPipeline, MISSING};
+pub use corrprod::XPipeline;
 pub use engine::XbgpuSummary;
 pub use run::run;
 pub use spec::{parse_beam, parse_corrprod};
