@@ -22,7 +22,7 @@ step() { # name, limit, command...
 PART=${PART:-all}
 if [ "$PART" != bench ]; then
 step lib_gpu 200 ./lib-tests --test-threads 4 --skip gpu_kernels_compile_with_nvrtc \
-  fengine:: fgpu:: nufft:: chunk:: imaging::
+  fengine:: fgpu:: nufft:: chunk:: image::
 step fgpu_engine 90 ./fgpu_engine --test-threads 2
 step xengine 420 ./lib-tests --test-threads 4 xengine::tests::gpu_
 step xbgpu_engine 120 ./xbgpu_engine --test-threads 2
