@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command (README, CI): set-up, release build, cargo tests (unit, integration,
+# The test command (README, CI): set-up, layout check, release build, cargo tests (unit, integration,
 # property tests, NVRTC kernel compilation for sm_80/sm_90), then the interop tests against
 # real peers (spead2) in the venv.
 set -euo pipefail
@@ -10,6 +10,8 @@ if [ -n "${GPUCBF_CUDA_INCLUDE:-}" ]; then
   echo "test: NVRTC from $(dirname "$GPUCBF_CUDA_INCLUDE")"
 fi
 export GPUCBF_REQUIRE_NVRTC=1
+# The tree's shape: no import cycle between sibling modules, no source file over 800 lines.
+python3 tools/layout_check.py
 # With the kernel-bypass features (GPUCBF_FEATURES from tools/env.sh: dpdk,ibverbs).
 cargo build --release --features "$GPUCBF_FEATURES" --bin gpucbf
 cargo test --release --features "$GPUCBF_FEATURES"

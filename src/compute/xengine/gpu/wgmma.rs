@@ -1,56 +1,16 @@
-//! Hopper correlator path: `kernels/xengine/correlate_wgmma.cu` (warpgroup MMA, sm_90a), compiled with
-//! NVRTC for `compute_90a`. The accumulator and the `reduce` kernel are shared with the
-//! `mma.sync` path, so dumps are identical (both are bit-exact against the CPU reference).
+//! Hopper correlator path: `kernels/xengine/correlate_wgmma.cu` (warpgroup MMA, sm_90a),
+//! compiled with NVRTC for `compute_90a`. The accumulator and the `reduce` kernel are shared
+//! with the `mma.sync` path, so dumps are identical (both are bit-exact against the CPU
+//! reference).
 //!
-//! Two kernels. `correlate_wgmma` (256 threads, every warp loads, rearranges and issues wgmma)
-//! measured on an H100 SXM (`gpucbf bench xbgpu`, 2026-11-22) 229 / 421 / 472 / 503 TOPS for
-//! 64 / 256 / 576 / 1024 antennas against mma.sync's 238 / 436 / 496 / 524 in the same run;
-//! its limit probes at 576 antennas: no wgmma 728 TOPS, no global loads 1192 TOPS, and the two
-//! phases do not overlap.
+//! Three kernels: `correlate_wgmma` (every warp loads, rearranges and issues wgmma),
+//! `correlate_ws` (warp-specialised: one warpgroup copies and rearranges, two issue wgmma;
+//! [`AUTO_WS_ON_SM90`]) and `correlate_sp` (the raw antenna rows as the B operand of a 2:4
+//! structured-sparse wgmma, tensor copies into a 5-slot ring; the default on 9.x for 8-bit
+//! input when the spectra per batch are a multiple of 32, [`AUTO_SPARSE_ON_SM90`]): about
+//! 1000 TOPS at 1024 antennas on an H100, 0.73 of cuBLASLt's int8 GEMM. Design and
+//! measurements: `docs/correlator-hopper.md`.
 //!
-//! `correlate_ws` (`WgmmaVariant::warp_specialized`, the default on 9.x for 8-bit input, see
-//! [`AUTO_WS_ON_SM90`]) separates the roles: one warpgroup fills a ring of raw stages with 1-D
-//! bulk copies (`cp.async.bulk` + mbarrier complete_tx, one per antenna row) and rearranges
-//! them into 128B-swizzled operands, two warpgroups only issue wgmma. Same run (`gpucbf bench
-//! xbgpu-corr`, H100, cuBLASLt int8 1386 TOPS): 243 / 452 / 504 / 534 TOPS (+2 / +4 / +2 / +2 %
-//! over mma.sync). Probes at 576 antennas (wrong results, timing only): the bulk copies alone
-//! 923–930 TOPS-equivalent (≈ 3.6 TB/s L2 → SM for this pattern, against 451 for the old
-//! per-thread cp.async ring and 728 for register loads), copies + rearrangement 619–661,
-//! rearrangement + wgmma 878–986. So the one rearranging warpgroup (≈ 2.7k cycles per
-//! 64-spectrum stage) and the L2 → SM rate (≈ 2.4k cycles per stage) are the limits, far from
-//! the 1.1k cycles of the tensor cores; a second rearranging warpgroup does not fit (512
-//! threads leave 128 registers at entry, ptxas then rejects m64n256 wgmma, C7602), and
-//! releasing the raw slot before the rearrangement measured slower (421). The 2-CTA cluster
-//! form (`warp_specialized_cluster`: tiles (ti, tj), (ti + 1, tj) share the B rows through
-//! `.multicast::cluster`) is bit-exact but slow: 252–273 TOPS, its copies alone 352 (256-byte
-//! multicast copies and the cross-CTA slot release cost more than the 25 % of L2 traffic they
-//! save). Beyond ≈ 550 TOPS this tiling needs the rearrangement gone from the data path
-//! (A from registers with wgmma RS, fewer operand bytes per stage) or larger tiles per L2 byte.
-//!
-//! `correlate_sp` (`WgmmaVariant::sparse`, the default on 9.x for 8-bit input when the spectra
-//! per batch are a multiple of 32, see [`AUTO_SPARSE_ON_SM90`]) removes the rearrangement: the
-//! raw antenna rows, as they lie in memory (`[spectrum][pol][re/im]`), are the B operand, and
-//! A is a 2:4 structured-sparse operand built in registers (`wgmma.mma_async.sp` m64nNk64,
-//! RS): of the four bytes of a spectrum only the two of pol p2 are non-zero, the metadata is one
-//! constant per warpgroup, and the compressed A rows (re, im) and (im, −re) of (a1, p1) give Re
-//! and Im of x[a1, p1]·conj(x[a2, p2]). The sparse rate covers the zero half, so the tensor
-//! cores do no wasted work. Copies are 4-D tensor copies (TMA, 128B swizzle, zero fill past
-//! the array and the launch) into a 5-slot ring, one thread issuing. Four consumer warpgroups
-//! (pol p2 × two 16-antenna halves) make a 32 × 128 antenna tile; the last tile of each row
-//! block is narrowed to the array (widths 32 … 128). Probe (kernels/probe/wgmma_sp.cu, H100):
-//! sparse RS m64n256k64 1796 useful TOPS, dense RS 1875, dense SS 1889; 2-D tensor boxes of
-//! 64 rows move 8.7 TB/s L2 → SM on this access pattern against 1.1 TB/s for one bulk copy per
-//! row from one warp. `gpucbf bench xbgpu-corr` (H100, 2026-11-22, cuBLASLt int8 1378 TOPS):
-//! **329 / 762 / 919 / 958 TOPS** at 64 / 256 / 576 / 1024 antennas (0.70 of cuBLASLt at 1024;
-//! 1.38–1.88× mma.sync); probes at 576: without wgmma 1305, without copies 953 (so the tensor
-//! side, A build and barriers are the limit now); ring depth 3 / 4 / 5: 887 / 897 / 919; the
-//! 2-warpgroup 16 × 256 form 564 (its copies alone 613: 2.1× the L2 traffic per pair).
-//! With the A rows of a warp two apart (their swizzled 8-byte loads were 2-way bank conflicts;
-//! tools/probe rate4: 4 warpgroups of m64n128k64 sparse RS reach 1788 useful TOPS with constant
-//! A, 1275 rebuilding A each stage with the conflicts): **332.7 / 821.9 / 980.5 / 1008.5 TOPS**
-//! (same bench, 2026-11-22; 0.73 of cuBLASLt at 1024); probes at 576: no wgmma 1317, no copies
-//! 1054. Ordering the blocks widest tiles first (for the tail) lost 5–8 % (L2 reuse of a
-//! channel's rows across its tiles) and was dropped.
 //! `GPUCBF_CORRELATOR=mma | wgmma | ws | sp` or [`GpuX::set_correlator_kernel`] /
 //! [`GpuX::set_wgmma_variant`] select a kernel.
 
