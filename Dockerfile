@@ -44,7 +44,7 @@ COPY ffi ffi
 COPY src src
 COPY kernels kernels
 COPY data data
-# The FINUFFT cross-check script is compiled into the binary (src/nufft/bench.rs).
+# The FINUFFT cross-check script is compiled into the binary (src/bench/nufft/peer.rs).
 COPY tools/nufft_check.py tools/nufft_check.py
 RUN cargo build --release --locked --features dpdk,ibverbs --bin gpucbf \
     && strip target/release/gpucbf
