@@ -5,6 +5,8 @@
 //! * [`inspect`]: `pcap-info` and `spead-dump`.
 //! * [`nufft`]: `gpucbf nufft`, NUFFTs on `.npy` files ([`crate::npy`]).
 
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod array;
 pub mod image;
 pub mod inspect;
