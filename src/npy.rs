@@ -1,8 +1,6 @@
 //! Minimal `.npy` reader and writer: little-endian float32/64 and complex64/128, C order,
 //! format versions 1.0–3.0 on input, 1.0 on output.
 
-#![warn(missing_docs, unreachable_pub)]
-
 use std::io::{Read, Write};
 use std::path::Path;
 

@@ -1,8 +1,6 @@
 //! Control: the katcp protocol (the telescope's control language), a device server,
 //! sensors shared between engines and the server, and clean shutdown (signals, `?halt`).
 
-#![warn(missing_docs, unreachable_pub)]
-
 pub mod katcp;
 pub mod sensors;
 pub mod server;

@@ -4,8 +4,6 @@
 //! * [`metrics`]: an engine's Prometheus registry and its `/metrics` endpoint.
 //! * [`recv`]: the receive thread's chunk counters and queue depths as Prometheus metrics.
 
-#![warn(missing_docs, unreachable_pub)]
-
 use tracing_subscriber::EnvFilter;
 
 /// How log lines are written to stderr (`--log-format`).
