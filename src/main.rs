@@ -1,4 +1,7 @@
-//! The `gpucbf` command: one subcommand per engine or tool.
+//! The `gpucbf` command: one subcommand per engine or tool. Each arm parses its arguments
+//! (clap), validates them into the library's typed configuration, runs it and prints the
+//! summary as JSON on stdout; logs go to stderr (`--log-format`). Errors reach `main` as
+//! `anyhow` errors and exit non-zero.
 
 use std::path::PathBuf;
 

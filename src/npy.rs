@@ -9,9 +9,13 @@ use num_complex::Complex;
 /// Typed array contents.
 #[derive(Clone, Debug, PartialEq)]
 pub enum NpyData {
+    /// `<f4`: float32.
     F32(Vec<f32>),
+    /// `<f8`: float64.
     F64(Vec<f64>),
+    /// `<c8`: complex64 (float32 real, then imaginary).
     C64(Vec<Complex<f32>>),
+    /// `<c16`: complex128 (float64 real, then imaginary).
     C128(Vec<Complex<f64>>),
 }
 
@@ -54,24 +58,40 @@ impl NpyData {
 /// An array: shape (C order) and data.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NpyArray {
+    /// Length of each axis, slowest first; empty for a scalar.
     pub shape: Vec<usize>,
+    /// The elements in C order (last axis fastest).
     pub data: NpyData,
 }
 
 /// Reading or writing failed.
 #[derive(Debug, thiserror::Error)]
 pub enum NpyError {
+    /// The file could not be opened, read, created or written.
     #[error("{path}: {source}")]
     Io {
+        /// The file, as given.
         path: String,
+        /// The operating system's error.
         source: std::io::Error,
     },
+    /// The file is not a `.npy` file this reader supports (bad magic, version, header,
+    /// dtype, Fortran order, or a data size that does not match the shape).
     #[error("{path}: not a .npy file or unsupported header: {why}")]
-    Format { path: String, why: String },
+    Format {
+        /// The file, as given.
+        path: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// [`write_npy`] was given a shape whose element count differs from the data's.
     #[error("shape {shape:?} holds {expected} elements but data has {got}")]
     ShapeMismatch {
+        /// The shape given.
         shape: Vec<usize>,
+        /// The product of the shape.
         expected: usize,
+        /// The number of elements in the data.
         got: usize,
     },
 }
@@ -96,7 +116,8 @@ fn dict_value<'a>(h: &'a str, key: &str) -> Option<&'a str> {
     Some(rest[..end].trim())
 }
 
-/// Reads a `.npy` file.
+/// Reads a `.npy` file (format 1.0, 2.0 or 3.0; little-endian `<f4`, `<f8`, `<c8` or `<c16`;
+/// C order) whole into memory.
 pub fn read_npy(path: &Path) -> Result<NpyArray, NpyError> {
     let io = |source| NpyError::Io {
         path: path.display().to_string(),
@@ -177,7 +198,8 @@ pub fn read_npy(path: &Path) -> Result<NpyArray, NpyError> {
     Ok(NpyArray { shape, data })
 }
 
-/// Writes a `.npy` file (version 1.0, C order).
+/// Writes a `.npy` file (version 1.0, C order, little-endian; the header padded so the data
+/// start at a multiple of 64 bytes, as numpy writes it).
 pub fn write_npy(path: &Path, shape: &[usize], data: &NpyData) -> Result<(), NpyError> {
     let expected: usize = shape.iter().product();
     if expected != data.len() {

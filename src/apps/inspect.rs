@@ -1,4 +1,6 @@
-//! `gpucbf pcap-info`: decode the SPEAD heaps of a capture and summarise them per stream.
+//! `gpucbf pcap-info`: decode the SPEAD heaps of a capture and summarise them per stream
+//! ([`summarise`]); `gpucbf spead-dump`: every heap of a capture or UDP port as one JSON line
+//! ([`dump`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddrV4;
@@ -9,29 +11,51 @@ use serde::Serialize;
 use crate::net::recv::pcap::PcapSource;
 use crate::spead::{ids, Assembler, DropReason};
 
-/// Summary of one destination endpoint's heaps.
+/// Summary of one destination endpoint's heaps (one JSON object of `pcap-info`'s output;
+/// the field names are the JSON keys).
 #[derive(Debug, Default, Serialize)]
 pub struct StreamSummary {
+    /// The destination `IP:port` the packets were sent to.
     pub destination: String,
+    /// UDP datagrams to this destination.
     pub packets: u64,
+    /// Smallest UDP payload (a whole SPEAD packet, header included), bytes.
     pub packet_bytes_min: usize,
+    /// Largest UDP payload, bytes.
     pub packet_bytes_max: usize,
+    /// Heaps assembled that are neither stop nor descriptor heaps (complete or not).
     pub heaps: u64,
+    /// Heaps carrying descriptors (item 0x0005).
     pub descriptor_heaps: u64,
+    /// Stop heaps (stream control item 0x0006 = 2).
     pub stop_heaps: u64,
+    /// Heaps still missing payload when evicted (more than 64 under assembly) or at the end
+    /// of the capture.
     pub incomplete_heaps: u64,
+    /// Smallest and largest heap counter (item 0x0001) of the data heaps; `(0, 0)` when
+    /// there are none.
     pub heap_counters: (u64, u64),
+    /// Smallest and largest timestamp (item 0x1600, ADC samples since the sync time) of the
+    /// data heaps that carry one.
     pub timestamps: Option<(u64, u64)>,
+    /// The item ids (`0x1600` style) seen in data heaps, in order of first appearance.
     pub item_ids: Vec<String>,
+    /// Packets the assembler dropped, by reason ([`DropReason::name`]); reasons with no
+    /// drops are left out.
     pub dropped_packets: BTreeMap<String, u64>,
 }
 
-/// Summary of a whole capture.
+/// Summary of a whole capture (`pcap-info`'s JSON output).
 #[derive(Debug, Default, Serialize)]
 pub struct CaptureSummary {
+    /// pcap records read.
     pub frames: u64,
+    /// IPv4/UDP datagrams among them.
     pub udp_datagrams: u64,
+    /// Records that were not usable UDP datagrams (other protocols, fragments, malformed or
+    /// truncated).
     pub skipped_frames: u64,
+    /// One summary per destination endpoint, in address order.
     pub streams: Vec<StreamSummary>,
 }
 
@@ -143,9 +167,13 @@ pub fn heap_json(h: &crate::spead::Heap) -> serde_json::Value {
 
 /// Where `spead-dump` reads packets from.
 pub enum DumpSource {
+    /// The UDP datagrams of this pcap file, to its end.
     Pcap(std::path::PathBuf),
+    /// Datagrams received on a UDP socket.
     Udp {
+        /// Address to bind (a multicast group is joined on any interface).
         addr: SocketAddrV4,
+        /// Stop after this long with no datagram.
         idle_timeout: std::time::Duration,
     },
 }

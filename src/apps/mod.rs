@@ -1,6 +1,6 @@
 //! Tools built on the engines and compute stages.
 //!
-//! * [`array`]: a loopback array (dsim -> F-engines -> XB-engine) in one command.
+//! * [`array`](mod@array): a loopback array (dsim -> F-engines -> XB-engine) in one command.
 //! * [`image`]: dirty images of correlator visibilities.
 //! * [`inspect`]: `pcap-info` and `spead-dump`.
 //! * [`nufft`]: `gpucbf nufft`, NUFFTs on `.npy` files ([`crate::npy`]).

@@ -16,6 +16,8 @@ use crate::compute::nufft::{make_plan, Backend, NufftType, Options, Real};
 use crate::npy::{read_npy, write_npy, NpyData};
 
 /// NUFFT subcommands.
+// The variants' docs are clap's help text, where `f[k]` is maths, not an intra-doc link.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Subcommand, Debug)]
 pub enum NufftCmd {
     /// Type 1 (points → modes): f[k] = Σ_j c_j exp(isign·i·k·x_j).

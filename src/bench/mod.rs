@@ -1,8 +1,6 @@
 //! `gpucbf bench ...`: one harness per subject, each measured against a bound or a peer in
 //! the same run (device copy bandwidth, cuBLASLt int8 GEMM, FMA rate, spead2, FINUFFT).
 
-#![warn(missing_docs, unreachable_pub)]
-
 use std::path::PathBuf;
 
 use anyhow::Context;

@@ -14,7 +14,6 @@
 //!
 //! Sans-IO: bytes in, chunks and counters out; no sockets, clocks or threads here. Chunk
 //! bytes live in [`crate::mem::ChunkMem`] (hugepages, CUDA-registered when a GPU exists).
-#![warn(missing_docs, unreachable_pub)]
 
 pub mod placement;
 mod presence;

@@ -1,5 +1,3 @@
-#![warn(missing_docs, unreachable_pub)]
-
 //! The numbers: each compute family behind its backend trait, with a CPU reference and a GPU
 //! implementation (cudarc + `kernels/`).
 //!

@@ -2,12 +2,16 @@
 //! space-separated arguments with katcp escapes (`\\ \_ \0 \n \r \e \t \@`). Parsing never
 //! panics; malformed lines are errors.
 
-use std::fmt;
-
+/// A message's type, given by its first character.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// `?name`: a client asks the device to do something.
     Request,
+    /// `!name`: the device's one answer to a request; its first argument is `ok`, `fail`
+    /// or `invalid`.
     Reply,
+    /// `#name`: an unsolicited or per-item message (e.g. one `#sensor-list` line per sensor
+    /// before the `!sensor-list` reply).
     Inform,
 }
 
@@ -24,22 +28,21 @@ impl Kind {
 /// One katcp message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
+    /// Request, reply or inform.
     pub kind: Kind,
+    /// The message name (`sensor-list`): a letter, then letters, digits and hyphens.
     pub name: String,
+    /// The message id in `?name[id]` (a positive integer), echoed in the reply and informs;
+    /// `None` when the client sent none.
     pub mid: Option<u32>,
+    /// The arguments, unescaped (raw bytes: katcp arguments need not be UTF-8).
     pub args: Vec<Vec<u8>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a line is not a katcp message; the text is sent back in a `#log error` inform.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct ParseError(pub String);
-
-impl fmt::Display for ParseError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ParseError {}
 
 fn unescape(arg: &[u8]) -> Result<Vec<u8>, ParseError> {
     if arg == b"\\@" {
@@ -90,6 +93,7 @@ fn escape(arg: &[u8], out: &mut Vec<u8>) {
 }
 
 impl Message {
+    /// A message with raw (unescaped) byte arguments.
     pub fn new(kind: Kind, name: &str, mid: Option<u32>, args: Vec<Vec<u8>>) -> Self {
         Message {
             kind,

@@ -31,6 +31,7 @@ pub trait Device: Send + Sync + 'static {
 
 /// A running server.
 pub struct Server {
+    /// The address actually bound (with the port chosen when port 0 was asked for).
     pub addr: SocketAddr,
     stop: Arc<AtomicBool>,
 }

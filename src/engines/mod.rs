@@ -5,8 +5,6 @@
 //! * [`fgpu`]: F-engine (digitiser heaps -> channelised F-engine heaps).
 //! * [`xbgpu`]: XB-engine (F-engine heaps -> correlation products and beams).
 
-#![warn(missing_docs, unreachable_pub)]
-
 pub mod common;
 pub mod dsim;
 pub mod fgpu;

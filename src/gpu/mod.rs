@@ -1,5 +1,3 @@
-#![warn(missing_docs, unreachable_pub)]
-
 //! The GPU layer under every CUDA backend, one file per concept:
 //! * `device`: discovery and opening ([`gpu_available`], [`open_device`]); cudarc panics
 //!   when the CUDA libraries are absent, so everything here probes first;

@@ -4,7 +4,6 @@
 //! speed by DMA straight from the chunk (`mem::cuda`). Every step falls back cleanly: a host
 //! without a hugepage pool, without a GPU, or whose registration fails (memlock limit) still
 //! gets chunk memory, and [`ChunkMem::backing`] / [`ChunkMem::cuda_pinned`] say what it got.
-#![warn(missing_docs, unreachable_pub)]
 
 mod cuda;
 mod pages;

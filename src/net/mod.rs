@@ -11,7 +11,6 @@
 //! * `verbs` (feature `ibverbs`): the safe verbs layer that receive and send share (device
 //!   list and open, raw-packet send queue pair) over `ibverbs-sys`, which loads libibverbs
 //!   at run time.
-#![warn(missing_docs, unreachable_pub)]
 
 pub mod endpoint;
 pub mod frame;

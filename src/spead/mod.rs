@@ -4,7 +4,6 @@
 //! * [`encode`]: heap → packets (repeat pointers or not), descriptor and stop heaps.
 //! * [`assemble`]: packets in any order → complete heaps, with counters.
 //! * [`descriptor`]: item descriptors (name, description, shape, format / numpy dtype).
-#![warn(missing_docs, unreachable_pub)]
 
 pub mod assemble;
 pub mod bitpack;

@@ -14,6 +14,7 @@ use prometheus_client::registry::Registry;
 
 /// Label set: (name, value) pairs.
 pub type Labels = Vec<(String, String)>;
+/// Counters of one metric name, one per label set (e.g. per output stream).
 pub type CounterFamily = Family<Labels, Counter>;
 
 /// An engine's metrics registry.
@@ -109,7 +110,7 @@ impl Metrics {
     }
 }
 
-/// Label helper.
+/// A [`Labels`] from `(name, value)` string pairs.
 pub fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs
         .iter()

@@ -1,11 +1,22 @@
-//! Logging set-up (human or JSON lines) shared by every subcommand.
+//! Telemetry: what the engines tell operators besides katcp.
+//!
+//! * Logging set-up (human or JSON lines on stderr) shared by every subcommand, here.
+//! * [`metrics`]: an engine's Prometheus registry and its `/metrics` endpoint.
+//! * [`recv`]: the receive thread's chunk counters and queue depths as Prometheus metrics.
 
 use tracing_subscriber::EnvFilter;
 
+/// How log lines are written to stderr (`--log-format`).
+///
+/// The variants' docs are for rustdoc only: `help = None` keeps them out of `--help`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
 pub enum LogFormat {
+    /// tracing-subscriber's default text format: time, level, target, message, fields.
     #[default]
+    #[value(help = None::<&'static str>)]
     Human,
+    /// One JSON object per line (tracing-subscriber's `json` format), for log collectors.
+    #[value(help = None::<&'static str>)]
     Json,
 }
 

@@ -60,6 +60,9 @@ fn reject_help(r: Reject) -> &'static str {
 }
 
 impl RecvMetrics {
+    /// Registers the receive metrics in `m`: packets, bytes, chunks, incomplete heaps, one
+    /// counter per drop reason ([`reject_metric`]), the ready/free queue gauges and, for
+    /// [`RecvFlavour::Feng`] only, heaps and missing heaps.
     pub fn new(m: &Metrics, flavour: RecvFlavour) -> Self {
         let own_totals = flavour == RecvFlavour::Feng;
         RecvMetrics {

@@ -5,8 +5,6 @@
 //! plots, a dirty image ([`image`]) and a summary. The sky is [`sky`]'s; the child
 //! processes are started and stopped as in `procs.rs`.
 
-#![warn(missing_docs, unreachable_pub)]
-
 pub mod image;
 mod procs;
 pub mod receive;

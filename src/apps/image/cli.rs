@@ -12,11 +12,19 @@ use super::{
 };
 use crate::npy::{read_npy, NpyData};
 
-/// Weighting names on the command line.
+/// Weighting names on the command line (`--weighting`); see [`Weighting`].
+///
+/// The variants' docs are for rustdoc only: `help = None` keeps them out of `--help`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum WeightingArg {
+    /// [`Weighting::Natural`].
+    #[value(help = None::<&'static str>)]
     Natural,
+    /// [`Weighting::Uniform`].
+    #[value(help = None::<&'static str>)]
     Uniform,
+    /// [`Weighting::Briggs`] with `--robust`.
+    #[value(help = None::<&'static str>)]
     Briggs,
 }
 

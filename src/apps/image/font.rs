@@ -1,10 +1,12 @@
 //! A built-in 5×7 bitmap font (ASCII digits, capitals, a little punctuation; lower case is
 //! drawn as capitals) for plot labels, so no system fonts are needed.
 
-/// Glyph width and height in font pixels, and horizontal advance.
-pub const GLYPH_W: usize = 5;
-pub const GLYPH_H: usize = 7;
-pub const ADVANCE: usize = 6;
+/// Glyph width in font pixels.
+pub(crate) const GLYPH_W: usize = 5;
+/// Glyph height in font pixels.
+pub(crate) const GLYPH_H: usize = 7;
+/// Horizontal advance per character in font pixels (the glyph plus one blank column).
+pub(crate) const ADVANCE: usize = 6;
 
 /// Seven rows of five bits (bit 4 = leftmost column).
 fn glyph(c: char) -> [u8; 7] {
@@ -68,15 +70,18 @@ fn glyph(c: char) -> [u8; 7] {
 }
 
 /// An RGB canvas.
-pub struct Canvas {
-    pub w: usize,
-    pub h: usize,
-    pub rgb: Vec<u8>,
+pub(crate) struct Canvas {
+    /// Width in pixels.
+    pub(crate) w: usize,
+    /// Height in pixels.
+    pub(crate) h: usize,
+    /// `[row][column][r, g, b]`, row 0 at the top.
+    pub(crate) rgb: Vec<u8>,
 }
 
 impl Canvas {
     /// A canvas filled with one colour.
-    pub fn new(w: usize, h: usize, bg: [u8; 3]) -> Self {
+    pub(crate) fn new(w: usize, h: usize, bg: [u8; 3]) -> Self {
         let mut rgb = Vec::with_capacity(w * h * 3);
         for _ in 0..w * h {
             rgb.extend_from_slice(&bg);
@@ -85,7 +90,7 @@ impl Canvas {
     }
 
     /// Sets one pixel; out-of-range coordinates are ignored.
-    pub fn set(&mut self, x: i64, y: i64, c: [u8; 3]) {
+    pub(crate) fn set(&mut self, x: i64, y: i64, c: [u8; 3]) {
         if x >= 0 && y >= 0 && (x as usize) < self.w && (y as usize) < self.h {
             let i = (y as usize * self.w + x as usize) * 3;
             self.rgb[i..i + 3].copy_from_slice(&c);
@@ -93,7 +98,7 @@ impl Canvas {
     }
 
     /// Filled rectangle.
-    pub fn rect(&mut self, x0: i64, y0: i64, w: i64, h: i64, c: [u8; 3]) {
+    pub(crate) fn rect(&mut self, x0: i64, y0: i64, w: i64, h: i64, c: [u8; 3]) {
         for y in y0..y0 + h {
             for x in x0..x0 + w {
                 self.set(x, y, c);
@@ -102,7 +107,7 @@ impl Canvas {
     }
 
     /// Straight line (DDA).
-    pub fn line(&mut self, x0: f64, y0: f64, x1: f64, y1: f64, c: [u8; 3]) {
+    pub(crate) fn line(&mut self, x0: f64, y0: f64, x1: f64, y1: f64, c: [u8; 3]) {
         let steps = (x1 - x0).abs().max((y1 - y0).abs()).ceil().max(1.0) as usize;
         if steps > 100_000 {
             return;
@@ -116,7 +121,7 @@ impl Canvas {
     }
 
     /// Text with its top-left corner at `(x, y)`, each font pixel `scale`×`scale`.
-    pub fn text(&mut self, x: i64, y: i64, s: &str, scale: usize, c: [u8; 3]) {
+    pub(crate) fn text(&mut self, x: i64, y: i64, s: &str, scale: usize, c: [u8; 3]) {
         let sc = scale as i64;
         for (k, ch) in s.chars().enumerate() {
             let g = glyph(ch);
@@ -131,8 +136,9 @@ impl Canvas {
         }
     }
 
-    /// Text rotated 90° anticlockwise (reads bottom to top), its baseline-left at `(x, y)`.
-    pub fn text_vertical(&mut self, x: i64, y: i64, s: &str, scale: usize, c: [u8; 3]) {
+    /// Text rotated 90° anticlockwise (reads bottom to top): the glyph tops on column `x`,
+    /// the first character starting at row `y` and the text running upwards from there.
+    pub(crate) fn text_vertical(&mut self, x: i64, y: i64, s: &str, scale: usize, c: [u8; 3]) {
         let sc = scale as i64;
         for (k, ch) in s.chars().enumerate() {
             let g = glyph(ch);
@@ -148,12 +154,12 @@ impl Canvas {
     }
 
     /// Width in pixels of a text string.
-    pub fn text_width(s: &str, scale: usize) -> usize {
+    pub(crate) fn text_width(s: &str, scale: usize) -> usize {
         s.chars().count() * ADVANCE * scale
     }
 
     /// Encodes the canvas as an 8-bit RGB PNG.
-    pub fn write_png(&self, path: &std::path::Path) -> std::io::Result<()> {
+    pub(crate) fn write_png(&self, path: &std::path::Path) -> std::io::Result<()> {
         let f = std::io::BufWriter::new(std::fs::File::create(path)?);
         let mut enc = png::Encoder::new(f, self.w as u32, self.h as u32);
         enc.set_color(png::ColorType::Rgb);

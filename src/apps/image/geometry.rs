@@ -13,7 +13,7 @@ pub fn gmst_rad(time_unix: f64) -> f64 {
 }
 
 /// Local apparent sidereal time approximated by the mean one, radians in `[0, 2π)`.
-pub fn lst_rad(time_unix: f64, longitude_rad: f64) -> f64 {
+pub(crate) fn lst_rad(time_unix: f64, longitude_rad: f64) -> f64 {
     (gmst_rad(time_unix) + longitude_rad).rem_euclid(TAU)
 }
 
@@ -23,7 +23,7 @@ pub fn zenith_radec(obs: &Observation) -> (f64, f64) {
 }
 
 /// The phase centre: the given one, or the zenith.
-pub fn phase_centre(obs: &Observation) -> (f64, f64) {
+pub(crate) fn phase_centre(obs: &Observation) -> (f64, f64) {
     obs.phase_centre.unwrap_or_else(|| zenith_radec(obs))
 }
 

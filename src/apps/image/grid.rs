@@ -13,7 +13,7 @@ use super::{
 use crate::compute::nufft::{make_plan, Backend, NufftType, Options};
 
 /// NUFFT tolerance used for gridding.
-pub const GRID_EPS: f64 = 1e-6;
+pub(crate) const GRID_EPS: f64 = 1e-6;
 /// Largest w-phase error (cycles) tolerated at the image corner when `w_planes = 0`: half a
 /// plane's width times the largest |n − 1|.
 const W_PHASE_TOL_CYCLES: f64 = 0.02;

@@ -71,7 +71,9 @@ pub struct ImagingParams {
 pub struct Observation {
     /// Antenna positions, east/north/up metres.
     pub positions_enu: Vec<[f64; 3]>,
+    /// Geodetic latitude of the array reference position, radians (north positive).
     pub latitude_rad: f64,
+    /// Longitude of the array reference position, radians (east positive).
     pub longitude_rad: f64,
     /// UNIX time of the observation (mid-dump).
     pub time_unix: f64,
@@ -84,16 +86,23 @@ pub struct Observation {
 /// Everything that can go wrong; bad input is reported, never a panic.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ImagingError {
+    /// A parameter or input value is out of range or malformed (the text says which).
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// An array's length does not match the antenna and channel counts.
     #[error("{what} has length {got}, expected {expected}")]
     WrongLength {
+        /// Which array (`xeng_raw`, `flagged`, `data`, `positions_enu`, `freqs_hz`).
         what: &'static str,
+        /// Its length.
         got: usize,
+        /// The length the antenna and channel counts call for.
         expected: usize,
     },
+    /// Every cross-correlation is flagged or not finite (autocorrelations are never imaged).
     #[error("no unflagged cross-correlation visibilities to image")]
     NoData,
+    /// The gridding NUFFT failed (plan or execution).
     #[error("NUFFT: {0}")]
     Nufft(#[from] crate::compute::nufft::NufftError),
 }
@@ -101,7 +110,10 @@ pub enum ImagingError {
 /// Correlation products of one or more summed dumps.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Visibilities {
+    /// Number of antennas; there are `n_ants(n_ants+1)/2` baselines, autocorrelations
+    /// included, in the ICD order ([`baseline_index`]).
     pub n_ants: usize,
+    /// Number of frequency channels.
     pub channels: usize,
     /// `[channel][baseline][product 4]`.
     pub data: Vec<Complex32>,
@@ -212,15 +224,20 @@ impl Visibilities {
 /// A dirty image.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DirtyImage {
+    /// Pixels per side (the image is square).
     pub size: usize,
+    /// Pixel size: the step in direction cosine (l or m) between pixel centres, ≈ radians.
     pub cell_rad: f64,
     /// `[row m][col l]`, row 0 = most negative m, column 0 = most negative l.
     pub pixels: Vec<f32>,
-    /// Phase centre, radians.
+    /// Right ascension of the phase centre, radians.
     pub ra: f64,
+    /// Declination of the phase centre, radians.
     pub dec: f64,
     /// Mean frequency of the channels used, Hz.
     pub freq_hz: f64,
+    /// Sum of the imaging weights over every gridded visibility and its Hermitian conjugate:
+    /// the normalisation that makes a unit point source peak at 1.0.
     pub sum_weights: f64,
     /// Time of the observation (for DATE-OBS).
     pub time_unix: f64,
@@ -260,7 +277,9 @@ static LAYOUT: &str = include_str!(concat!(
     "/data/meerkat_like_layout.txt"
 ));
 
-/// Parses an ENU layout: three numbers per line (east, north, up metres); `#` starts a comment.
+/// Parses an ENU layout: one antenna per line, east, north and up in metres, separated by
+/// spaces or commas (numbers after the third are ignored); `#` starts a comment and blank
+/// lines are skipped.
 pub fn parse_layout(text: &str) -> Result<Vec<[f64; 3]>, ImagingError> {
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
