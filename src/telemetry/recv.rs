@@ -123,6 +123,15 @@ impl RecvMetrics {
     pub fn into_monitor(mut self) -> crate::chunk::RecvMonitor {
         Box::new(move |s, q| self.publish(s, q))
     }
+
+    /// The monitor of an engine's receive metrics, taken once: later calls (and an engine
+    /// without receive metrics) get a monitor that publishes nothing.
+    pub fn take_monitor(slot: &mut Option<RecvMetrics>) -> crate::chunk::RecvMonitor {
+        match slot.take() {
+            Some(r) => r.into_monitor(),
+            None => Box::new(|_, _| {}),
+        }
+    }
 }
 
 #[cfg(test)]

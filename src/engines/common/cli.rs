@@ -11,6 +11,8 @@ use clap::{Args, ValueEnum};
 
 use super::error::ConfigError;
 use super::recv::RecvOptions;
+use super::send::open_sink;
+use crate::net::SharedSink;
 
 /// Splits `key=value,key=value`. Items without `=` continue the previous value when its key
 /// is one of `list_keys` (an endpoint list: `dst=a:1,b:2`); elsewhere they are an error.
@@ -138,6 +140,16 @@ pub struct EngineArgs {
 }
 
 impl EngineArgs {
+    /// The output sink every output of the engine writes to: UDP from `--send-interface`
+    /// with `--send-ttl`, or the `--send-pcap` file.
+    pub fn open_sink(&self) -> std::io::Result<SharedSink> {
+        Ok(SharedSink::new(open_sink(
+            self.send_pcap.as_deref(),
+            self.send_interface,
+            self.send_ttl,
+        )?))
+    }
+
     /// How the engine receives (`--recv-interface`, `--recv-dpdk`, `--recv-ibv`).
     pub fn recv_options(&self) -> RecvOptions<'_> {
         RecvOptions {

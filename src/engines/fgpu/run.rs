@@ -15,7 +15,6 @@ use super::pipeline::{descriptors, Pipeline};
 use super::spec::WidebandSpec;
 use crate::control::Server;
 use crate::engines::common::recv::open_source_with;
-use crate::engines::common::send::open_sink;
 use crate::net::send::heap::HeapSender;
 use crate::net::SharedSink;
 
@@ -23,11 +22,7 @@ use crate::net::SharedSink;
 pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
     crate::control::shutdown::install();
     let io = &cfg.io;
-    let sink = SharedSink::new(open_sink(
-        io.send_pcap.as_deref(),
-        io.send_interface,
-        io.send_ttl,
-    )?);
+    let sink = io.open_sink()?;
     let (pipelines, handles) = build_outputs(cfg, &sink)?;
     let device = Arc::new(FgpuDevice::new(
         handles,

@@ -72,10 +72,7 @@ impl XbgpuMetrics {
 
     /// The receive thread's monitor, publishing its counters (taken once).
     pub(crate) fn take_recv_monitor(&mut self) -> RecvMonitor {
-        match self.recv.take() {
-            Some(r) => r.into_monitor(),
-            None => Box::new(|_, _| {}),
-        }
+        RecvMetrics::take_monitor(&mut self.recv)
     }
 
     /// Counts what moved since the last call.

@@ -18,7 +18,6 @@ use super::spec::CorrprodSpec;
 use crate::compute::xengine::{Beam, BeamSet};
 use crate::control::{SensorSet, SensorType};
 use crate::engines::common::recv::open_source_with;
-use crate::engines::common::send::open_sink;
 use crate::net::send::heap::HeapSender;
 use crate::net::SharedSink;
 
@@ -26,11 +25,7 @@ use crate::net::SharedSink;
 pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
     crate::control::shutdown::install();
     let io = &cfg.io;
-    let sink = SharedSink::new(open_sink(
-        io.send_pcap.as_deref(),
-        io.send_interface,
-        io.send_ttl,
-    )?);
+    let sink = io.open_sink()?;
     let sensors = SensorSet::default();
     let mut streams = Vec::new();
     let xs = corrprod_outputs(cfg, &sink, &sensors, &mut streams)?;
