@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 pub mod fgpu;
+pub mod loopback;
 pub mod nufft;
 pub mod recv;
 pub mod xbgpu;
@@ -45,6 +46,9 @@ pub enum BenchCmd {
     FgpuNarrowband,
     /// Packets/s of the file, UDP loopback and DPDK sources vs spead2.
     Recv(recv::RecvBenchArgs),
+    /// UDP loopback throughput of this host (GSO send -> GRO receive, digitiser-sized
+    /// datagrams, per pair and per CPU-second): the bound of the real-time runs.
+    Loopback(loopback::LoopbackArgs),
     /// GPU 2-D type 1, 1e8 points, 4096², eps 1e-5, f32, then the CPU and FINUFFT on the same
     /// input (`GPUCBF_NUFFT_BENCH_M` / `_N` shrink it; `gpucbf nufft bench` has options).
     Nufft,
@@ -67,6 +71,8 @@ pub enum Report {
     FgpuNarrowband(fgpu::narrowband::NarrowbandReport),
     /// `gpucbf bench recv`.
     Recv(recv::RecvReport),
+    /// `gpucbf bench loopback`.
+    Loopback(loopback::LoopbackReport),
     /// `gpucbf bench nufft`.
     Nufft(Box<nufft::NufftReport>),
 }
@@ -86,6 +92,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Report> {
             Report::FgpuNarrowband(fgpu::narrowband::bench_gpu_narrowband()?)
         }
         BenchCmd::Recv(a) => Report::Recv(recv::run(&a)?),
+        BenchCmd::Loopback(a) => Report::Loopback(loopback::run(&a)?),
         BenchCmd::Nufft => Report::Nufft(Box::new(nufft::run_issue_case()?)),
     };
     if let Some(path) = &args.json {
@@ -129,6 +136,7 @@ mod tests {
             BenchCmd::Fgpu => "fgpu",
             BenchCmd::FgpuNarrowband => "fgpu-narrowband",
             BenchCmd::Recv(_) => "recv",
+            BenchCmd::Loopback(_) => "loopback",
             BenchCmd::Nufft => "nufft",
         };
         let old = [

@@ -12,6 +12,7 @@
 //!   list and open, raw-packet send queue pair) over `ibverbs-sys`, which loads libibverbs
 //!   at run time.
 
+pub mod affinity;
 pub mod endpoint;
 pub mod frame;
 pub mod pacing;

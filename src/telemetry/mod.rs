@@ -40,5 +40,6 @@ pub fn init_logging(format: LogFormat) {
     };
 }
 
+pub mod cpu;
 pub mod metrics;
 pub mod recv;

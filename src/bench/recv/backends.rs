@@ -9,72 +9,19 @@ use super::feed::{payloads, send_all, udp_buffer, Feed};
 use super::{RecvBenchArgs, RecvResult, BITS, CHUNK_SAMPLES, HEAP_SAMPLES};
 use crate::chunk::placement::DigitiserPlacement;
 use crate::chunk::{Chunk, ChunkAssembler};
+use crate::net::affinity::PinGuard;
 use crate::net::{
     recv::pcap::PcapFileSource,
     recv::udp::UdpRecvSource,
     recv::{PacketSource, Poll},
 };
-
-/// CPU seconds (user + system) used so far by the calling thread (`thread`) or the whole
-/// process.
-fn cpu_seconds(thread: bool) -> f64 {
-    let who = if thread {
-        libc::RUSAGE_THREAD
-    } else {
-        libc::RUSAGE_SELF
-    };
-    // SAFETY: getrusage fills the zeroed struct.
-    let u = unsafe {
-        let mut u: libc::rusage = std::mem::zeroed();
-        libc::getrusage(who, &mut u);
-        u
-    };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    tv(u.ru_utime) + tv(u.ru_stime)
-}
+use crate::telemetry::cpu::thread_cpu_seconds;
 
 fn assembler() -> ChunkAssembler<DigitiserPlacement> {
     ChunkAssembler::new(
         DigitiserPlacement::new(HEAP_SAMPLES, BITS, CHUNK_SAMPLES).expect("valid placement"),
         2,
     )
-}
-
-/// Pins the calling thread to `core` until dropped (then restores its previous mask).
-struct Pin(Option<libc::cpu_set_t>);
-
-impl Pin {
-    fn new(core: Option<usize>) -> anyhow::Result<Self> {
-        let Some(core) = core else {
-            return Ok(Pin(None));
-        };
-        // SAFETY: cpu_set_t is plain data; the calls get valid pointers and sizes.
-        unsafe {
-            let size = std::mem::size_of::<libc::cpu_set_t>();
-            let mut old: libc::cpu_set_t = std::mem::zeroed();
-            if libc::sched_getaffinity(0, size, &mut old) != 0 {
-                anyhow::bail!("sched_getaffinity: {}", std::io::Error::last_os_error());
-            }
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(core, &mut set);
-            if libc::sched_setaffinity(0, size, &set) != 0 {
-                anyhow::bail!(
-                    "pinning the receive thread to core {core}: {}",
-                    std::io::Error::last_os_error()
-                );
-            }
-            Ok(Pin(Some(old)))
-        }
-    }
-}
-
-impl Drop for Pin {
-    fn drop(&mut self) {
-        if let Some(old) = &self.0 {
-            // SAFETY: restores the mask read in `new`.
-            unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), old) };
-        }
-    }
 }
 
 /// Sums the presence of emitted chunks and hands their memory back.
@@ -95,7 +42,7 @@ fn drain(
     idle: Duration,
     give_up: Duration,
 ) -> anyhow::Result<(u64, f64, u64, f64)> {
-    let cpu0 = cpu_seconds(true);
+    let cpu0 = thread_cpu_seconds();
     let mut asm = assembler();
     let mut out = Vec::new();
     let mut placed = 0u64;
@@ -127,7 +74,7 @@ fn drain(
     asm.flush(&mut out);
     placed += settle(&mut asm, &mut out);
     let secs = first.map(|f| (last - f).as_secs_f64()).unwrap_or(0.0);
-    Ok((asm.stats.packets, secs, placed, cpu_seconds(true) - cpu0))
+    Ok((asm.stats.packets, secs, placed, thread_cpu_seconds() - cpu0))
 }
 
 pub(super) fn bench_file(
@@ -135,9 +82,9 @@ pub(super) fn bench_file(
     min_seconds: f64,
     core: Option<usize>,
 ) -> anyhow::Result<RecvResult> {
-    let _pin = Pin::new(core)?;
+    let _pin = PinGuard::new(core)?;
     let (mut packets, mut secs, mut placed, mut passes) = (0, 0.0, 0, 0);
-    let cpu0 = cpu_seconds(true);
+    let cpu0 = thread_cpu_seconds();
     while passes == 0 || secs < min_seconds {
         let mut src = PcapFileSource::open(pcap, Vec::new())?;
         let t = Instant::now();
@@ -151,7 +98,7 @@ pub(super) fn bench_file(
         "file",
         packets,
         secs,
-        cpu_seconds(true) - cpu0,
+        thread_cpu_seconds() - cpu0,
         format!("{passes} passes, {placed} heaps placed"),
     ))
 }
@@ -169,7 +116,7 @@ pub(super) fn bench_udp(
     let mut rx = UdpRecvSource::new(&[dst], Ipv4Addr::UNSPECIFIED, 4 << 20)?;
     let buffer = rx.force_recv_buffer(udp_buffer(&payloads))?;
     let gso_sends = send_all(&payloads, dst, feed.gso())?;
-    let _pin = Pin::new(core)?;
+    let _pin = PinGuard::new(core)?;
     let (packets, secs, placed, cpu) =
         drain(&mut rx, Duration::from_millis(300), Duration::from_secs(5))?;
     let st = &rx.stats;
@@ -279,10 +226,10 @@ fn bench_dpdk_ring(
     // Warm-up: every chunk buffer allocated and faulted in, caches warm.
     run(&mut asm, &mut placed, 8 * primed as u64)?;
     let (p0, h0) = (asm.stats.packets, placed);
-    let (t, cpu0) = (Instant::now(), cpu_seconds(true));
+    let (t, cpu0) = (Instant::now(), thread_cpu_seconds());
     run(&mut asm, &mut placed, p0 + target)?;
     let secs = t.elapsed().as_secs_f64();
-    let cpu = cpu_seconds(true) - cpu0;
+    let cpu = thread_cpu_seconds() - cpu0;
     let packets = asm.stats.packets - p0;
     let heaps = placed - h0;
     let rejected: u64 = asm.stats.rejects.iter().sum();

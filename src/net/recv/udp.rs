@@ -181,7 +181,7 @@ impl UdpRecvSource {
     }
 
     /// The smallest receive buffer of the sockets, as the kernel reports it.
-    fn recv_buffer_size(&self) -> usize {
+    pub fn recv_buffer_size(&self) -> usize {
         self.sockets
             .iter()
             .map(|s| socket2::SockRef::from(s).recv_buffer_size().unwrap_or(0))
