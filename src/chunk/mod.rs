@@ -19,7 +19,7 @@ pub mod placement;
 mod presence;
 mod window;
 
-pub use presence::{Chunk, SpanMissing};
+pub use presence::{ByteRanges, Chunk, SpanMissing};
 pub use window::{ChunkAssembler, ChunkStats};
 
 use crate::spead::PacketView;

@@ -198,14 +198,10 @@ impl<P: Placement> ChunkAssembler<P> {
         // Bytes already received (the same packet again, or one overlapping others): a heap
         // is present only when each of its bytes came once. Both ends fit u32 (≤ slot_bytes).
         let (start, end) = (a as u32, (a + len) as u32);
-        if c.received[place.slot] as u64 + len > slot_bytes
-            || offs.iter().any(|&(s, e)| start < e && s < end)
-        {
+        if c.received[place.slot] as u64 + len > slot_bytes || offs.overlaps(start, end) {
             return Err(Reject::Duplicate);
         }
-        if len > 0 {
-            offs.push((start, end));
-        }
+        offs.insert(start, end);
         let got = &mut c.received[place.slot];
         let base = place.slot * slot_bytes as usize + a as usize;
         c.data[base..base + len as usize].copy_from_slice(pkt.payload);
