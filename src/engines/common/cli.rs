@@ -131,6 +131,12 @@ pub struct EngineArgs {
     /// Write output packets to this pcap file instead of sending them.
     #[arg(long)]
     pub send_pcap: Option<PathBuf>,
+    /// Receive window tolerance in ADC ticks (katgpucbf xbgpu's option, here for fgpu too):
+    /// a packet farther than this outside the window is dropped and counted as a bad
+    /// timestamp, unless 16 consecutive packets agree that the stream really moved there
+    /// (then the window follows it, with a log line).
+    #[arg(long, default_value_t = super::recv::DEFAULT_REORDER_TOL)]
+    pub recv_reorder_tol: u64,
     /// Compute backend: auto, cpu or gpu.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,

@@ -44,6 +44,7 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
         cfg.dig_sample_bits,
         &mut |store, pipes| metrics.update(store, pipes),
         monitor,
+        io.recv_reorder_tol,
     )
 }
 

@@ -153,6 +153,7 @@ impl XbgpuArgs {
                 sample_bits: self.sample_bits,
                 samples_between_spectra: self.samples_between_spectra,
                 batches_per_chunk: self.heaps_per_fengine_per_chunk,
+                frequency: Some(self.channel_offset_value as u64),
             },
             corrprods: self.corrprod.clone(),
             beams: self.beam.clone(),

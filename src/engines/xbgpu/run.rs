@@ -60,6 +60,7 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
         beams,
         &mut |xs, bp| metrics.update(xs, bp),
         monitor,
+        io.recv_reorder_tol,
     )
 }
 
