@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use common::{scratch_dir, small_feng_placement};
 use gpucbf::chunk::placement::FengPlacement;
 use gpucbf::compute::xengine::{Beam, BeamSet, CpuX, GpuX, XShape};
+use gpucbf::engines::common::recv::RecvSetup;
 use gpucbf::engines::common::send::open_sink;
 use gpucbf::engines::xbgpu::engine::run_pipelines;
 use gpucbf::engines::xbgpu::{BPipeline, BackendError, Beamformer, Correlator, XPipeline};
@@ -106,13 +107,12 @@ fn only_batches_inside_the_received_span_are_fed() {
         true,
     );
     let summary = run_pipelines(
-        Box::new(PcapFileSource::open(&fpcap, vec![]).unwrap()),
+        RecvSetup::single(Box::new(PcapFileSource::open(&fpcap, vec![]).unwrap())),
         pl,
         vec![x],
         Some(b),
         &mut |_, _| {},
         Box::new(|_, _| {}),
-        gpucbf::engines::common::recv::DEFAULT_REORDER_TOL,
     )
     .unwrap();
     assert_eq!(summary.input_heaps, 13);
@@ -175,13 +175,12 @@ fn a_lone_far_heap_before_the_feed_does_not_wreck_it() {
         true,
     );
     let summary = run_pipelines(
-        Box::new(PcapFileSource::open(&fpcap, vec![]).unwrap()),
+        RecvSetup::single(Box::new(PcapFileSource::open(&fpcap, vec![]).unwrap())),
         pl,
         vec![x],
         None,
         &mut |_, _| {},
         Box::new(|_, _| {}),
-        gpucbf::engines::common::recv::DEFAULT_REORDER_TOL,
     )
     .unwrap();
     assert_eq!(summary.recv_window_moves, 1, "{summary:?}");
@@ -255,13 +254,12 @@ fn beam_run(
     let names: Vec<String> = (0..3).map(|b| format!("b{b}")).collect();
     let bp = BPipeline::new(&names, bf, sender, 0, 4 * 16 * 2, true);
     let summary = run_pipelines(
-        Box::new(PcapFileSource::open(fpcap, vec![]).unwrap()),
+        RecvSetup::single(Box::new(PcapFileSource::open(fpcap, vec![]).unwrap())),
         pl.clone(),
         vec![],
         Some(bp),
         &mut |_, _| {},
         Box::new(|_, _| {}),
-        gpucbf::engines::common::recv::DEFAULT_REORDER_TOL,
     )
     .unwrap();
     assert!(summary.beams.iter().all(|b| b.heaps == 8), "{summary:?}");

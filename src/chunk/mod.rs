@@ -9,16 +9,20 @@
 //!   ([`SpanMissing`]): the unfilled rows of the first chunk (before the first heap) and of
 //!   the last (after the last heap) are not losses.
 //! * [`placement`] holds the engines' placement rules (digitiser → fgpu, F-engine → xbgpu).
+//! * [`ChunkGroup`] is the same window filled by several receive threads at once (a
+//!   receive stream group, `group.rs`).
 //! * [`Chunk`] holds a chunk's bytes and which of its heaps arrived (`presence.rs`);
 //!   [`ChunkAssembler`] is the window (`window.rs`).
 //!
 //! Sans-IO: bytes in, chunks and counters out; no sockets, clocks or threads here. Chunk
 //! bytes live in [`crate::mem::ChunkMem`] (hugepages, CUDA-registered when a GPU exists).
 
+mod group;
 pub mod placement;
 mod presence;
 mod window;
 
+pub use group::{ChunkGroup, StreamCounts};
 pub use presence::{ByteRanges, Chunk, SpanMissing};
 pub use window::{ChunkAssembler, ChunkStats, WindowPolicy};
 

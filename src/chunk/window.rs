@@ -326,9 +326,25 @@ impl<P: Placement> ChunkAssembler<P> {
         Ok(())
     }
 
+    /// The open chunks, oldest first (a receive stream group writes into them).
+    pub(super) fn active_mut(&mut self) -> impl Iterator<Item = &mut Chunk> {
+        self.active.iter_mut()
+    }
+
+    /// Forgets the far packets counted so far: a packet near the window was placed
+    /// elsewhere (by a receive stream group's fast path).
+    pub(super) fn reset_vote(&mut self) {
+        self.vote = None;
+    }
+
+    /// The stream source the window locked onto, if any (see [`Place::source`]).
+    pub(super) fn source(&self) -> Option<u64> {
+        self.source
+    }
+
     /// The oldest and newest chunk ids the window holds or expects next; `None` before the
     /// first packet.
-    fn bounds(&self) -> Option<(u64, u64)> {
+    pub(super) fn bounds(&self) -> Option<(u64, u64)> {
         match (self.active.front(), self.active.back()) {
             (Some(f), Some(b)) => Some((f.chunk_id, b.chunk_id)),
             _ => self.next_id.map(|n| (n, n)),

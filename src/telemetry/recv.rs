@@ -123,7 +123,7 @@ impl RecvMetrics {
         self.last = s.clone();
     }
 
-    /// As a receive-thread monitor ([`crate::engines::common::recv::spawn_receiver_monitored`]).
+    /// As a receive-thread monitor ([`crate::engines::common::recv::spawn_receivers`]).
     pub fn into_monitor(mut self) -> crate::chunk::RecvMonitor {
         Box::new(move |s, q| self.publish(s, q))
     }

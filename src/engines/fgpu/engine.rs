@@ -11,9 +11,7 @@ use super::pipeline::{OutputStats, Pipeline};
 use super::store::SampleStore;
 use crate::chunk::placement::DigitiserPlacement;
 use crate::chunk::{Chunk, RecvMonitor};
-use crate::engines::common::recv::{
-    rejected_counts, spawn_receiver_monitored, window_policy, DEFAULT_REORDER_TOL,
-};
+use crate::engines::common::recv::{rejected_counts, spawn_receivers, RecvSetup};
 use crate::net::recv::PacketSource;
 
 /// What a run did.
@@ -49,31 +47,35 @@ pub fn run_pipelines(
     hook: &mut dyn FnMut(&SampleStore, &[Pipeline]),
 ) -> anyhow::Result<FgpuSummary> {
     run_pipelines_monitored(
-        src,
+        RecvSetup::single(src),
         placement,
         pipelines,
         bits,
         hook,
         Box::new(|_, _| {}),
-        DEFAULT_REORDER_TOL,
     )
 }
 
 /// [`run_pipelines`] with a receive-thread monitor (live receive metrics) and a receive
-/// window tolerance of `reorder_tol` ADC ticks (`--recv-reorder-tol`).
+/// setup of `recv` (receive threads, window).
 pub fn run_pipelines_monitored(
-    src: Box<dyn PacketSource>,
+    recv: RecvSetup,
     placement: DigitiserPlacement,
     mut pipelines: Vec<Pipeline>,
     bits: u32,
     hook: &mut dyn FnMut(&SampleStore, &[Pipeline]),
     monitor: RecvMonitor,
-    reorder_tol: u64,
 ) -> anyhow::Result<FgpuSummary> {
     let (tx, rx) = crossbeam_channel::bounded::<Chunk>(4);
     let (back_tx, back_rx) = crossbeam_channel::bounded::<Chunk>(8);
-    let policy = window_policy(placement.chunk_samples, reorder_tol);
-    let receiver = spawn_receiver_monitored(src, placement.clone(), policy, tx, back_rx, monitor);
+    let receiver = spawn_receivers(
+        recv,
+        placement.clone(),
+        placement.chunk_samples,
+        tx,
+        back_rx,
+        monitor,
+    );
     let forms = StoreForms::of(&pipelines);
     let mut store =
         SampleStore::with_forms(placement.heap_samples, bits, forms.decode, forms.packed);

@@ -14,7 +14,6 @@ use super::metrics::FgpuMetrics;
 use super::pipeline::{descriptors, Pipeline};
 use super::spec::WidebandSpec;
 use crate::control::Server;
-use crate::engines::common::recv::open_source_with;
 use crate::net::send::heap::HeapSender;
 use crate::net::SharedSink;
 
@@ -34,17 +33,16 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
     let _katcp = serve_katcp(cfg, device.clone())?;
     let mut metrics = FgpuMetrics::new(device, pipelines.len());
     serve_metrics(cfg, &metrics)?;
-    let src = open_source_with(&cfg.src, &io.recv_options())?;
+    let recv = io.recv_setup(&cfg.src)?;
     let _transmit = crate::net::send::peerdirect::plan(io.use_peerdirect);
     let monitor = metrics.take_recv_monitor();
     run_pipelines_monitored(
-        src,
+        recv,
         cfg.placement.clone(),
         pipelines,
         cfg.dig_sample_bits,
         &mut |store, pipes| metrics.update(store, pipes),
         monitor,
-        io.recv_reorder_tol,
     )
 }
 

@@ -12,8 +12,7 @@ use super::beams::{BPipeline, BStats};
 use super::corrprod::{XPipeline, XStats};
 use crate::chunk::placement::FengPlacement;
 use crate::chunk::{Chunk, Placement, RecvMonitor};
-use crate::engines::common::recv::{rejected_counts, spawn_receiver_monitored, window_policy};
-use crate::net::recv::PacketSource;
+use crate::engines::common::recv::{rejected_counts, spawn_receivers, RecvSetup};
 
 /// What a run did.
 #[derive(Debug, Clone, Serialize)]
@@ -40,22 +39,19 @@ pub struct XbgpuSummary {
 }
 
 /// Drives the engine until the input ends or a stop is requested; `monitor` receives the
-/// receive thread's counters as they move; `reorder_tol` is the receive window tolerance in
-/// ADC ticks (`--recv-reorder-tol`).
+/// receive threads' counters as they move; `recv` sets up the receive threads and window.
 pub fn run_pipelines(
-    src: Box<dyn PacketSource>,
+    recv: RecvSetup,
     placement: FengPlacement,
     mut xs: Vec<XPipeline>,
     mut beams: Option<BPipeline>,
     hook: &mut dyn FnMut(&[XPipeline], Option<&BPipeline>),
     monitor: RecvMonitor,
-    reorder_tol: u64,
 ) -> anyhow::Result<XbgpuSummary> {
     let (tx, rx) = crossbeam_channel::bounded::<Chunk>(4);
     let (back_tx, back_rx) = crossbeam_channel::bounded::<Chunk>(8);
     let chunk_ticks = placement.batch_step() * placement.batches_per_chunk as u64;
-    let policy = window_policy(chunk_ticks, reorder_tol);
-    let receiver = spawn_receiver_monitored(src, placement.clone(), policy, tx, back_rx, monitor);
+    let receiver = spawn_receivers(recv, placement.clone(), chunk_ticks, tx, back_rx, monitor);
     let mut batches = ChunkBatches::new(&placement);
     let mut feed = Feed::default();
     for chunk in rx.iter() {

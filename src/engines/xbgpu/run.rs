@@ -17,7 +17,6 @@ use super::metrics::XbgpuMetrics;
 use super::spec::CorrprodSpec;
 use crate::compute::xengine::{Beam, BeamSet};
 use crate::control::{SensorSet, SensorType};
-use crate::engines::common::recv::open_source_with;
 use crate::net::send::heap::HeapSender;
 use crate::net::SharedSink;
 
@@ -45,7 +44,7 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
         )?),
         None => None,
     };
-    let src = open_source_with(&cfg.src, &io.recv_options())?;
+    let recv = io.recv_setup(&cfg.src)?;
     let _transmit = crate::net::send::peerdirect::plan(io.use_peerdirect);
     let mut metrics = XbgpuMetrics::new();
     if let Some(p) = io.prometheus_port {
@@ -54,13 +53,12 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
     }
     let monitor = metrics.take_recv_monitor();
     run_pipelines(
-        src,
+        recv,
         cfg.placement.clone(),
         xs,
         beams,
         &mut |xs, bp| metrics.update(xs, bp),
         monitor,
-        io.recv_reorder_tol,
     )
 }
 

@@ -1,12 +1,15 @@
-"""A live F-engine (UDP loopback, CPU backend) against far timestamps (#27 item 1): packets far
-in the future inside the feed are dropped as bad timestamps and the output goes on; a lone far
-packet before the feed does not keep the feed out; SIGTERM stops the engine within 2 s whatever
-arrived."""
+"""A live F-engine (UDP loopback, CPU backend): against far timestamps (#27 item 1), packets far
+in the future inside the feed are dropped as bad timestamps and the output goes on, a lone far
+packet before the feed does not keep the feed out, and SIGTERM stops the engine within 2 s
+whatever arrived; with two pinned receive threads (a stream group, #21) the feed arrives whole."""
 
 import json
+import os
 import signal
 import subprocess
 import time
+
+import pytest
 
 from conftest import free_udp_port, spead_packet
 
@@ -19,7 +22,7 @@ def dig(ts, pol):
     return spead_packet({0x1600: ts, 0x3101: pol, 0x3102: 0}, bytes(5120), heap_cnt=2 * (ts // 4096) + pol + 2)
 
 
-def run_engine(gpucbf, tmp_path, packets):
+def run_engine(gpucbf, tmp_path, packets, extra=()):
     """Starts fgpu, sends `packets` (ts, pol) paced to the loopback socket buffer (a ts of None:
     a pause), stops it with SIGTERM;
     returns (seconds from SIGTERM to exit, summary)."""
@@ -30,7 +33,7 @@ def run_engine(gpucbf, tmp_path, packets):
         [gpucbf, "fgpu", "--adc-sample-rate", str(ADC), "--sync-time", str(int(time.time()) - 1),
          "--array-size", "1", "--wideband", f"name=wb,channels={C},dst=127.0.0.1:7150,jones_per_batch={JONES}",
          "--recv-chunk-samples", str(1 << 19), "--dither-seed", "1",
-         "--send-pcap", str(tmp_path / "f.pcap"), "--backend", "cpu", f"127.0.0.1:{p0},127.0.0.1:{p1}"],
+         "--send-pcap", str(tmp_path / "f.pcap"), "--backend", "cpu", *extra, f"127.0.0.1:{p0},127.0.0.1:{p1}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(1.0)  # the sockets are bound
@@ -81,3 +84,17 @@ def test_a_lone_far_packet_before_a_live_feed(gpucbf, tmp_path):
     wb = summary["outputs"][0]
     assert wb["batches"] > 0 and wb["last_timestamp"] >= 12 * 128 * 4096, wb
     assert "the stream moved" in err
+
+
+def test_two_pinned_receive_threads_take_the_whole_feed(gpucbf, tmp_path):
+    cores = sorted(os.sched_getaffinity(0))
+    pair = f"{cores[0]},{cores[-1]}" if len(cores) > 1 else f"{cores[0]}"
+    if len(cores) < 2:
+        pytest.skip("one core: no group of two threads")
+    dt, summary, err = run_engine(gpucbf, tmp_path, feed(0, 2048), ["--recv-affinity", pair])
+    assert dt < 2.0, f"SIGTERM took {dt:.2f} s"
+    assert summary["input_heaps"] == [2048, 2048], summary
+    assert summary["input_missing_heaps"] == [0, 0], summary
+    assert summary["recv_rejected"] == {}, summary
+    wb = summary["outputs"][0]
+    assert wb["batches"] == 15 and wb["skipped_heaps"] == 0, wb
