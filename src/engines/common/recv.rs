@@ -107,7 +107,9 @@ pub fn open_source_with(
             .map_err(|e| not_endpoints("--recv-ibv", e.to_string()))?;
         return open_ibv(eps, interface);
     }
-    if Path::new(src).is_file() {
+    // An existing path is a capture (a directory or device then fails by name in the pcap
+    // reader, rather than as "not endpoints").
+    if Path::new(src).exists() {
         return Ok(Box::new(PcapFileSource::open(Path::new(src), Vec::new())?));
     }
     let eps = crate::net::parse_endpoints(src).map_err(|e| OpenError::NeitherFileNorEndpoints {

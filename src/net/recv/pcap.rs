@@ -5,12 +5,12 @@
 use std::fs::File;
 use std::io::{self, BufReader};
 use std::net::SocketAddrV4;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 use pcap_file::pcap::PcapReader;
-use pcap_file::DataLink;
+use pcap_file::{DataLink, PcapError};
 
 use super::{PacketSource, Poll};
 use crate::net::frame::fast_udp_ipv4;
@@ -88,12 +88,52 @@ pub struct PcapSourceStats {
     pub malformed: u64,
     /// Frames captured shorter than on the wire (snaplen).
     pub truncated: u64,
+    /// Byte offset of a last record cut short by the end of the file (a capture that was
+    /// still being written, or a copy that stopped early): the records before it were read,
+    /// it and anything after were not.
+    pub cut_at: Option<u64>,
+}
+
+/// Opens `path` for reading as a pcap file: an error names the file and says what failed
+/// (a directory or other non-file is refused here rather than failing on its first read).
+fn open_capture(path: &Path) -> io::Result<(File, u64)> {
+    let named =
+        |e: io::Error| io::Error::new(e.kind(), format!("opening pcap {}: {e}", path.display()));
+    let file = File::open(path).map_err(named)?;
+    let meta = file.metadata().map_err(named)?;
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("opening pcap {}: not a regular file", path.display()),
+        ));
+    }
+    Ok((file, meta.len()))
+}
+
+/// Says once, with the file and offset, that the capture ends in a cut record: `have`
+/// bytes of a record that needs `need` (16 for a record header).
+fn warn_cut(path: &Path, at: u64, have: u64, need: u64, frames: u64) {
+    tracing::warn!(
+        file = %path.display(),
+        offset = at,
+        have,
+        need,
+        frames_read = frames,
+        "pcap ends in a cut record: the {frames} records before byte {at} were read, the last \
+         ({have} of {need} bytes) was not"
+    );
 }
 
 /// Reads the UDP datagrams of a pcap file (Ethernet or raw-IP link types).
 pub struct PcapSource {
     reader: PcapReader<BufReader<File>>,
     datalink: DataLink,
+    path: PathBuf,
+    /// File length and the offset of the next record (for a cut or corrupt record's report).
+    len: u64,
+    pos: u64,
+    /// The end was reached (or a cut last record found).
+    done: bool,
     /// Frame counters so far.
     pub stats: PcapSourceStats,
 }
@@ -101,11 +141,18 @@ pub struct PcapSource {
 impl PcapSource {
     /// Opens `path`: a pcap file of Ethernet, raw-IP or IPv4 link type, or a clear error.
     pub fn open(path: &Path) -> io::Result<Self> {
-        let file = File::open(path)?;
+        let (file, len) = open_capture(path)?;
         let reader = PcapReader::new(BufReader::with_capacity(1 << 20, file)).map_err(|e| {
+            let why = match e {
+                PcapError::IoError(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    "shorter than a pcap header".to_string()
+                }
+                PcapError::IoError(e) => format!("reading its header: {e}"),
+                other => format!("not a classic pcap file (pcapng is not supported): {other}"),
+            };
             io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("{}: {e}", path.display()),
+                format!("{}: {why}", path.display()),
             )
         })?;
         let datalink = reader.header().datalink;
@@ -121,8 +168,70 @@ impl PcapSource {
         Ok(PcapSource {
             reader,
             datalink,
+            path: path.to_path_buf(),
+            len,
+            pos: 24,
+            done: false,
             stats: PcapSourceStats::default(),
         })
+    }
+
+    /// What stopped the reader at record offset `self.pos`: the end of the file inside the
+    /// record (a cut last record: counted, warned about, the end) or a corrupt record (an
+    /// error naming the file and offset).
+    fn record_error<R>(&mut self, e: PcapError) -> io::Result<Option<R>> {
+        let at = self.pos;
+        let have = self.len.saturating_sub(at);
+        // Bytes the record needs: its header, then the captured length its header gives.
+        let need = if have < 16 {
+            16
+        } else {
+            use std::os::unix::fs::FileExt;
+            let mut h = [0u8; 16];
+            File::open(&self.path)
+                .and_then(|f| f.read_exact_at(&mut h, at))
+                .map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("reading pcap {} at byte {at}: {e}", self.path.display()),
+                    )
+                })?;
+            let b = [h[8], h[9], h[10], h[11]];
+            let incl = match self.reader.header().endianness {
+                pcap_file::Endianness::Big => u32::from_be_bytes(b),
+                pcap_file::Endianness::Little => u32::from_le_bytes(b),
+            };
+            16 + incl as u64
+        };
+        let corrupt = |why: String| {
+            Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: corrupt pcap record at byte {at}: {why}",
+                    self.path.display()
+                ),
+            ))
+        };
+        match e {
+            PcapError::IoError(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                if need > have {
+                    self.done = true;
+                    self.stats.cut_at = Some(at);
+                    warn_cut(&self.path, at, have, need, self.stats.frames);
+                    Ok(None)
+                } else {
+                    corrupt(format!(
+                        "captured length {} is larger than a frame",
+                        need - 16
+                    ))
+                }
+            }
+            PcapError::IoError(e) => Err(io::Error::new(
+                e.kind(),
+                format!("reading pcap {} at byte {at}: {e}", self.path.display()),
+            )),
+            other => corrupt(other.to_string()),
+        }
     }
 
     /// The next UDP datagram, `None` at end of file. Unusable frames are counted and skipped;
@@ -150,13 +259,18 @@ impl PcapSource {
         f: impl FnOnce(Duration, SocketAddrV4, SocketAddrV4, &[u8]) -> R,
     ) -> io::Result<Option<R>> {
         loop {
+            if self.done {
+                return Ok(None);
+            }
             let pkt = match self.reader.next_packet() {
-                None => return Ok(None),
-                Some(Ok(p)) => p,
-                Some(Err(e)) => {
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+                None => {
+                    self.done = true;
+                    return Ok(None);
                 }
+                Some(Ok(p)) => p,
+                Some(Err(e)) => return self.record_error(e),
             };
+            self.pos += 16 + pkt.data.len() as u64;
             self.stats.frames += 1;
             if (pkt.data.len() as u32) < pkt.orig_len {
                 self.stats.truncated += 1;
@@ -205,6 +319,7 @@ impl PcapSource {
 /// (no read() copy through the kernel, no per-packet buffer). Classic pcap only, either
 /// byte order, micro- or nanosecond timestamps; Ethernet, raw-IP and IPv4 link types.
 pub struct MappedPcap {
+    path: PathBuf,
     map: *const u8,
     len: usize,
     pos: usize,
@@ -227,8 +342,8 @@ impl MappedPcap {
                 format!("{}: {m}", path.display()),
             )
         };
-        let file = File::open(path)?;
-        let len = file.metadata()?.len() as usize;
+        let (file, len) = open_capture(path)?;
+        let len = usize::try_from(len).map_err(|_| bad("too large to map"))?;
         if len < 24 {
             return Err(bad("shorter than a pcap header"));
         }
@@ -244,9 +359,17 @@ impl MappedPcap {
             )
         };
         if map == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!(
+                    "mapping pcap {} ({len} bytes) into memory: {e}",
+                    path.display()
+                ),
+            ));
         }
         let mut r = MappedPcap {
+            path: path.to_path_buf(),
             map: map as *const u8,
             len,
             pos: 24,
@@ -287,9 +410,25 @@ impl MappedPcap {
         }
     }
 
+    /// The end of the file inside the record at `self.pos`: the records before it were
+    /// read; this one is counted in `stats.cut_at`, warned about once, and is the end.
+    #[cold]
+    fn cut(&mut self, need: usize) {
+        let have = self.len - self.pos;
+        self.stats.cut_at = Some(self.pos as u64);
+        warn_cut(
+            &self.path,
+            self.pos as u64,
+            have as u64,
+            need as u64,
+            self.stats.frames,
+        );
+        self.pos = self.len;
+    }
+
     /// Lends the next UDP datagram's destination and payload to `f`; `None` at the end.
-    /// Unusable frames are counted and skipped; a record running past the end of the file
-    /// is an error.
+    /// Unusable frames are counted and skipped; a last record cut short by the end of the
+    /// file ends the capture (counted in `stats.cut_at`, with a warning).
     #[inline]
     pub fn next_payload<R>(
         &mut self,
@@ -300,19 +439,15 @@ impl MappedPcap {
                 return Ok(None);
             }
             if self.len - self.pos < 16 {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "truncated pcap record header",
-                ));
+                self.cut(16);
+                return Ok(None);
             }
             let incl = self.u32_at(self.pos + 8) as usize;
             let orig = self.u32_at(self.pos + 12) as usize;
             let start = self.pos + 16;
             if incl > self.len - start {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "truncated pcap record",
-                ));
+                self.cut(16 + incl);
+                return Ok(None);
             }
             self.pos = start + incl;
             self.stats.frames += 1;
@@ -367,5 +502,122 @@ impl Drop for MappedPcap {
     fn drop(&mut self) {
         // SAFETY: unmaps the mapping made in `open`, once.
         unsafe { libc::munmap(self.map as *mut libc::c_void, self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("gpucbf-pcap-recv-{}-{name}", std::process::id()))
+    }
+
+    /// A little-endian microsecond capture of `n` Ethernet/IPv4/UDP frames with 100-byte
+    /// payloads (payload k filled with k); the offset of each record.
+    fn capture(path: &Path, n: u8) -> Vec<u64> {
+        let mut out = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0];
+        out.extend_from_slice(&[0; 8]);
+        out.extend_from_slice(&65535u32.to_le_bytes());
+        out.extend_from_slice(&1u32.to_le_bytes());
+        let mut offsets = Vec::new();
+        for k in 0..n {
+            let mut frame = Vec::new();
+            etherparse::PacketBuilder::ethernet2([2; 6], [3; 6])
+                .ipv4(
+                    Ipv4Addr::LOCALHOST.octets(),
+                    Ipv4Addr::LOCALHOST.octets(),
+                    1,
+                )
+                .udp(7148, 7149)
+                .write(&mut frame, &[k; 100])
+                .unwrap();
+            offsets.push(out.len() as u64);
+            out.extend_from_slice(&(k as u32).to_le_bytes());
+            out.extend_from_slice(&0u32.to_le_bytes());
+            out.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+            out.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+            out.extend_from_slice(&frame);
+        }
+        std::fs::write(path, out).unwrap();
+        offsets
+    }
+
+    fn read_mapped(path: &Path) -> (Vec<Vec<u8>>, PcapSourceStats) {
+        let mut src = PcapFileSource::open(path, Vec::new()).unwrap();
+        let mut got = Vec::new();
+        while src.recv_batch(&mut |p| got.push(p.to_vec())).unwrap() != Poll::End {}
+        (got, src.stats().clone())
+    }
+
+    fn read_streamed(path: &Path) -> (Vec<Vec<u8>>, PcapSourceStats) {
+        let mut src = PcapSource::open(path).unwrap();
+        let mut got = Vec::new();
+        while let Some(d) = src.next_datagram().unwrap() {
+            got.push(d.payload);
+        }
+        assert!(src.next_datagram().unwrap().is_none());
+        (got, src.stats.clone())
+    }
+
+    /// A capture whose last record is cut (inside its header or its data) gives every
+    /// record before it, records where it was cut and ends; it is not an error.
+    #[test]
+    fn a_cut_last_record_ends_the_capture_after_the_good_ones() {
+        let whole = tmp("whole.pcap");
+        let offsets = capture(&whole, 5);
+        let bytes = std::fs::read(&whole).unwrap();
+        let last = offsets[4];
+        assert_eq!(bytes.len() as u64, last + 16 + 142);
+        let cut = tmp("cut.pcap");
+        for keep in [last + 1, last + 15, last + 16, last + 16 + 100] {
+            std::fs::write(&cut, &bytes[..keep as usize]).unwrap();
+            for (got, stats) in [read_mapped(&cut), read_streamed(&cut)] {
+                assert_eq!(got.len(), 4, "cut at {keep}");
+                assert!(got.iter().enumerate().all(|(k, p)| p == &[k as u8; 100]));
+                assert_eq!(stats.cut_at, Some(last), "cut at {keep}");
+                assert_eq!((stats.frames, stats.datagrams), (4, 4));
+            }
+        }
+        for (got, stats) in [read_mapped(&whole), read_streamed(&whole)] {
+            assert_eq!((got.len(), stats.cut_at), (5, None));
+        }
+        std::fs::remove_file(&whole).ok();
+        std::fs::remove_file(&cut).ok();
+    }
+
+    /// Files that cannot be read as captures fail with the file named and what is wrong.
+    #[test]
+    fn unreadable_captures_are_named() {
+        let err = |p: &Path| {
+            let a = PcapFileSource::open(p, Vec::new())
+                .err()
+                .unwrap()
+                .to_string();
+            let b = PcapSource::open(p).err().unwrap().to_string();
+            (a, b)
+        };
+        let missing = tmp("missing.pcap");
+        for e in <[String; 2]>::from(err(&missing)) {
+            assert!(e.contains(&*missing.to_string_lossy()), "{e}");
+            assert!(
+                e.contains("opening pcap") && e.contains("No such file"),
+                "{e}"
+            );
+        }
+        let dir = std::env::temp_dir();
+        for e in <[String; 2]>::from(err(&dir)) {
+            assert!(e.contains(&*dir.to_string_lossy()), "{e}");
+            assert!(e.contains("not a regular file"), "{e}");
+        }
+        let short = tmp("short.pcap");
+        std::fs::write(&short, [0xd4, 0xc3, 0xb2, 0xa1, 2, 0]).unwrap();
+        for e in <[String; 2]>::from(err(&short)) {
+            assert!(e.contains(&*short.to_string_lossy()), "{e}");
+            assert!(e.contains("shorter than a pcap header"), "{e}");
+        }
+        std::fs::remove_file(&short).ok();
     }
 }
