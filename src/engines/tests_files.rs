@@ -1,13 +1,19 @@
-//! The engines' files: captures cut short, inputs that are not files.
+//! The engines' files and sizes: an output that is the input, captures cut short, sizes
+//! past the host's memory, chunk memory that cannot be had.
 
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
 
-use super::common::recv::open_source;
+use super::common::recv::{open_source, spawn_receiver};
+use super::common::sizes::MAX_HEAP_BYTES;
+use crate::chunk::placement::DigitiserPlacement;
 use crate::engines::dsim::DsimArgs;
 use crate::engines::fgpu::FgpuArgs;
 use crate::engines::xbgpu::XbgpuArgs;
+use crate::mem::HostMemory;
+use crate::net::recv::{PacketSource, Poll};
+use crate::spead::{ids, HeapBuilder};
 
 #[derive(Parser)]
 struct F {
@@ -85,6 +91,50 @@ fn xbgpu(extra: &[&str], src: &Path) -> XbgpuArgs {
     X::try_parse_from(args(&base, extra, &src)).unwrap().a
 }
 
+/// `--send-pcap` naming the input, by any path (itself, `./`, a symlink, a hard link), is
+/// refused before the output is created, so the input is still whole; another file is
+/// fine. (The output used to be created first, truncating the input.)
+#[test]
+fn send_pcap_naming_the_input_is_refused() {
+    let input = tmp("input.pcap");
+    std::fs::write(&input, b"not really a capture, but must survive").unwrap();
+    let (sym, hard) = (tmp("sym.pcap"), tmp("hard.pcap"));
+    let _ = std::fs::remove_file(&sym);
+    let _ = std::fs::remove_file(&hard);
+    std::os::unix::fs::symlink(&input, &sym).unwrap();
+    std::fs::hard_link(&input, &hard).unwrap();
+    let dotted = input
+        .parent()
+        .unwrap()
+        .join(".")
+        .join(input.file_name().unwrap());
+    for out in [&input, &sym, &hard, &dotted] {
+        let out_s = out.to_string_lossy();
+        let extra = ["--send-pcap", &*out_s];
+        for e in [
+            fgpu(&extra, &input).validate().err(),
+            xbgpu(&extra, &input).validate().err(),
+        ] {
+            let e = e.expect("refused").to_string();
+            assert!(
+                e.contains("--send-pcap") && e.contains("is the input"),
+                "{e}"
+            );
+        }
+    }
+    assert_eq!(
+        std::fs::read(&input).unwrap(),
+        b"not really a capture, but must survive"
+    );
+    let other = tmp("other.pcap");
+    let other_s = other.to_string_lossy();
+    assert!(fgpu(&["--send-pcap", &other_s], &input).validate().is_ok());
+    assert!(xbgpu(&["--send-pcap", &other_s], &input).validate().is_ok());
+    for p in [&input, &sym, &hard] {
+        std::fs::remove_file(p).ok();
+    }
+}
+
 /// Drops the last `n` bytes of `path` (a record cut by a copy that stopped early).
 fn cut_tail(path: &Path, n: u64) {
     let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
@@ -150,6 +200,167 @@ fn a_directory_input_is_named() {
     .to_string();
     assert!(
         e.contains(&*dir.to_string_lossy()) && e.contains("not a regular file"),
+        "{e}"
+    );
+}
+
+const HOST_64G: Option<HostMemory> = Some(HostMemory {
+    bytes: 64 << 30,
+    source: "MemTotal",
+});
+
+/// Sizes whose buffers cannot exist are refused by name before anything is allocated
+/// (they aborted: "memory allocation of … bytes failed"). Checked against a 64 GiB host,
+/// and against this host with sizes past any host's memory.
+#[test]
+fn sizes_past_memory_are_refused_by_name() {
+    let src = Path::new("x.pcap");
+    // F-engine output heaps past what a heap can be.
+    let wb = "name=wb,channels=256,dst=127.0.0.1:7150,jones_per_batch=4294967296";
+    let a = fgpu(&["--wideband", wb], src);
+    let e = a.validate().unwrap_err().to_string();
+    assert!(
+        e.starts_with("wb jones_per_batch=4294967296 makes output heaps"),
+        "{e}"
+    );
+    // Many substreams keep the heaps small; the batch buffers still do not fit.
+    let dsts = "name=wb,channels=65536,dst=127.0.0.1+63:7150,jones_per_batch=4294967296";
+    let a = fgpu(&["--wideband", dsts], src);
+    let outputs = a.wideband.clone();
+    let e = a.check_sizes(&outputs, HOST_64G).unwrap_err().to_string();
+    assert!(
+        e.starts_with("wb jones_per_batch=4294967296 needs at least 144.0 GiB of memory"),
+        "{e}"
+    );
+    // Receive chunks of 2^40 samples per pol.
+    let a = fgpu(&["--recv-chunk-samples", "1099511627776"], src);
+    let e = a
+        .check_sizes(&a.wideband, HOST_64G)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("--recv-chunk-samples 1099511627776 needs at least 7.5 TiB")
+            && e.contains("3 receive chunks of 2.5 TiB")
+            && e.contains("this host's 64.0 GiB (MemTotal)"),
+        "{e}"
+    );
+    let e = fgpu(&["--recv-chunk-samples", &(1u64 << 56).to_string()], src)
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("--recv-chunk-samples 72057594037927936 needs"),
+        "{e}"
+    );
+    let e = fgpu(&["--recv-packet-samples", &(1u64 << 40).to_string()], src)
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("--recv-packet-samples 1099511627776 makes digitiser heaps"),
+        "{e}"
+    );
+    // The defaults fit a small host.
+    let small = Some(HostMemory {
+        bytes: 2 << 30,
+        source: "MemTotal",
+    });
+    let a = fgpu(&[], src);
+    assert!(a.check_sizes(&a.wideband, small).is_ok());
+
+    // xbgpu: a million batches per chunk.
+    let x = xbgpu(&["--heaps-per-fengine-per-chunk", "1000000"], src);
+    let shape = crate::compute::xengine::XShape::new(1, C, JONES / C).unwrap();
+    let e = x.check_sizes(&shape, HOST_64G).unwrap_err().to_string();
+    assert!(
+        e.starts_with("--heaps-per-fengine-per-chunk 1000000 needs at least 732.5 GiB"),
+        "{e}"
+    );
+    let e = xbgpu(&["--heaps-per-fengine-per-chunk", "10000000000000"], src)
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("--heaps-per-fengine-per-chunk 10000000000000 needs"),
+        "{e}"
+    );
+    assert!(xbgpu(&[], src).check_sizes(&shape, small).is_ok());
+    let e = xbgpu(&["--jones-per-batch", "4294967296"], src)
+        .check_sizes(&shape, None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("--jones-per-batch 4294967296 makes F-engine heaps"),
+        "{e}"
+    );
+
+    // dsim: a replay period of 2^40 samples.
+    let dsim = |extra: &[&str]| {
+        let mut v = vec!["dsim", "--adc-sample-rate", "1712e6"];
+        v.extend_from_slice(extra);
+        v.push("127.0.0.1:7148");
+        D::try_parse_from(v).unwrap().a
+    };
+    let e = dsim(&["--period", "1099511627776"])
+        .check_sizes(HOST_64G)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("--period 1099511627776 needs at least 1.3 TiB"),
+        "{e}"
+    );
+    assert!(dsim(&["--period", "1099511627776", "--heaps", "64"])
+        .check_sizes(HOST_64G)
+        .is_ok());
+    let e = dsim(&["--period", &(1u64 << 58).to_string()])
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("--period 288230376151711744 needs"), "{e}");
+    let e = dsim(&["--heap-samples", &(1u64 << 40).to_string()])
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("makes digitiser heaps"), "{e}");
+    assert!(dsim(&[]).check_sizes(small).is_ok());
+    assert_eq!(MAX_HEAP_BYTES, u32::MAX as u128);
+}
+
+/// One digitiser heap (pol 0, timestamp 0) as a single packet.
+struct OneHeap(Option<Vec<u8>>);
+
+impl PacketSource for OneHeap {
+    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8])) -> std::io::Result<Poll> {
+        Ok(match self.0.take() {
+            Some(p) => {
+                f(&p);
+                Poll::Packets(1)
+            }
+            None => Poll::End,
+        })
+    }
+}
+
+/// Chunk memory that cannot be mapped stops the receiver with an error that names the
+/// chunk (it aborted the process through `handle_alloc_error`).
+#[test]
+fn chunk_memory_that_cannot_be_had_is_an_error() {
+    let samples = vec![0u8; 5120];
+    let heap = HeapBuilder::new(1)
+        .immediate(ids::TIMESTAMP, 0)
+        .immediate(ids::DIGITISER_ID, 0)
+        .immediate(ids::DIGITISER_STATUS, 0)
+        .addressed(ids::ADC_SAMPLES, &samples);
+    let packet = heap.packets(8872, true).unwrap()[0].to_bytes();
+    // 2^48 heaps of 5120 bytes per pol: exabytes, which no mapping can give.
+    let placement = DigitiserPlacement::new(4096, 10, 1 << 60).unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(4);
+    let (_back_tx, back_rx) = crossbeam_channel::bounded(4);
+    let h = spawn_receiver(Box::new(OneHeap(Some(packet))), placement, tx, back_rx);
+    assert_eq!(rx.iter().count(), 0);
+    let e = h.join().unwrap().unwrap_err().to_string();
+    assert!(
+        e.contains("cannot allocate a chunk of 562949953421312 heaps × 5120 bytes"),
         "{e}"
     );
 }

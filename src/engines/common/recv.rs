@@ -175,6 +175,7 @@ pub fn spawn_receiver_monitored<P: Placement + 'static>(
         .spawn(move || {
             let mut asm = ChunkAssembler::new(placement, 2);
             let mut out = Vec::new();
+            let mut stopped = None;
             let queues = |asm: &ChunkAssembler<P>| ChunkQueues {
                 ready: tx.len(),
                 free: asm.free_chunks() + recycle.len(),
@@ -193,6 +194,15 @@ pub fn spawn_receiver_monitored<P: Placement + 'static>(
                     }
                 }
                 monitor(&asm.stats, queues(&asm));
+                if let Some(e) = asm.take_alloc_error() {
+                    // Out of chunk memory: what was received still goes out, then the
+                    // engine stops with the error (never an abort).
+                    stopped = Some(std::io::Error::new(
+                        e.kind(),
+                        format!("receive stopped: {e}"),
+                    ));
+                    break;
+                }
                 if poll == Poll::End || crate::control::shutdown::requested() {
                     break;
                 }
@@ -202,7 +212,10 @@ pub fn spawn_receiver_monitored<P: Placement + 'static>(
                 let _ = tx.send(c);
             }
             monitor(&asm.stats, queues(&asm));
-            Ok(asm.stats)
+            match stopped {
+                Some(e) => Err(e),
+                None => Ok(asm.stats),
+            }
         })
         .expect("spawn receive thread")
 }
