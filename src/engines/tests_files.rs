@@ -364,3 +364,50 @@ fn chunk_memory_that_cannot_be_had_is_an_error() {
         "{e}"
     );
 }
+
+/// A katcp or Prometheus port already taken is named with its option (the error said only
+/// "Address already in use").
+#[test]
+fn ports_in_use_are_named() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let input = tmp("ports-input.pcap");
+    // An empty Ethernet capture: the global header alone.
+    let mut header = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0];
+    header.extend_from_slice(&[0; 8]);
+    header.extend_from_slice(&[0xff, 0xff, 0, 0, 1, 0, 0, 0]);
+    std::fs::write(&input, header).unwrap();
+    let out = tmp("ports-out.pcap");
+    let out_s = out.to_string_lossy();
+    let want = |option: &str, e: String| {
+        assert!(
+            e.contains(&format!("{option} {port}: listening on TCP 0.0.0.0:{port}"))
+                && e.contains("Address already in use"),
+            "{e}"
+        );
+    };
+    let cfg = xbgpu(&["--katcp-port", &port, "--send-pcap", &out_s], &input)
+        .validate()
+        .unwrap();
+    want(
+        "--katcp-port",
+        crate::engines::xbgpu::run(&cfg).unwrap_err().to_string(),
+    );
+    let cfg = xbgpu(&["--prometheus-port", &port, "--send-pcap", &out_s], &input)
+        .validate()
+        .unwrap();
+    want(
+        "--prometheus-port",
+        crate::engines::xbgpu::run(&cfg).unwrap_err().to_string(),
+    );
+    let cfg = fgpu(&["--prometheus-port", &port, "--send-pcap", &out_s], &input)
+        .validate()
+        .unwrap();
+    want(
+        "--prometheus-port",
+        crate::engines::fgpu::run(&cfg).unwrap_err().to_string(),
+    );
+    drop(taken);
+    std::fs::remove_file(&input).ok();
+    std::fs::remove_file(&out).ok();
+}
