@@ -411,3 +411,43 @@ fn ports_in_use_are_named() {
     std::fs::remove_file(&input).ok();
     std::fs::remove_file(&out).ok();
 }
+
+/// A capture whose header gives the wrong link type (an Ethernet capture marked 101, raw
+/// IP) makes fgpu fail naming the file and the link type (it exited 0 with no output).
+#[test]
+fn a_capture_of_the_wrong_link_type_is_an_error() {
+    let (dig, out) = (tmp("link101-dsim.pcap"), tmp("link101-out.pcap"));
+    let d = D::try_parse_from([
+        "dsim",
+        "--adc-sample-rate",
+        "1712e6",
+        "--heaps",
+        "16",
+        "--pcap",
+        &dig.to_string_lossy(),
+        "127.0.0.1:7148",
+        "127.0.0.1:7149",
+    ])
+    .unwrap()
+    .a;
+    crate::engines::dsim::run(&d.validate().unwrap()).unwrap();
+    let mut bytes = std::fs::read(&dig).unwrap();
+    let big_endian = bytes[..4] == [0xa1, 0xb2, 0xc3, 0xd4];
+    let link = if big_endian {
+        101u32.to_be_bytes()
+    } else {
+        101u32.to_le_bytes()
+    };
+    bytes[20..24].copy_from_slice(&link);
+    std::fs::write(&dig, bytes).unwrap();
+    let out_s = out.to_string_lossy();
+    let cfg = fgpu(&["--send-pcap", &out_s], &dig).validate().unwrap();
+    let e = format!("{:#}", crate::engines::fgpu::run(&cfg).unwrap_err());
+    assert!(
+        e.contains(&*dig.to_string_lossy()) && e.contains("link type 101"),
+        "{e}"
+    );
+    for p in [&dig, &out] {
+        std::fs::remove_file(p).ok();
+    }
+}

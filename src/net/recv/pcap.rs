@@ -22,6 +22,8 @@ pub struct PcapFileSource {
     endpoints: Vec<SocketAddrV4>,
     /// Datagrams skipped because of their destination.
     pub filtered: u64,
+    /// The end was reached and the unusable frames reported.
+    ended: bool,
 }
 
 impl PcapFileSource {
@@ -31,7 +33,56 @@ impl PcapFileSource {
             src: MappedPcap::open(path)?,
             endpoints,
             filtered: 0,
+            ended: false,
         })
+    }
+
+    /// At the end of the capture, once: frames that gave no datagram are reported. None
+    /// usable at all is an error (a capture of the wrong link type, or of no UDP, would
+    /// otherwise end the engine with no output and no word why); some is a warning with
+    /// the counts.
+    fn check_end(&mut self) -> io::Result<()> {
+        if std::mem::replace(&mut self.ended, true) {
+            return Ok(());
+        }
+        let m = &self.src;
+        let st = &m.stats;
+        let unusable = st.not_udp + st.malformed + st.truncated;
+        if unusable == 0 {
+            return Ok(());
+        }
+        let counts = format!(
+            "{} not IPv4/UDP, {} unparseable as {}, {} cut by the snap length",
+            st.not_udp,
+            st.malformed,
+            link_name(m.link),
+            st.truncated
+        );
+        if st.datagrams == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: none of its {} frames is a whole IPv4/UDP datagram ({counts}); \
+                     the header says link type {} ({}): is that what was captured?",
+                    m.path.display(),
+                    st.frames,
+                    m.link,
+                    link_name(m.link)
+                ),
+            ));
+        }
+        tracing::warn!(
+            file = %m.path.display(),
+            link_type = m.link,
+            frames = st.frames,
+            datagrams = st.datagrams,
+            not_udp = st.not_udp,
+            malformed = st.malformed,
+            truncated = st.truncated,
+            "pcap: {unusable} of {} frames were skipped ({counts})",
+            st.frames
+        );
+        Ok(())
     }
 
     /// The capture's frame counters.
@@ -53,7 +104,10 @@ impl PacketSource for PcapFileSource {
                 keep
             })?;
             match got {
-                None => return Ok(if n == 0 { Poll::End } else { Poll::Packets(n) }),
+                None => {
+                    self.check_end()?;
+                    return Ok(if n == 0 { Poll::End } else { Poll::Packets(n) });
+                }
                 Some(true) => n += 1,
                 Some(false) => self.filtered += 1,
             }
@@ -108,6 +162,16 @@ fn open_capture(path: &Path) -> io::Result<(File, u64)> {
         ));
     }
     Ok((file, meta.len()))
+}
+
+/// The name of a supported link type, for messages.
+fn link_name(link: u32) -> &'static str {
+    match link {
+        1 => "Ethernet",
+        101 => "raw IP",
+        228 => "IPv4",
+        _ => "unknown",
+    }
 }
 
 /// Says once, with the file and offset, that the capture ends in a cut record: `have`
@@ -324,6 +388,8 @@ pub struct MappedPcap {
     len: usize,
     pos: usize,
     swap: bool,
+    /// The header's link type (1 Ethernet, 101 raw IP, 228 IPv4).
+    link: u32,
     ethernet: bool,
     /// Frame counters so far.
     pub stats: PcapSourceStats,
@@ -374,6 +440,7 @@ impl MappedPcap {
             len,
             pos: 24,
             swap: false,
+            link: 1,
             ethernet: true,
             stats: PcapSourceStats::default(),
         };
@@ -387,6 +454,7 @@ impl MappedPcap {
             _ => return Err(bad("not a classic pcap file (pcapng is not supported)")),
         };
         let link = r.u32_at(20);
+        r.link = link;
         r.ethernet = match link {
             1 => true,
             101 | 228 => false,
@@ -586,6 +654,54 @@ mod tests {
         }
         std::fs::remove_file(&whole).ok();
         std::fs::remove_file(&cut).ok();
+    }
+
+    /// Reads `path` through the engines' source to the end: the payloads, or the error.
+    fn read_to_end(path: &Path) -> io::Result<Vec<Vec<u8>>> {
+        let mut src = PcapFileSource::open(path, Vec::new())?;
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            if src.recv_batch(&mut |p| got.push(p.to_vec()))? == Poll::End {
+                // Reported once: a further call is a plain end.
+                assert_eq!(src.recv_batch(&mut |_| {}).unwrap(), Poll::End);
+                return Ok(got);
+            }
+        }
+        panic!("no end");
+    }
+
+    /// An Ethernet capture whose header says link type 101 (raw IP) gives no datagram:
+    /// that is an error naming the file, the link type and the counts (the engines ended
+    /// with exit 0, no output and no word). Some unusable frames among good ones are
+    /// skipped (and warned about), not an error.
+    #[test]
+    fn a_capture_with_no_usable_frame_is_an_error() {
+        let path = tmp("link101.pcap");
+        capture(&path, 3);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[20..24].copy_from_slice(&101u32.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let e = read_to_end(&path).unwrap_err().to_string();
+        assert!(
+            e.contains(&*path.to_string_lossy())
+                && e.contains("none of its 3 frames")
+                && e.contains("link type 101 (raw IP)")
+                && e.contains("3 unparseable as raw IP"),
+            "{e}"
+        );
+        // Ethernet again, plus a record that is not a UDP datagram: the 3 good ones.
+        bytes[20..24].copy_from_slice(&1u32.to_le_bytes());
+        for v in [0u32, 0, 20, 20] {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        bytes.extend_from_slice(&[0xee; 20]);
+        std::fs::write(&path, &bytes).unwrap();
+        let got = read_to_end(&path).unwrap();
+        assert_eq!(got.len(), 3);
+        // An empty capture is not an error: there is nothing to say.
+        std::fs::write(&path, &bytes[..24]).unwrap();
+        assert!(read_to_end(&path).unwrap().is_empty());
+        std::fs::remove_file(&path).ok();
     }
 
     /// Files that cannot be read as captures fail with the file named and what is wrong.
