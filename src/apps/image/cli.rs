@@ -268,7 +268,7 @@ pub fn run(args: &ImageArgs) -> anyhow::Result<serde_json::Value> {
     };
     let img = dirty_image(&obs, &vis, &params, args.pol_product)?;
     if let Some(p) = &args.out_fits {
-        write_fits(p, &img).with_context(|| format!("writing {}", p.display()))?;
+        write_fits(p, &img)?;
     }
     if let Some(p) = &args.out_png {
         let title = format!(
@@ -277,7 +277,7 @@ pub fn run(args: &ImageArgs) -> anyhow::Result<serde_json::Value> {
             vis.n_ants,
             vis.channels
         );
-        write_image_png(p, &img, &title).with_context(|| format!("writing {}", p.display()))?;
+        write_image_png(p, &img, &title)?;
     }
     let (peak, col, row) = img.peak();
     let (l, m) = img.lm_of(col, row);

@@ -268,3 +268,46 @@ fn lookups_out_of_range_are_none() {
     assert_eq!(img.at(2, 0), None);
     assert_eq!(img.at(0, 2), None);
 }
+
+/// Image files that cannot be written name the file and the step: a full disk
+/// (`/dev/full`) and a missing directory (the bare "No space left on device" reached
+/// `gpucbf array`'s output).
+#[test]
+fn image_write_errors_name_the_file() {
+    let img = DirtyImage {
+        size: 64,
+        cell_rad: 1e-3,
+        pixels: vec![0.5; 64 * 64],
+        ra: 0.0,
+        dec: 0.0,
+        freq_hz: 1e9,
+        sum_weights: 1.0,
+        time_unix: 0.0,
+        pol_product: 0,
+    };
+    let full = std::path::Path::new("/dev/full");
+    let e = write_fits(full, &img).unwrap_err().to_string();
+    assert!(
+        e.starts_with("writing FITS /dev/full: No space left on device"),
+        "{e}"
+    );
+    let e = write_image_png(full, &img, "x").unwrap_err().to_string();
+    assert!(
+        e.starts_with("writing PNG /dev/full: No space left on device"),
+        "{e}"
+    );
+    let missing = tmp("no-such-dir").join("x.fits");
+    let e = write_fits(&missing, &img).unwrap_err().to_string();
+    assert!(
+        e.starts_with(&format!("creating FITS {}", missing.display())),
+        "{e}"
+    );
+    let missing = missing.with_extension("png");
+    let e = write_image_png(&missing, &img, "x")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with(&format!("creating PNG {}", missing.display())),
+        "{e}"
+    );
+}
