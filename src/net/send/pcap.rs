@@ -65,6 +65,9 @@ pub struct PcapSink {
     pub packets: u64,
     /// UDP payload bytes written.
     pub bytes: u64,
+    /// A write or flush failed and the error went to the caller: dropping does not
+    /// report it again.
+    failed: bool,
 }
 
 impl PcapSink {
@@ -97,6 +100,7 @@ impl PcapSink {
             tick: Duration::from_micros(1),
             packets: 0,
             bytes: 0,
+            failed: false,
         })
     }
 }
@@ -118,7 +122,10 @@ impl PacketSink for PcapSink {
         let len = self.frame.len() as u32;
         self.writer
             .write_packet(&PcapPacket::new(self.time, len, &self.frame))
-            .map_err(|e| named(&self.path, "writing", e))?;
+            .map_err(|e| {
+                self.failed = true;
+                named(&self.path, "writing", e)
+            })?;
         self.time += self.tick;
         self.packets += 1;
         self.bytes += self.scratch.len() as u64;
@@ -126,9 +133,10 @@ impl PacketSink for PcapSink {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.file
-            .flush()
-            .map_err(|e| io_named(&self.path, "writing", e))
+        self.file.flush().map_err(|e| {
+            self.failed = true;
+            io_named(&self.path, "writing", e)
+        })
     }
 
     fn is_offline(&self) -> bool {
@@ -138,7 +146,11 @@ impl PacketSink for PcapSink {
 
 impl Drop for PcapSink {
     fn drop(&mut self) {
-        // Callers flush and see the error; one that did not still hears of lost packets.
+        // Callers flush and see the error; one that did not still hears of lost packets
+        // (once: an error already returned is not logged again).
+        if self.failed {
+            return;
+        }
         if let Err(e) = PacketSink::flush(self) {
             tracing::error!(error = %e, "pcap output incomplete");
         }
@@ -150,6 +162,31 @@ mod tests {
     use std::net::Ipv4Addr;
 
     use super::*;
+
+    /// What dropping `sink` logs.
+    fn logged_on_drop(sink: PcapSink) -> String {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let w = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || w.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || drop(sink));
+        let out = buf.0.lock().unwrap().clone();
+        String::from_utf8(out).unwrap()
+    }
 
     /// A write that fails (a full disk) names the file and the operation, not pcap-file's
     /// "Error reading bytes"; so does a file that cannot be created.
@@ -168,6 +205,14 @@ mod tests {
         assert!(e.contains("writing pcap /dev/full"), "{e}");
         assert!(e.contains("No space left on device"), "{e}");
         assert!(!e.contains("Error reading bytes"), "{e}");
+        // The error went to the caller: dropping the sink does not log it again.
+        assert_eq!(logged_on_drop(sink), "");
+        // Unflushed packets that a caller never flushed are logged when dropped.
+        let mut sink = PcapSink::create(full, src, 1).unwrap();
+        sink.send(dst, &[&[0u8; 100]]).unwrap();
+        let log = logged_on_drop(sink);
+        assert!(log.contains("pcap output incomplete"), "{log}");
+        assert!(log.contains("writing pcap /dev/full"), "{log}");
         let nowhere =
             std::env::temp_dir().join(format!("gpucbf-none-{}/x.pcap", std::process::id()));
         let e = PcapSink::create(&nowhere, src, 1)
