@@ -391,6 +391,12 @@ impl<P: Placement + Clone> ChunkGroup<P> {
         s.clone()
     }
 
+    /// The chunk allocation failure that stopped placing packets, if one happened.
+    pub fn take_alloc_error(&self) -> Option<std::io::Error> {
+        let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        w.asm.take_alloc_error()
+    }
+
     /// Chunk buffers held for reuse.
     pub fn free_chunks(&self) -> usize {
         let w = self.window.lock().unwrap_or_else(|e| e.into_inner());

@@ -156,24 +156,56 @@ impl Chunk {
         Self::with_policy(n_slots, slot_bytes, MemPolicy::shared())
     }
 
-    /// A zeroed chunk in memory allocated by `policy`.
+    /// A zeroed chunk in memory allocated by `policy`. Out of memory aborts, as for a Vec
+    /// that cannot grow; [`Chunk::try_with_policy`] returns the error instead.
     pub fn with_policy(n_slots: usize, slot_bytes: usize, policy: &MemPolicy) -> Self {
-        let len = n_slots.saturating_mul(slot_bytes);
-        let data = ChunkMem::alloc(len, policy).unwrap_or_else(|e| {
-            // Out of memory: the same outcome as a Vec that cannot grow.
+        Self::try_with_policy(n_slots, slot_bytes, policy).unwrap_or_else(|e| {
             tracing::error!("chunk allocation: {e}");
+            let len = n_slots.saturating_mul(slot_bytes);
             std::alloc::handle_alloc_error(
                 std::alloc::Layout::from_size_align(len.max(1), 4096)
                     .unwrap_or(std::alloc::Layout::new::<u8>()),
             )
-        });
-        Chunk {
+        })
+    }
+
+    /// [`Chunk::new`], or an error naming the size when the memory cannot be had.
+    pub fn try_new(n_slots: usize, slot_bytes: usize) -> std::io::Result<Self> {
+        Self::try_with_policy(n_slots, slot_bytes, MemPolicy::shared())
+    }
+
+    /// A zeroed chunk in memory allocated by `policy`, or an error naming the size when
+    /// the memory (or the per-slot bookkeeping) cannot be had.
+    pub fn try_with_policy(
+        n_slots: usize,
+        slot_bytes: usize,
+        policy: &MemPolicy,
+    ) -> std::io::Result<Self> {
+        let oom = |what: String| {
+            std::io::Error::new(
+                std::io::ErrorKind::OutOfMemory,
+                format!("cannot allocate a chunk of {n_slots} heaps × {slot_bytes} bytes: {what}"),
+            )
+        };
+        let len = n_slots
+            .checked_mul(slot_bytes)
+            .ok_or_else(|| oom("size overflows".into()))?;
+        let data = ChunkMem::alloc(len, policy).map_err(|e| oom(e.to_string()))?;
+        let mut received = Vec::new();
+        let mut offsets = Vec::new();
+        received
+            .try_reserve_exact(n_slots)
+            .and_then(|()| offsets.try_reserve_exact(n_slots))
+            .map_err(|e| oom(format!("per-heap bookkeeping: {e}")))?;
+        received.resize(n_slots, 0);
+        offsets.resize_with(n_slots, ByteRanges::default);
+        Ok(Chunk {
             chunk_id: 0,
             slot_bytes,
             data,
-            received: vec![0; n_slots],
-            offsets: (0..n_slots).map(|_| ByteRanges::default()).collect(),
-        }
+            received,
+            offsets,
+        })
     }
 
     /// Heap slots in the chunk.

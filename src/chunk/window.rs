@@ -117,6 +117,8 @@ pub struct ChunkAssembler<P: Placement> {
     /// The stream source (see [`super::Place::source`]) of the first packet placed.
     source: Option<u64>,
     noted: Noted,
+    /// Why a chunk could not be allocated (the packet that needed it was not placed).
+    alloc_error: Option<std::io::Error>,
     /// Counters so far.
     pub stats: ChunkStats,
 }
@@ -150,6 +152,7 @@ impl<P: Placement> ChunkAssembler<P> {
             vote: None,
             source: None,
             noted: Noted::default(),
+            alloc_error: None,
             stats: ChunkStats::default(),
         }
     }
@@ -176,23 +179,37 @@ impl<P: Placement> ChunkAssembler<P> {
         }
     }
 
-    fn take_chunk(&mut self, id: u64) -> Chunk {
-        let mut c = self.free.pop().unwrap_or_else(|| {
-            let c = Chunk::new(self.placement.n_slots(), self.placement.slot_bytes());
-            if self.allocated == 0 {
-                tracing::info!(
-                    bytes = c.data.len(),
-                    backing = ?c.data.backing(),
-                    cuda_pinned = c.data.cuda_pinned(),
-                    note = c.data.pin_note.as_ref().map(ToString::to_string).unwrap_or_default(),
-                    "chunk memory"
-                );
-            }
-            self.allocated += 1;
-            c
-        });
+    /// The allocation failure that stopped placing packets, if one happened: the receiver
+    /// stops and reports it (chunk memory is not aborted on).
+    pub fn take_alloc_error(&mut self) -> Option<std::io::Error> {
+        self.alloc_error.take()
+    }
+
+    fn take_chunk(&mut self, id: u64) -> Option<Chunk> {
+        let mut c = match self.free.pop() {
+            Some(c) => c,
+            None => self.alloc_chunk()?,
+        };
         c.reset(id);
-        c
+        Some(c)
+    }
+
+    /// A new chunk, or `None` with the error kept for [`ChunkAssembler::take_alloc_error`].
+    fn alloc_chunk(&mut self) -> Option<Chunk> {
+        let c = Chunk::try_new(self.placement.n_slots(), self.placement.slot_bytes())
+            .map_err(|e| self.alloc_error = Some(e))
+            .ok()?;
+        if self.allocated == 0 {
+            tracing::info!(
+                bytes = c.data.len(),
+                backing = ?c.data.backing(),
+                cuda_pinned = c.data.cuda_pinned(),
+                note = c.data.pin_note.as_ref().map(ToString::to_string).unwrap_or_default(),
+                "chunk memory"
+            );
+        }
+        self.allocated += 1;
+        Some(c)
     }
 
     fn emit_front(&mut self, out: &mut Vec<Chunk>) {
@@ -273,7 +290,9 @@ impl<P: Placement> ChunkAssembler<P> {
         }
         // Open chunks up to this one, pushing the oldest out of the window.
         if self.active.is_empty() {
-            let c = self.take_chunk(place.chunk_id);
+            let Some(c) = self.take_chunk(place.chunk_id) else {
+                return Ok(());
+            };
             self.active.push_back(c);
         }
         let front = self.active.front().map_or(place.chunk_id, |c| c.chunk_id);
@@ -294,14 +313,18 @@ impl<P: Placement> ChunkAssembler<P> {
                 while !self.active.is_empty() {
                     self.emit_front(out);
                 }
-                let c = self.take_chunk(place.chunk_id);
+                let Some(c) = self.take_chunk(place.chunk_id) else {
+                    return Ok(());
+                };
                 self.active.push_back(c);
                 break;
             }
             if self.active.len() >= max_active {
                 self.emit_front(out);
             }
-            let c = self.take_chunk(back_id + 1);
+            let Some(c) = self.take_chunk(back_id + 1) else {
+                return Ok(());
+            };
             self.active.push_back(c);
         }
         let front = self.active.front().map_or(0, |c| c.chunk_id);

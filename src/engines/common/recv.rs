@@ -130,7 +130,9 @@ pub fn open_source_with(
             .map_err(|e| not_endpoints("--recv-ibv", e.to_string()))?;
         return open_ibv(eps, interface);
     }
-    if Path::new(src).is_file() {
+    // An existing path is a capture (a directory or device then fails by name in the pcap
+    // reader, rather than as "not endpoints").
+    if Path::new(src).exists() {
         return Ok(Box::new(PcapFileSource::open(Path::new(src), Vec::new())?));
     }
     let eps = crate::net::parse_endpoints(src).map_err(|e| OpenError::NeitherFileNorEndpoints {
@@ -280,6 +282,7 @@ fn receive_alone<P: Placement>(
 ) -> std::io::Result<ChunkStats> {
     let mut asm = ChunkAssembler::with_policy(placement, policy);
     let mut out = Vec::new();
+    let mut stopped = None;
     let queues = |asm: &ChunkAssembler<P>| ChunkQueues {
         ready: tx.len(),
         free: asm.free_chunks() + recycle.len(),
@@ -298,6 +301,12 @@ fn receive_alone<P: Placement>(
             }
         }
         monitor(&asm.stats, queues(&asm));
+        if let Some(e) = asm.take_alloc_error() {
+            // Out of chunk memory: what was received still goes out, then the engine
+            // stops with the error (never an abort).
+            stopped = Some(alloc_stopped(e));
+            break;
+        }
         if poll == Poll::End || crate::control::shutdown::requested() {
             break;
         }
@@ -307,7 +316,15 @@ fn receive_alone<P: Placement>(
         let _ = tx.send(c);
     }
     monitor(&asm.stats, queues(&asm));
-    Ok(asm.stats)
+    match stopped {
+        Some(e) => Err(e),
+        None => Ok(asm.stats),
+    }
+}
+
+/// The receive error for a chunk that could not be allocated.
+fn alloc_stopped(e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("receive stopped: {e}"))
 }
 
 /// True for 0 (an engine summary leaves such counters out: `skip_serializing_if`).
@@ -450,6 +467,9 @@ fn receive_stream<P: Placement + Clone>(
             free: group.free_chunks() + recycle.len(),
         };
         (monitor.lock().unwrap_or_else(|e| e.into_inner()))(&stats, q);
+        if let Some(e) = group.take_alloc_error() {
+            return Err(alloc_stopped(e));
+        }
         if !live || poll == Poll::End || crate::control::shutdown::requested() {
             return Ok(());
         }

@@ -14,6 +14,7 @@ use super::metrics::FgpuMetrics;
 use super::pipeline::{descriptors, Pipeline};
 use super::spec::WidebandSpec;
 use crate::control::Server;
+use crate::engines::common::error::listen_error;
 use crate::net::send::heap::HeapSender;
 use crate::net::SharedSink;
 
@@ -129,7 +130,11 @@ fn serve_katcp(cfg: &FgpuConfig, device: Arc<FgpuDevice>) -> anyhow::Result<Opti
 /// Serves the metrics on `--prometheus-port` (on the katcp host address), if given.
 fn serve_metrics(cfg: &FgpuConfig, metrics: &FgpuMetrics) -> anyhow::Result<()> {
     if let Some(p) = cfg.io.prometheus_port {
-        let bound = metrics.registry().serve((cfg.katcp_host, p).into())?;
+        let addr = (cfg.katcp_host, p);
+        let bound = metrics
+            .registry()
+            .serve(addr.into())
+            .map_err(listen_error("--prometheus-port", addr))?;
         info!(%bound, "prometheus metrics at /metrics");
     }
     Ok(())
