@@ -208,3 +208,37 @@ impl DsimArgs {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: DsimArgs,
+    }
+
+    fn validate(extra: &[&str]) -> Result<DsimConfig, ConfigError> {
+        let mut v = vec!["dsim", "--adc-sample-rate", "1712e6", "--dither-seed", "1"];
+        v.extend_from_slice(extra);
+        v.extend(["127.0.0.1:7148", "127.0.0.1:7149"]);
+        Cli::try_parse_from(v).expect("parse").args.validate()
+    }
+
+    /// `--signals` takes the same bounds as `?signals`: a clear error, not a stack overflow
+    /// or a generation that never ends.
+    #[test]
+    fn hostile_signals_option_is_refused() {
+        let deep = format!("{}1{};", "(".repeat(10_000), ")".repeat(10_000));
+        let e = validate(&["--signals", &deep]).unwrap_err().to_string();
+        assert!(e.starts_with("--signals: nesting deeper than 64"), "{e}");
+        let e = validate(&["--signals", "multicw(1000000, 0.1, 0, 1e6, 1e3);"]).unwrap_err();
+        assert!(e.to_string().contains("more than 4096 operations"), "{e}");
+        let e = validate(&["--signals", &"1;".repeat(40_000)]).unwrap_err();
+        assert!(e.to_string().contains("longer than 65536 bytes"), "{e}");
+        assert!(validate(&["--signals", "multicw(64, 0.01, 0, 1e8, 1e6);"]).is_ok());
+    }
+}
