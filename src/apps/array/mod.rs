@@ -12,7 +12,6 @@ pub mod sky;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,7 +22,7 @@ use tracing::{info, warn};
 
 use crate::engines::common::{Backend, ConfigError};
 pub use procs::ChildError;
-use procs::{child, stop, wait_json, wait_ready};
+use procs::{child, stop, stop_all, wait_json, wait_ready, Proc};
 pub use receive::Dump;
 use receive::{receive_dumps, write_visibilities};
 
@@ -83,10 +82,32 @@ impl ArrayArgs {
                 "must be in (0, 3600] seconds",
             ));
         }
-        if !(self.adc_sample_rate.is_finite() && self.adc_sample_rate >= 1e5) {
+        if !(self.adc_sample_rate.is_finite()
+            && (MIN_ADC_RATE..=MAX_ADC_RATE).contains(&self.adc_sample_rate))
+        {
             return Err(ConfigError::rule(
-                "--adc-sample-rate",
-                "must be at least 1e5",
+                format!("--adc-sample-rate {}", self.adc_sample_rate),
+                format!("must be in {MIN_ADC_RATE:e}..={MAX_ADC_RATE:e} Hz"),
+            ));
+        }
+        if !(self.dump_seconds.is_finite()
+            && self.dump_seconds > 0.0
+            && self.dump_seconds <= self.duration)
+        {
+            return Err(ConfigError::rule(
+                format!("--dump-seconds {}", self.dump_seconds),
+                "must be positive and at most --duration",
+            ));
+        }
+        let last = u32::from(self.base_port) + u32::from(x_port_offset(self.antennas)) + 1;
+        if self.base_port == 0 || last > u32::from(u16::MAX) {
+            return Err(ConfigError::rule(
+                format!("--base-port {}", self.base_port),
+                format!(
+                    "must leave room for the array's ports (base + 0..={}): 1..={}",
+                    last - u32::from(self.base_port),
+                    u32::from(u16::MAX) - (last - u32::from(self.base_port))
+                ),
             ));
         }
         let c = self.channels;
@@ -110,10 +131,28 @@ impl ArrayArgs {
     }
 }
 
+/// Lowest `--adc-sample-rate` (Hz).
+const MIN_ADC_RATE: f64 = 1e5;
+/// Highest `--adc-sample-rate` (Hz): twice L-band's 1712e6 and more is beyond what the
+/// engines of one host keep up with on loopback, and makes runs of absurd heap counts.
+const MAX_ADC_RATE: f64 = 4e9;
+
+/// Port offset of the XB-engine's input (its output is the next): above the F-engines'
+/// two inputs per antenna.
+fn x_port_offset(antennas: usize) -> u16 {
+    (2 * antennas).max(100) as u16
+}
+
 impl ArrayConfig {
-    /// Port `base_port + k` on 127.0.0.1.
+    /// Port `base_port + k` on 127.0.0.1 (validated to fit).
     fn port(&self, k: u16) -> SocketAddrV4 {
         SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.args.base_port + k)
+    }
+
+    /// The XB-engine's input and output ports.
+    fn x_ports(&self) -> (SocketAddrV4, SocketAddrV4) {
+        let k = x_port_offset(self.args.antennas);
+        (self.port(k), self.port(k + 1))
     }
 }
 
@@ -140,11 +179,21 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
     );
     // Receiver of the X output, then the XB-engine, then the F-engines, then the dsim.
     let stop_rx = Arc::new(AtomicBool::new(false));
-    let (x_out, stop2) = (cfg.port(101), stop_rx.clone());
+    let (x_out, stop2) = (cfg.x_ports().1, stop_rx.clone());
     let rx = std::thread::spawn(move || receive_dumps(x_out, stop2));
-    let engines = start_engines(cfg, &exe, &sync, model.fgpu_gain(c))?;
-    let (dsim_summary, t0, stream_s) = run_dsim(cfg, &exe, &sync, &signals)?;
-    let (fsum, xsum) = stop_engines(engines);
+    let mut engines = Engines::default();
+    let streamed = start_engines(cfg, &exe, &sync, model.fgpu_gain(c), &mut engines)
+        .and_then(|()| run_dsim(cfg, &exe, &sync, &signals, &mut engines));
+    let (dsim_summary, t0, stream_s) = match streamed {
+        Ok(v) => v,
+        Err(e) => {
+            // Leave nothing running: stop every engine that is still up, then fail.
+            stop_all(&mut engines.all(), Duration::from_secs(10));
+            stop_rx.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
+    };
+    let (fsum, xsum) = stop_engines(engines)?;
     stop_rx.store(true, Ordering::Relaxed);
     let (mut dumps, rx_stats) = rx
         .join()
@@ -190,23 +239,38 @@ fn unix_now() -> anyhow::Result<f64> {
         .as_secs_f64())
 }
 
-/// The engine processes: the XB-engine and one F-engine per antenna.
+/// The engine processes: the XB-engine and one F-engine per antenna (as far as started).
+#[derive(Default)]
 struct Engines {
-    xb: Child,
-    fengines: Vec<Child>,
+    xb: Option<Proc>,
+    fengines: Vec<Proc>,
 }
 
-/// Starts the XB-engine and the F-engines and waits until every one has built its
-/// outputs.
-fn start_engines(cfg: &ArrayConfig, exe: &Path, sync: &str, gain: f64) -> anyhow::Result<Engines> {
+impl Engines {
+    /// Every engine started, the XB-engine first.
+    fn all(&mut self) -> Vec<&mut Proc> {
+        self.xb.iter_mut().chain(self.fengines.iter_mut()).collect()
+    }
+}
+
+/// Starts the XB-engine and the F-engines (into `engines`, so that the caller can stop
+/// them on failure) and waits until every one has built its outputs.
+fn start_engines(
+    cfg: &ArrayConfig,
+    exe: &Path,
+    sync: &str,
+    gain: f64,
+    engines: &mut Engines,
+) -> anyhow::Result<()> {
     let args = &cfg.args;
     let (n, c, fs) = (args.antennas, args.channels, args.adc_sample_rate);
-    let (x_in, x_out) = (cfg.port(100), cfg.port(101));
+    let (x_in, x_out) = cfg.x_ports();
     let backend = args.backend.name().to_string();
     let jones = cfg.jones_per_batch;
     let logs = args.output.join("logs");
     let s = |v: &str| v.to_string();
-    let xb = child(
+    engines.xb = Some(child(
+        "xbgpu",
         exe,
         &[
             s("xbgpu"),
@@ -237,11 +301,11 @@ fn start_engines(cfg: &ArrayConfig, exe: &Path, sync: &str, gain: f64) -> anyhow
             x_in.to_string(),
         ],
         &logs.join("xbgpu.log"),
-    )?;
-    let mut fengines = Vec::new();
+    )?);
     for a in 0..n {
         let src = format!("{},{}", cfg.port(2 * a as u16), cfg.port(2 * a as u16 + 1));
-        fengines.push(child(
+        engines.fengines.push(child(
+            &format!("fgpu{a}"),
             exe,
             &[
                 s("fgpu"),
@@ -269,20 +333,21 @@ fn start_engines(cfg: &ArrayConfig, exe: &Path, sync: &str, gain: f64) -> anyhow
     // Start the digitisers only once every engine has built its outputs (the GPU engines
     // compile their kernels first, which can take seconds when several start together): data
     // sent before that is lost and can leave every accumulation of a short run incomplete.
-    let mut ready = vec![logs.join("xbgpu.log")];
-    ready.extend((0..n).map(|a| logs.join(format!("fgpu{a}.log"))));
-    wait_ready(&ready, "output ready", Duration::from_secs(120))?;
+    wait_ready(&mut engines.all(), "output ready", Duration::from_secs(120))?;
     std::thread::sleep(Duration::from_millis(200));
-    Ok(Engines { xb, fengines })
+    Ok(())
 }
 
 /// Runs the dsim over the whole observation (with a progress bar), then returns its
-/// summary, when it started and how long it streamed.
+/// summary, when it started and how long it streamed. An engine or the dsim exiting
+/// before the dsim has sent everything fails the run, naming it and how it exited (the
+/// dsim is stopped; the caller stops the engines).
 fn run_dsim(
     cfg: &ArrayConfig,
     exe: &Path,
     sync: &str,
     signals: &str,
+    engines: &mut Engines,
 ) -> anyhow::Result<(serde_json::Value, Instant, f64)> {
     let args = &cfg.args;
     let s = |v: &str| v.to_string();
@@ -307,24 +372,35 @@ fn run_dsim(
         dsim_args.push(cfg.port(2 * a as u16 + 1).to_string());
     }
     let t0 = Instant::now();
-    let dsim = child(exe, &dsim_args, &args.output.join("logs/dsim.log"))?;
+    let mut dsim = child("dsim", exe, &dsim_args, &args.output.join("logs/dsim.log"))?;
     let pb = progress_bar(args.duration);
-    let mut dsim = Some(dsim);
-    let mut dsim_summary = json!(null);
-    while let Some(mut d) = dsim.take() {
-        match d.try_wait()? {
-            Some(_) => dsim_summary = wait_json(d, "dsim", Duration::from_secs(5)),
-            None => {
-                if crate::control::shutdown::requested() {
-                    stop(&mut d);
+    let mut stopping = false;
+    let dsim_summary = loop {
+        if dsim.try_wait()?.is_some() {
+            let (status, summary) = wait_json(&mut dsim, Duration::from_secs(5));
+            match status {
+                Some(s) if !s.success() => {
+                    pb.finish_and_clear();
+                    return Err(dsim.exited("during the run", s).into());
                 }
-                dsim = Some(d);
-                let sim = t0.elapsed().as_secs_f64().min(args.duration + 30.0);
-                pb.set_position(((sim * 10.0) as u64).min(pb.length().unwrap_or(0)));
-                std::thread::sleep(Duration::from_millis(100));
+                _ => break summary,
             }
         }
-    }
+        for e in engines.all() {
+            if let Some(status) = e.try_wait()? {
+                pb.finish_and_clear();
+                stop_all(&mut [&mut dsim], Duration::from_secs(10));
+                return Err(e.exited("during the run", status).into());
+            }
+        }
+        if crate::control::shutdown::requested() && !stopping {
+            stop(&mut dsim);
+            stopping = true;
+        }
+        let sim = t0.elapsed().as_secs_f64().min(args.duration + 30.0);
+        pb.set_position(((sim * 10.0) as u64).min(pb.length().unwrap_or(0)));
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let stream_s = t0.elapsed().as_secs_f64();
     pb.finish_and_clear();
     Ok((dsim_summary, t0, stream_s))
@@ -345,23 +421,98 @@ fn progress_bar(duration: f64) -> indicatif::ProgressBar {
 }
 
 /// Stops the F-engines, then the XB-engine (each sends what it holds first), and returns
-/// their summaries.
-fn stop_engines(engines: Engines) -> (Vec<serde_json::Value>, serde_json::Value) {
-    let Engines {
-        mut xb,
-        mut fengines,
-    } = engines;
+/// their summaries; an engine that does not exit cleanly (non-zero status, a signal, or
+/// killed after the timeout) fails the run, naming it.
+fn stop_engines(
+    mut engines: Engines,
+) -> anyhow::Result<(Vec<serde_json::Value>, serde_json::Value)> {
     std::thread::sleep(Duration::from_millis(500));
-    for f in fengines.iter_mut() {
+    let mut failed = Vec::new();
+    let wait = |p: &mut Proc, failed: &mut Vec<String>| {
+        let (status, summary) = wait_json(p, Duration::from_secs(60));
+        match status {
+            Some(s) if s.success() => {}
+            Some(s) => failed.push(p.exited("when stopped", s).to_string()),
+            None => failed.push(format!(
+                "{} (pid {}) did not stop within 60 s and was killed: see {}",
+                p.name,
+                p.child.id(),
+                p.log.display()
+            )),
+        }
+        summary
+    };
+    for f in engines.fengines.iter_mut() {
         stop(f);
     }
-    let fsum = fengines
-        .into_iter()
-        .enumerate()
-        .map(|(a, f)| wait_json(f, &format!("fgpu{a}"), Duration::from_secs(60)))
+    let fsum = engines
+        .fengines
+        .iter_mut()
+        .map(|f| wait(f, &mut failed))
         .collect();
     std::thread::sleep(Duration::from_millis(500));
-    stop(&mut xb);
-    let xsum = wait_json(xb, "xbgpu", Duration::from_secs(60));
-    (fsum, xsum)
+    let xsum = match engines.xb.as_mut() {
+        Some(xb) => {
+            stop(xb);
+            wait(xb, &mut failed)
+        }
+        None => json!(null),
+    };
+    if !failed.is_empty() {
+        anyhow::bail!("{}", failed.join("; "));
+    }
+    Ok((fsum, xsum))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ArrayArgs,
+    }
+
+    fn validate(extra: &[&str]) -> Result<ArrayConfig, ConfigError> {
+        let mut v = vec!["array", "--backend", "cpu"];
+        v.extend_from_slice(extra);
+        Cli::try_parse_from(v).expect("parse").args.validate()
+    }
+
+    /// Ports past 65535 (which wrapped), absurd sample rates and dump lengths are refused
+    /// naming the option; the largest base port that fits is taken.
+    #[test]
+    fn ports_rates_and_dumps_out_of_range_are_refused() {
+        let e = validate(&["--base-port", "65530"]).unwrap_err().to_string();
+        assert!(e.starts_with("--base-port 65530 must leave room"), "{e}");
+        assert!(validate(&["--base-port", "0"]).is_err());
+        let cfg = validate(&["--base-port", "65434"]).unwrap();
+        assert_eq!(cfg.x_ports().1.port(), 65535);
+        assert!(validate(&["--base-port", "65435"]).is_err());
+        // 64 antennas use ports base..base+127: the XB-engine moves above them.
+        let cfg = validate(&["--antennas", "64", "--base-port", "17100"]).unwrap();
+        assert_eq!(cfg.x_ports().0.port(), 17100 + 128);
+        assert!(validate(&["--antennas", "64", "--base-port", "65406"]).is_ok());
+        assert!(validate(&["--antennas", "64", "--base-port", "65407"]).is_err());
+
+        let e = validate(&["--adc-sample-rate", "1e12"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--adc-sample-rate 1000000000000 must be in"),
+            "{e}"
+        );
+        assert!(validate(&["--adc-sample-rate", "NaN"]).is_err());
+        assert!(validate(&["--adc-sample-rate", "1712e6"]).is_ok());
+
+        for bad in ["inf", "0", "-1", "NaN", "11"] {
+            let e = validate(&[&format!("--dump-seconds={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("--dump-seconds"), "{e}");
+        }
+    }
 }

@@ -11,6 +11,7 @@ use crate::engines::common::error::endpoints;
 use crate::engines::common::sizes::{check_heap, check_memory};
 use crate::engines::common::ConfigError;
 use crate::mem::{Bytes, HostMemory};
+use crate::spead::ADDRESS_MASK;
 
 /// Command-line options (katgpucbf's dsim names).
 #[derive(Debug, Clone, Args)]
@@ -118,7 +119,61 @@ pub struct DsimConfig {
     pub prometheus: Option<SocketAddrV4>,
 }
 
+/// Timestamps and digitiser ids are 48-bit SPEAD items: 2^48.
+const ITEM_SPACE: f64 = (ADDRESS_MASK as f64) + 1.0;
+
 impl DsimArgs {
+    /// Refuses digitiser ids and timestamps that would not fit the 48-bit items (they
+    /// would wrap silently on the wire): `--first-id` for every stream, the first
+    /// timestamp after `--sync-time`, and the last of a `--heaps` run.
+    fn check_48_bits(&self, n_streams: usize, now: f64) -> Result<(), ConfigError> {
+        let item = "the 48-bit digitiser_id item";
+        if self.first_id > ADDRESS_MASK {
+            return Err(ConfigError::rule(
+                format!("--first-id {}", self.first_id),
+                format!("does not fit {item} (at most {ADDRESS_MASK})"),
+            ));
+        }
+        let extra = n_streams.saturating_sub(1) as u64;
+        if self.first_id + extra > ADDRESS_MASK {
+            return Err(ConfigError::rule(
+                format!("--first-id + {extra} = {}", self.first_id + extra),
+                format!("(the last of {n_streams} streams) does not fit {item} (at most {ADDRESS_MASK})"),
+            ));
+        }
+        let days = |samples: f64| samples / self.adc_sample_rate / 86400.0;
+        let start = match self.sync_time {
+            Some(t) => ((now - t) * self.adc_sample_rate).max(0.0),
+            None => 0.0,
+        };
+        if start >= ITEM_SPACE {
+            return Err(ConfigError::rule(
+                format!("--sync-time {}", self.sync_time.unwrap_or_default()),
+                format!(
+                    "is {:.2} days ago: its timestamps are past the 48-bit timestamp space \
+                     (2^48 samples, {:.2} days at {} Hz)",
+                    days(start),
+                    days(ITEM_SPACE),
+                    self.adc_sample_rate
+                ),
+            ));
+        }
+        if let Some(n) = self.heaps {
+            let end = start + n as f64 * self.heap_samples as f64;
+            if end > ITEM_SPACE {
+                return Err(ConfigError::rule(
+                    format!("--heaps {n}"),
+                    format!(
+                        "× --heap-samples {} from timestamp {start:.0} runs past the 48-bit \
+                         timestamp space (2^48 samples)",
+                        self.heap_samples
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks every option and builds the configuration; nothing starts here.
     pub fn validate(&self) -> Result<DsimConfig, ConfigError> {
         self.check_sizes(HostMemory::probe())?;
@@ -178,6 +233,7 @@ impl DsimArgs {
             }
         }
         let sync_time = self.sync_time;
+        self.check_48_bits(dests.len(), now)?;
         let bounded = self.heaps.is_some() || self.pcap.is_some();
         let descriptor_interval =
             self.descriptor_interval
@@ -237,5 +293,67 @@ impl DsimArgs {
                 Bytes(heap_bytes)
             ),
         )
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: DsimArgs,
+    }
+
+    fn validate(extra: &[&str]) -> Result<DsimConfig, ConfigError> {
+        let mut v = vec!["dsim", "--adc-sample-rate", "1712e6", "--dither-seed", "1"];
+        v.extend_from_slice(extra);
+        v.extend(["127.0.0.1:7148", "127.0.0.1:7149"]);
+        Cli::try_parse_from(v).expect("parse").args.validate()
+    }
+
+    /// `--signals` takes the same bounds as `?signals`: a clear error, not a stack overflow
+    /// or a generation that never ends.
+    #[test]
+    fn hostile_signals_option_is_refused() {
+        let deep = format!("{}1{};", "(".repeat(10_000), ")".repeat(10_000));
+        let e = validate(&["--signals", &deep]).unwrap_err().to_string();
+        assert!(e.starts_with("--signals: nesting deeper than 64"), "{e}");
+        let e = validate(&["--signals", "multicw(1000000, 0.1, 0, 1e6, 1e3);"]).unwrap_err();
+        assert!(e.to_string().contains("more than 4096 operations"), "{e}");
+        let e = validate(&["--signals", &"1;".repeat(40_000)]).unwrap_err();
+        assert!(e.to_string().contains("longer than 65536 bytes"), "{e}");
+        assert!(validate(&["--signals", "multicw(64, 0.01, 0, 1e8, 1e6);"]).is_ok());
+    }
+
+    #[test]
+    fn items_that_would_wrap_48_bits_are_refused() {
+        // 2^48 - 2 and 2^48 - 1 fit; one more stream does not.
+        let ok = (ADDRESS_MASK - 1).to_string();
+        assert!(validate(&["--first-id", &ok]).is_ok());
+        let e = validate(&["--first-id", &(1u64 << 48).to_string()]).unwrap_err();
+        assert!(e.to_string().contains("48-bit digitiser_id"), "{e}");
+        let e = validate(&["--first-id", &ADDRESS_MASK.to_string()]).unwrap_err();
+        assert!(e.to_string().contains("--first-id + 1"), "{e}");
+        let e = validate(&["--first-id", &u64::MAX.to_string()]).unwrap_err();
+        assert!(e.to_string().starts_with("--first-id"), "{e}");
+
+        // Sync time 0: 1.7e9 s × 1712e6 samples/s is far beyond 2^48 (1.9 days).
+        let e = validate(&["--sync-time", "0"]).unwrap_err().to_string();
+        assert!(
+            e.contains("--sync-time 0")
+                && e.contains("48-bit timestamp")
+                && e.contains("1.90 days"),
+            "{e}"
+        );
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        assert!(validate(&["--sync-time", &(now - 86400.0).to_string()]).is_ok());
+        // A bounded run that would pass 2^48.
+        let e = validate(&["--heaps", &(1u64 << 37).to_string()]).unwrap_err();
+        assert!(e.to_string().starts_with("--heaps"), "{e}");
+        assert!(validate(&["--heaps", &(1u64 << 30).to_string()]).is_ok());
     }
 }

@@ -250,3 +250,73 @@ impl Device for DsimDevice {
         &self.sensors
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device() -> (DsimDevice, crossbeam_channel::Receiver<SignalSwap>) {
+        let ctx = GenContext {
+            tb: Timebase {
+                adc_rate: 1712e6,
+                period: 4 * 4096,
+            },
+            fmt: HeapFormat {
+                bits: 10,
+                heap_samples: 4096,
+            },
+            first_heap: 0,
+            window_heaps: 4,
+            dither_seed: 1,
+            n_streams: 2,
+        };
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        (DsimDevice::new(ctx, tx, "cw(0.5, 1e8);", 0.0), rx)
+    }
+
+    /// Hostile `?signals` specs get a `fail` reply naming the limit and reach neither the
+    /// generator nor the sender: the running signal keeps playing and the device keeps
+    /// serving.
+    #[test]
+    fn hostile_signals_fail_and_keep_the_running_signal() {
+        let (dev, swaps) = device();
+        let mut doubling = String::from("a0 = cw(0.5, 1e6);");
+        for k in 1..=40 {
+            doubling += &format!(" a{k} = a{} + a{};", k - 1, k - 1);
+        }
+        doubling += " a40;";
+        let cases = [
+            (
+                format!("{}1{};", "(".repeat(10_000), ")".repeat(10_000)),
+                "nesting deeper than 64",
+            ),
+            (
+                format!("1{};", " + 1".repeat(10_000)),
+                "deeper than 256 operators",
+            ),
+            (doubling, "more than 4096 operations per sample"),
+        ];
+        for (spec, why) in cases {
+            let err = dev
+                .request("signals", &[spec])
+                .expect_err("a hostile spec must fail");
+            assert!(err.to_string().contains(why), "{err}");
+            assert!(swaps.try_recv().is_err(), "nothing may reach the sender");
+            let s = dev.sensors().get("signals").unwrap();
+            assert_eq!(s.value, "cw(0.5, 1e8);");
+        }
+        // The device still takes a good signal afterwards.
+        let sender = std::thread::spawn(move || {
+            let sw = swaps.recv().unwrap();
+            assert_eq!(sw.windows.len(), 2);
+            sw.reply.send(8192).unwrap();
+        });
+        let reply = dev.request("signals", &["cw(0.25, 2e8);".into()]).unwrap();
+        sender.join().unwrap();
+        assert_eq!(reply, vec!["8192".to_string()]);
+        assert_eq!(
+            dev.sensors().get("signals").unwrap().value,
+            "cw(0.25, 2e8);"
+        );
+    }
+}

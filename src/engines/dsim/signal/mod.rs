@@ -12,6 +12,11 @@
 //!            | comb(amp, freq) | wgn(std [, entropy]) | delay(expr, samples)
 //! ```
 //!
+//! Programs are bounded before anything is generated: at most [`MAX_SOURCE_BYTES`] long,
+//! [`MAX_NESTING`] levels of parentheses (or unary minus, `delay`), expression trees at most
+//! [`MAX_OPERATOR_DEPTH`] operators deep and [`MAX_OPS_PER_SAMPLE`] operations per sample
+//! (a variable counts at every use, a `multicw` as its `m` cosines).
+//!
 //! Every signal is periodic with the replay period P: frequencies are rounded to a
 //! multiple of adc_rate / P. Values are a pure function of the sample index (noise uses a
 //! counter-based generator), so any range of samples can be evaluated independently, in
@@ -22,7 +27,10 @@ use std::sync::Arc;
 
 mod parse;
 
-pub use parse::{parse, per_stream, SignalError};
+pub use parse::{
+    parse, per_stream, SignalError, MAX_NESTING, MAX_OPERATOR_DEPTH, MAX_OPS_PER_SAMPLE,
+    MAX_SOURCE_BYTES,
+};
 
 /// A parsed signal expression.
 #[derive(Debug, Clone, PartialEq)]

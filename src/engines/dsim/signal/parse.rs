@@ -6,6 +6,16 @@ use std::sync::Arc;
 
 use super::{Signal, StreamSignal};
 
+/// Longest program accepted (bytes).
+pub const MAX_SOURCE_BYTES: usize = 64 * 1024;
+/// Deepest nesting of parentheses, unary minus and `delay(...)` (the parser recurses on it).
+pub const MAX_NESTING: usize = 64;
+/// Deepest operator tree of one expression (evaluation recurses on it).
+pub const MAX_OPERATOR_DEPTH: u32 = 256;
+/// Most operations per sample of one expression, counting a variable at every use and a
+/// `multicw` as its `m` cosines: generation evaluates each one over the whole window.
+pub const MAX_OPS_PER_SAMPLE: u64 = 4096;
+
 /// Why a signal program does not parse (`--signals`, `?signals`).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SignalError {
@@ -66,6 +76,18 @@ pub enum SignalError {
     /// An assignment to a function's name.
     #[error("{0} is a function name")]
     FunctionName(String),
+    /// A program longer than [`MAX_SOURCE_BYTES`].
+    #[error("signal program of {0} bytes is longer than {MAX_SOURCE_BYTES} bytes")]
+    TooLong(usize),
+    /// Parentheses, unary minus or `delay(...)` nested deeper than [`MAX_NESTING`].
+    #[error("nesting deeper than {MAX_NESTING} at {0}")]
+    TooNested(String),
+    /// An operator tree deeper than [`MAX_OPERATOR_DEPTH`].
+    #[error("expression deeper than {MAX_OPERATOR_DEPTH} operators at {0}")]
+    TooDeep(String),
+    /// An expression costing more than [`MAX_OPS_PER_SAMPLE`] operations per sample.
+    #[error("expression needs more than {MAX_OPS_PER_SAMPLE} operations per sample at {0}")]
+    TooCostly(String),
     /// A program without an output statement.
     #[error("no output signal: write one ';'-terminated expression per stream")]
     NoOutput,
@@ -139,15 +161,27 @@ fn tokenize(s: &str) -> Result<Vec<(usize, Tok)>, SignalError> {
     Ok(out)
 }
 
+/// A parsed expression with the size of its tree, checked as it is built so that no
+/// oversized tree is ever made (or evaluated, or dropped recursively).
+#[derive(Clone)]
+struct Node {
+    sig: Arc<Signal>,
+    /// Height of the tree (a leaf is 1).
+    depth: u32,
+    /// Operations per sample (shared subtrees counted at every use).
+    ops: u64,
+}
+
 #[derive(Clone)]
 enum Value {
-    Sig(Arc<Signal>),
-    NoDither(Arc<Signal>),
+    Sig(Node),
+    NoDither(Node),
 }
 
 struct Parser<'a> {
     toks: Vec<(usize, Tok)>,
     pos: usize,
+    nesting: usize,
     vars: HashMap<String, Value>,
     entropy: &'a mut dyn FnMut() -> u64,
 }
@@ -181,6 +215,42 @@ impl Parser<'_> {
         }
     }
 
+    /// One level deeper into the parser's recursion; fails past [`MAX_NESTING`].
+    fn enter(&mut self) -> Result<(), SignalError> {
+        self.nesting += 1;
+        if self.nesting > MAX_NESTING {
+            return Err(SignalError::TooNested(self.where_()));
+        }
+        Ok(())
+    }
+
+    fn leaf(&self, sig: Signal, ops: u64) -> Result<Node, SignalError> {
+        self.checked(Node {
+            sig: Arc::new(sig),
+            depth: 1,
+            ops: ops.max(1),
+        })
+    }
+
+    /// `sig` applied to `kids`: one level above the deepest, one operation more than all.
+    fn node(&self, sig: Signal, kids: &[&Node]) -> Result<Node, SignalError> {
+        self.checked(Node {
+            sig: Arc::new(sig),
+            depth: 1 + kids.iter().map(|k| k.depth).max().unwrap_or(0),
+            ops: kids.iter().fold(1u64, |a, k| a.saturating_add(k.ops)),
+        })
+    }
+
+    fn checked(&self, n: Node) -> Result<Node, SignalError> {
+        if n.depth > MAX_OPERATOR_DEPTH {
+            return Err(SignalError::TooDeep(self.where_()));
+        }
+        if n.ops > MAX_OPS_PER_SAMPLE {
+            return Err(SignalError::TooCostly(self.where_()));
+        }
+        Ok(n)
+    }
+
     fn number(&mut self) -> Result<f64, SignalError> {
         let neg = if self.peek() == Some(&Tok::Sym('-')) {
             self.pos += 1;
@@ -212,7 +282,9 @@ impl Parser<'_> {
             if n == "nodither" {
                 self.pos += 1;
                 self.expect('(')?;
+                self.enter()?;
                 let e = self.expr()?;
+                self.nesting -= 1;
                 self.expect(')')?;
                 return Ok(Value::NoDither(e));
             }
@@ -220,37 +292,41 @@ impl Parser<'_> {
         Ok(Value::Sig(self.expr()?))
     }
 
-    fn expr(&mut self) -> Result<Arc<Signal>, SignalError> {
+    fn expr(&mut self) -> Result<Node, SignalError> {
         let mut lhs = self.term()?;
         loop {
-            match self.peek() {
-                Some(Tok::Sym('+')) => {
-                    self.pos += 1;
-                    lhs = Arc::new(Signal::Add(lhs, self.term()?));
-                }
-                Some(Tok::Sym('-')) => {
-                    self.pos += 1;
-                    lhs = Arc::new(Signal::Sub(lhs, self.term()?));
-                }
+            let op: fn(Arc<Signal>, Arc<Signal>) -> Signal = match self.peek() {
+                Some(Tok::Sym('+')) => Signal::Add,
+                Some(Tok::Sym('-')) => Signal::Sub,
                 _ => return Ok(lhs),
-            }
+            };
+            self.pos += 1;
+            let rhs = self.term()?;
+            lhs = self.node(op(lhs.sig.clone(), rhs.sig.clone()), &[&lhs, &rhs])?;
         }
     }
 
-    fn term(&mut self) -> Result<Arc<Signal>, SignalError> {
+    fn term(&mut self) -> Result<Node, SignalError> {
         let mut lhs = self.unary()?;
         while self.peek() == Some(&Tok::Sym('*')) {
             self.pos += 1;
-            lhs = Arc::new(Signal::Mul(lhs, self.unary()?));
+            let rhs = self.unary()?;
+            lhs = self.node(Signal::Mul(lhs.sig.clone(), rhs.sig.clone()), &[&lhs, &rhs])?;
         }
         Ok(lhs)
     }
 
-    fn unary(&mut self) -> Result<Arc<Signal>, SignalError> {
+    fn unary(&mut self) -> Result<Node, SignalError> {
         if self.peek() == Some(&Tok::Sym('-')) {
             self.pos += 1;
+            self.enter()?;
             let inner = self.unary()?;
-            return Ok(Arc::new(Signal::Sub(Arc::new(Signal::Const(0.0)), inner)));
+            self.nesting -= 1;
+            let zero = self.leaf(Signal::Const(0.0), 1)?;
+            return self.node(
+                Signal::Sub(zero.sig.clone(), inner.sig.clone()),
+                &[&zero, &inner],
+            );
         }
         self.atom()
     }
@@ -282,16 +358,18 @@ impl Parser<'_> {
         Ok(v)
     }
 
-    fn atom(&mut self) -> Result<Arc<Signal>, SignalError> {
+    fn atom(&mut self) -> Result<Node, SignalError> {
         let tok = self.peek().cloned();
         match tok {
             Some(Tok::Num(v)) => {
                 self.pos += 1;
-                Ok(Arc::new(Signal::Const(v)))
+                self.leaf(Signal::Const(v), 1)
             }
             Some(Tok::Sym('(')) => {
                 self.pos += 1;
+                self.enter()?;
                 let e = self.expr()?;
+                self.nesting -= 1;
                 self.expect(')')?;
                 Ok(e)
             }
@@ -300,17 +378,23 @@ impl Parser<'_> {
                 match n.as_str() {
                     "cw" => {
                         let a = self.args("cw", 2, 2)?;
-                        Ok(Arc::new(Signal::Cw {
-                            amp: a[0],
-                            freq: a[1],
-                        }))
+                        self.leaf(
+                            Signal::Cw {
+                                amp: a[0],
+                                freq: a[1],
+                            },
+                            1,
+                        )
                     }
                     "comb" => {
                         let a = self.args("comb", 2, 2)?;
-                        Ok(Arc::new(Signal::Comb {
-                            amp: a[0],
-                            freq: a[1],
-                        }))
+                        self.leaf(
+                            Signal::Comb {
+                                amp: a[0],
+                                freq: a[1],
+                            },
+                            1,
+                        )
                     }
                     "multicw" => {
                         let a = self.args("multicw", 5, 5)?;
@@ -319,13 +403,17 @@ impl Parser<'_> {
                                 "multicw: m must be a non-negative integer",
                             ));
                         }
-                        Ok(Arc::new(Signal::MultiCw {
-                            m: a[0] as u32,
-                            amp0: a[1],
-                            amp_step: a[2],
-                            freq0: a[3],
-                            freq_step: a[4],
-                        }))
+                        // m cosines per sample.
+                        self.leaf(
+                            Signal::MultiCw {
+                                m: a[0] as u32,
+                                amp0: a[1],
+                                amp_step: a[2],
+                                freq0: a[3],
+                                freq_step: a[4],
+                            },
+                            a[0] as u64,
+                        )
                     }
                     "wgn" => {
                         let a = self.args("wgn", 1, 2)?;
@@ -341,11 +429,13 @@ impl Parser<'_> {
                             }
                             None => (self.entropy)(),
                         };
-                        Ok(Arc::new(Signal::Wgn { std: a[0], entropy }))
+                        self.leaf(Signal::Wgn { std: a[0], entropy }, 1)
                     }
                     "delay" => {
                         self.expect('(')?;
+                        self.enter()?;
                         let e = self.expr()?;
+                        self.nesting -= 1;
                         self.expect(',')?;
                         let d = self.number()?;
                         self.expect(')')?;
@@ -354,7 +444,7 @@ impl Parser<'_> {
                                 "delay: only integer sample delays are supported",
                             ));
                         }
-                        Ok(Arc::new(Signal::Delay(e, d as i64)))
+                        self.node(Signal::Delay(e.sig.clone(), d as i64), &[&e])
                     }
                     "nodither" => Err(SignalError::Invalid(
                         "nodither(...) must be the whole statement",
@@ -378,10 +468,14 @@ pub fn parse(
     src: &str,
     entropy: &mut dyn FnMut() -> u64,
 ) -> Result<Vec<StreamSignal>, SignalError> {
+    if src.len() > MAX_SOURCE_BYTES {
+        return Err(SignalError::TooLong(src.len()));
+    }
     let toks = tokenize(src)?;
     let mut p = Parser {
         toks,
         pos: 0,
+        nesting: 0,
         vars: HashMap::new(),
         entropy,
     };
@@ -411,11 +505,11 @@ pub fn parse(
                 .map_err(|e| SignalError::Unterminated(Box::new(e)))?;
             outs.push(match v {
                 Value::Sig(s) => StreamSignal {
-                    signal: s,
+                    signal: s.sig,
                     dither: true,
                 },
                 Value::NoDither(s) => StreamSignal {
-                    signal: s,
+                    signal: s.sig,
                     dither: false,
                 },
             });
