@@ -80,7 +80,11 @@ const STANDARD: [(&str, usize, &str); 8] = [
         "Report sensor values: ?sensor-value [name].",
     ),
     ("client-list", 0, "List connected clients."),
-    ("log-level", 1, "Query the log level."),
+    (
+        "log-level",
+        1,
+        "Query or set the log level: ?log-level [all|trace|debug|info|warn|error|fatal|off].",
+    ),
 ];
 
 /// Handles one request, appending informs and the reply to `out`. Returns true for a
@@ -155,7 +159,13 @@ pub(crate) fn handle(
             }
             ok(vec![all.len().to_string()])
         }
-        "log-level" => ok(vec!["info".into()]),
+        "log-level" => match args.first() {
+            None => ok(vec![crate::telemetry::log_level().to_string()]),
+            Some(level) => match crate::telemetry::set_log_level(level) {
+                Ok(()) => ok(vec![crate::telemetry::log_level().to_string()]),
+                Err(e) => fail(&e.to_string()),
+            },
+        },
         "sensor-list" | "sensor-value" => {
             let all = sensors.all();
             let sel: Vec<_> = all

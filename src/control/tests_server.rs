@@ -189,6 +189,7 @@ fn extra_arguments_fail() {
         ("?sensor-value s000 x", "!sensor-value fail"),
         ("?client-list x", "!client-list fail"),
         ("?log-level info x", "!log-level fail"),
+        ("?log-level loud", "!log-level fail"),
         ("?echo a b", "!echo fail"),
         ("?echo a", "!echo ok a"),
         ("?nosuch", "!nosuch invalid"),
