@@ -183,9 +183,124 @@ impl Message {
     }
 }
 
+/// A line longer than the reader's limit: the rest of the connection cannot be trusted
+/// to be in step, so the server reports it and disconnects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("line longer than {limit} bytes")]
+pub struct LineTooLong {
+    /// The limit that was exceeded.
+    pub limit: usize,
+}
+
+/// Splits a byte stream into katcp lines, ended by `\n`, `\r` or `\r\n` (an `\r\n` gives
+/// one line and an empty one, which the server skips as blank). Memory stays bounded: the
+/// unfinished line is never longer than `limit` bytes, nor its buffer's capacity larger;
+/// input that would make it longer is refused with [`LineTooLong`] before it is stored.
+#[derive(Debug)]
+pub struct LineReader {
+    buf: Vec<u8>,
+    limit: usize,
+}
+
+impl LineReader {
+    /// A reader that accepts lines of at most `limit` bytes (terminator not counted).
+    pub fn new(limit: usize) -> Self {
+        LineReader {
+            buf: Vec::new(),
+            limit,
+        }
+    }
+
+    /// Bytes of the unfinished line held.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Bytes the reader has allocated for the unfinished line (at most the limit).
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// Takes `data`, appending every line it completes to `lines` (without terminators).
+    /// On [`LineTooLong`] the unfinished line is dropped (its memory freed); the lines
+    /// completed before it are still in `lines`.
+    pub fn feed(&mut self, data: &[u8], lines: &mut Vec<Vec<u8>>) -> Result<(), LineTooLong> {
+        let mut rest = data;
+        loop {
+            let end = rest.iter().position(|&c| c == b'\n' || c == b'\r');
+            let part = &rest[..end.unwrap_or(rest.len())];
+            self.append(part)?;
+            match end {
+                Some(i) => {
+                    lines.push(std::mem::take(&mut self.buf));
+                    rest = &rest[i + 1..];
+                }
+                None => return Ok(()),
+            }
+        }
+    }
+
+    fn append(&mut self, part: &[u8]) -> Result<(), LineTooLong> {
+        let need = self.buf.len() + part.len();
+        if need > self.limit {
+            self.buf = Vec::new();
+            return Err(LineTooLong { limit: self.limit });
+        }
+        if need > self.buf.capacity() {
+            // Double as a Vec would, but never past the limit.
+            let want = (2 * self.buf.capacity()).max(need).max(256).min(self.limit);
+            self.buf.reserve_exact(want - self.buf.len());
+        }
+        self.buf.extend_from_slice(part);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `\n`, `\r` and `\r\n` all end a line (katcp allows each); lines split across
+    /// reads are joined.
+    #[test]
+    fn line_reader_takes_every_line_ending() {
+        let mut r = LineReader::new(64);
+        let mut lines = Vec::new();
+        r.feed(b"?a\n?b\r?c\r\n?d", &mut lines).unwrap();
+        assert_eq!(r.pending(), 2);
+        r.feed(b"e\n", &mut lines).unwrap();
+        let want: Vec<&[u8]> = vec![b"?a", b"?b", b"?c", b"", b"?de"];
+        assert_eq!(lines, want);
+        assert_eq!(r.pending(), 0);
+    }
+
+    /// A 96 MiB line without a terminator, fed 64 KiB at a time: refused as soon as it
+    /// passes the limit, and the reader never holds (or allocates) more than the limit.
+    #[test]
+    fn line_reader_memory_stays_within_the_limit() {
+        let limit = 1 << 20;
+        let mut r = LineReader::new(limit);
+        let mut lines = Vec::new();
+        let block = vec![b'x'; 64 << 10];
+        let mut fed = 0usize;
+        let mut refused_at = None;
+        while fed < 96 << 20 {
+            let res = r.feed(&block, &mut lines);
+            fed += block.len();
+            assert!(r.pending() <= limit && r.capacity() <= limit, "{fed}");
+            if res.is_err() && refused_at.is_none() {
+                refused_at = Some(fed);
+            }
+        }
+        assert_eq!(refused_at, Some(limit + block.len()));
+        assert!(lines.is_empty());
+        // A line of exactly the limit is taken.
+        let mut r = LineReader::new(limit);
+        r.feed(&vec![b'y'; limit], &mut lines).unwrap();
+        r.feed(b"\n", &mut lines).unwrap();
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0].len(), limit);
+    }
 
     #[test]
     fn round_trip_and_escapes() {

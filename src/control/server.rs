@@ -1,32 +1,53 @@
-//! A katcp v5 device server: one thread per client, the standard requests (help, halt,
-//! watchdog, version-list, sensor-list, sensor-value, client-list, log-level) and the
-//! engine's own requests through [`Device`]. Bad requests get `fail` or `invalid` replies.
+//! A katcp v5 device server: one thread per client, the standard requests (see
+//! [`super::requests`]) and the engine's own requests through [`Device`].
+//!
+//! Hostile or broken clients are bounded ([`Limits`]): lines are cut off at a length limit
+//! while they are read (the client is told and disconnected), a client that sends no
+//! request or leaves a line unfinished for the idle timeout is disconnected, at most
+//! [`Limits::max_clients`] are served at once (more are refused with a log line), and a
+//! client that does not read its replies is disconnected when a write times out. Each
+//! client has its own thread and holds no lock while it writes, so none of this stalls the
+//! engine or the other clients.
 
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
-use super::katcp::{Kind, Message};
-use super::sensors::SensorSet;
+use super::device::Device;
+use super::katcp::{Kind, LineReader, Message};
+use super::requests::{handle, version_informs, Clients};
 
-/// Why an engine's request failed: any error; its text is the `fail` reply's message.
-pub type RequestError = Box<dyn std::error::Error + Send + Sync>;
+/// Bounds on what clients may cost the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest line accepted, in bytes (aiokatcp's 16 MiB by default: a `?gain` with one
+    /// full-precision value per channel of a 32k-channel output is about 1.4 MB). A longer
+    /// line is refused while it is read, never buffered whole.
+    pub max_line: usize,
+    /// Clients served at once; one more is sent `#disconnect` and closed, with a log line.
+    pub max_clients: usize,
+    /// A client that sends no complete request this long after connecting, or leaves a line
+    /// unfinished this long, is disconnected. A client that has made requests may then stay
+    /// quiet for as long as it likes (a controller holds its connection for hours).
+    pub idle_timeout: Duration,
+    /// A client whose replies cannot be written within this long (it does not read them)
+    /// is disconnected.
+    pub write_timeout: Duration,
+}
 
-/// An engine's katcp interface.
-pub trait Device: Send + Sync + 'static {
-    /// API version, e.g. `katgpucbf-fgpu-1.0` style.
-    fn api_version(&self) -> String;
-    /// The engine's own requests: (name, help text).
-    fn requests(&self) -> Vec<(&'static str, &'static str)>;
-    /// Handles one of [`Device::requests`]: `Ok(reply args after "ok")`, or the error whose
-    /// text the `fail` reply carries.
-    fn request(&self, name: &str, args: &[String]) -> Result<Vec<String>, RequestError>;
-    /// The engine's sensors, reported by `?sensor-list` and `?sensor-value`.
-    fn sensors(&self) -> &SensorSet;
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_line: 16 << 20,
+            max_clients: 64,
+            idle_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(10),
+        }
+    }
 }
 
 /// A running server.
@@ -39,6 +60,15 @@ pub struct Server {
 impl Server {
     /// Binds `addr` (port 0 picks a free port) and serves `device` until dropped.
     pub fn start(addr: SocketAddr, device: Arc<dyn Device>) -> io::Result<Server> {
+        Self::start_with(addr, device, Limits::default())
+    }
+
+    /// [`Server::start`] with other [`Limits`].
+    pub fn start_with(
+        addr: SocketAddr,
+        device: Arc<dyn Device>,
+        limits: Limits,
+    ) -> io::Result<Server> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
         listener.set_nonblocking(true)?;
@@ -46,27 +76,7 @@ impl Server {
         let stop2 = stop.clone();
         std::thread::Builder::new()
             .name("katcp".into())
-            .spawn(move || {
-                while !stop2.load(Ordering::Relaxed) {
-                    match listener.accept() {
-                        Ok((s, peer)) => {
-                            let d = device.clone();
-                            let st = stop2.clone();
-                            let _ = std::thread::Builder::new()
-                                .name("katcp-client".into())
-                                .spawn(move || {
-                                    if let Err(e) = serve_client(s, d, st) {
-                                        debug!(%peer, error = %e, "katcp client ended");
-                                    }
-                                });
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            std::thread::sleep(Duration::from_millis(20))
-                        }
-                        Err(e) => warn!(error = %e, "katcp accept failed"),
-                    }
-                }
-            })?;
+            .spawn(move || accept_loop(listener, device, limits, stop2))?;
         info!(%addr, "katcp server listening");
         Ok(Server { addr, stop })
     }
@@ -78,206 +88,221 @@ impl Drop for Server {
     }
 }
 
-fn reply(req: &Message, args: Vec<String>) -> Message {
-    Message::with_args(Kind::Reply, &req.name, req.mid, &args)
+fn accept_loop(
+    listener: TcpListener,
+    device: Arc<dyn Device>,
+    limits: Limits,
+    stop: Arc<AtomicBool>,
+) {
+    let clients = Arc::new(Clients::default());
+    let mut refusals = Refusals::default();
+    while !stop.load(Ordering::Relaxed) {
+        let (s, peer) = match listener.accept() {
+            Ok(c) => c,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            Err(e) => {
+                warn!(error = %e, "katcp accept failed");
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+        };
+        let Some(id) = clients.admit(peer, limits.max_clients) else {
+            refusals.refuse(s, peer, limits.max_clients);
+            continue;
+        };
+        let (d, st, cl) = (device.clone(), stop.clone(), clients.clone());
+        let spawned = std::thread::Builder::new()
+            .name("katcp-client".into())
+            .spawn(move || {
+                match serve_client(s, d, &cl, limits, st) {
+                    Ok(()) => debug!(%peer, "katcp client ended"),
+                    Err(e) => debug!(%peer, error = %e, "katcp client ended"),
+                }
+                cl.remove(id);
+            });
+        if let Err(e) = spawned {
+            warn!(%peer, error = %e, "katcp: no thread for a new client; closed");
+            clients.remove(id);
+        }
+    }
 }
 
-fn inform(req: &Message, args: Vec<String>) -> Message {
-    Message::with_args(Kind::Inform, &req.name, req.mid, &args)
+/// Clients refused because the server is full: each is told why; the log says so at most
+/// once every 10 s (with how many were refused), so a flood does not flood the log.
+#[derive(Default)]
+struct Refusals {
+    unlogged: u64,
+    logged_at: Option<Instant>,
+}
+
+impl Refusals {
+    fn refuse(&mut self, s: TcpStream, peer: SocketAddr, max: usize) {
+        // One short write into a fresh socket's empty buffer: it cannot block.
+        let _ = s.set_nonblocking(true);
+        let why = format!("too many clients ({max} connected)");
+        let _ =
+            (&s).write_all(&Message::with_args(Kind::Inform, "disconnect", None, &[&why]).encode());
+        drop(s);
+        self.unlogged += 1;
+        if self
+            .logged_at
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(10))
+        {
+            warn!(
+                %peer,
+                max_clients = max,
+                refused = self.unlogged,
+                "katcp: refusing clients: the server already has its maximum of clients"
+            );
+            self.unlogged = 0;
+            self.logged_at = Some(Instant::now());
+        }
+    }
+}
+
+/// A `#log <level> <time> katcp <text>` inform.
+fn log_inform(level: &str, text: &str) -> Message {
+    Message::with_args(
+        Kind::Inform,
+        "log",
+        None,
+        &[
+            level,
+            &format!("{:.6}", super::sensors::now()),
+            "katcp",
+            text,
+        ],
+    )
+}
+
+/// Tells the client why it is being disconnected (best effort: it may not be reading).
+fn disconnect(w: &mut TcpStream, peer: SocketAddr, why: &str) -> io::Result<()> {
+    info!(%peer, reason = why, "katcp: disconnecting client");
+    let mut out = log_inform("error", why).encode();
+    out.extend(Message::with_args(Kind::Inform, "disconnect", None, &[why]).encode());
+    w.write_all(&out)
 }
 
 fn serve_client(
     stream: TcpStream,
     device: Arc<dyn Device>,
+    clients: &Clients,
+    limits: Limits,
     stop: Arc<AtomicBool>,
 ) -> io::Result<()> {
+    let peer = stream.peer_addr()?;
     stream.set_nonblocking(false)?;
+    // Short reads let the thread see the stop flag and the idle deadlines.
     stream.set_read_timeout(Some(Duration::from_millis(200)))?;
+    stream.set_write_timeout(Some(limits.write_timeout))?;
     let mut w = stream.try_clone()?;
-    let mut r = BufReader::new(stream);
-    for (k, v) in [
-        ("katcp-protocol", "5.1-M".to_string()),
-        (
-            "katcp-library",
-            format!("gpucbf-{}", env!("CARGO_PKG_VERSION")),
-        ),
-        ("katcp-device", device.api_version()),
-    ] {
-        w.write_all(&Message::with_args(Kind::Inform, "version-connect", None, &[k, &v]).encode())?;
+    let mut r = stream;
+    let mut hello = Vec::new();
+    for m in version_informs(device.as_ref(), "version-connect", None) {
+        hello.extend(m.encode());
     }
-    let mut line = Vec::new();
+    write_or_drop(&mut w, peer, &hello)?;
+    let connected = Instant::now();
+    let mut requested = false;
+    let mut line_started: Option<Instant> = None;
+    let mut reader = LineReader::new(limits.max_line);
+    let mut buf = vec![0u8; 64 << 10];
+    let mut lines = Vec::new();
     while !stop.load(Ordering::Relaxed) {
-        match r.read_until(b'\n', &mut line) {
+        let n = match r.read(&mut buf) {
             Ok(0) => return Ok(()),
-            Ok(_) if line.ends_with(b"\n") => {}
-            Ok(_) => continue,
+            Ok(n) => n,
             Err(e)
                 if matches!(
                     e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
                 ) =>
             {
-                continue
-            }
-            Err(e) => return Err(e),
-        }
-        if line.len() > 1 << 20 {
-            line.clear();
-            continue;
-        }
-        let text = std::mem::take(&mut line);
-        let text = text.strip_suffix(b"\n").unwrap_or(&text);
-        if text.iter().all(|c| c.is_ascii_whitespace()) {
-            continue;
-        }
-        let msg = match Message::parse(text) {
-            Ok(m) => m,
-            Err(e) => {
-                let m = Message::with_args(
-                    Kind::Inform,
-                    "log",
-                    None,
-                    &[
-                        "error",
-                        &format!("{:.6}", super::sensors::now()),
-                        "katcp",
-                        &format!("malformed message: {e}"),
-                    ],
-                );
-                w.write_all(&m.encode())?;
+                let idle = limits.idle_timeout;
+                if !requested && connected.elapsed() >= idle {
+                    let why = format!("no request within {} s of connecting", idle.as_secs_f64());
+                    return disconnect(&mut w, peer, &why);
+                }
+                if line_started.is_some_and(|t| t.elapsed() >= idle) {
+                    let why = format!("a line left unfinished for {} s", idle.as_secs_f64());
+                    return disconnect(&mut w, peer, &why);
+                }
                 continue;
             }
+            Err(e) => return Err(e),
         };
-        if msg.kind != Kind::Request {
-            continue;
+        lines.clear();
+        let fed = reader.feed(&buf[..n], &mut lines);
+        for line in &lines {
+            match serve_line(line, device.as_ref(), clients) {
+                Line::Blank => {}
+                Line::Reply(out, halt) => {
+                    requested = true;
+                    write_or_drop(&mut w, peer, &out)?;
+                    if halt {
+                        crate::control::shutdown::request();
+                        return Ok(());
+                    }
+                }
+            }
         }
-        let mut out = Vec::new();
-        let halt = handle(&msg, device.as_ref(), &mut out);
-        for m in out {
-            w.write_all(&m.encode())?;
+        if let Err(e) = fed {
+            return disconnect(&mut w, peer, &format!("{e}: disconnecting"));
         }
-        w.flush()?;
-        if halt {
-            crate::control::shutdown::request();
-            return Ok(());
-        }
+        line_started = match (reader.pending(), line_started) {
+            (0, _) => None,
+            (_, None) => Some(Instant::now()),
+            (_, t) => t,
+        };
     }
     Ok(())
 }
 
-/// Handles one request, appending informs and the reply to `out`. Returns true for ?halt.
-pub fn handle(req: &Message, device: &dyn Device, out: &mut Vec<Message>) -> bool {
-    let args: Vec<String> = req
-        .args
-        .iter()
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
-    let ok = |mut v: Vec<String>| {
-        v.insert(0, "ok".into());
-        v
+/// Writes `out`; a client that does not take it within the write timeout is dropped.
+fn write_or_drop(w: &mut TcpStream, peer: SocketAddr, out: &[u8]) -> io::Result<()> {
+    match w.write_all(out) {
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            warn!(%peer, "katcp: client does not read its replies; disconnected");
+            let _ = w.shutdown(std::net::Shutdown::Both);
+            Err(e)
+        }
+        other => other,
+    }
+}
+
+enum Line {
+    /// Nothing to answer (a blank line, or a reply or inform from the client).
+    Blank,
+    /// Encoded replies, and whether it was `?halt`.
+    Reply(Vec<u8>, bool),
+}
+
+/// One line from a client: a request's informs and reply, a `#log` for a malformed line.
+fn serve_line(line: &[u8], device: &dyn Device, clients: &Clients) -> Line {
+    if line.iter().all(|c| c.is_ascii_whitespace()) {
+        return Line::Blank;
+    }
+    let msg = match Message::parse(line) {
+        Ok(m) => m,
+        Err(e) => {
+            let m = log_inform("error", &format!("malformed message: {e}"));
+            return Line::Reply(m.encode(), false);
+        }
     };
-    let fail = |m: &str| vec!["fail".to_string(), m.to_string()];
-    let sensors = device.sensors();
-    let reply_args = match req.name.as_str() {
-        "halt" => {
-            out.push(reply(req, vec!["ok".into()]));
-            return true;
-        }
-        "watchdog" => ok(vec![]),
-        "help" => {
-            let mut all: Vec<(String, String)> = [
-                ("halt", "Stop the engine cleanly."),
-                ("help", "List requests."),
-                ("watchdog", "Check that the server is alive."),
-                ("version-list", "List versions."),
-                ("sensor-list", "List sensors."),
-                ("sensor-value", "Report sensor values."),
-                ("client-list", "List connected clients."),
-                ("log-level", "Query the log level."),
-            ]
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect();
-            all.extend(
-                device
-                    .requests()
-                    .into_iter()
-                    .map(|(a, b)| (a.to_string(), b.to_string())),
-            );
-            let wanted: Vec<_> = all
-                .iter()
-                .filter(|(n, _)| args.is_empty() || args[0] == *n)
-                .collect();
-            if wanted.is_empty() {
-                fail(&format!("Unknown request: {}", args[0]))
-            } else {
-                for (n, h) in &wanted {
-                    out.push(inform(req, vec![n.clone(), h.clone()]));
-                }
-                ok(vec![wanted.len().to_string()])
-            }
-        }
-        "version-list" => {
-            let v = [
-                ("katcp-protocol", "5.1-M".to_string()),
-                (
-                    "katcp-library",
-                    format!("gpucbf-{}", env!("CARGO_PKG_VERSION")),
-                ),
-                ("katcp-device", device.api_version()),
-            ];
-            for (k, x) in &v {
-                out.push(inform(req, vec![k.to_string(), x.clone()]));
-            }
-            ok(vec![v.len().to_string()])
-        }
-        "client-list" => ok(vec!["0".into()]),
-        "log-level" => ok(vec!["info".into()]),
-        "sensor-list" | "sensor-value" => {
-            let all = sensors.all();
-            let sel: Vec<_> = all
-                .iter()
-                .filter(|s| args.is_empty() || s.name == args[0])
-                .collect();
-            if sel.is_empty() && !args.is_empty() {
-                fail(&format!("Unknown sensor name: {}", args[0]))
-            } else {
-                for s in &sel {
-                    if req.name == "sensor-list" {
-                        let mut a = vec![
-                            s.name.clone(),
-                            s.description.clone(),
-                            s.units.clone(),
-                            s.stype.name().to_string(),
-                        ];
-                        if let super::sensors::SensorType::Discrete(v) = &s.stype {
-                            a.extend(v.iter().cloned());
-                        }
-                        out.push(inform(req, a));
-                    } else {
-                        out.push(inform(
-                            req,
-                            vec![
-                                format!("{:.6}", s.timestamp),
-                                "1".into(),
-                                s.name.clone(),
-                                s.status.name().into(),
-                                s.value.clone(),
-                            ],
-                        ));
-                    }
-                }
-                ok(vec![sel.len().to_string()])
-            }
-        }
-        name if device.requests().iter().any(|(n, _)| *n == name) => {
-            match device.request(name, &args) {
-                Ok(v) => ok(v),
-                Err(e) => fail(&e.to_string()),
-            }
-        }
-        name => vec!["invalid".into(), format!("Unknown request: {name}")],
-    };
-    out.push(reply(req, reply_args));
-    false
+    if msg.kind != Kind::Request {
+        return Line::Blank;
+    }
+    let mut out = Vec::new();
+    let halt = handle(&msg, device, clients, &mut out);
+    Line::Reply(out.iter().flat_map(Message::encode).collect(), halt)
 }

@@ -1,10 +1,9 @@
 //! Prometheus metrics: a registry per engine (namespace `dsim`, `fgpu`, `xbgpu`), counters
-//! with katgpucbf's names (exposed with `_total`), and a small HTTP endpoint at `/metrics`.
+//! with katgpucbf's names (exposed with `_total`), and a small HTTP endpoint at `/metrics`
+//! ([`http`]).
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -76,37 +75,11 @@ impl Metrics {
         s
     }
 
-    /// Serves `GET /metrics` on `addr` from a background thread; returns the bound address.
+    /// Serves `GET /metrics` on `addr` from background threads (one per connection, see
+    /// [`http`]); returns the bound address.
     pub fn serve(&self, addr: SocketAddr) -> std::io::Result<SocketAddr> {
-        let listener = TcpListener::bind(addr)?;
-        let bound = listener.local_addr()?;
         let me = self.clone();
-        std::thread::Builder::new().name("prometheus".into()).spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(mut s) = conn else { continue };
-                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                let mut first = String::new();
-                let mut r = BufReader::new(match s.try_clone() {
-                    Ok(c) => c,
-                    Err(_) => continue,
-                });
-                if r.read_line(&mut first).is_err() {
-                    continue;
-                }
-                // Drain the request headers.
-                let mut line = String::new();
-                while r.read_line(&mut line).is_ok_and(|n| n > 2) {
-                    line.clear();
-                }
-                let (status, ctype, body) = if first.starts_with("GET /metrics") {
-                    ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", me.render())
-                } else {
-                    ("404 Not Found", "text/plain", "only /metrics is served\n".to_string())
-                };
-                let _ = write!(s, "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-            }
-        })?;
-        Ok(bound)
+        http::serve(addr, http::Limits::default(), move || me.render())
     }
 }
 
@@ -118,9 +91,12 @@ pub fn labels(pairs: &[(&str, &str)]) -> Labels {
         .collect()
 }
 
+pub mod http;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     #[test]
     fn names_and_http() {

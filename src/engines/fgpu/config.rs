@@ -157,6 +157,15 @@ impl FgpuArgs {
                 options: "--wideband or --narrowband",
             });
         }
+        // katcp requests and sensors name outputs: two of one name would be one stream.
+        for (i, o) in outputs.iter().enumerate() {
+            if outputs[..i].iter().any(|p| p.name == o.name) {
+                return Err(ConfigError::rule(
+                    format!("name={}", o.name),
+                    "is given to two outputs (--wideband, --narrowband): names must be unique",
+                ));
+            }
+        }
         if !self.gain.is_finite() {
             return Err(ConfigError::rule("--gain", "must be finite"));
         }
@@ -312,6 +321,18 @@ mod tests {
                 .to_string();
             assert!(e.contains(want), "{extra:?}: {e}");
         }
+        let e = parse(&[&WB[..], &WB[..]].concat())
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("name=wb is given to two outputs"), "{e}");
+        let nb = [
+            "--narrowband",
+            "name=wb,channels=1024,dst=127.0.0.1:7150,centre_frequency=2e8,decimation=8",
+        ];
+        let e = parse(&[&WB[..], &nb[..]].concat()).unwrap().validate();
+        assert!(e.is_err(), "a narrowband output named as the wideband one");
         let e = parse(&[]).unwrap().validate().unwrap_err().to_string();
         assert_eq!(e, "give at least one --wideband or --narrowband output");
         for (extra, want) in [

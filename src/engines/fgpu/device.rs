@@ -32,6 +32,24 @@ pub enum RequestError {
     /// A `?delays` start time before the sync time.
     #[error("start time must not precede the sync time")]
     BeforeSync,
+    /// A `?delays` load time whose timestamp does not fit the 48-bit timestamp space.
+    #[error(
+        "start time {0} is past the 48-bit timestamp space (2^48 samples after the sync time)"
+    )]
+    LoadTime(String),
+    /// A delay the engine cannot buffer input for.
+    #[error(
+        "input{input} delay {delay} s is beyond ±{max} s ({MAX_DELAY_SAMPLES} samples), \
+         what the engine can buffer"
+    )]
+    DelayRange {
+        /// The input (polarisation).
+        input: usize,
+        /// The delay asked for (s).
+        delay: f64,
+        /// The largest magnitude taken (s).
+        max: f64,
+    },
     /// The output's controls were poisoned by a panic elsewhere.
     #[error("control lock poisoned")]
     LockPoisoned,
@@ -42,6 +60,12 @@ pub enum RequestError {
     #[error(transparent)]
     Value(#[from] ValueError),
 }
+
+/// Largest delay magnitude `?delays` takes, in ADC samples: katgpucbf's `--max-delay-diff`
+/// default, the input the engine keeps for delays. A larger delay would make the engine wait
+/// for input that never comes in time (negative: the output stalls) or skip every batch
+/// (positive); it is refused instead.
+pub const MAX_DELAY_SAMPLES: u64 = 1 << 20;
 
 /// One output as the device sees it.
 pub struct OutputHandle {
@@ -256,11 +280,25 @@ impl FgpuDevice {
                 if !t.is_finite() || t < self.sync_time {
                     return Err(RequestError::BeforeSync);
                 }
-                let start = ((t - self.sync_time) * self.adc_rate).round() as u64;
+                let start = ((t - self.sync_time) * self.adc_rate).round();
+                if start >= (1u64 << 48) as f64 {
+                    return Err(RequestError::LoadTime(args[1].clone()));
+                }
+                let start = start as u64;
                 let models = [
                     parse_delay(&args[2], start, self.adc_rate)?,
                     parse_delay(&args[3], start, self.adc_rate)?,
                 ];
+                // Every model is checked before any is applied.
+                for (input, m) in models.iter().enumerate() {
+                    if m.delay.abs() > MAX_DELAY_SAMPLES as f64 {
+                        return Err(RequestError::DelayRange {
+                            input,
+                            delay: m.delay / self.adc_rate,
+                            max: MAX_DELAY_SAMPLES as f64 / self.adc_rate,
+                        });
+                    }
+                }
                 let mut ctl = o.control.lock().map_err(|_| RequestError::LockPoisoned)?;
                 for (p, m) in models.iter().enumerate() {
                     ctl.push_model(p, *m);

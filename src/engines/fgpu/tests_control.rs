@@ -218,3 +218,63 @@ fn steady_state_timestamp_follows_the_copied_batches() {
     assert!(req("delays", &["wb", "0.5", "0,0:0,0"]).is_err());
     assert_eq!(steady(), (1 << 30) + STEP);
 }
+
+/// `?delays` with a delay the engine cannot buffer (-1e6 s stalled the output) or a load
+/// time past the 48-bit timestamps (1e300 saturated the load count and wrapped
+/// `steady-state-timestamp` to 0) fails, naming the limit, and changes nothing.
+#[test]
+fn delays_out_of_range_fail_and_change_nothing() {
+    let ctl = control(&[]);
+    let dev = FgpuDevice::new(
+        vec![OutputHandle {
+            name: "wb".into(),
+            channels: C,
+            batch_step: STEP,
+            spectrum_step: SBS,
+            control: ctl.clone(),
+        }],
+        1e6,
+        0.0,
+        0.5,
+        1,
+    );
+    let req = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        dev.request("delays", &args)
+    };
+    let sensor = |n: &str| dev.sensors().get(n).unwrap().value;
+    req(&["wb", "1.5", "0.5,0:0,0", "-0.5,0:0,0"]).unwrap();
+    let (steady, d0) = (sensor("steady-state-timestamp"), sensor("wb.input0.delay"));
+    let models = ctl.lock().unwrap().delays.clone();
+    // At 1 MS/s the engine buffers 2^20 samples: ±1.048576 s.
+    for (args, why) in [
+        (
+            ["wb", "2", "-1e6,0:0,0", "0,0:0,0"],
+            "input0 delay -1000000 s is beyond ±1.048576 s",
+        ),
+        (
+            ["wb", "2", "0,0:0,0", "1.1,0:0,0"],
+            "input1 delay 1.1 s is beyond",
+        ),
+        (
+            ["wb", "1e300", "0,0:0,0", "0,0:0,0"],
+            "start time 1e300 is past the 48-bit",
+        ),
+        // 2^48 samples at 1 MS/s: 281474976.710656 s.
+        (
+            ["wb", "281474977", "0,0:0,0", "0,0:0,0"],
+            "past the 48-bit timestamp space",
+        ),
+    ] {
+        let e = req(&args).unwrap_err().to_string();
+        assert!(e.contains(why), "{e}");
+        assert_eq!(sensor("steady-state-timestamp"), steady);
+        assert_eq!(sensor("wb.input0.delay"), d0);
+        assert_eq!(ctl.lock().unwrap().delays, models);
+    }
+    req(&["wb", "281474976", "1.048576,0:0,0", "-1.048576,0:0,0"]).unwrap();
+    assert_eq!(
+        sensor("steady-state-timestamp"),
+        (281_474_976_000_000_u64.div_ceil(SBS) * SBS).to_string()
+    );
+}

@@ -133,6 +133,19 @@ impl XbgpuArgs {
         if !(self.adc_sample_rate.is_finite() && self.adc_sample_rate > 0.0) {
             return Err(ConfigError::rule("--adc-sample-rate", "must be positive"));
         }
+        // katcp requests (`?capture-start`, `?beam-weights`) and sensors name streams: two
+        // of one name would be one stream.
+        let names: Vec<&str> = (self.corrprod.iter().map(|c| c.name.as_str()))
+            .chain(self.beam.iter().map(|b| b.name.as_str()))
+            .collect();
+        for (i, n) in names.iter().enumerate() {
+            if names[..i].contains(n) {
+                return Err(ConfigError::rule(
+                    format!("name={n}"),
+                    "is given to two outputs (--corrprod, --beam): names must be unique",
+                ));
+            }
+        }
         let (n, cps, sph) = (
             self.array_size,
             self.channels_per_substream,
@@ -302,6 +315,20 @@ mod tests {
     /// option.
     #[test]
     fn invalid_options_are_refused_by_name() {
+        let bc = "name=bc,dst=127.0.0.1:7162,heap_accumulation_threshold=2";
+        let beam = |n: &str| format!("name={n},dst=127.0.0.1:7161,pol=0");
+        let (b1, bc_beam) = (beam("b1"), beam("bc"));
+        for (extra, want) in [
+            (vec!["--corrprod", bc], "name=bc is given to two outputs"),
+            (
+                vec!["--beam", &b1, "--beam", &b1],
+                "name=b1 is given to two outputs",
+            ),
+            (vec!["--beam", &bc_beam], "name=bc is given to two outputs"),
+        ] {
+            let e = parse(&extra).validate().unwrap_err().to_string();
+            assert!(e.starts_with(want), "{extra:?}: {e}");
+        }
         for (extra, want) in [
             (vec!["--jones-per-batch", "1000"], "--jones-per-batch"),
             (

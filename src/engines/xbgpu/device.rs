@@ -31,6 +31,17 @@ pub enum RequestError {
     /// A value that is not finite.
     #[error("values must be finite")]
     NotFinite,
+    /// A weight or gain the beamformer's f32 arithmetic cannot hold (it would become
+    /// infinite and zero the beam).
+    #[error("{what} {value:e} is beyond the f32 range (±{max:e})")]
+    BeyondF32 {
+        /// What it is (`weight`, `quantiser gain`).
+        what: &'static str,
+        /// The value.
+        value: f64,
+        /// The largest magnitude taken.
+        max: f32,
+    },
     /// Not one value per antenna.
     #[error("{given} {what} given, {n_ants} antennas")]
     Count {
@@ -102,6 +113,18 @@ impl XbDevice {
         Ok(v)
     }
 
+    /// `v` unless some value's magnitude is beyond f32 (`what`: `weight`).
+    fn within_f32(what: &'static str, v: Vec<f64>) -> Result<Vec<f64>, RequestError> {
+        match v.iter().find(|x| x.abs() > f64::from(f32::MAX)) {
+            Some(&value) => Err(RequestError::BeyondF32 {
+                what,
+                value,
+                max: f32::MAX,
+            }),
+            None => Ok(v),
+        }
+    }
+
     fn set(&self) -> Result<std::sync::MutexGuard<'_, BeamSet>, RequestError> {
         self.set.lock().map_err(|_| RequestError::LockPoisoned)
     }
@@ -110,7 +133,7 @@ impl XbDevice {
     fn handle(&self, name: &str, args: &[String]) -> Result<Vec<String>, RequestError> {
         match name {
             "capture-start" | "capture-stop" => {
-                if args.len() > 2 {
+                if args.len() > 1 {
                     return Err(RequestError::Usage(format!("?{name} stream")));
                 }
                 let e = self.output(args.first())?;
@@ -119,7 +142,7 @@ impl XbDevice {
             }
             "beam-weights" => {
                 let b = self.beam(args.first())?;
-                let w = self.floats(&args[1..])?;
+                let w = Self::within_f32("weight", self.floats(&args[1..])?)?;
                 if w.len() != self.n_ants {
                     return Err(RequestError::Count {
                         given: w.len(),
@@ -138,7 +161,7 @@ impl XbDevice {
             }
             "beam-quant-gains" => {
                 let b = self.beam(args.first())?;
-                let g = self.floats(&args[1..])?;
+                let g = Self::within_f32("quantiser gain", self.floats(&args[1..])?)?;
                 if g.len() != 1 {
                     return Err(RequestError::OneGain);
                 }
@@ -224,5 +247,79 @@ impl Device for XbDevice {
 
     fn sensors(&self) -> &SensorSet {
         &self.sensors
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compute::xengine::Beam;
+
+    fn device() -> XbDevice {
+        let beam = Beam {
+            pol: 0,
+            quant_gain: 1.0,
+            weights: vec![1.0; 2],
+            delays: vec![0.0; 2],
+            phases: vec![0.0; 2],
+        };
+        XbDevice {
+            sensors: SensorSet::default(),
+            outputs: vec![("bcp".into(), Arc::new(AtomicBool::new(false)))],
+            beams: vec!["b0".into()],
+            set: Arc::new(Mutex::new(BeamSet {
+                beams: vec![beam],
+                channel_offset: 0,
+                n_channels_total: 64,
+                bandwidth: 856e6,
+                dither: true,
+                seed: 1,
+            })),
+            n_ants: 2,
+        }
+    }
+
+    fn req(d: &XbDevice, name: &str, args: &[&str]) -> Result<Vec<String>, RequestError> {
+        d.handle(
+            name,
+            &args.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+        )
+    }
+
+    /// Weights and gains beyond f32 (1e39 became inf and zeroed the beam) fail naming the
+    /// value, and the beam keeps its previous ones; the largest f32 is taken.
+    #[test]
+    fn weights_and_gains_beyond_f32_fail_and_change_nothing() {
+        let d = device();
+        req(&d, "beam-weights", &["b0", "0.5", "2"]).unwrap();
+        let e = req(&d, "beam-weights", &["b0", "1", "1e39"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "weight 1e39 is beyond the f32 range (±3.4028235e38)"
+        );
+        assert!(req(&d, "beam-weights", &["b0", "-1e39", "1"]).is_err());
+        assert_eq!(d.set.lock().unwrap().beams[0].weights, vec![0.5, 2.0]);
+        let e = req(&d, "beam-quant-gains", &["b0", "1e39"]).unwrap_err();
+        assert!(
+            e.to_string().starts_with("quantiser gain 1e39 is beyond"),
+            "{e}"
+        );
+        assert_eq!(d.set.lock().unwrap().beams[0].quant_gain, 1.0);
+        let max = (f32::MAX as f64).to_string();
+        req(&d, "beam-quant-gains", &["b0", &max]).unwrap();
+        assert_eq!(d.set.lock().unwrap().beams[0].quant_gain, f32::MAX as f64);
+    }
+
+    /// `?capture-start bcp x` took the extra argument silently.
+    #[test]
+    fn capture_requests_take_exactly_one_stream() {
+        let d = device();
+        for name in ["capture-start", "capture-stop"] {
+            let e = req(&d, name, &["bcp", "x"]).unwrap_err();
+            assert_eq!(e.to_string(), format!("usage: ?{name} stream"));
+        }
+        assert!(!d.outputs[0].1.load(Ordering::Relaxed));
+        req(&d, "capture-start", &["bcp"]).unwrap();
+        assert!(d.outputs[0].1.load(Ordering::Relaxed));
     }
 }
