@@ -293,6 +293,9 @@ impl DsimArgs {
                 Bytes(heap_bytes)
             ),
         )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
