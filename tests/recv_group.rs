@@ -256,3 +256,33 @@ fn bad_receive_options_are_refused_clearly() {
     let ok = Cli::try_parse_from(["x", "--recv-affinity", "0"]).unwrap();
     assert_eq!(ok.io.recv_cores().unwrap(), vec![0]);
 }
+
+/// A stream far behind the others (its socket holds a backlog; on the H100 host a pol 18
+/// chunks behind the other made the window jump back and forth 1286 times in 20 s): its
+/// packets are too old and the window stays with the streams that keep up.
+#[test]
+fn a_lagging_stream_does_not_drag_the_window_back() {
+    let pl = DigitiserPlacement::new(HS, 10, 8 * HS).unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let g = ChunkGroup::new(pl, WindowPolicy::new(2, 4), 2, Duration::from_millis(1), tx);
+    let (mut c0, mut c1) = (StreamCounts::default(), StreamCounts::default());
+    // Pol 0 runs 10 chunks ahead, then pol 1 delivers its backlog from chunk 0 while pol 0
+    // keeps going.
+    for h in 0..80 {
+        assert!(g.push(0, &mut c0, &dig(h, 0)));
+    }
+    for h in 0..80 {
+        assert!(g.push(1, &mut c1, &dig(h, 1)));
+        assert!(g.push(0, &mut c0, &dig(80 + h, 0)));
+    }
+    g.sync(&mut c0, &mut std::iter::empty());
+    g.sync(&mut c1, &mut std::iter::empty());
+    let stats = g.flush();
+    drop(g);
+    let chunks: Vec<Chunk> = rx.iter().collect();
+    assert_eq!(stats.window_moves, 0, "{stats:?}");
+    assert_eq!(stats.rejected(gpucbf::chunk::Reject::TooOld), 80);
+    assert_eq!(stats.heaps, 160);
+    let ids: Vec<u64> = chunks.iter().map(|c| c.chunk_id).collect();
+    assert_eq!(ids, (0..20).collect::<Vec<_>>());
+}

@@ -61,11 +61,15 @@ struct Window<P: Placement> {
     tx: crossbeam_channel::Sender<Chunk>,
 }
 
-/// Per-stream state shared with the other streams.
+/// Per-stream state shared with the other streams (one cache line pair each: a stream
+/// writes its own often).
 #[derive(Default)]
+#[repr(align(128))]
 struct StreamState {
     /// 1 + the newest chunk id this stream has delivered a packet for (0: none yet).
     head: AtomicU64,
+    /// 1 + the chunk id of the stream's latest packet (0: none yet).
+    last: AtomicU64,
     /// Fast-path packets placed (a packet near the window: the far vote restarts).
     near: AtomicU64,
     /// Taken as stalled by a stream that waited for it; cleared when it delivers again.
@@ -83,6 +87,8 @@ pub struct StreamCounts {
     near: u64,
     /// 1 + the newest chunk id delivered.
     head: u64,
+    /// 1 + the chunk id of the latest packet.
+    last: u64,
 }
 
 /// Several receive streams placing into one window of chunks (see the module docs).
@@ -260,6 +266,10 @@ impl<P: Placement + Clone> ChunkGroup<P> {
 
     /// Notes that `stream` delivered a packet for chunk `id`.
     fn moved(&self, stream: usize, c: &mut StreamCounts, id: u64) {
+        if id.saturating_add(1) != c.last {
+            c.last = id.saturating_add(1);
+            self.streams[stream].last.store(c.last, Ordering::Relaxed);
+        }
         if id.saturating_add(1) > c.head {
             c.head = id.saturating_add(1);
             let s = &self.streams[stream];
@@ -289,6 +299,14 @@ impl<P: Placement + Clone> ChunkGroup<P> {
         }
         if near {
             w.asm.reset_vote();
+        }
+        if let Some(id) = id {
+            if self.lags(stream, id, &w.asm) {
+                // One stream behind the others (its socket holds a backlog): its packets
+                // are too old, they do not drag the window back.
+                w.asm.reject_too_old(id);
+                return;
+            }
         }
         self.close_all();
         let w = &mut *w;
@@ -339,6 +357,26 @@ impl<P: Placement + Clone> ChunkGroup<P> {
             drop(w);
             std::thread::sleep(Duration::from_micros(20));
         }
+    }
+
+    /// True if a packet of `stream` for chunk `id` is far behind the window while another
+    /// (not stalled) stream's latest packet is near it: the stream lags, the stream as a
+    /// whole did not move back.
+    fn lags(&self, stream: usize, id: u64, asm: &ChunkAssembler<P>) -> bool {
+        let Some((lo, hi)) = asm.bounds() else {
+            return false;
+        };
+        let tol = asm.policy().jump_chunks;
+        if id.saturating_add(tol) >= lo {
+            return false;
+        }
+        let near =
+            |last: u64| last > 0 && last - 1 + tol >= lo && last - 1 <= hi.saturating_add(tol);
+        self.streams.iter().enumerate().any(|(s, st)| {
+            s != stream
+                && !st.stalled.load(Ordering::Relaxed)
+                && near(st.last.load(Ordering::Relaxed))
+        })
     }
 
     /// Closes every ring slot and waits until no fast-path writer is inside one.

@@ -435,6 +435,13 @@ impl<P: Placement> ChunkAssembler<P> {
         Ok(())
     }
 
+    /// Counts a packet for chunk `chunk_id` as too old without placing it: a receive stream
+    /// group's stream that lags behind the others (its packets must not move the window).
+    pub(super) fn reject_too_old(&mut self, chunk_id: u64) {
+        self.stats.rejects[Reject::TooOld as usize] += 1;
+        self.note_too_old(chunk_id);
+    }
+
     /// Describes (once) packets dropped as too old.
     fn note_too_old(&mut self, chunk_id: u64) {
         if self.noted.too_old {

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One MeerKAT L-band antenna in real time on one host, without the array wrapper, so that the
+# engines' receive options can be varied: dsim (2 pols × 1712 MS/s, 10-bit) -> fgpu -> xbgpu
+# over loopback UDP for $SECS seconds; prints each engine's losses. Run from a folder holding
+# the gpucbf binary: `NAME=base SECS=20 FGPU_EXTRA="..." XB_EXTRA="..." bash rt_run.sh`.
+# Results (summaries, logs) go to $OUT/rt-$NAME.
+set -u
+cd "$(dirname "$0")"
+OUT=${OUT:-/tmp/out}; NAME=${NAME:-run}; SECS=${SECS:-20}
+D=$OUT/rt-$NAME; mkdir -p "$D"
+FS=1712e6; C=4096; JONES=${JONES:-1048576}
+CHUNK=${CHUNK:-33554432}; HPC=${HPC:-32}; DUMP_BATCHES=${DUMP_BATCHES:-408}
+SYNC=$(date +%s)
+B=${BASE_PORT:-17000}
+XIN=127.0.0.1:$((B + 100)); XOUT=127.0.0.1:$((B + 101))
+./gpucbf xbgpu --adc-sample-rate $FS --sync-time $SYNC --array-size 1 --channels $C \
+  --channels-per-substream $C --samples-between-spectra $((2 * C)) --jones-per-batch $JONES \
+  --heaps-per-fengine-per-chunk $HPC --send-enabled --backend gpu \
+  --corrprod name=bc,dst=$XOUT,heap_accumulation_threshold=$DUMP_BATCHES ${XB_EXTRA:-} $XIN \
+  > "$D/xbgpu.json" 2> "$D/xbgpu.log" &
+XB=$!
+./gpucbf fgpu --adc-sample-rate $FS --sync-time $SYNC --feng-id 0 --array-size 1 \
+  --wideband name=wb,channels=$C,dst=$XIN,jones_per_batch=$JONES --recv-chunk-samples $CHUNK \
+  --gain 0.02 --backend gpu ${FGPU_EXTRA:-} 127.0.0.1:$B,127.0.0.1:$((B + 1)) \
+  > "$D/fgpu.json" 2> "$D/fgpu.log" &
+FG=$!
+for _ in $(seq 120); do
+  grep -q "output ready" "$D/fgpu.log" 2>/dev/null && grep -q "output ready" "$D/xbgpu.log" 2>/dev/null && break
+  sleep 0.5
+done
+HEAPS=$(python3 -c "print(int($SECS * $FS / 4096))")
+${DSIM_PREFIX:-} ./gpucbf dsim --adc-sample-rate $FS --sync-time $SYNC --period $((1 << 22)) \
+  --heaps $HEAPS --dither-seed 1 --signals "cw(0.1, 300e6) + wgn(0.05, 1); wgn(0.05, 2);" \
+  --summary ${DSIM_EXTRA:-} 127.0.0.1:$B 127.0.0.1:$((B + 1)) > "$D/dsim.json" 2> "$D/dsim.log"
+sleep 2
+kill -TERM $FG; sleep 2; kill -TERM $XB
+wait $FG; echo "fgpu rc=$?"; wait $XB; echo "xbgpu rc=$?"
+python3 - "$D" <<'PY'
+import json, sys, pathlib
+d = pathlib.Path(sys.argv[1])
+def load(n):
+    try:
+        return json.loads((d / n).read_text())
+    except Exception as e:
+        return {"error": str(e)}
+ds, fg, xb = load("dsim.json"), load("fgpu.json"), load("xbgpu.json")
+print("dsim:", {k: ds.get(k) for k in ("heaps", "time_error_s", "late_s", "max_lag_s") if k in ds} or ds)
+print("fgpu: heaps", fg.get("input_heaps"), "missing", fg.get("input_missing_heaps"),
+      "rejected", fg.get("recv_rejected"),
+      "out", [(o["name"], o["heaps"], o["skipped_heaps"]) for o in fg.get("outputs", [])])
+print("xbgpu: heaps", xb.get("input_heaps"), "missing", xb.get("input_missing_heaps"),
+      "incomplete", xb.get("input_incomplete_heaps"), "rejected", xb.get("recv_rejected"),
+      "dumps", [(x.get("name"), x.get("heaps"), x.get("incomplete_accs"), x.get("skipped_accs")) for x in xb.get("corrprods", [])])
+PY
