@@ -407,6 +407,32 @@ fn ports_in_use_are_named() {
         "--prometheus-port",
         crate::engines::fgpu::run(&cfg).unwrap_err().to_string(),
     );
+    let dsim_pcap = tmp("ports-dsim.pcap");
+    for option in ["--katcp-port", "--prometheus-port"] {
+        let d = D::try_parse_from([
+            "dsim",
+            "--adc-sample-rate",
+            "1712e6",
+            "--heaps",
+            "4",
+            "--katcp-host",
+            "0.0.0.0",
+            option,
+            &port,
+            "--pcap",
+            &dsim_pcap.to_string_lossy(),
+            "127.0.0.1:7148",
+        ])
+        .unwrap()
+        .a;
+        want(
+            option,
+            crate::engines::dsim::run(&d.validate().unwrap())
+                .unwrap_err()
+                .to_string(),
+        );
+    }
+    std::fs::remove_file(&dsim_pcap).ok();
     drop(taken);
     std::fs::remove_file(&input).ok();
     std::fs::remove_file(&out).ok();

@@ -2,6 +2,7 @@
 //! function: open the sink, place the first heap, generate the signal windows, serve katcp
 //! and metrics, wait for the first timestamp, send.
 
+use crate::engines::common::error::listen_error;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
@@ -30,7 +31,9 @@ pub fn run(cfg: &DsimConfig) -> anyhow::Result<DsimSummary> {
     let metrics = Metrics::new("dsim");
     let send_metrics = SendMetrics::new(&metrics);
     if let Some(addr) = cfg.prometheus {
-        let bound = metrics.serve(addr.into())?;
+        let bound = metrics
+            .serve(addr.into())
+            .map_err(listen_error("--prometheus-port", addr))?;
         info!(%bound, "prometheus metrics at /metrics");
     }
     let mut stream = HeapStream::new(cfg, windows, start.ts0, start.window_heaps, live);
@@ -192,7 +195,9 @@ fn serve_katcp(
         n_streams: cfg.dests.len(),
     };
     let dev = DsimDevice::new(ctx, swaps, &cfg.signals_text, start.sync_time);
-    Ok(Some(Server::start(addr.into(), std::sync::Arc::new(dev))?))
+    let server = Server::start(addr.into(), std::sync::Arc::new(dev))
+        .map_err(listen_error("--katcp-port", addr))?;
+    Ok(Some(server))
 }
 
 /// Live: waits until the wall clock reaches the first timestamp (at most a second).
