@@ -103,7 +103,7 @@ fn main() -> anyhow::Result<()> {
                 (Some(p), _) => DumpSource::Pcap(p),
                 (None, Some(addr)) => DumpSource::Udp {
                     addr,
-                    idle_timeout: std::time::Duration::from_secs_f64(idle_timeout.max(0.001)),
+                    idle_timeout: gpucbf::apps::inspect::idle_timeout(idle_timeout)?,
                 },
                 (None, None) => anyhow::bail!("give --pcap FILE or --udp ADDR:PORT"),
             };

@@ -68,8 +68,10 @@ pub struct NpyArray {
 #[derive(Debug, thiserror::Error)]
 pub enum NpyError {
     /// The file could not be opened, read, created or written.
-    #[error("{path}: {source}")]
+    #[error("{op} {path}: {source}")]
     Io {
+        /// What was being done (`reading`, `writing`).
+        op: &'static str,
         /// The file, as given.
         path: String,
         /// The operating system's error.
@@ -120,6 +122,7 @@ fn dict_value<'a>(h: &'a str, key: &str) -> Option<&'a str> {
 /// C order) whole into memory.
 pub fn read_npy(path: &Path) -> Result<NpyArray, NpyError> {
     let io = |source| NpyError::Io {
+        op: "reading",
         path: path.display().to_string(),
         source,
     };
@@ -160,7 +163,6 @@ pub fn read_npy(path: &Path) -> Result<NpyArray, NpyError> {
         .map(|s| s.trim_end_matches('L').parse::<usize>())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| fmt_err(path, format!("bad shape {shape_s}: {e}")))?;
-    let n: usize = shape.iter().product();
     let body = &bytes[hstart + hlen..];
     let width = match descr {
         "<f4" => 4,
@@ -173,10 +175,18 @@ pub fn read_npy(path: &Path) -> Result<NpyArray, NpyError> {
             ))
         }
     };
-    if body.len() != n * width {
+    // Checked: a crafted shape whose product wraps would otherwise pass for a small array.
+    let need = shape
+        .iter()
+        .try_fold(width, |acc: usize, &d| acc.checked_mul(d))
+        .ok_or_else(|| fmt_err(path, format!("shape {shape_s} is too large to address")))?;
+    if body.len() != need {
         return Err(fmt_err(
             path,
-            format!("data has {} bytes, shape needs {}", body.len(), n * width),
+            format!(
+                "data has {} bytes, shape {shape_s} needs {need}",
+                body.len()
+            ),
         ));
     }
     let f4 = |c: &[u8]| f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
@@ -252,6 +262,7 @@ pub fn write_npy(path: &Path, shape: &[usize], data: &NpyData) -> Result<(), Npy
     std::fs::File::create(path)
         .and_then(|mut f| f.write_all(&out))
         .map_err(|source| NpyError::Io {
+            op: "writing",
             path: path.display().to_string(),
             source,
         })
@@ -288,5 +299,57 @@ mod unit {
         std::fs::write(dir.join("junk.npy"), b"hello world").unwrap();
         assert!(read_npy(&dir.join("junk.npy")).is_err());
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A `.npy` file with this header dict and body.
+    fn raw_npy(path: &Path, dict: &str, body: &[u8]) {
+        let mut h = dict.to_string();
+        h.push_str(&" ".repeat((64 - (10 + h.len() + 1) % 64) % 64));
+        h.push('\n');
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend_from_slice(&(h.len() as u16).to_le_bytes());
+        out.extend_from_slice(h.as_bytes());
+        out.extend_from_slice(body);
+        std::fs::write(path, out).unwrap();
+    }
+
+    /// A shape whose element count overflows (wrapping to 0 or to the body's size) is
+    /// refused, not taken for a small array; so is one that does not match the data.
+    #[test]
+    fn crafted_shapes_are_refused() {
+        let p = std::env::temp_dir().join(format!("gpucbf-npy-craft-{}.npy", std::process::id()));
+        for (shape, body) in [
+            // 2^61 × 12 × 8 bytes wraps to 0.
+            (format!("(1, {}, 3, 4)", 1u64 << 61), vec![]),
+            // 2^62 × 12 × 8 wraps to 0 as well, with the dumps axis.
+            (format!("({}, 1, 3, 4)", 1u64 << 62), vec![]),
+            // 2^62 × 2 × 4 × 8 + 16 elements' bytes: wraps to the 128 given.
+            (format!("(2, {}, 1, 4)", (1u64 << 61) + 2), vec![0u8; 128]),
+        ] {
+            let dict = format!("{{'descr': '<c8', 'fortran_order': False, 'shape': {shape}, }}");
+            raw_npy(&p, &dict, &body);
+            let e = read_npy(&p).expect_err(&shape).to_string();
+            assert!(
+                e.contains("too large") || e.contains("needs"),
+                "{shape}: {e}"
+            );
+            assert!(e.contains(&*p.to_string_lossy()), "{e}");
+        }
+        raw_npy(
+            &p,
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }",
+            &[0u8; 8],
+        );
+        let e = read_npy(&p).unwrap_err().to_string();
+        assert!(e.contains("data has 8 bytes, shape (3,) needs 12"), "{e}");
+        std::fs::remove_file(&p).ok();
+        // I/O errors say what was being done, and to which file.
+        let dir = std::env::temp_dir();
+        let e = read_npy(&dir).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("reading {}", dir.display())), "{e}");
+        let e = write_npy(&dir, &[1], &NpyData::F32(vec![1.0]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with(&format!("writing {}", dir.display())), "{e}");
     }
 }

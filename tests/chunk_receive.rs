@@ -169,6 +169,7 @@ fn multi_packet_feng_heaps_interleaved_across_antennas() {
         sample_bits: 8,
         samples_between_spectra: 8192,
         batches_per_chunk: 2,
+        frequency: None,
     };
     let step = pl.batch_step();
     let mut a = ChunkAssembler::new(pl, 2);

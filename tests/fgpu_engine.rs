@@ -485,3 +485,86 @@ fn batches_whose_delay_model_does_not_evaluate_are_dropped_and_counted() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Digitiser heaps at (timestamp, pol), in this order, into a pcap file; every sample of
+/// the heap at timestamp t is (t / 4096) % 200 (pol 0) or its negation (pol 1).
+fn write_in_order(path: &Path, heaps: &[(u64, u64)]) {
+    let sink =
+        Box::new(PcapSink::create(path, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148), 4).unwrap());
+    let dsts = vec![
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148),
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7149),
+    ];
+    let mut s = HeapSender::new(sink, dsts, 2, 2, 8192, None);
+    for &(ts, pol) in heaps {
+        let v = ((ts / HEAP_SAMPLES) % 200) as i16 * if pol == 0 { 1 } else { -1 };
+        let mut payload = vec![0u8; HEAP_BYTES];
+        gpucbf::spead::bitpack::pack(&[v; HEAP_SAMPLES as usize], 10, &mut payload);
+        let items = [
+            (ids::TIMESTAMP, ts),
+            (ids::DIGITISER_ID, pol),
+            (ids::DIGITISER_STATUS, 0),
+        ];
+        s.send_heap(pol as usize, &items, ids::ADC_SAMPLES, &payload)
+            .unwrap();
+    }
+    s.flush().unwrap();
+}
+
+/// Heaps `heaps` of both pols, in time order.
+fn in_time_order(heaps: Range<u64>) -> Vec<(u64, u64)> {
+    heaps
+        .flat_map(|h| [(h * HEAP_SAMPLES, 0), (h * HEAP_SAMPLES, 1)])
+        .collect()
+}
+
+/// Far timestamps (#27 item 1): two packets per pol at 2^44 and 2^44 + 2^26 inside the
+/// feed are dropped as bad timestamps and the output goes on as without them (before, the
+/// window jumped to 2^44, every later heap was too old and the output stepped batch by
+/// batch across the gap); a lone packet at 2^46 before the feed moves the window once the
+/// feed agrees, and the output resynchronises to the feed's timeline in one step (before,
+/// nothing was output at all).
+#[test]
+fn far_timestamps_neither_stall_nor_wreck_the_output() {
+    let dir = scratch_dir("fgpu-far");
+    let fpcap = dir.join("f.pcap");
+    let plain = dir.join("plain.pcap");
+    write_in_order(&plain, &in_time_order(0..64));
+    let (want, _) = run_recording(&plain, &fpcap);
+    let want = &want.outputs[0];
+    assert_eq!(want.batches, 63);
+
+    let (a, b) = (1u64 << 44, (1u64 << 44) + (1 << 26));
+    let mut heaps = in_time_order(0..64);
+    heaps.splice(40..40, [(a, 0), (a, 1), (b, 0), (b, 1)]);
+    let dpcap = dir.join("d.pcap");
+    write_in_order(&dpcap, &heaps);
+    let (s, _) = run_recording(&dpcap, &fpcap);
+    assert_eq!(
+        s.recv_rejected.get("bad_timestamp_heaps"),
+        Some(&4),
+        "{s:?}"
+    );
+    assert_eq!(s.recv_rejected.get("too_old_heaps"), None, "{s:?}");
+    assert_eq!(s.input_heaps, [64, 64]);
+    assert_eq!(s.recv_window_moves, 0);
+    let o = &s.outputs[0];
+    assert_eq!(
+        (o.batches, o.skipped_heaps),
+        (want.batches, want.skipped_heaps)
+    );
+    assert_eq!(s.recv_notes.len(), 1, "{:?}", s.recv_notes);
+
+    let mut heaps = vec![(1u64 << 46, 0)];
+    heaps.extend(in_time_order(0..64));
+    write_in_order(&dpcap, &heaps);
+    let (s, _) = run_recording(&dpcap, &fpcap);
+    assert_eq!(s.recv_window_moves, 1, "{s:?}");
+    assert_eq!(s.recv_rejected.get("too_old_heaps"), None, "{s:?}");
+    let o = &s.outputs[0];
+    assert_eq!(o.last_timestamp, want.last_timestamp);
+    // The 15 packets that voted for the move (heaps 0..=7) are lost: batches from heap 8 on.
+    assert_eq!(o.first_timestamp, Some(8 * HEAP_SAMPLES));
+    assert_eq!(o.batches, want.batches - 8);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -30,6 +30,7 @@ fn ibv(src: &str, interface: Ipv4Addr) -> String {
         interface: Some(interface),
         dpdk: None,
         ibv: true,
+        buffer: 0,
     };
     match open_source_with(src, &opts) {
         Ok(_) => "opened".into(),
@@ -69,6 +70,7 @@ fn recv_ibv_needs_endpoints_and_excludes_dpdk() {
         interface: None,
         dpdk: Some("--no-huge"),
         ibv: true,
+        buffer: 0,
     };
     let e = open_source_with("239.10.0.1:7148", &both).err().unwrap();
     assert!(e.to_string().contains("alternatives"), "{e}");

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use common::{scratch_dir, small_feng_placement};
 use gpucbf::chunk::placement::FengPlacement;
 use gpucbf::compute::xengine::{Beam, BeamSet, CpuX, GpuX, XShape};
+use gpucbf::engines::common::recv::RecvSetup;
 use gpucbf::engines::common::send::open_sink;
 use gpucbf::engines::xbgpu::engine::run_pipelines;
 use gpucbf::engines::xbgpu::{BPipeline, BackendError, Beamformer, Correlator, XPipeline};
@@ -106,7 +107,7 @@ fn only_batches_inside_the_received_span_are_fed() {
         true,
     );
     let summary = run_pipelines(
-        Box::new(PcapFileSource::open(&fpcap, vec![]).unwrap()),
+        RecvSetup::single(Box::new(PcapFileSource::open(&fpcap, vec![]).unwrap())),
         pl,
         vec![x],
         Some(b),
@@ -128,6 +129,67 @@ fn only_batches_inside_the_received_span_are_fed() {
         (summary.beams[0].heaps, summary.beams[0].skipped_heaps),
         (7, 1)
     );
+}
+
+/// A lone F-engine heap at 2^46 before the feed (#27 item 1): the window opens there, then
+/// follows the feed once 16 of its packets agree, and the accumulations of the feed are
+/// dumped (before, every heap of the feed was too old and nothing was dumped).
+#[test]
+fn a_lone_far_heap_before_the_feed_does_not_wreck_it() {
+    let dir = scratch_dir("xbgpu-far");
+    let fpcap = dir.join("f.pcap");
+    let pl = small_feng_placement(2);
+    let step = pl.batch_step();
+    let dst = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7150);
+    let sink = Box::new(PcapSink::create(&fpcap, dst, 4).unwrap());
+    let mut s = HeapSender::new(sink, vec![dst], 1, 1, 8192, None);
+    let payload = vec![1u8; 4 * 8 * 4];
+    let far = (1u64 << 46) / step * step;
+    for (b, a) in std::iter::once((far / step, 0)).chain((0..24u64).flat_map(|b| [(b, 0), (b, 1)]))
+    {
+        let items = [
+            (ids::TIMESTAMP, b * step),
+            (ids::FENG_ID, a),
+            (ids::FREQUENCY, 0),
+        ];
+        s.send_heap(0, &items, ids::FENG_RAW, &payload).unwrap();
+    }
+    s.flush().unwrap();
+    drop(s);
+    let x = XPipeline::new(
+        "bc",
+        Box::new(Counting),
+        HeapSender::new(
+            open_sink(Some(&dir.join("x.pcap")), Ipv4Addr::UNSPECIFIED, 4).unwrap(),
+            vec![SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7160)],
+            0,
+            1,
+            8192,
+            None,
+        ),
+        2,
+        step,
+        0,
+        2,
+        4,
+        true,
+    );
+    let summary = run_pipelines(
+        RecvSetup::single(Box::new(PcapFileSource::open(&fpcap, vec![]).unwrap())),
+        pl,
+        vec![x],
+        None,
+        &mut |_, _| {},
+        Box::new(|_, _| {}),
+    )
+    .unwrap();
+    assert_eq!(summary.recv_window_moves, 1, "{summary:?}");
+    assert_eq!(summary.recv_rejected.get("too_old_heaps"), None);
+    assert_eq!(summary.recv_rejected.get("bad_timestamp_heaps"), Some(&15));
+    // Batches 0..=7 lost heaps to the vote; the accumulations of batches 8..=23 are whole.
+    let x = &summary.corrprods[0];
+    assert_eq!(x.heaps - x.incomplete_accs, 8, "{x:?}");
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Forwards only the per-batch call of a beamformer: the engine's per-batch path.
@@ -192,7 +254,7 @@ fn beam_run(
     let names: Vec<String> = (0..3).map(|b| format!("b{b}")).collect();
     let bp = BPipeline::new(&names, bf, sender, 0, 4 * 16 * 2, true);
     let summary = run_pipelines(
-        Box::new(PcapFileSource::open(fpcap, vec![]).unwrap()),
+        RecvSetup::single(Box::new(PcapFileSource::open(fpcap, vec![]).unwrap())),
         pl.clone(),
         vec![],
         Some(bp),
@@ -226,6 +288,7 @@ fn chunked_beams_match_the_per_batch_cpu_path() {
         sample_bits: 8,
         samples_between_spectra: 16,
         batches_per_chunk: 4,
+        frequency: None,
     };
     let step = pl.batch_step();
     let dst = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7151);

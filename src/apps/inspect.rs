@@ -173,31 +173,51 @@ pub enum DumpSource {
     Udp {
         /// Address to bind (a multicast group is joined on any interface).
         addr: SocketAddrV4,
-        /// Stop after this long with no datagram.
-        idle_timeout: std::time::Duration,
+        /// Stop after this long with no datagram (`None`: wait for ever).
+        idle_timeout: Option<std::time::Duration>,
     },
 }
 
-/// Assembles heaps from `src` and writes one JSON line per heap to `out`. Stops at end of
-/// file, after `max_heaps`, after a stop heap (UDP), or after `idle_timeout` with no packet.
-/// Returns the assembler counters.
+/// `--idle-timeout` in seconds: positive, `inf` (or anything too long for a
+/// [`std::time::Duration`]) for no timeout; NaN, zero or negative is an error naming the
+/// option.
+pub fn idle_timeout(seconds: f64) -> anyhow::Result<Option<std::time::Duration>> {
+    if seconds.is_nan() || seconds <= 0.0 {
+        anyhow::bail!(
+            "--idle-timeout {seconds}: must be a positive number of seconds (inf: no timeout)"
+        );
+    }
+    // Sub-millisecond timeouts round up to the socket's 1 ms floor.
+    Ok(std::time::Duration::try_from_secs_f64(seconds.max(0.001)).ok())
+}
+
+/// Assembles heaps from `src` and writes one JSON line per heap to `out`, at most
+/// `max_heaps`. Stops at end of file, after `max_heaps`, after a stop heap (UDP), or after
+/// `idle_timeout` with no packet; heaps still incomplete at the end are written too (with
+/// `"complete": false`). Returns the assembler counters.
 pub fn dump(
     src: DumpSource,
     max_heaps: Option<u64>,
     out: &mut dyn std::io::Write,
 ) -> std::io::Result<crate::spead::AssemblerStats> {
-    let mut asm = Assembler::new(64);
+    // Incomplete heaps (evicted, or still under assembly at the end) are printed too.
+    let mut asm = Assembler::new(64).with_keep_incomplete(true);
     let mut heaps = Vec::new();
     let mut n = 0u64;
+    let full = |n: u64| max_heaps.is_some_and(|m| n >= m);
+    // Writes heaps up to the limit; true when the dump should stop (limit or stop heap).
     let emit = |heaps: &mut Vec<crate::spead::Heap>,
                 out: &mut dyn std::io::Write,
                 n: &mut u64|
      -> std::io::Result<bool> {
         let mut stop = false;
         for h in heaps.drain(..) {
+            if full(*n) {
+                return Ok(true);
+            }
             writeln!(out, "{}", heap_json(&h))?;
             *n += 1;
-            stop |= h.is_stop() || max_heaps.is_some_and(|m| *n >= m);
+            stop |= h.is_stop() || full(*n);
         }
         Ok(stop)
     };
@@ -206,7 +226,7 @@ pub fn dump(
             let mut p = PcapSource::open(&path)?;
             while let Some(d) = p.next_datagram()? {
                 let _ = asm.push(&d.payload, &mut heaps);
-                if emit(&mut heaps, out, &mut n)? && max_heaps.is_some_and(|m| n >= m) {
+                if emit(&mut heaps, out, &mut n)? && full(n) {
                     break;
                 }
             }
@@ -218,7 +238,15 @@ pub fn dump(
                 8 << 20,
             )?;
             let mut buf = vec![0u8; 65536];
-            while let Some(len) = sock.recv(&mut buf, idle_timeout)? {
+            // No timeout: wake up now and then (the socket needs a finite one).
+            let wait = idle_timeout.unwrap_or(std::time::Duration::from_secs(3600));
+            loop {
+                let Some(len) = sock.recv(&mut buf, wait)? else {
+                    if idle_timeout.is_some() {
+                        break;
+                    }
+                    continue;
+                };
                 let _ = asm.push(&buf[..len], &mut heaps);
                 if emit(&mut heaps, out, &mut n)? {
                     break;
@@ -226,6 +254,74 @@ pub fn dump(
             }
         }
     }
+    heaps.clear();
     asm.flush(&mut heaps);
+    emit(&mut heaps, out, &mut n)?;
     Ok(asm.stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+    use crate::net::send::pcap::PcapSink;
+    use crate::net::PacketSink;
+    use crate::spead::HeapBuilder;
+
+    /// Heaps 1 and 3 whole, heap 2 only its first packet (still under assembly at the end).
+    fn capture(path: &Path) {
+        let src = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148);
+        let dst = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7149);
+        let mut sink = PcapSink::create(path, src, 1).unwrap();
+        let data = [7u8; 3000];
+        for (cnt, keep) in [(1, 9), (2, 1), (3, 9)] {
+            let h = HeapBuilder::new(cnt).addressed(0x1000, &data);
+            for p in h.packets(2000, true).unwrap().iter().take(keep) {
+                sink.send(dst, &[&p.to_bytes()]).unwrap();
+            }
+        }
+        sink.flush().unwrap();
+    }
+
+    fn dumped(path: &Path, max: Option<u64>) -> Vec<(u64, bool)> {
+        let mut out = Vec::new();
+        dump(DumpSource::Pcap(path.to_path_buf()), max, &mut out).unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (v["cnt"].as_u64().unwrap(), v["complete"].as_bool().unwrap())
+            })
+            .collect()
+    }
+
+    /// A heap still under assembly at the end is printed (`"complete": false`), and no
+    /// more heaps than `--max-heaps` are.
+    #[test]
+    fn dump_prints_incomplete_heaps_and_stops_at_max() {
+        let path = std::env::temp_dir().join(format!("gpucbf-dump-{}.pcap", std::process::id()));
+        capture(&path);
+        assert_eq!(dumped(&path, None), [(1, true), (3, true), (2, false)]);
+        assert_eq!(dumped(&path, Some(3)), [(1, true), (3, true), (2, false)]);
+        assert_eq!(dumped(&path, Some(2)), [(1, true), (3, true)]);
+        assert_eq!(dumped(&path, Some(1)), [(1, true)]);
+        std::fs::remove_file(&path).ok();
+    }
+
+    /// `--idle-timeout`: positive seconds, `inf` for none; NaN, zero or negative refused by
+    /// name (`inf` panicked in `Duration::from_secs_f64`).
+    #[test]
+    fn idle_timeouts() {
+        use std::time::Duration;
+        assert_eq!(idle_timeout(5.0).unwrap(), Some(Duration::from_secs(5)));
+        assert_eq!(idle_timeout(1e-9).unwrap(), Some(Duration::from_millis(1)));
+        assert_eq!(idle_timeout(f64::INFINITY).unwrap(), None);
+        assert_eq!(idle_timeout(1e300).unwrap(), None);
+        for bad in [f64::NAN, 0.0, -1.0, f64::NEG_INFINITY] {
+            let e = idle_timeout(bad).unwrap_err().to_string();
+            assert!(e.starts_with("--idle-timeout"), "{e}");
+        }
+    }
 }

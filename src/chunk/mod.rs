@@ -9,18 +9,22 @@
 //!   ([`SpanMissing`]): the unfilled rows of the first chunk (before the first heap) and of
 //!   the last (after the last heap) are not losses.
 //! * [`placement`] holds the engines' placement rules (digitiser → fgpu, F-engine → xbgpu).
+//! * [`ChunkGroup`] is the same window filled by several receive threads at once (a
+//!   receive stream group, `group.rs`).
 //! * [`Chunk`] holds a chunk's bytes and which of its heaps arrived (`presence.rs`);
 //!   [`ChunkAssembler`] is the window (`window.rs`).
 //!
 //! Sans-IO: bytes in, chunks and counters out; no sockets, clocks or threads here. Chunk
 //! bytes live in [`crate::mem::ChunkMem`] (hugepages, CUDA-registered when a GPU exists).
 
+mod group;
 pub mod placement;
 mod presence;
 mod window;
 
-pub use presence::{Chunk, SpanMissing};
-pub use window::{ChunkAssembler, ChunkStats};
+pub use group::{ChunkGroup, StreamCounts};
+pub use presence::{ByteRanges, Chunk, SpanMissing};
+pub use window::{ChunkAssembler, ChunkStats, WindowPolicy};
 
 use crate::spead::PacketView;
 
@@ -31,6 +35,11 @@ pub struct Place {
     pub chunk_id: u64,
     /// Heap slot inside the chunk.
     pub slot: usize,
+    /// The stream the packet belongs to, where the placement can tell one engine's input
+    /// from a foreign stream (the digitiser: `digitiser_id >> 1`, the antenna; its low bit
+    /// is the polarisation): the window locks onto the first source placed and drops
+    /// others as [`Reject::BadId`].
+    pub source: Option<u64>,
 }
 
 /// Why a packet was not placed (the ICD's receive counters).
@@ -41,7 +50,8 @@ pub enum Reject {
     Malformed = 0,
     /// Wrong heap size or missing items: descriptors and other metadata heaps.
     MetadataHeap,
-    /// Timestamp not a multiple of the heap's timestamp step.
+    /// Timestamp not a multiple of the heap's timestamp step, or far outside the receive
+    /// window (see [`WindowPolicy`]).
     BadTimestamp,
     /// Stream id (feng_id, digitiser pol) out of range.
     BadId,
@@ -51,11 +61,14 @@ pub enum Reject {
     Duplicate,
     /// Payload outside the heap's slot.
     BadOffset,
+    /// An F-engine heap whose `frequency` item is not the first channel this engine
+    /// receives (another substream's heap).
+    BadFrequency,
 }
 
 impl Reject {
     /// Every reason, in counter order (`Reject as usize` indexes [`ChunkStats::rejects`]).
-    pub const ALL: [Reject; 7] = [
+    pub const ALL: [Reject; 8] = [
         Reject::Malformed,
         Reject::MetadataHeap,
         Reject::BadTimestamp,
@@ -63,6 +76,7 @@ impl Reject {
         Reject::TooOld,
         Reject::Duplicate,
         Reject::BadOffset,
+        Reject::BadFrequency,
     ];
 
     /// Counter name suffix as in katgpucbf's metrics (`input_<name>_total`).
@@ -75,6 +89,7 @@ impl Reject {
             Reject::TooOld => "too_old_heaps",
             Reject::Duplicate => "duplicate_packets",
             Reject::BadOffset => "bad_offset_packets",
+            Reject::BadFrequency => "bad_frequency_heaps",
         }
     }
 }
@@ -91,6 +106,14 @@ pub trait Placement: Send {
     fn rows(&self) -> usize;
     /// The row (timestamp index inside the chunk) of a slot.
     fn row(&self, slot: usize) -> usize;
+    /// Which settings fix the heap size, for the message about data heaps of another size.
+    fn size_hint(&self) -> &'static str {
+        "heap size"
+    }
+    /// A stream source (see [`Place::source`]) in words.
+    fn describe_source(&self, source: u64) -> String {
+        format!("source {source}")
+    }
 }
 
 /// Depths of the chunk queues around the receive thread.

@@ -93,7 +93,16 @@ impl Placement for DigitiserPlacement {
         Ok(Place {
             chunk_id: ts / self.chunk_samples,
             slot: self.slot(pol, heap),
+            source: Some(id >> 1),
         })
+    }
+
+    fn size_hint(&self) -> &'static str {
+        "--dig-sample-bits and the digitiser's samples per heap, --recv-packet-samples"
+    }
+
+    fn describe_source(&self, source: u64) -> String {
+        format!("digitiser ids {} and {}", source << 1, (source << 1) | 1)
     }
 
     fn rows(&self) -> usize {
@@ -121,6 +130,10 @@ pub struct FengPlacement {
     pub samples_between_spectra: u64,
     /// Batches (heap timestamps) per chunk.
     pub batches_per_chunk: usize,
+    /// The first channel this engine receives (`--channel-offset-value`): heaps whose
+    /// `frequency` item names another channel are rejected ([`Reject::BadFrequency`]);
+    /// `None` does not check (katgpucbf does not read the item).
+    pub frequency: Option<u64>,
 }
 
 impl FengPlacement {
@@ -152,6 +165,11 @@ impl Placement for FengPlacement {
         if feng >= self.n_ants as u64 {
             return Err(Reject::BadId);
         }
+        if let (Some(want), Some(got)) = (self.frequency, pkt.immediate(ids::FREQUENCY)) {
+            if want != got {
+                return Err(Reject::BadFrequency);
+            }
+        }
         let batch = ts / step;
         let bpc = self.batches_per_chunk as u64;
         if bpc == 0 {
@@ -161,7 +179,13 @@ impl Placement for FengPlacement {
         Ok(Place {
             chunk_id: batch / bpc,
             slot: (batch % bpc) as usize * self.n_ants + feng as usize,
+            source: None,
         })
+    }
+
+    fn size_hint(&self) -> &'static str {
+        "the F-engines' channels, jones_per_batch and output bits against --channels, \
+         --channels-per-substream, --jones-per-batch and --sample-bits here"
     }
 
     fn rows(&self) -> usize {

@@ -12,3 +12,5 @@ pub mod xbgpu;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_files;

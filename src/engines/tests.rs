@@ -72,6 +72,10 @@ fn engine_args_carry_the_shared_options() {
         send_ttl: 7,
         send_packet_payload: 8192,
         send_pcap: Some(std::path::PathBuf::from("o.pcap")),
+        recv_reorder_tol: 1 << 29,
+        recv_affinity: None,
+        recv_buffer: 128 << 20,
+        recv_chunks: 2,
         backend: Backend::Cpu,
         prometheus_port: Some(9100),
     };

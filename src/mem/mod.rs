@@ -6,9 +6,11 @@
 //! gets chunk memory, and [`ChunkMem::backing`] / [`ChunkMem::cuda_pinned`] say what it got.
 
 mod cuda;
+mod host;
 mod pages;
 
 pub use cuda::PinError;
+pub use host::{Bytes, HostMemory, TooLarge};
 pub use pages::HUGE_PAGE;
 
 use std::io;

@@ -44,6 +44,7 @@ pub fn reject_metric(r: Reject, flavour: RecvFlavour) -> &'static str {
         (Reject::TooOld, _) => "input_too_old_heaps",
         (Reject::Duplicate, _) => "input_duplicate_packets",
         (Reject::BadOffset, _) => "input_bad_offset_packets",
+        (Reject::BadFrequency, _) => "input_bad_frequency_heaps",
     }
 }
 
@@ -51,11 +52,14 @@ fn reject_help(r: Reject) -> &'static str {
     match r {
         Reject::Malformed => "Packets dropped: not SPEAD of our flavour",
         Reject::MetadataHeap => "Heaps dropped: wrong size or missing items (descriptors)",
-        Reject::BadTimestamp => "Heaps dropped: timestamp not a multiple of the heap step",
+        Reject::BadTimestamp => {
+            "Heaps dropped: timestamp not a multiple of the heap step, or far outside the window"
+        }
         Reject::BadId => "Heaps dropped: stream id (feng_id, digitiser id) out of range",
         Reject::TooOld => "Heaps dropped: older than the chunk window",
         Reject::Duplicate => "Packets dropped: payload already received",
         Reject::BadOffset => "Packets dropped: payload outside the heap",
+        Reject::BadFrequency => "Heaps dropped: frequency item not this engine's first channel",
     }
 }
 
@@ -119,7 +123,7 @@ impl RecvMetrics {
         self.last = s.clone();
     }
 
-    /// As a receive-thread monitor ([`crate::engines::common::recv::spawn_receiver_monitored`]).
+    /// As a receive-thread monitor ([`crate::engines::common::recv::spawn_receivers`]).
     pub fn into_monitor(mut self) -> crate::chunk::RecvMonitor {
         Box::new(move |s, q| self.publish(s, q))
     }

@@ -61,5 +61,6 @@ pub fn small_feng_placement(n_ants: usize) -> FengPlacement {
         sample_bits: 8,
         samples_between_spectra: 16,
         batches_per_chunk: 4,
+        frequency: None,
     }
 }

@@ -84,14 +84,15 @@ pub struct ImageArgs {
 
 /// Antenna count from a baseline count (with autocorrelations).
 fn ants_from_baselines(nb: usize) -> Option<usize> {
-    let n = (((8 * nb + 1) as f64).sqrt() as usize).saturating_sub(1) / 2;
+    let n = ((nb.checked_mul(8)?.checked_add(1)? as f64).sqrt() as usize).saturating_sub(1) / 2;
     (n..n + 2).find(|&k| k > 0 && n_baselines(k) == nb)
 }
 
 /// Reads `dumps × channels × baselines × 4` complex64 and sums the dumps; a baseline with a
 /// non-finite product in any dump is flagged.
 pub fn load_npy(path: &Path) -> anyhow::Result<Visibilities> {
-    let arr = read_npy(path).with_context(|| format!("reading {}", path.display()))?;
+    // The error names the file and what is wrong with it.
+    let arr = read_npy(path)?;
     let data = match arr.data {
         NpyData::C64(v) => v,
         NpyData::C128(v) => v
@@ -108,19 +109,25 @@ pub fn load_npy(path: &Path) -> anyhow::Result<Visibilities> {
         3 => [&[1], &arr.shape[..]].concat(),
         4 => arr.shape.clone(),
         _ => bail!(
-            "expected shape (dumps, channels, baselines, 4), got {:?}",
+            "{}: expected shape (dumps, channels, baselines, 4), got {:?}",
+            path.display(),
             arr.shape
         ),
     };
     let (dumps, channels, nb) = (shape[0], shape[1], shape[2]);
     if shape[3] != 4 || dumps == 0 || channels == 0 {
         bail!(
-            "expected shape (dumps, channels, baselines, 4), got {:?}",
+            "{}: expected shape (dumps, channels, baselines, 4), got {:?}",
+            path.display(),
             arr.shape
         );
     }
-    let n_ants = ants_from_baselines(nb)
-        .with_context(|| format!("{nb} baselines is not n(n+1)/2 for any antenna count"))?;
+    let n_ants = ants_from_baselines(nb).with_context(|| {
+        format!(
+            "{}: {nb} baselines is not n(n+1)/2 for any antenna count",
+            path.display()
+        )
+    })?;
     let mut vis = Visibilities::zeros(n_ants, channels);
     let per_dump = channels * nb * 4;
     for d in data.chunks_exact(per_dump) {
@@ -226,7 +233,10 @@ pub fn run(args: &ImageArgs) -> anyhow::Result<serde_json::Value> {
         (None, None) => bail!("give --vis FILE.npy or --pcap FILE"),
     };
     let layout = match &args.antennas {
-        Some(p) => parse_layout(&std::fs::read_to_string(p)?)?,
+        Some(p) => std::fs::read_to_string(p)
+            .map_err(anyhow::Error::from)
+            .and_then(|text| Ok(parse_layout(&text)?))
+            .with_context(|| format!("reading --antennas {}", p.display()))?,
         None => default_layout(),
     };
     if layout.len() < vis.n_ants {
@@ -258,7 +268,7 @@ pub fn run(args: &ImageArgs) -> anyhow::Result<serde_json::Value> {
     };
     let img = dirty_image(&obs, &vis, &params, args.pol_product)?;
     if let Some(p) = &args.out_fits {
-        write_fits(p, &img).with_context(|| format!("writing {}", p.display()))?;
+        write_fits(p, &img)?;
     }
     if let Some(p) = &args.out_png {
         let title = format!(
@@ -267,7 +277,7 @@ pub fn run(args: &ImageArgs) -> anyhow::Result<serde_json::Value> {
             vis.n_ants,
             vis.channels
         );
-        write_image_png(p, &img, &title).with_context(|| format!("writing {}", p.display()))?;
+        write_image_png(p, &img, &title)?;
     }
     let (peak, col, row) = img.peak();
     let (l, m) = img.lm_of(col, row);

@@ -143,8 +143,15 @@ pub fn write_fits(path: &Path, img: &DirtyImage) -> std::io::Result<()> {
         }
     }
     data.resize(data.len().div_ceil(BLOCK) * BLOCK, 0);
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
-    f.write_all(head.as_bytes())?;
-    f.write_all(&data)?;
-    f.flush()
+    // Every error names the file and the step (the operating system's message alone
+    // names neither).
+    let named = |op: &str, e: std::io::Error| {
+        std::io::Error::new(e.kind(), format!("{op} FITS {}: {e}", path.display()))
+    };
+    let mut f =
+        std::io::BufWriter::new(std::fs::File::create(path).map_err(|e| named("creating", e))?);
+    f.write_all(head.as_bytes())
+        .and_then(|()| f.write_all(&data))
+        .and_then(|()| f.flush())
+        .map_err(|e| named("writing", e))
 }

@@ -160,13 +160,21 @@ impl Canvas {
 
     /// Encodes the canvas as an 8-bit RGB PNG.
     pub(crate) fn write_png(&self, path: &std::path::Path) -> std::io::Result<()> {
-        let f = std::io::BufWriter::new(std::fs::File::create(path)?);
+        // Every error names the file and the step.
+        let named = |op: &str, e: std::io::Error| {
+            std::io::Error::new(e.kind(), format!("{op} PNG {}: {e}", path.display()))
+        };
+        let encoding = |e: png::EncodingError| match e {
+            png::EncodingError::IoError(e) => named("writing", e),
+            other => named("writing", std::io::Error::other(other)),
+        };
+        let f =
+            std::io::BufWriter::new(std::fs::File::create(path).map_err(|e| named("creating", e))?);
         let mut enc = png::Encoder::new(f, self.w as u32, self.h as u32);
         enc.set_color(png::ColorType::Rgb);
         enc.set_depth(png::BitDepth::Eight);
-        let mut wr = enc.write_header().map_err(std::io::Error::other)?;
-        wr.write_image_data(&self.rgb)
-            .map_err(std::io::Error::other)?;
-        wr.finish().map_err(std::io::Error::other)
+        let mut wr = enc.write_header().map_err(encoding)?;
+        wr.write_image_data(&self.rgb).map_err(encoding)?;
+        wr.finish().map_err(encoding)
     }
 }

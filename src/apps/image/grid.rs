@@ -97,16 +97,48 @@ fn validate(
     Ok(())
 }
 
-fn collect_points(obs: &Observation, vis: &Visibilities, pol_product: usize) -> Points {
+/// The points to grid. Positions and frequencies are finite (checked), but a baseline or
+/// its (u, v, w) in wavelengths can still overflow to infinity (and turn NaN on rotation):
+/// that is an error naming the antennas and the values, not a NaN coordinate later.
+fn collect_points(
+    obs: &Observation,
+    vis: &Visibilities,
+    pol_product: usize,
+) -> Result<Points, ImagingError> {
     let n = vis.n_ants;
     let frame = UvwFrame::new(obs);
     let mut base = Vec::with_capacity(n * n.saturating_sub(1) / 2);
     for a2 in 0..n {
         for a1 in 0..a2 {
             let (p1, p2) = (obs.positions_enu[a1], obs.positions_enu[a2]);
-            let uvw = frame.rotate([p1[0] - p2[0], p1[1] - p2[1], p1[2] - p2[2]]);
+            let enu = [p1[0] - p2[0], p1[1] - p2[1], p1[2] - p2[2]];
+            if !enu.iter().all(|x| x.is_finite()) {
+                return invalid(format!(
+                    "baseline between antennas {a1} and {a2} overflows: east/north/up \
+                     {enu:?} m (antenna positions too large)"
+                ));
+            }
+            let uvw = frame.rotate(enu);
+            if !uvw.iter().all(|x| x.is_finite()) {
+                return invalid(format!(
+                    "baseline between antennas {a1} and {a2} overflows when projected: \
+                     (u, v, w) {uvw:?} m from east/north/up {enu:?} m (antenna positions \
+                     too large)"
+                ));
+            }
             base.push((baseline_index(a1, a2), uvw));
         }
+    }
+    let max_m = base
+        .iter()
+        .flat_map(|(_, uvw)| uvw.iter().map(|x| x.abs()))
+        .fold(0.0, f64::max);
+    let max_f = obs.freqs_hz.iter().fold(0.0, |a: f64, &f| a.max(f));
+    if !(max_m * max_f / SPEED_OF_LIGHT).is_finite() {
+        return invalid(format!(
+            "(u, v, w) in wavelengths overflows: a baseline component of {max_m:e} m at \
+             {max_f:e} Hz (antenna positions or frequencies too large)"
+        ));
     }
     let cap = base.len() * vis.channels;
     let mut p = Points {
@@ -122,7 +154,9 @@ fn collect_points(obs: &Observation, vis: &Visibilities, pol_product: usize) -> 
             if vis.flagged[ch * nb + bl] {
                 continue;
             }
-            let x = vis.get(ch, bl, pol_product);
+            let Some(x) = vis.get(ch, bl, pol_product) else {
+                continue;
+            };
             if !(x.re.is_finite() && x.im.is_finite()) {
                 continue;
             }
@@ -132,7 +166,7 @@ fn collect_points(obs: &Observation, vis: &Visibilities, pol_product: usize) -> 
             p.vis.push(Complex64::new(x.re as f64, x.im as f64));
         }
     }
-    p
+    Ok(p)
 }
 
 /// Imaging weights per point (natural weights are 1). The uv-cell densities count both halves
@@ -172,7 +206,7 @@ pub fn dirty_image(
     pol_product: usize,
 ) -> Result<DirtyImage, ImagingError> {
     validate(obs, vis, params, pol_product)?;
-    let p = collect_points(obs, vis, pol_product);
+    let p = collect_points(obs, vis, pol_product)?;
     if p.u.is_empty() {
         return Err(ImagingError::NoData);
     }
@@ -191,6 +225,14 @@ pub fn dirty_image(
             1.0 / (3.0 * uv_max)
         }
     };
+    // Pixel-scaled coordinates (2π·u·cell) must stay finite for the NUFFT.
+    let uv_max = p.u.iter().chain(&p.v).fold(0.0, |a: f64, x| a.max(x.abs()));
+    if !(TAU * uv_max * cell).is_finite() {
+        return invalid(format!(
+            "gridding coordinates overflow: |u|, |v| up to {uv_max:e} wavelengths × cell \
+             {cell:e} rad"
+        ));
+    }
     let wts = weights(&p, params.weighting, n, cell);
     // Sum over both halves of every Hermitian pair.
     let sum_w: f64 = 2.0 * wts.iter().sum::<f64>();

@@ -215,9 +215,14 @@ impl Visibilities {
         Ok(())
     }
 
-    /// Visibility of product `p` (0..4) of baseline `bl` in channel `ch`.
-    pub fn get(&self, ch: usize, bl: usize, p: usize) -> Complex32 {
-        self.data[(ch * n_baselines(self.n_ants) + bl) * 4 + p]
+    /// Visibility of product `p` (0..4) of baseline `bl` in channel `ch`; `None` when any
+    /// index is out of range (or the arrays are shorter than the counts say).
+    pub fn get(&self, ch: usize, bl: usize, p: usize) -> Option<Complex32> {
+        let nb = n_baselines(self.n_ants);
+        if ch >= self.channels || bl >= nb || p >= 4 {
+            return None;
+        }
+        self.data.get((ch * nb + bl) * 4 + p).copied()
     }
 }
 
@@ -266,9 +271,12 @@ impl DirtyImage {
         )
     }
 
-    /// Pixel value at `(col, row)`.
-    pub fn at(&self, col: usize, row: usize) -> f32 {
-        self.pixels[row * self.size + col]
+    /// Pixel value at `(col, row)`; `None` outside the image.
+    pub fn at(&self, col: usize, row: usize) -> Option<f32> {
+        if col >= self.size || row >= self.size {
+            return None;
+        }
+        self.pixels.get(row * self.size + col).copied()
     }
 }
 

@@ -147,10 +147,167 @@ fn pcap_heaps_from_two_engines_sum_per_channel() {
                 assert_eq!(v.flagged[ch * nb + bl], flagged, "ch {ch} ({a1},{a2})");
                 if !flagged {
                     let k = (((ch % cps) * nb + bl) * 4 + 1) as f32;
-                    assert_eq!(v.get(ch, bl, 1), Complex32::new(3000.0 + 2.0 * k, -2.0 * k));
+                    assert_eq!(
+                        v.get(ch, bl, 1).unwrap(),
+                        Complex32::new(3000.0 + 2.0 * k, -2.0 * k)
+                    );
                 }
             }
         }
     }
     assert!(load_pcap(&tmp("none.pcap"), n).is_err());
+}
+
+fn args_for(vis: &std::path::Path) -> ImageArgs {
+    ImageArgs {
+        vis: Some(vis.to_path_buf()),
+        pcap: None,
+        array_size: None,
+        antennas: None,
+        freqs_start: 1.2e9,
+        freqs_step: 50e6,
+        phase_centre: None,
+        time: 1.7e9,
+        weighting: WeightingArg::Natural,
+        robust: 0.0,
+        size: 16,
+        cell: None,
+        pol_product: 0,
+        w_planes: 0,
+        out_fits: None,
+        out_png: None,
+    }
+}
+
+/// `.npy` headers whose shape product overflows are refused with the file named (they
+/// panicked with "capacity overflow", or imaged nothing and exited 0).
+#[test]
+fn crafted_npy_shapes_are_errors() {
+    let path = tmp("crafted.npy");
+    for shape in [
+        format!("(1, {}, 3, 4)", 1u64 << 61),
+        format!("({}, 1, 3, 4)", 1u64 << 62),
+        format!("(2, {}, 1, 4)", 1u64 << 62),
+    ] {
+        let mut h = format!("{{'descr': '<c8', 'fortran_order': False, 'shape': {shape}, }}");
+        h.push_str(&" ".repeat((64 - (10 + h.len() + 1) % 64) % 64));
+        h.push('\n');
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend_from_slice(&(h.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(h.as_bytes());
+        std::fs::write(&path, bytes).unwrap();
+        let e = format!("{:#}", run(&args_for(&path)).unwrap_err());
+        assert!(e.contains(&*path.to_string_lossy()), "{shape}: {e}");
+        assert!(e.contains("too large"), "{shape}: {e}");
+    }
+    std::fs::remove_file(&path).ok();
+}
+
+/// Antenna positions that are finite but whose baseline overflows are reported as such,
+/// with the antennas and the infinite values (the NUFFT reported a "non-finite coordinate
+/// NaN"); a layout file that cannot be read is named.
+#[test]
+fn overflowing_geometry_and_missing_layouts_are_named() {
+    let (n, channels) = (2, 2);
+    let path = tmp("geom.npy");
+    let data = vec![Complex32::new(1.0, 0.0); channels * n_baselines(n) * 4];
+    write_npy(
+        &path,
+        &[1, channels, n_baselines(n), 4],
+        &NpyData::C64(data),
+    )
+    .unwrap();
+    let layout = tmp("far.txt");
+    std::fs::write(&layout, "1e308 0 0\n-1e308 0 0\n").unwrap();
+    let mut a = args_for(&path);
+    a.antennas = Some(layout.clone());
+    a.cell = Some(10.0);
+    let e = format!("{:#}", run(&a).unwrap_err());
+    assert!(e.contains("antennas 0 and 1") && e.contains("inf"), "{e}");
+    assert!(!e.contains("NaN"), "{e}");
+    // Baselines fine, but (u, v, w) in wavelengths overflows.
+    std::fs::write(&layout, "0 0 0\n1e300 0 0\n").unwrap();
+    a.freqs_start = 1e300;
+    let e = format!("{:#}", run(&a).unwrap_err());
+    assert!(e.contains("wavelengths overflows"), "{e}");
+    let missing = tmp("no-layout.txt");
+    a.antennas = Some(missing.clone());
+    let e = format!("{:#}", run(&a).unwrap_err());
+    assert!(
+        e.contains(&format!("reading --antennas {}", missing.display())),
+        "{e}"
+    );
+    assert!(e.contains("No such file"), "{e}");
+    std::fs::remove_file(&path).ok();
+    std::fs::remove_file(&layout).ok();
+}
+
+/// Out-of-range indices give `None`, not a panic (or another baseline's value).
+#[test]
+fn lookups_out_of_range_are_none() {
+    let mut v = Visibilities::zeros(3, 2);
+    v.data[(n_baselines(3) + 1) * 4 + 3] = Complex32::new(7.0, 0.0);
+    assert_eq!(v.get(1, 1, 3), Some(Complex32::new(7.0, 0.0)));
+    assert_eq!(v.get(2, 0, 0), None);
+    assert_eq!(v.get(0, n_baselines(3), 0), None);
+    assert_eq!(v.get(0, 0, 4), None);
+    v.data.truncate(3);
+    assert_eq!(v.get(1, 1, 3), None);
+    let img = DirtyImage {
+        size: 2,
+        cell_rad: 1e-3,
+        pixels: vec![1.0, 2.0, 3.0, 4.0],
+        ra: 0.0,
+        dec: 0.0,
+        freq_hz: 1e9,
+        sum_weights: 1.0,
+        time_unix: 0.0,
+        pol_product: 0,
+    };
+    assert_eq!(img.at(1, 1), Some(4.0));
+    assert_eq!(img.at(2, 0), None);
+    assert_eq!(img.at(0, 2), None);
+}
+
+/// Image files that cannot be written name the file and the step: a full disk
+/// (`/dev/full`) and a missing directory (the bare "No space left on device" reached
+/// `gpucbf array`'s output).
+#[test]
+fn image_write_errors_name_the_file() {
+    let img = DirtyImage {
+        size: 64,
+        cell_rad: 1e-3,
+        pixels: vec![0.5; 64 * 64],
+        ra: 0.0,
+        dec: 0.0,
+        freq_hz: 1e9,
+        sum_weights: 1.0,
+        time_unix: 0.0,
+        pol_product: 0,
+    };
+    let full = std::path::Path::new("/dev/full");
+    let e = write_fits(full, &img).unwrap_err().to_string();
+    assert!(
+        e.starts_with("writing FITS /dev/full: No space left on device"),
+        "{e}"
+    );
+    let e = write_image_png(full, &img, "x").unwrap_err().to_string();
+    assert!(
+        e.starts_with("writing PNG /dev/full: No space left on device"),
+        "{e}"
+    );
+    let missing = tmp("no-such-dir").join("x.fits");
+    let e = write_fits(&missing, &img).unwrap_err().to_string();
+    assert!(
+        e.starts_with(&format!("creating FITS {}", missing.display())),
+        "{e}"
+    );
+    let missing = missing.with_extension("png");
+    let e = write_image_png(&missing, &img, "x")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with(&format!("creating PNG {}", missing.display())),
+        "{e}"
+    );
 }

@@ -131,6 +131,24 @@ pub struct EngineArgs {
     /// Write output packets to this pcap file instead of sending them.
     #[arg(long)]
     pub send_pcap: Option<PathBuf>,
+    /// Receive window tolerance in ADC ticks (katgpucbf xbgpu's option, here for fgpu too):
+    /// a packet farther than this outside the window is dropped and counted as a bad
+    /// timestamp, unless 16 consecutive packets agree that the stream really moved there
+    /// (then the window follows it, with a log line).
+    #[arg(long, default_value_t = super::recv::DEFAULT_REORDER_TOL)]
+    pub recv_reorder_tol: u64,
+    /// Receive threads, one per listed core, each pinned there and reading its share of
+    /// the endpoints' ports, all filling one chunk window (a stream group), e.g. `2,3` or
+    /// `4-7`. Default: one unpinned thread.
+    #[arg(long, value_name = "CORES")]
+    pub recv_affinity: Option<String>,
+    /// Kernel receive buffer per UDP socket in bytes (past net.core.rmem_max with
+    /// SO_RCVBUFFORCE when allowed, else capped with a warning).
+    #[arg(long, value_name = "BYTES", default_value_t = super::recv::DEFAULT_RECV_BUFFER)]
+    pub recv_buffer: usize,
+    /// Chunks open at once in the receive window (a heap may arrive this many chunks late).
+    #[arg(long, default_value_t = super::recv::ACTIVE_CHUNKS)]
+    pub recv_chunks: usize,
     /// Compute backend: auto, cpu or gpu.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
@@ -156,7 +174,44 @@ impl EngineArgs {
             interface: Some(self.recv_interface),
             dpdk: self.recv_dpdk.as_deref(),
             ibv: self.recv_ibv,
+            buffer: self.recv_buffer,
         }
+    }
+
+    /// The receive cores (`--recv-affinity`, checked against the cores this process may
+    /// use; empty without the option) after checking the receive options' values.
+    pub fn recv_cores(&self) -> Result<Vec<usize>, ConfigError> {
+        if self.recv_buffer == 0 {
+            return Err(ConfigError::rule(
+                "--recv-buffer",
+                "must be at least 1 byte",
+            ));
+        }
+        if !(1..=64).contains(&self.recv_chunks) {
+            return Err(ConfigError::rule("--recv-chunks", "must be 1..=64"));
+        }
+        let Some(list) = &self.recv_affinity else {
+            return Ok(Vec::new());
+        };
+        let bad = |e: crate::net::affinity::AffinityError| {
+            ConfigError::rule(format!("--recv-affinity {list}:"), e.to_string())
+        };
+        let cores = crate::net::affinity::parse_cores(list).map_err(bad)?;
+        crate::net::affinity::check_cores(&cores).map_err(bad)?;
+        Ok(cores)
+    }
+
+    /// Opens the engine's input `src` as `--recv-affinity` says (one receive thread per
+    /// core) with the receive window options.
+    pub fn recv_setup(&self, src: &str) -> anyhow::Result<super::recv::RecvSetup> {
+        let cores = self.recv_cores()?;
+        let sources = super::recv::open_sources(src, &self.recv_options(), cores.len())?;
+        Ok(super::recv::RecvSetup {
+            sources,
+            cores,
+            reorder_tol: self.recv_reorder_tol,
+            window_chunks: self.recv_chunks,
+        })
     }
 }
 

@@ -97,3 +97,20 @@ impl ConfigError {
 pub fn endpoints(spec: &str) -> Result<Vec<std::net::SocketAddrV4>, ConfigError> {
     crate::net::parse_endpoints(spec).map_err(|e| ConfigError::Endpoints(e.to_string()))
 }
+
+/// A listening socket that could not be opened, named by its option and address
+/// (`--prometheus-port 9100: listening on TCP 0.0.0.0:9100: Address already in use`): the
+/// operating system's message alone names no port.
+pub fn listen_error(
+    option: &str,
+    addr: impl Into<std::net::SocketAddr>,
+) -> impl FnOnce(std::io::Error) -> std::io::Error {
+    let addr = addr.into();
+    let option = option.to_string();
+    move |e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("{option} {}: listening on TCP {addr}: {e}", addr.port()),
+        )
+    }
+}

@@ -4,12 +4,21 @@
 use std::net::Ipv4Addr;
 use std::path::Path;
 
-use crate::chunk::{Chunk, ChunkAssembler, ChunkQueues, ChunkStats, Placement, RecvMonitor};
+use crate::chunk::{
+    Chunk, ChunkAssembler, ChunkGroup, ChunkQueues, ChunkStats, Placement, RecvMonitor,
+    StreamCounts, WindowPolicy,
+};
 use crate::net::{
     recv::pcap::PcapFileSource,
     recv::udp::UdpRecvSource,
     recv::{PacketSource, Poll},
 };
+
+/// Default `--recv-reorder-tol` in ADC ticks: 2^29 (katgpucbf's; 0.31 s at 1712 MS/s).
+pub const DEFAULT_REORDER_TOL: u64 = 1 << 29;
+
+/// Chunks open at once in the engines' receive windows (katgpucbf's `MAX_CHUNKS` for fgpu).
+pub const ACTIVE_CHUNKS: usize = 2;
 
 /// Why the input could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +50,14 @@ pub enum OpenError {
     /// This binary has no ibverbs receive path.
     #[error("--recv-ibv: this gpucbf binary was built without ibverbs support (rebuild with `cargo build --features ibverbs`)")]
     NoIbverbs,
+    /// Several receive threads on an input that one thread must read.
+    #[error("--recv-affinity with {threads} cores: {why}")]
+    Threads {
+        /// Receive threads asked for.
+        threads: usize,
+        /// Why the input cannot be shared.
+        why: String,
+    },
     /// This binary has no DPDK receive path.
     #[error("--recv-dpdk: this gpucbf binary was built without DPDK support (rebuild with `cargo build --features dpdk`; needs libdpdk-dev)")]
     NoDpdk,
@@ -58,7 +75,12 @@ pub struct RecvOptions<'a> {
     pub dpdk: Option<&'a str>,
     /// Raw-packet ibverbs receive (`--recv-ibv`).
     pub ibv: bool,
+    /// Kernel UDP receive buffer per socket in bytes (`--recv-buffer`); 0: the default.
+    pub buffer: usize,
 }
+
+/// Default `--recv-buffer`: 128 MiB per socket.
+pub const DEFAULT_RECV_BUFFER: usize = 128 << 20;
 
 /// Opens the input: an existing file is a pcap replay, anything else an endpoint list.
 /// With `dpdk` (EAL arguments, `--recv-dpdk`) the packets come through DPDK instead, and
@@ -74,6 +96,7 @@ pub fn open_source(
             interface: Some(interface),
             dpdk,
             ibv: false,
+            buffer: 0,
         },
     )
 }
@@ -107,14 +130,85 @@ pub fn open_source_with(
             .map_err(|e| not_endpoints("--recv-ibv", e.to_string()))?;
         return open_ibv(eps, interface);
     }
-    if Path::new(src).is_file() {
+    // An existing path is a capture (a directory or device then fails by name in the pcap
+    // reader, rather than as "not endpoints").
+    if Path::new(src).exists() {
         return Ok(Box::new(PcapFileSource::open(Path::new(src), Vec::new())?));
     }
     let eps = crate::net::parse_endpoints(src).map_err(|e| OpenError::NeitherFileNorEndpoints {
         src: src.to_string(),
         error: e.to_string(),
     })?;
-    Ok(Box::new(UdpRecvSource::new(&eps, interface, 128 << 20)?))
+    Ok(Box::new(UdpRecvSource::new(
+        &eps,
+        interface,
+        opts.recv_buffer(),
+    )?))
+}
+
+impl RecvOptions<'_> {
+    /// The socket receive buffer asked for.
+    fn recv_buffer(&self) -> usize {
+        if self.buffer == 0 {
+            DEFAULT_RECV_BUFFER
+        } else {
+            self.buffer
+        }
+    }
+}
+
+/// Opens the input for `threads` receive threads (a stream group): the endpoints' ports
+/// dealt round-robin to the threads, each thread its own sockets. One thread takes the
+/// input as [`open_source_with`] does; a pcap file, DPDK and ibverbs take one thread.
+pub fn open_sources(
+    src: &str,
+    opts: &RecvOptions<'_>,
+    threads: usize,
+) -> Result<Vec<Box<dyn PacketSource>>, OpenError> {
+    if threads <= 1 {
+        return Ok(vec![open_source_with(src, opts)?]);
+    }
+    let refuse = |why: &str| OpenError::Threads {
+        threads,
+        why: why.to_string(),
+    };
+    if opts.dpdk.is_some() || opts.ibv {
+        return Err(refuse(
+            "--recv-dpdk and --recv-ibv take one receive thread here (give one core)",
+        ));
+    }
+    if Path::new(src).is_file() {
+        return Err(refuse(
+            "a pcap file is replayed by one thread (give one core)",
+        ));
+    }
+    let eps = crate::net::parse_endpoints(src).map_err(|e| OpenError::NeitherFileNorEndpoints {
+        src: src.to_string(),
+        error: e.to_string(),
+    })?;
+    let mut ports: Vec<u16> = eps.iter().map(|e| e.port()).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    if ports.len() < threads {
+        return Err(refuse(&format!(
+            "the endpoints use {} port(s) and each receive thread reads whole ports: \
+             give at most {} cores",
+            ports.len(),
+            ports.len()
+        )));
+    }
+    let interface = opts.interface.unwrap_or(Ipv4Addr::UNSPECIFIED);
+    (0..threads)
+        .map(|t| {
+            let mine: Vec<_> = eps
+                .iter()
+                .filter(|e| ports.iter().position(|&p| p == e.port()).unwrap_or(0) % threads == t)
+                .copied()
+                .collect();
+            let s = UdpRecvSource::new(&mine, interface, opts.recv_buffer())?;
+            Ok(Box::new(s) as Box<dyn PacketSource>)
+        })
+        .collect()
 }
 
 #[cfg(feature = "ibverbs")]
@@ -157,52 +251,229 @@ pub fn spawn_receiver<P: Placement + 'static>(
     tx: crossbeam_channel::Sender<Chunk>,
     recycle: crossbeam_channel::Receiver<Chunk>,
 ) -> std::thread::JoinHandle<std::io::Result<ChunkStats>> {
-    spawn_receiver_monitored(src, placement, tx, recycle, Box::new(|_, _| {}))
+    let policy = WindowPolicy::new(ACTIVE_CHUNKS, ChunkAssembler::<P>::JUMP_CHUNKS);
+    spawn_receiver_monitored(src, placement, policy, tx, recycle, Box::new(|_, _| {}))
 }
 
-/// [`spawn_receiver`], reporting its counters to `monitor` as it goes.
+/// [`spawn_receiver`] with the window `policy`, reporting its counters to `monitor` as it
+/// goes.
 pub fn spawn_receiver_monitored<P: Placement + 'static>(
-    mut src: Box<dyn PacketSource>,
+    src: Box<dyn PacketSource>,
     placement: P,
+    policy: WindowPolicy,
     tx: crossbeam_channel::Sender<Chunk>,
     recycle: crossbeam_channel::Receiver<Chunk>,
-    mut monitor: RecvMonitor,
+    monitor: RecvMonitor,
 ) -> std::thread::JoinHandle<std::io::Result<ChunkStats>> {
     std::thread::Builder::new()
         .name("recv".into())
+        .spawn(move || receive_alone(src, placement, policy, tx, recycle, monitor))
+        .expect("spawn receive thread")
+}
+
+/// One receive thread with its own window: packets → chunks → `tx`.
+fn receive_alone<P: Placement>(
+    mut src: Box<dyn PacketSource>,
+    placement: P,
+    policy: WindowPolicy,
+    tx: crossbeam_channel::Sender<Chunk>,
+    recycle: crossbeam_channel::Receiver<Chunk>,
+    mut monitor: RecvMonitor,
+) -> std::io::Result<ChunkStats> {
+    let mut asm = ChunkAssembler::with_policy(placement, policy);
+    let mut out = Vec::new();
+    let mut stopped = None;
+    let queues = |asm: &ChunkAssembler<P>| ChunkQueues {
+        ready: tx.len(),
+        free: asm.free_chunks() + recycle.len(),
+    };
+    loop {
+        while let Ok(c) = recycle.try_recv() {
+            asm.recycle(c);
+        }
+        let poll = src.recv_batch(&mut |p| {
+            let _ = asm.push(p, &mut out);
+        })?;
+        for c in out.drain(..) {
+            if tx.send(c).is_err() {
+                monitor(&asm.stats, queues(&asm));
+                return Ok(asm.stats);
+            }
+        }
+        monitor(&asm.stats, queues(&asm));
+        if let Some(e) = asm.take_alloc_error() {
+            // Out of chunk memory: what was received still goes out, then the engine
+            // stops with the error (never an abort).
+            stopped = Some(alloc_stopped(e));
+            break;
+        }
+        if poll == Poll::End || crate::control::shutdown::requested() {
+            break;
+        }
+    }
+    asm.flush(&mut out);
+    for c in out.drain(..) {
+        let _ = tx.send(c);
+    }
+    monitor(&asm.stats, queues(&asm));
+    match stopped {
+        Some(e) => Err(e),
+        None => Ok(asm.stats),
+    }
+}
+
+/// The receive error for a chunk that could not be allocated.
+fn alloc_stopped(e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("receive stopped: {e}"))
+}
+
+/// True for 0 (an engine summary leaves such counters out: `skip_serializing_if`).
+pub(crate) fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The engine's input: its packet sources (one per receive thread), the cores they are
+/// pinned to, and the receive window.
+pub struct RecvSetup {
+    /// One source per receive thread.
+    pub sources: Vec<Box<dyn PacketSource>>,
+    /// The core of each receive thread (`--recv-affinity`); empty: not pinned.
+    pub cores: Vec<usize>,
+    /// Receive window tolerance in ADC ticks (`--recv-reorder-tol`).
+    pub reorder_tol: u64,
+    /// Chunks open at once (`--recv-chunks`).
+    pub window_chunks: usize,
+}
+
+impl RecvSetup {
+    /// One unpinned receive thread reading `src`, the default window.
+    pub fn single(src: Box<dyn PacketSource>) -> Self {
+        RecvSetup {
+            sources: vec![src],
+            cores: Vec::new(),
+            reorder_tol: DEFAULT_REORDER_TOL,
+            window_chunks: ACTIVE_CHUNKS,
+        }
+    }
+
+    /// The window policy for chunks of `chunk_ticks` ADC ticks.
+    pub fn policy(&self, chunk_ticks: u64) -> WindowPolicy {
+        WindowPolicy::from_ticks(self.window_chunks, self.reorder_tol, chunk_ticks)
+    }
+}
+
+/// How long a receive thread waits for a slower stream of its group before taking it as
+/// stalled.
+pub const STALL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Runs the receive threads of `setup` (one per source, each pinned to its core if given):
+/// packets → chunks → `tx`, until every input ends or shutdown. One thread runs the
+/// [`ChunkAssembler`] alone; several share one [`ChunkGroup`] window.
+pub fn spawn_receivers<P: Placement + Clone + Sync + 'static>(
+    setup: RecvSetup,
+    placement: P,
+    chunk_ticks: u64,
+    tx: crossbeam_channel::Sender<Chunk>,
+    recycle: crossbeam_channel::Receiver<Chunk>,
+    monitor: RecvMonitor,
+) -> std::thread::JoinHandle<std::io::Result<ChunkStats>> {
+    let policy = setup.policy(chunk_ticks);
+    let mut sources = setup.sources;
+    if sources.len() == 1 {
+        let core = setup.cores.first().copied();
+        let src = sources.remove(0);
+        return std::thread::Builder::new()
+            .name("recv".into())
+            .spawn(move || {
+                pin(core)?;
+                receive_alone(src, placement, policy, tx, recycle, monitor)
+            })
+            .expect("spawn receive thread");
+    }
+    let n = sources.len();
+    let group = std::sync::Arc::new(ChunkGroup::new(placement, policy, n, STALL, tx.clone()));
+    let monitor = std::sync::Arc::new(std::sync::Mutex::new(monitor));
+    std::thread::Builder::new()
+        .name("recv-group".into())
         .spawn(move || {
-            let mut asm = ChunkAssembler::new(placement, 2);
-            let mut out = Vec::new();
-            let queues = |asm: &ChunkAssembler<P>| ChunkQueues {
-                ready: tx.len(),
-                free: asm.free_chunks() + recycle.len(),
-            };
-            loop {
-                while let Ok(c) = recycle.try_recv() {
-                    asm.recycle(c);
-                }
-                let poll = src.recv_batch(&mut |p| {
-                    let _ = asm.push(p, &mut out);
-                })?;
-                for c in out.drain(..) {
-                    if tx.send(c).is_err() {
-                        monitor(&asm.stats, queues(&asm));
-                        return Ok(asm.stats);
+            let handles: Vec<_> = sources
+                .into_iter()
+                .enumerate()
+                .map(|(i, src)| {
+                    let core = setup.cores.get(i).copied();
+                    let (group, monitor) = (group.clone(), monitor.clone());
+                    let (tx, recycle) = (tx.clone(), recycle.clone());
+                    std::thread::Builder::new()
+                        .name(format!("recv-{i}"))
+                        .spawn(move || {
+                            pin(core)?;
+                            receive_stream(i, src, &group, &tx, &recycle, &monitor)
+                        })
+                        .expect("spawn receive thread")
+                })
+                .collect();
+            let mut first_error = None;
+            for h in handles {
+                match h.join() {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        first_error.get_or_insert(e);
+                    }
+                    Err(_) => {
+                        first_error
+                            .get_or_insert(std::io::Error::other("a receive thread panicked"));
                     }
                 }
-                monitor(&asm.stats, queues(&asm));
-                if poll == Poll::End || crate::control::shutdown::requested() {
-                    break;
-                }
             }
-            asm.flush(&mut out);
-            for c in out.drain(..) {
-                let _ = tx.send(c);
+            let stats = group.flush();
+            if let Some(e) = first_error {
+                return Err(e);
             }
-            monitor(&asm.stats, queues(&asm));
-            Ok(asm.stats)
+            let q = ChunkQueues {
+                ready: tx.len(),
+                free: group.free_chunks() + recycle.len(),
+            };
+            (monitor.lock().unwrap_or_else(|e| e.into_inner()))(&stats, q);
+            Ok(stats)
         })
-        .expect("spawn receive thread")
+        .expect("spawn receive group")
+}
+
+/// Pins the calling receive thread to `core`, if given.
+fn pin(core: Option<usize>) -> std::io::Result<()> {
+    if let Some(c) = core {
+        crate::net::affinity::pin_current_thread(c).map_err(std::io::Error::other)?;
+    }
+    Ok(())
+}
+
+/// One stream of a group: its packets into the shared window until its input ends, a
+/// stop is requested or the consumer is gone.
+fn receive_stream<P: Placement + Clone>(
+    i: usize,
+    mut src: Box<dyn PacketSource>,
+    group: &ChunkGroup<P>,
+    tx: &crossbeam_channel::Sender<Chunk>,
+    recycle: &crossbeam_channel::Receiver<Chunk>,
+    monitor: &std::sync::Mutex<RecvMonitor>,
+) -> std::io::Result<()> {
+    let mut counts = StreamCounts::default();
+    loop {
+        let mut live = true;
+        let poll = src.recv_batch(&mut |p| live &= group.push(i, &mut counts, p))?;
+        let stats = group.sync(&mut counts, &mut recycle.try_iter());
+        let q = ChunkQueues {
+            ready: tx.len(),
+            free: group.free_chunks() + recycle.len(),
+        };
+        (monitor.lock().unwrap_or_else(|e| e.into_inner()))(&stats, q);
+        if let Some(e) = group.take_alloc_error() {
+            return Err(alloc_stopped(e));
+        }
+        if !live || poll == Poll::End || crate::control::shutdown::requested() {
+            return Ok(());
+        }
+    }
 }
 
 /// The receiver's rejected packets by reason name, for the reasons that occurred (an

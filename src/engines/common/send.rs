@@ -3,6 +3,7 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 
+use super::error::ConfigError;
 use crate::net::send::pcap::PcapSink;
 use crate::net::send::udp::UdpSink;
 use crate::net::PacketSink;
@@ -28,4 +29,25 @@ pub fn open_sink(
         }
         None => Box::new(UdpSink::new(interface, ttl, 1 << 20)?),
     })
+}
+
+/// Refuses an output file that is the input (`--send-pcap` naming `SRC`, through any path,
+/// symlink or hard link): creating the output would truncate the input before it is read.
+/// Paths that do not exist yet cannot be the input.
+pub fn check_output_is_not_input(
+    option: &str,
+    output: &Path,
+    input: &str,
+) -> Result<(), ConfigError> {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(o), Ok(i)) = (std::fs::metadata(output), std::fs::metadata(input)) else {
+        return Ok(());
+    };
+    if (o.dev(), o.ino()) == (i.dev(), i.ino()) {
+        return Err(ConfigError::rule(
+            format!("{option} {}", output.display()),
+            format!("is the input {input:?}: writing it would destroy the input before it is read"),
+        ));
+    }
+    Ok(())
 }

@@ -8,7 +8,9 @@ use clap::Args;
 
 use super::signal;
 use crate::engines::common::error::endpoints;
+use crate::engines::common::sizes::{check_heap, check_memory};
 use crate::engines::common::ConfigError;
+use crate::mem::{Bytes, HostMemory};
 
 /// Command-line options (katgpucbf's dsim names).
 #[derive(Debug, Clone, Args)]
@@ -119,6 +121,7 @@ pub struct DsimConfig {
 impl DsimArgs {
     /// Checks every option and builds the configuration; nothing starts here.
     pub fn validate(&self) -> Result<DsimConfig, ConfigError> {
+        self.check_sizes(HostMemory::probe())?;
         if !(self.adc_sample_rate.is_finite() && self.adc_sample_rate > 0.0) {
             return Err(ConfigError::rule(
                 "--adc-sample-rate",
@@ -206,5 +209,33 @@ impl DsimArgs {
                 .prometheus_port
                 .map(|p| SocketAddrV4::new(self.katcp_host, p)),
         })
+    }
+}
+
+impl DsimArgs {
+    /// Heaps the receivers can count, and a replay window (the heaps of one period, or of
+    /// `--heaps` if fewer, for every stream, generated before sending) that fits `host`'s
+    /// memory: the message names the option and the sizes.
+    pub fn check_sizes(&self, host: Option<HostMemory>) -> Result<(), ConfigError> {
+        let heap_bytes = self.heap_samples as u128 * self.sample_bits as u128 / 8;
+        check_heap(
+            format!("--heap-samples {}", self.heap_samples),
+            "digitiser heaps",
+            heap_bytes,
+        )?;
+        let per_period = self.period / (self.heap_samples as u64).max(1);
+        let heaps = self.heaps.map_or(per_period, |h| h.min(per_period)) as u128;
+        let streams = self.dest.len() as u128;
+        // Packed samples and a saturation count per heap.
+        let need = streams * heaps * (heap_bytes + 4);
+        check_memory(
+            host,
+            format!("--period {}", self.period),
+            need,
+            &format!(
+                "the replay window ({streams} streams × {heaps} heaps of {})",
+                Bytes(heap_bytes)
+            ),
+        )
     }
 }

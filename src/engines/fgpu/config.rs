@@ -9,7 +9,10 @@ use clap::Args;
 use super::spec::{parse_narrowband, parse_wideband, WidebandSpec};
 use crate::chunk::placement::DigitiserPlacement;
 use crate::engines::common::cli::sample_bits;
+use crate::engines::common::send::check_output_is_not_input;
+use crate::engines::common::sizes::{check_heap, check_memory, chunks_held, MIN_CHUNKS_HELD};
 use crate::engines::common::{ConfigError, EngineArgs};
+use crate::mem::{Bytes, HostMemory};
 
 /// `gpucbf fgpu` options (katgpucbf names).
 #[derive(Debug, Clone, Args)]
@@ -157,6 +160,10 @@ impl FgpuArgs {
         if !self.gain.is_finite() {
             return Err(ConfigError::rule("--gain", "must be finite"));
         }
+        self.check_sizes(&outputs, HostMemory::probe())?;
+        if let Some(out) = &self.io.send_pcap {
+            check_output_is_not_input("--send-pcap", out, &self.src)?;
+        }
         let use_gpu = self.io.backend.use_gpu(true)?;
         let mut placement = DigitiserPlacement::new(
             self.recv_packet_samples,
@@ -192,6 +199,63 @@ impl FgpuArgs {
             io: self.io.clone(),
             src: self.src.clone(),
         })
+    }
+}
+
+impl FgpuArgs {
+    /// Heaps that fit the receivers' 32-bit byte counts, and buffers that fit `host`'s
+    /// memory (receive chunks and each output's batch buffers, lower bounds), before anything
+    /// is allocated: the message names the option and the sizes.
+    pub fn check_sizes(
+        &self,
+        outputs: &[WidebandSpec],
+        host: Option<HostMemory>,
+    ) -> Result<(), ConfigError> {
+        let bits = self.dig_sample_bits as u128;
+        check_heap(
+            format!("--recv-packet-samples {}", self.recv_packet_samples),
+            "digitiser heaps",
+            self.recv_packet_samples as u128 * bits / 8,
+        )?;
+        let bytes_per_value: u128 = if self.send_sample_bits == 4 { 1 } else { 2 };
+        let mut outputs_need = 0u128;
+        for o in outputs {
+            let jones = o.jones_per_batch as u128;
+            let subject = || format!("{} jones_per_batch={}", o.name, o.jones_per_batch);
+            check_heap(
+                subject(),
+                &format!(
+                    "output heaps ({} channels per substream)",
+                    o.channels_per_substream()
+                ),
+                jones / o.dst.len() as u128 * 2 * bytes_per_value,
+            )?;
+            // The output batch, its spectra (complex float, both pols) and the input samples
+            // of one batch (both pols; a decimating output reads `decimation` times as many).
+            let decimation = o.narrowband.map_or(1, |n| n.decimation) as u128;
+            let need = jones * (2 * bytes_per_value + 16 + 16 * decimation);
+            check_memory(
+                host,
+                subject(),
+                need,
+                &format!("output {}'s batch buffers", o.name),
+            )?;
+            outputs_need += need;
+        }
+        let slots = 2 * (self.recv_chunk_samples / self.recv_packet_samples.max(1)) as u128;
+        let chunks = chunks_held(slots, self.recv_packet_samples as u128 * bits / 8);
+        let what = format!(
+            "{MIN_CHUNKS_HELD} receive chunks of {}",
+            Bytes(chunks / MIN_CHUNKS_HELD)
+        );
+        let subject = format!("--recv-chunk-samples {}", self.recv_chunk_samples);
+        check_memory(host, &subject, chunks, &what)?;
+        check_memory(
+            host,
+            format!("{subject} with these outputs"),
+            chunks + outputs_need,
+            &format!("{what} and the outputs' batches"),
+        )
     }
 }
 

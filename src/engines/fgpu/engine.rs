@@ -11,7 +11,7 @@ use super::pipeline::{OutputStats, Pipeline};
 use super::store::SampleStore;
 use crate::chunk::placement::DigitiserPlacement;
 use crate::chunk::{Chunk, RecvMonitor};
-use crate::engines::common::recv::{rejected_counts, spawn_receiver_monitored};
+use crate::engines::common::recv::{rejected_counts, spawn_receivers, RecvSetup};
 use crate::net::recv::PacketSource;
 
 /// What a run did.
@@ -29,6 +29,13 @@ pub struct FgpuSummary {
     pub recv_rejected: BTreeMap<String, u64>,
     /// Per-output counters.
     pub outputs: Vec<OutputStats>,
+    /// What the receiver rejected and why, each kind once (a set-up mismatch, a foreign
+    /// stream, far timestamps); absent when nothing was.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub recv_notes: Vec<String>,
+    /// Times the receive window moved because the stream really moved (absent when 0).
+    #[serde(skip_serializing_if = "crate::engines::common::recv::is_zero")]
+    pub recv_window_moves: u64,
 }
 
 /// Drives the engine until the input ends (pcap) or a stop is requested.
@@ -39,12 +46,20 @@ pub fn run_pipelines(
     bits: u32,
     hook: &mut dyn FnMut(&SampleStore, &[Pipeline]),
 ) -> anyhow::Result<FgpuSummary> {
-    run_pipelines_monitored(src, placement, pipelines, bits, hook, Box::new(|_, _| {}))
+    run_pipelines_monitored(
+        RecvSetup::single(src),
+        placement,
+        pipelines,
+        bits,
+        hook,
+        Box::new(|_, _| {}),
+    )
 }
 
-/// [`run_pipelines`] with a receive-thread monitor (live receive metrics).
+/// [`run_pipelines`] with a receive-thread monitor (live receive metrics) and a receive
+/// setup of `recv` (receive threads, window).
 pub fn run_pipelines_monitored(
-    src: Box<dyn PacketSource>,
+    recv: RecvSetup,
     placement: DigitiserPlacement,
     mut pipelines: Vec<Pipeline>,
     bits: u32,
@@ -53,7 +68,14 @@ pub fn run_pipelines_monitored(
 ) -> anyhow::Result<FgpuSummary> {
     let (tx, rx) = crossbeam_channel::bounded::<Chunk>(4);
     let (back_tx, back_rx) = crossbeam_channel::bounded::<Chunk>(8);
-    let receiver = spawn_receiver_monitored(src, placement.clone(), tx, back_rx, monitor);
+    let receiver = spawn_receivers(
+        recv,
+        placement.clone(),
+        placement.chunk_samples,
+        tx,
+        back_rx,
+        monitor,
+    );
     let forms = StoreForms::of(&pipelines);
     let mut store =
         SampleStore::with_forms(placement.heap_samples, bits, forms.decode, forms.packed);
@@ -85,6 +107,8 @@ pub fn run_pipelines_monitored(
         input_rms_dbfs: [s.rms_dbfs(0, bits), s.rms_dbfs(1, bits)],
         recv_rejected: rejected_counts(&recv_stats),
         outputs: pipelines.iter().map(|p| p.stats.clone()).collect(),
+        recv_notes: recv_stats.notes.clone(),
+        recv_window_moves: recv_stats.window_moves,
     };
     if summary.outputs.iter().any(|o| o.skipped_heaps > 0) {
         warn!("some output heaps were skipped because their input was incomplete");

@@ -66,6 +66,8 @@ pub struct Pipeline {
     sender: HeapSender,
     feng_id: u64,
     next_ts: Option<u64>,
+    /// The store's timeline restarts seen ([`SampleStore::restarts`]).
+    restarts: u64,
     /// The first input sample of the stream (set with the first batch): batches whose
     /// input would start before it are skipped.
     first_sample: u64,
@@ -101,6 +103,7 @@ impl Pipeline {
             sender,
             feng_id,
             next_ts: None,
+            restarts: 0,
             first_sample: 0,
             logged_before_input: false,
             logged_delay_error: false,
@@ -226,6 +229,12 @@ impl Pipeline {
         let Some((first, received_end)) = store.received_span() else {
             return Ok(());
         };
+        if self.restarts != store.restarts {
+            // The input timeline restarted: the output grid starts again from the new
+            // timeline (in O(1), however far the input moved).
+            self.restarts = store.restarts;
+            self.next_ts = None;
+        }
         if self.next_ts.is_none() {
             // The output grid starts at the first aligned batch at or after the first
             // sample; those of its batches whose input would start before that sample

@@ -14,7 +14,7 @@ use super::metrics::FgpuMetrics;
 use super::pipeline::{descriptors, Pipeline};
 use super::spec::WidebandSpec;
 use crate::control::Server;
-use crate::engines::common::recv::open_source_with;
+use crate::engines::common::error::listen_error;
 use crate::net::send::heap::HeapSender;
 use crate::net::SharedSink;
 
@@ -34,11 +34,11 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
     let _katcp = serve_katcp(cfg, device.clone())?;
     let mut metrics = FgpuMetrics::new(device, pipelines.len());
     serve_metrics(cfg, &metrics)?;
-    let src = open_source_with(&cfg.src, &io.recv_options())?;
+    let recv = io.recv_setup(&cfg.src)?;
     let _transmit = crate::net::send::peerdirect::plan(io.use_peerdirect);
     let monitor = metrics.take_recv_monitor();
     run_pipelines_monitored(
-        src,
+        recv,
         cfg.placement.clone(),
         pipelines,
         cfg.dig_sample_bits,
@@ -130,7 +130,11 @@ fn serve_katcp(cfg: &FgpuConfig, device: Arc<FgpuDevice>) -> anyhow::Result<Opti
 /// Serves the metrics on `--prometheus-port` (on the katcp host address), if given.
 fn serve_metrics(cfg: &FgpuConfig, metrics: &FgpuMetrics) -> anyhow::Result<()> {
     if let Some(p) = cfg.io.prometheus_port {
-        let bound = metrics.registry().serve((cfg.katcp_host, p).into())?;
+        let addr = (cfg.katcp_host, p);
+        let bound = metrics
+            .registry()
+            .serve(addr.into())
+            .map_err(listen_error("--prometheus-port", addr))?;
         info!(%bound, "prometheus metrics at /metrics");
     }
     Ok(())

@@ -52,9 +52,13 @@ pub struct SampleStore {
     /// Digitiser statistics so far.
     pub stats: InputStats,
     span: SpanMissing,
-    /// Timestamps of the first heap received and the end of the latest one (any pol).
+    /// Timestamps of the first heap received and the end of the latest one (any pol), on
+    /// the current timeline.
     received: Option<(u64, u64)>,
     started: bool,
+    /// Times the timeline restarted (the input jumped back, or ahead by more than the gap
+    /// the store fills): outputs resynchronise when this changes.
+    pub restarts: u64,
 }
 
 impl SampleStore {
@@ -78,6 +82,7 @@ impl SampleStore {
             span: SpanMissing::new(2),
             received: None,
             started: false,
+            restarts: 0,
         }
     }
 
@@ -113,6 +118,16 @@ impl SampleStore {
     pub fn append(&mut self, chunk: &Chunk, pl: &DigitiserPlacement, max_gap: u64) {
         let ts = chunk.chunk_id * pl.chunk_samples;
         if !self.started || ts < self.end_ts() || ts - self.end_ts() > max_gap {
+            if self.started {
+                tracing::warn!(
+                    from = self.end_ts(),
+                    to = ts,
+                    "the input timeline restarts: the input moved back, or ahead by more \
+                     than the store fills with absent heaps"
+                );
+                self.restarts += 1;
+                self.received = None;
+            }
             self.base_ts = ts;
             for p in 0..2 {
                 self.samples[p].clear();

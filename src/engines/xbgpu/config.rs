@@ -7,7 +7,10 @@ use super::spec::{parse_beam, parse_corrprod, BeamSpec, CorrprodSpec};
 use crate::chunk::placement::FengPlacement;
 use crate::compute::xengine::XShape;
 use crate::engines::common::cli::sample_bits;
+use crate::engines::common::send::check_output_is_not_input;
+use crate::engines::common::sizes::{check_heap, check_memory, chunks_held, MIN_CHUNKS_HELD};
 use crate::engines::common::{ConfigError, EngineArgs};
+use crate::mem::{Bytes, HostMemory};
 
 /// `gpucbf xbgpu` options (katgpucbf names).
 #[derive(Debug, Clone, Args)]
@@ -138,6 +141,10 @@ impl XbgpuArgs {
         let shape = XShape::new(n, cps, sph)
             .and_then(|s| s.with_sample_bits(self.sample_bits))
             .map_err(|e| ConfigError::Shape(e.to_string()))?;
+        self.check_sizes(&shape, HostMemory::probe())?;
+        if let Some(out) = &self.io.send_pcap {
+            check_output_is_not_input("--send-pcap", out, &self.src)?;
+        }
         let use_gpu = self.io.backend.use_gpu(true)?;
         Ok(XbgpuConfig {
             adc_sample_rate: self.adc_sample_rate,
@@ -153,6 +160,7 @@ impl XbgpuArgs {
                 sample_bits: self.sample_bits,
                 samples_between_spectra: self.samples_between_spectra,
                 batches_per_chunk: self.heaps_per_fengine_per_chunk,
+                frequency: Some(self.channel_offset_value as u64),
             },
             corrprods: self.corrprod.clone(),
             beams: self.beam.clone(),
@@ -162,6 +170,44 @@ impl XbgpuArgs {
             io: self.io.clone(),
             src: self.src.clone(),
         })
+    }
+
+    /// F-engine heaps the receiver can count, and receive chunks and correlation dumps that
+    /// fit `host`'s memory (lower bounds), before anything is allocated: the message names
+    /// the option and the sizes.
+    pub fn check_sizes(&self, shape: &XShape, host: Option<HostMemory>) -> Result<(), ConfigError> {
+        let slot = (self.channels_per_substream * self.spectra_per_heap()) as u128
+            * 4
+            * self.sample_bits as u128
+            / 8;
+        check_heap(
+            format!("--jones-per-batch {}", self.jones_per_batch),
+            &format!(
+                "F-engine heaps ({} channels × {} spectra)",
+                self.channels_per_substream,
+                self.spectra_per_heap()
+            ),
+            slot,
+        )?;
+        let slots = self.heaps_per_fengine_per_chunk as u128 * self.array_size as u128;
+        let chunks = chunks_held(slots, slot);
+        let what = format!(
+            "{MIN_CHUNKS_HELD} receive chunks of {}",
+            Bytes(chunks / MIN_CHUNKS_HELD)
+        );
+        let subject = format!(
+            "--heaps-per-fengine-per-chunk {}",
+            self.heaps_per_fengine_per_chunk
+        );
+        check_memory(host, &subject, chunks, &what)?;
+        // Each correlation output: its dump (int32) and its accumulator (int64).
+        let dumps = self.corrprod.len() as u128 * shape.output_len() as u128 * 12;
+        check_memory(
+            host,
+            format!("{subject} with --array-size {}", self.array_size),
+            chunks + dumps,
+            &format!("{what} and the correlation dumps"),
+        )
     }
 
     /// Antennas, channels, batches and chunks that fit together.

@@ -12,8 +12,7 @@ use super::beams::{BPipeline, BStats};
 use super::corrprod::{XPipeline, XStats};
 use crate::chunk::placement::FengPlacement;
 use crate::chunk::{Chunk, Placement, RecvMonitor};
-use crate::engines::common::recv::{rejected_counts, spawn_receiver_monitored};
-use crate::net::recv::PacketSource;
+use crate::engines::common::recv::{rejected_counts, spawn_receivers, RecvSetup};
 
 /// What a run did.
 #[derive(Debug, Clone, Serialize)]
@@ -30,12 +29,19 @@ pub struct XbgpuSummary {
     pub corrprods: Vec<XStats>,
     /// Per beam counters.
     pub beams: Vec<BStats>,
+    /// What the receiver rejected and why, each kind once (a set-up mismatch, another
+    /// substream's heaps, far timestamps); absent when nothing was.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub recv_notes: Vec<String>,
+    /// Times the receive window moved because the stream really moved (absent when 0).
+    #[serde(skip_serializing_if = "crate::engines::common::recv::is_zero")]
+    pub recv_window_moves: u64,
 }
 
 /// Drives the engine until the input ends or a stop is requested; `monitor` receives the
-/// receive thread's counters as they move.
+/// receive threads' counters as they move; `recv` sets up the receive threads and window.
 pub fn run_pipelines(
-    src: Box<dyn PacketSource>,
+    recv: RecvSetup,
     placement: FengPlacement,
     mut xs: Vec<XPipeline>,
     mut beams: Option<BPipeline>,
@@ -44,7 +50,8 @@ pub fn run_pipelines(
 ) -> anyhow::Result<XbgpuSummary> {
     let (tx, rx) = crossbeam_channel::bounded::<Chunk>(4);
     let (back_tx, back_rx) = crossbeam_channel::bounded::<Chunk>(8);
-    let receiver = spawn_receiver_monitored(src, placement.clone(), tx, back_rx, monitor);
+    let chunk_ticks = placement.batch_step() * placement.batches_per_chunk as u64;
+    let receiver = spawn_receivers(recv, placement.clone(), chunk_ticks, tx, back_rx, monitor);
     let mut batches = ChunkBatches::new(&placement);
     let mut feed = Feed::default();
     for chunk in rx.iter() {
@@ -72,6 +79,8 @@ pub fn run_pipelines(
         recv_rejected: rejected_counts(&recv),
         corrprods: xs.iter().map(|x| x.stats.clone()).collect(),
         beams: beams.map(|b| b.stats.clone()).unwrap_or_default(),
+        recv_notes: recv.notes.clone(),
+        recv_window_moves: recv.window_moves,
     };
     info!(?summary, "xbgpu finished");
     Ok(summary)

@@ -17,7 +17,7 @@ use super::metrics::XbgpuMetrics;
 use super::spec::CorrprodSpec;
 use crate::compute::xengine::{Beam, BeamSet};
 use crate::control::{SensorSet, SensorType};
-use crate::engines::common::recv::open_source_with;
+use crate::engines::common::error::listen_error;
 use crate::net::send::heap::HeapSender;
 use crate::net::SharedSink;
 
@@ -39,22 +39,25 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
         n_ants: cfg.n_ants(),
     };
     let _katcp = match cfg.katcp_port {
-        Some(p) => Some(crate::control::Server::start(
-            ([0, 0, 0, 0], p).into(),
-            Arc::new(device),
-        )?),
+        Some(p) => Some(
+            crate::control::Server::start(([0, 0, 0, 0], p).into(), Arc::new(device))
+                .map_err(listen_error("--katcp-port", ([0, 0, 0, 0], p)))?,
+        ),
         None => None,
     };
-    let src = open_source_with(&cfg.src, &io.recv_options())?;
+    let recv = io.recv_setup(&cfg.src)?;
     let _transmit = crate::net::send::peerdirect::plan(io.use_peerdirect);
     let mut metrics = XbgpuMetrics::new();
     if let Some(p) = io.prometheus_port {
-        let bound = metrics.registry().serve(([0, 0, 0, 0], p).into())?;
+        let bound = metrics
+            .registry()
+            .serve(([0, 0, 0, 0], p).into())
+            .map_err(listen_error("--prometheus-port", ([0, 0, 0, 0], p)))?;
         info!(%bound, "prometheus metrics at /metrics");
     }
     let monitor = metrics.take_recv_monitor();
     run_pipelines(
-        src,
+        recv,
         cfg.placement.clone(),
         xs,
         beams,

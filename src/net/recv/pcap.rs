@@ -5,12 +5,12 @@
 use std::fs::File;
 use std::io::{self, BufReader};
 use std::net::SocketAddrV4;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 use pcap_file::pcap::PcapReader;
-use pcap_file::DataLink;
+use pcap_file::{DataLink, PcapError};
 
 use super::{PacketSource, Poll};
 use crate::net::frame::fast_udp_ipv4;
@@ -22,6 +22,8 @@ pub struct PcapFileSource {
     endpoints: Vec<SocketAddrV4>,
     /// Datagrams skipped because of their destination.
     pub filtered: u64,
+    /// The end was reached and the unusable frames reported.
+    ended: bool,
 }
 
 impl PcapFileSource {
@@ -31,7 +33,56 @@ impl PcapFileSource {
             src: MappedPcap::open(path)?,
             endpoints,
             filtered: 0,
+            ended: false,
         })
+    }
+
+    /// At the end of the capture, once: frames that gave no datagram are reported. None
+    /// usable at all is an error (a capture of the wrong link type, or of no UDP, would
+    /// otherwise end the engine with no output and no word why); some is a warning with
+    /// the counts.
+    fn check_end(&mut self) -> io::Result<()> {
+        if std::mem::replace(&mut self.ended, true) {
+            return Ok(());
+        }
+        let m = &self.src;
+        let st = &m.stats;
+        let unusable = st.not_udp + st.malformed + st.truncated;
+        if unusable == 0 {
+            return Ok(());
+        }
+        let counts = format!(
+            "{} not IPv4/UDP, {} unparseable as {}, {} cut by the snap length",
+            st.not_udp,
+            st.malformed,
+            link_name(m.link),
+            st.truncated
+        );
+        if st.datagrams == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: none of its {} frames is a whole IPv4/UDP datagram ({counts}); \
+                     the header says link type {} ({}): is that what was captured?",
+                    m.path.display(),
+                    st.frames,
+                    m.link,
+                    link_name(m.link)
+                ),
+            ));
+        }
+        tracing::warn!(
+            file = %m.path.display(),
+            link_type = m.link,
+            frames = st.frames,
+            datagrams = st.datagrams,
+            not_udp = st.not_udp,
+            malformed = st.malformed,
+            truncated = st.truncated,
+            "pcap: {unusable} of {} frames were skipped ({counts})",
+            st.frames
+        );
+        Ok(())
     }
 
     /// The capture's frame counters.
@@ -53,7 +104,10 @@ impl PacketSource for PcapFileSource {
                 keep
             })?;
             match got {
-                None => return Ok(if n == 0 { Poll::End } else { Poll::Packets(n) }),
+                None => {
+                    self.check_end()?;
+                    return Ok(if n == 0 { Poll::End } else { Poll::Packets(n) });
+                }
                 Some(true) => n += 1,
                 Some(false) => self.filtered += 1,
             }
@@ -88,12 +142,62 @@ pub struct PcapSourceStats {
     pub malformed: u64,
     /// Frames captured shorter than on the wire (snaplen).
     pub truncated: u64,
+    /// Byte offset of a last record cut short by the end of the file (a capture that was
+    /// still being written, or a copy that stopped early): the records before it were read,
+    /// it and anything after were not.
+    pub cut_at: Option<u64>,
+}
+
+/// Opens `path` for reading as a pcap file: an error names the file and says what failed
+/// (a directory or other non-file is refused here rather than failing on its first read).
+fn open_capture(path: &Path) -> io::Result<(File, u64)> {
+    let named =
+        |e: io::Error| io::Error::new(e.kind(), format!("opening pcap {}: {e}", path.display()));
+    let file = File::open(path).map_err(named)?;
+    let meta = file.metadata().map_err(named)?;
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("opening pcap {}: not a regular file", path.display()),
+        ));
+    }
+    Ok((file, meta.len()))
+}
+
+/// The name of a supported link type, for messages.
+fn link_name(link: u32) -> &'static str {
+    match link {
+        1 => "Ethernet",
+        101 => "raw IP",
+        228 => "IPv4",
+        _ => "unknown",
+    }
+}
+
+/// Says once, with the file and offset, that the capture ends in a cut record: `have`
+/// bytes of a record that needs `need` (16 for a record header).
+fn warn_cut(path: &Path, at: u64, have: u64, need: u64, frames: u64) {
+    tracing::warn!(
+        file = %path.display(),
+        offset = at,
+        have,
+        need,
+        frames_read = frames,
+        "pcap ends in a cut record: the {frames} records before byte {at} were read, the last \
+         ({have} of {need} bytes) was not"
+    );
 }
 
 /// Reads the UDP datagrams of a pcap file (Ethernet or raw-IP link types).
 pub struct PcapSource {
     reader: PcapReader<BufReader<File>>,
     datalink: DataLink,
+    path: PathBuf,
+    /// File length and the offset of the next record (for a cut or corrupt record's report).
+    len: u64,
+    pos: u64,
+    /// The end was reached (or a cut last record found).
+    done: bool,
     /// Frame counters so far.
     pub stats: PcapSourceStats,
 }
@@ -101,11 +205,18 @@ pub struct PcapSource {
 impl PcapSource {
     /// Opens `path`: a pcap file of Ethernet, raw-IP or IPv4 link type, or a clear error.
     pub fn open(path: &Path) -> io::Result<Self> {
-        let file = File::open(path)?;
+        let (file, len) = open_capture(path)?;
         let reader = PcapReader::new(BufReader::with_capacity(1 << 20, file)).map_err(|e| {
+            let why = match e {
+                PcapError::IoError(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    "shorter than a pcap header".to_string()
+                }
+                PcapError::IoError(e) => format!("reading its header: {e}"),
+                other => format!("not a classic pcap file (pcapng is not supported): {other}"),
+            };
             io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("{}: {e}", path.display()),
+                format!("{}: {why}", path.display()),
             )
         })?;
         let datalink = reader.header().datalink;
@@ -121,8 +232,70 @@ impl PcapSource {
         Ok(PcapSource {
             reader,
             datalink,
+            path: path.to_path_buf(),
+            len,
+            pos: 24,
+            done: false,
             stats: PcapSourceStats::default(),
         })
+    }
+
+    /// What stopped the reader at record offset `self.pos`: the end of the file inside the
+    /// record (a cut last record: counted, warned about, the end) or a corrupt record (an
+    /// error naming the file and offset).
+    fn record_error<R>(&mut self, e: PcapError) -> io::Result<Option<R>> {
+        let at = self.pos;
+        let have = self.len.saturating_sub(at);
+        // Bytes the record needs: its header, then the captured length its header gives.
+        let need = if have < 16 {
+            16
+        } else {
+            use std::os::unix::fs::FileExt;
+            let mut h = [0u8; 16];
+            File::open(&self.path)
+                .and_then(|f| f.read_exact_at(&mut h, at))
+                .map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("reading pcap {} at byte {at}: {e}", self.path.display()),
+                    )
+                })?;
+            let b = [h[8], h[9], h[10], h[11]];
+            let incl = match self.reader.header().endianness {
+                pcap_file::Endianness::Big => u32::from_be_bytes(b),
+                pcap_file::Endianness::Little => u32::from_le_bytes(b),
+            };
+            16 + incl as u64
+        };
+        let corrupt = |why: String| {
+            Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: corrupt pcap record at byte {at}: {why}",
+                    self.path.display()
+                ),
+            ))
+        };
+        match e {
+            PcapError::IoError(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                if need > have {
+                    self.done = true;
+                    self.stats.cut_at = Some(at);
+                    warn_cut(&self.path, at, have, need, self.stats.frames);
+                    Ok(None)
+                } else {
+                    corrupt(format!(
+                        "captured length {} is larger than a frame",
+                        need - 16
+                    ))
+                }
+            }
+            PcapError::IoError(e) => Err(io::Error::new(
+                e.kind(),
+                format!("reading pcap {} at byte {at}: {e}", self.path.display()),
+            )),
+            other => corrupt(other.to_string()),
+        }
     }
 
     /// The next UDP datagram, `None` at end of file. Unusable frames are counted and skipped;
@@ -150,13 +323,18 @@ impl PcapSource {
         f: impl FnOnce(Duration, SocketAddrV4, SocketAddrV4, &[u8]) -> R,
     ) -> io::Result<Option<R>> {
         loop {
+            if self.done {
+                return Ok(None);
+            }
             let pkt = match self.reader.next_packet() {
-                None => return Ok(None),
-                Some(Ok(p)) => p,
-                Some(Err(e)) => {
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+                None => {
+                    self.done = true;
+                    return Ok(None);
                 }
+                Some(Ok(p)) => p,
+                Some(Err(e)) => return self.record_error(e),
             };
+            self.pos += 16 + pkt.data.len() as u64;
             self.stats.frames += 1;
             if (pkt.data.len() as u32) < pkt.orig_len {
                 self.stats.truncated += 1;
@@ -205,10 +383,13 @@ impl PcapSource {
 /// (no read() copy through the kernel, no per-packet buffer). Classic pcap only, either
 /// byte order, micro- or nanosecond timestamps; Ethernet, raw-IP and IPv4 link types.
 pub struct MappedPcap {
+    path: PathBuf,
     map: *const u8,
     len: usize,
     pos: usize,
     swap: bool,
+    /// The header's link type (1 Ethernet, 101 raw IP, 228 IPv4).
+    link: u32,
     ethernet: bool,
     /// Frame counters so far.
     pub stats: PcapSourceStats,
@@ -227,8 +408,8 @@ impl MappedPcap {
                 format!("{}: {m}", path.display()),
             )
         };
-        let file = File::open(path)?;
-        let len = file.metadata()?.len() as usize;
+        let (file, len) = open_capture(path)?;
+        let len = usize::try_from(len).map_err(|_| bad("too large to map"))?;
         if len < 24 {
             return Err(bad("shorter than a pcap header"));
         }
@@ -244,13 +425,22 @@ impl MappedPcap {
             )
         };
         if map == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!(
+                    "mapping pcap {} ({len} bytes) into memory: {e}",
+                    path.display()
+                ),
+            ));
         }
         let mut r = MappedPcap {
+            path: path.to_path_buf(),
             map: map as *const u8,
             len,
             pos: 24,
             swap: false,
+            link: 1,
             ethernet: true,
             stats: PcapSourceStats::default(),
         };
@@ -264,6 +454,7 @@ impl MappedPcap {
             _ => return Err(bad("not a classic pcap file (pcapng is not supported)")),
         };
         let link = r.u32_at(20);
+        r.link = link;
         r.ethernet = match link {
             1 => true,
             101 | 228 => false,
@@ -287,9 +478,25 @@ impl MappedPcap {
         }
     }
 
+    /// The end of the file inside the record at `self.pos`: the records before it were
+    /// read; this one is counted in `stats.cut_at`, warned about once, and is the end.
+    #[cold]
+    fn cut(&mut self, need: usize) {
+        let have = self.len - self.pos;
+        self.stats.cut_at = Some(self.pos as u64);
+        warn_cut(
+            &self.path,
+            self.pos as u64,
+            have as u64,
+            need as u64,
+            self.stats.frames,
+        );
+        self.pos = self.len;
+    }
+
     /// Lends the next UDP datagram's destination and payload to `f`; `None` at the end.
-    /// Unusable frames are counted and skipped; a record running past the end of the file
-    /// is an error.
+    /// Unusable frames are counted and skipped; a last record cut short by the end of the
+    /// file ends the capture (counted in `stats.cut_at`, with a warning).
     #[inline]
     pub fn next_payload<R>(
         &mut self,
@@ -300,19 +507,15 @@ impl MappedPcap {
                 return Ok(None);
             }
             if self.len - self.pos < 16 {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "truncated pcap record header",
-                ));
+                self.cut(16);
+                return Ok(None);
             }
             let incl = self.u32_at(self.pos + 8) as usize;
             let orig = self.u32_at(self.pos + 12) as usize;
             let start = self.pos + 16;
             if incl > self.len - start {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "truncated pcap record",
-                ));
+                self.cut(16 + incl);
+                return Ok(None);
             }
             self.pos = start + incl;
             self.stats.frames += 1;
@@ -367,5 +570,170 @@ impl Drop for MappedPcap {
     fn drop(&mut self) {
         // SAFETY: unmaps the mapping made in `open`, once.
         unsafe { libc::munmap(self.map as *mut libc::c_void, self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("gpucbf-pcap-recv-{}-{name}", std::process::id()))
+    }
+
+    /// A little-endian microsecond capture of `n` Ethernet/IPv4/UDP frames with 100-byte
+    /// payloads (payload k filled with k); the offset of each record.
+    fn capture(path: &Path, n: u8) -> Vec<u64> {
+        let mut out = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0];
+        out.extend_from_slice(&[0; 8]);
+        out.extend_from_slice(&65535u32.to_le_bytes());
+        out.extend_from_slice(&1u32.to_le_bytes());
+        let mut offsets = Vec::new();
+        for k in 0..n {
+            let mut frame = Vec::new();
+            etherparse::PacketBuilder::ethernet2([2; 6], [3; 6])
+                .ipv4(
+                    Ipv4Addr::LOCALHOST.octets(),
+                    Ipv4Addr::LOCALHOST.octets(),
+                    1,
+                )
+                .udp(7148, 7149)
+                .write(&mut frame, &[k; 100])
+                .unwrap();
+            offsets.push(out.len() as u64);
+            out.extend_from_slice(&(k as u32).to_le_bytes());
+            out.extend_from_slice(&0u32.to_le_bytes());
+            out.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+            out.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+            out.extend_from_slice(&frame);
+        }
+        std::fs::write(path, out).unwrap();
+        offsets
+    }
+
+    fn read_mapped(path: &Path) -> (Vec<Vec<u8>>, PcapSourceStats) {
+        let mut src = PcapFileSource::open(path, Vec::new()).unwrap();
+        let mut got = Vec::new();
+        while src.recv_batch(&mut |p| got.push(p.to_vec())).unwrap() != Poll::End {}
+        (got, src.stats().clone())
+    }
+
+    fn read_streamed(path: &Path) -> (Vec<Vec<u8>>, PcapSourceStats) {
+        let mut src = PcapSource::open(path).unwrap();
+        let mut got = Vec::new();
+        while let Some(d) = src.next_datagram().unwrap() {
+            got.push(d.payload);
+        }
+        assert!(src.next_datagram().unwrap().is_none());
+        (got, src.stats.clone())
+    }
+
+    /// A capture whose last record is cut (inside its header or its data) gives every
+    /// record before it, records where it was cut and ends; it is not an error.
+    #[test]
+    fn a_cut_last_record_ends_the_capture_after_the_good_ones() {
+        let whole = tmp("whole.pcap");
+        let offsets = capture(&whole, 5);
+        let bytes = std::fs::read(&whole).unwrap();
+        let last = offsets[4];
+        assert_eq!(bytes.len() as u64, last + 16 + 142);
+        let cut = tmp("cut.pcap");
+        for keep in [last + 1, last + 15, last + 16, last + 16 + 100] {
+            std::fs::write(&cut, &bytes[..keep as usize]).unwrap();
+            for (got, stats) in [read_mapped(&cut), read_streamed(&cut)] {
+                assert_eq!(got.len(), 4, "cut at {keep}");
+                assert!(got.iter().enumerate().all(|(k, p)| p == &[k as u8; 100]));
+                assert_eq!(stats.cut_at, Some(last), "cut at {keep}");
+                assert_eq!((stats.frames, stats.datagrams), (4, 4));
+            }
+        }
+        for (got, stats) in [read_mapped(&whole), read_streamed(&whole)] {
+            assert_eq!((got.len(), stats.cut_at), (5, None));
+        }
+        std::fs::remove_file(&whole).ok();
+        std::fs::remove_file(&cut).ok();
+    }
+
+    /// Reads `path` through the engines' source to the end: the payloads, or the error.
+    fn read_to_end(path: &Path) -> io::Result<Vec<Vec<u8>>> {
+        let mut src = PcapFileSource::open(path, Vec::new())?;
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            if src.recv_batch(&mut |p| got.push(p.to_vec()))? == Poll::End {
+                // Reported once: a further call is a plain end.
+                assert_eq!(src.recv_batch(&mut |_| {}).unwrap(), Poll::End);
+                return Ok(got);
+            }
+        }
+        panic!("no end");
+    }
+
+    /// An Ethernet capture whose header says link type 101 (raw IP) gives no datagram:
+    /// that is an error naming the file, the link type and the counts (the engines ended
+    /// with exit 0, no output and no word). Some unusable frames among good ones are
+    /// skipped (and warned about), not an error.
+    #[test]
+    fn a_capture_with_no_usable_frame_is_an_error() {
+        let path = tmp("link101.pcap");
+        capture(&path, 3);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[20..24].copy_from_slice(&101u32.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let e = read_to_end(&path).unwrap_err().to_string();
+        assert!(
+            e.contains(&*path.to_string_lossy())
+                && e.contains("none of its 3 frames")
+                && e.contains("link type 101 (raw IP)")
+                && e.contains("3 unparseable as raw IP"),
+            "{e}"
+        );
+        // Ethernet again, plus a record that is not a UDP datagram: the 3 good ones.
+        bytes[20..24].copy_from_slice(&1u32.to_le_bytes());
+        for v in [0u32, 0, 20, 20] {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        bytes.extend_from_slice(&[0xee; 20]);
+        std::fs::write(&path, &bytes).unwrap();
+        let got = read_to_end(&path).unwrap();
+        assert_eq!(got.len(), 3);
+        // An empty capture is not an error: there is nothing to say.
+        std::fs::write(&path, &bytes[..24]).unwrap();
+        assert!(read_to_end(&path).unwrap().is_empty());
+        std::fs::remove_file(&path).ok();
+    }
+
+    /// Files that cannot be read as captures fail with the file named and what is wrong.
+    #[test]
+    fn unreadable_captures_are_named() {
+        let err = |p: &Path| {
+            let a = PcapFileSource::open(p, Vec::new())
+                .err()
+                .unwrap()
+                .to_string();
+            let b = PcapSource::open(p).err().unwrap().to_string();
+            (a, b)
+        };
+        let missing = tmp("missing.pcap");
+        for e in <[String; 2]>::from(err(&missing)) {
+            assert!(e.contains(&*missing.to_string_lossy()), "{e}");
+            assert!(
+                e.contains("opening pcap") && e.contains("No such file"),
+                "{e}"
+            );
+        }
+        let dir = std::env::temp_dir();
+        for e in <[String; 2]>::from(err(&dir)) {
+            assert!(e.contains(&*dir.to_string_lossy()), "{e}");
+            assert!(e.contains("not a regular file"), "{e}");
+        }
+        let short = tmp("short.pcap");
+        std::fs::write(&short, [0xd4, 0xc3, 0xb2, 0xa1, 2, 0]).unwrap();
+        for e in <[String; 2]>::from(err(&short)) {
+            assert!(e.contains(&*short.to_string_lossy()), "{e}");
+            assert!(e.contains("shorter than a pcap header"), "{e}");
+        }
+        std::fs::remove_file(&short).ok();
     }
 }

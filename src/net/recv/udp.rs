@@ -99,28 +99,15 @@ impl UdpRecvSource {
         let mut sockets = Vec::new();
         for port in ports {
             let eps: Vec<&SocketAddrV4> = endpoints.iter().filter(|e| e.port() == port).collect();
-            let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
-            s.set_reuse_address(true)?;
-            let _ = s.set_recv_buffer_size(recv_buffer);
             let multicast = eps.iter().any(|e| e.ip().is_multicast());
-            if multicast {
-                s.bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port).into())?;
-                for e in &eps {
-                    if e.ip().is_multicast() {
-                        s.join_multicast_v4(e.ip(), &interface)?;
-                    }
-                }
-            } else {
-                if eps.len() > 1 {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!("several unicast addresses share port {port}"),
-                    ));
-                }
-                s.bind(&(*eps[0]).into())?;
+            if !multicast && eps.len() > 1 {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("several unicast addresses share port {port}"),
+                ));
             }
-            s.set_nonblocking(true)?;
-            sockets.push(s.into());
+            let group = multicast.then_some(&eps[..]);
+            sockets.push(receive_socket(*eps[0], group, interface, recv_buffer)?);
         }
         let gro = config.gro
             && match sockets.iter().try_for_each(|s| set_udp_gro(s, true)) {
@@ -188,6 +175,53 @@ impl UdpRecvSource {
             .min()
             .unwrap_or(0)
     }
+}
+
+/// `e` with what was being done (`binding UDP 10.0.0.1:7148`) in front: the operating
+/// system's message alone ("Address already in use") names no endpoint.
+fn named(e: io::Error, doing: std::fmt::Arguments<'_>) -> io::Error {
+    io::Error::new(e.kind(), format!("{doing}: {e}"))
+}
+
+/// A non-blocking UDP receive socket for `addr`'s port: bound to the unicast `addr`, or,
+/// with `groups` (multicast addresses of that port), bound to the port and joined to each
+/// group on `interface`. Every error names the endpoint and the step that failed.
+fn receive_socket(
+    addr: SocketAddrV4,
+    groups: Option<&[&SocketAddrV4]>,
+    interface: Ipv4Addr,
+    recv_buffer: usize,
+) -> io::Result<UdpSocket> {
+    let port = addr.port();
+    let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
+        .map_err(|e| named(e, format_args!("opening a UDP socket for {addr}")))?;
+    s.set_reuse_address(true)
+        .map_err(|e| named(e, format_args!("setting SO_REUSEADDR for UDP {addr}")))?;
+    let _ = s.set_recv_buffer_size(recv_buffer);
+    match groups {
+        Some(groups) => {
+            let any = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
+            s.bind(&any.into())
+                .map_err(|e| named(e, format_args!("binding UDP port {port} (for {addr})")))?;
+            for g in groups.iter().filter(|g| g.ip().is_multicast()) {
+                s.join_multicast_v4(g.ip(), &interface).map_err(|e| {
+                    named(
+                        e,
+                        format_args!(
+                            "joining multicast group {} on interface {interface}",
+                            g.ip()
+                        ),
+                    )
+                })?;
+            }
+        }
+        None => s
+            .bind(&addr.into())
+            .map_err(|e| named(e, format_args!("binding UDP {addr}")))?,
+    }
+    s.set_nonblocking(true)
+        .map_err(|e| named(e, format_args!("receiving on UDP {addr}")))?;
+    Ok(s.into())
 }
 
 /// Sets or clears `UDP_GRO` on a socket.
@@ -377,16 +411,13 @@ pub struct UdpSource {
 impl UdpSource {
     /// Binds `addr`; for a multicast address, binds the port and joins the group.
     pub fn bind(addr: SocketAddrV4, interface: Ipv4Addr, recv_buffer: usize) -> io::Result<Self> {
-        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
-        s.set_reuse_address(true)?;
-        let _ = s.set_recv_buffer_size(recv_buffer);
-        if addr.ip().is_multicast() {
-            s.bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, addr.port()).into())?;
-            s.join_multicast_v4(addr.ip(), &interface)?;
-        } else {
-            s.bind(&addr.into())?;
-        }
-        Ok(UdpSource { socket: s.into() })
+        let group = [&addr];
+        let group = addr.ip().is_multicast().then_some(&group[..]);
+        let socket = receive_socket(addr, group, interface, recv_buffer)?;
+        socket
+            .set_nonblocking(false)
+            .map_err(|e| named(e, format_args!("receiving on UDP {addr}")))?;
+        Ok(UdpSource { socket })
     }
 
     /// The bound address (the port the kernel chose for port 0).
@@ -410,5 +441,49 @@ impl UdpSource {
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An address this host does not have (TEST-NET-1, never assigned).
+    const ABSENT: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+
+    /// Bind and join failures name the endpoint (and the interface), not just the
+    /// operating system's "Cannot assign requested address". Nothing is sent.
+    #[test]
+    fn bind_errors_name_the_endpoint() {
+        let ep = SocketAddrV4::new(ABSENT, 17_148);
+        let e = UdpRecvSource::new(&[ep], Ipv4Addr::UNSPECIFIED, 1 << 16)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("binding UDP 192.0.2.1:17148"), "{e}");
+        let e = UdpSource::bind(ep, Ipv4Addr::UNSPECIFIED, 1 << 16)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("binding UDP 192.0.2.1:17148"), "{e}");
+        // A group joined on an interface address this host does not have.
+        let group = SocketAddrV4::new(Ipv4Addr::new(239, 9, 9, 9), 17_149);
+        let e = UdpRecvSource::new(&[group], ABSENT, 1 << 16)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("joining multicast group 239.9.9.9 on interface 192.0.2.1"),
+            "{e}"
+        );
+        let two = [
+            SocketAddrV4::new(Ipv4Addr::LOCALHOST, 17_150),
+            SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), 17_150),
+        ];
+        let e = UdpRecvSource::new(&two, Ipv4Addr::UNSPECIFIED, 1 << 16)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("port 17150"), "{e}");
     }
 }

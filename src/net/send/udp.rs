@@ -55,15 +55,30 @@ impl UdpSink {
     /// Opens a socket bound to `interface` (an IPv4 address; `0.0.0.0` for any) with the
     /// given multicast TTL and send buffer size.
     pub fn new(interface: Ipv4Addr, ttl: u32, send_buffer: usize) -> io::Result<Self> {
-        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
-        s.set_send_buffer_size(send_buffer)?;
-        s.set_multicast_ttl_v4(ttl)?;
-        s.set_ttl_v4(ttl.max(1))?;
+        // Every error names the interface and the step ("Cannot assign requested address"
+        // alone says neither).
+        let named = |doing: &str, e: io::Error| {
+            io::Error::new(
+                e.kind(),
+                format!("{doing} (send interface {interface}): {e}"),
+            )
+        };
+        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
+            .map_err(|e| named("opening a UDP send socket", e))?;
+        s.set_send_buffer_size(send_buffer)
+            .map_err(|e| named("setting the UDP send buffer size", e))?;
+        s.set_multicast_ttl_v4(ttl)
+            .map_err(|e| named(&format!("setting the multicast TTL to {ttl}"), e))?;
+        s.set_ttl_v4(ttl.max(1))
+            .map_err(|e| named(&format!("setting the TTL to {}", ttl.max(1)), e))?;
         if !interface.is_unspecified() {
-            s.set_multicast_if_v4(&interface)?;
+            s.set_multicast_if_v4(&interface)
+                .map_err(|e| named("choosing the multicast interface", e))?;
         }
-        s.set_multicast_loop_v4(true)?;
-        s.bind(&SocketAddrV4::new(interface, 0).into())?;
+        s.set_multicast_loop_v4(true)
+            .map_err(|e| named("enabling multicast loopback", e))?;
+        s.bind(&SocketAddrV4::new(interface, 0).into())
+            .map_err(|e| named("binding the UDP send socket", e))?;
         Ok(UdpSink {
             socket: s.into(),
             packets: 0,
@@ -381,6 +396,17 @@ mod tests {
             .iter()
             .map(|m| (m.start, m.count, m.segment))
             .collect()
+    }
+
+    /// A send socket that cannot bind names the interface it was asked for.
+    #[test]
+    fn bind_errors_name_the_interface() {
+        let e = UdpSink::new(Ipv4Addr::new(192, 0, 2, 1), 4, 1 << 16)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("send interface 192.0.2.1"), "{e}");
+        assert!(e.contains("Cannot assign requested address"), "{e}");
     }
 
     /// [`group_by_destination`] on a full batch to 23 destinations interleaved (same
