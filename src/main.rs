@@ -59,6 +59,9 @@ enum Command {
     Image(gpucbf::apps::image::cli::ImageArgs),
     /// Loopback array: dsim → F-engines → XB-engine → visibilities, plots, dirty image.
     Array(gpucbf::apps::array::ArrayArgs),
+    /// Soak report of running engines: samples their metrics, writes soak.csv/json/png and
+    /// exits non-zero when anything was lost after the warm-up.
+    Soak(gpucbf::apps::soak::SoakArgs),
 }
 
 /// Prints a JSON document on stdout; a closed pipe (`| head`) is not an error.
@@ -126,6 +129,11 @@ fn main() -> anyhow::Result<()> {
             let cfg = args.validate()?;
             let summary = gpucbf::apps::array::run(&cfg)?;
             print_json(&summary)?;
+        }
+        Command::Soak(args) => {
+            let report = gpucbf::apps::soak::run(&args)?;
+            print_json(&report.summary)?;
+            report.summary.verdict.check()?;
         }
     }
     Ok(())

@@ -4,8 +4,10 @@
 //! * [`image`]: dirty images of correlator visibilities.
 //! * [`inspect`]: `pcap-info` and `spead-dump`.
 //! * [`nufft`]: `gpucbf nufft`, NUFFTs on `.npy` files ([`crate::npy`]).
+//! * [`soak`]: `gpucbf soak`, the soak report of running engines (CSV, JSON, PNG, verdict).
 
 pub mod array;
 pub mod image;
 pub mod inspect;
 pub mod nufft;
+pub mod soak;

@@ -1,7 +1,8 @@
 //! CPU time: of the calling thread (for a benchmark's per-core rates), and of every thread of
-//! this process by name (for soak reports: which thread is busy).
+//! this process or another by name (for soak reports: which thread is busy).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 /// CPU seconds (user + system) the calling thread has used.
 pub fn thread_cpu_seconds() -> f64 {
@@ -26,13 +27,22 @@ fn clock_seconds(clock: libc::clockid_t) -> f64 {
 /// CPU seconds per thread name of this process (threads of the same name summed), read from
 /// `/proc/self/task/*/stat`. Empty where `/proc` cannot be read.
 pub fn threads_cpu_seconds() -> BTreeMap<String, f64> {
+    threads_in(Path::new("/proc/self/task")).unwrap_or_default()
+}
+
+/// CPU seconds per thread name of process `pid` (threads of the same name summed), read from
+/// `/proc/PID/task/*/stat`: for a soak report watching engines from outside. `None` where
+/// the process's task list cannot be read (it exited, or `/proc` is not mounted).
+pub fn threads_cpu_seconds_of(pid: u32) -> Option<BTreeMap<String, f64>> {
+    threads_in(&Path::new("/proc").join(pid.to_string()).join("task"))
+}
+
+fn threads_in(task_dir: &Path) -> Option<BTreeMap<String, f64>> {
     let mut out = BTreeMap::new();
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
-        return out;
-    };
-    for e in dir.flatten() {
+    for e in std::fs::read_dir(task_dir).ok()?.flatten() {
+        // A thread that exited between the listing and this read is skipped.
         let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
             continue;
         };
@@ -40,7 +50,7 @@ pub fn threads_cpu_seconds() -> BTreeMap<String, f64> {
             *out.entry(name).or_insert(0.0) += secs;
         }
     }
-    out
+    Some(out)
 }
 
 /// (comm, utime + stime in seconds) of one `/proc/.../stat` line. The name is between the
@@ -81,5 +91,9 @@ mod tests {
             .unwrap();
         assert!(h.join().unwrap() >= 0.0);
         assert!(process_cpu_seconds() > 0.0);
+        let me = threads_cpu_seconds_of(std::process::id()).expect("own task list");
+        assert!(!me.is_empty(), "{me:?}");
+        // Pids are below 2^22 on Linux: this one never exists.
+        assert!(threads_cpu_seconds_of(u32::MAX).is_none());
     }
 }

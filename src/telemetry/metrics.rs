@@ -66,6 +66,19 @@ impl Metrics {
         g
     }
 
+    /// Registers any metric (a custom one such as the engines' output-lag gauge,
+    /// `crate::engines::common::lag`).
+    pub fn register(
+        &self,
+        name: &str,
+        help: &str,
+        metric: impl prometheus_client::registry::Metric,
+    ) {
+        if let Ok(mut r) = self.registry.lock() {
+            r.register(name, help, metric);
+        }
+    }
+
     /// The exposition text.
     pub fn render(&self) -> String {
         let mut s = String::new();

@@ -1,9 +1,11 @@
 //! What every engine shares: command-line pieces ([`cli`]), configuration errors
 //! ([`error`]), opening the input and the receive thread ([`recv`]), the output sink
-//! ([`send`]) and the size limits checked before allocating ([`sizes`]).
+//! ([`send`]), the size limits checked before allocating ([`sizes`]) and the output-lag
+//! gauge ([`lag`]).
 
 pub mod cli;
 pub mod error;
+pub mod lag;
 pub mod recv;
 pub mod send;
 pub mod sizes;

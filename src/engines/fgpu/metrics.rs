@@ -1,4 +1,5 @@
-//! fgpu's counters (katgpucbf's `fgpu_input_*` and `fgpu_output_*` metrics) and the katcp
+//! fgpu's counters (katgpucbf's `fgpu_input_*` and `fgpu_output_*` metrics), the output-lag
+//! gauge (`fgpu_output_lag_seconds{stream}`, [`crate::engines::common::lag`]) and the katcp
 //! sensors that follow the input and outputs, updated after every chunk from the store's
 //! and the pipelines' counters.
 
@@ -9,6 +10,7 @@ use super::pipeline::{OutputStats, Pipeline};
 use super::store::{InputStats, SampleStore};
 use crate::chunk::RecvMonitor;
 use crate::control::Status;
+use crate::engines::common::lag::OutputLag;
 use crate::telemetry::metrics::{labels, CounterFamily, Metrics};
 use crate::telemetry::recv::{RecvFlavour, RecvMetrics};
 
@@ -29,14 +31,21 @@ pub(crate) struct FgpuMetrics {
     output_before_input: CounterFamily,
     output_delay_error: CounterFamily,
     output_clipped: CounterFamily,
+    output_lag: OutputLag,
     seen_in: InputStats,
     seen_out: Vec<OutputStats>,
     device: Arc<FgpuDevice>,
 }
 
 impl FgpuMetrics {
-    /// Registers the families (in katgpucbf's order) for `outputs` outputs.
-    pub(crate) fn new(device: Arc<FgpuDevice>, outputs: usize) -> Self {
+    /// Registers the families (in katgpucbf's order, then the output lag) for `outputs`
+    /// outputs; heap timestamps become data times with `sync_time` and `adc_rate`.
+    pub(crate) fn new(
+        device: Arc<FgpuDevice>,
+        outputs: usize,
+        sync_time: f64,
+        adc_rate: f64,
+    ) -> Self {
         let m = Metrics::new("fgpu");
         let family = |name: &str, help: &str| m.counter_family(name, help);
         let input_heaps = family("input_heaps", "Digitiser heaps received");
@@ -68,6 +77,7 @@ impl FgpuMetrics {
                 "Heaps not sent because the delay model did not evaluate for their batch",
             ),
             output_clipped: family("output_clipped_samples", "Output values that saturated"),
+            output_lag: OutputLag::register(&m, sync_time, adc_rate),
             seen_in: InputStats::default(),
             seen_out: vec![OutputStats::default(); outputs],
             device,
@@ -168,6 +178,40 @@ impl FgpuMetrics {
                 Status::Nominal,
             );
         }
+        self.output_lag.sent(&o.name, o.last_timestamp);
         self.seen_out[k] = o.clone();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the `fgpu_output_lag_seconds{stream="wideband"}` line, if any.
+    fn lag(m: &FgpuMetrics) -> Option<f64> {
+        let text = m.registry().render();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("fgpu_output_lag_seconds{stream=\"wideband\"} "))?;
+        line.rsplit(' ').next()?.parse().ok()
+    }
+
+    #[test]
+    fn output_lag_gauge_per_stream_after_the_first_heap() {
+        let device = Arc::new(FgpuDevice::new(Vec::new(), 1712e6, 1_000.0, 1.0, 0));
+        let m = FgpuMetrics::new(device, 1, 1_000.0, 1712e6);
+        // No sample before a heap is sent (prometheus-client leaves the empty family out).
+        assert!(!m.registry().render().contains("fgpu_output_lag_seconds"));
+        assert_eq!(lag(&m), None);
+        // A heap stamped 2 s after a sync time of 1000 s (Unix): its data time is 1002 s,
+        // so the lag is the wall clock minus that (over 50 years).
+        m.output_lag.sent("wideband", Some(2 * 1_712_000_000));
+        let g = m.output_lag.gauge("wideband").unwrap();
+        assert_eq!(g.data_time(), Some(1002.0));
+        assert!(m
+            .registry()
+            .render()
+            .contains("# TYPE fgpu_output_lag_seconds gauge"));
+        assert!(lag(&m).unwrap() > 1.7e9 - 1002.0);
     }
 }

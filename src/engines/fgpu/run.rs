@@ -32,7 +32,7 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
         cfg.dither_seed,
     ));
     let _katcp = serve_katcp(cfg, device.clone())?;
-    let mut metrics = FgpuMetrics::new(device, pipelines.len());
+    let mut metrics = FgpuMetrics::new(device, pipelines.len(), cfg.sync_time, cfg.adc_sample_rate);
     serve_metrics(cfg, &metrics)?;
     let recv = io.recv_setup(&cfg.src)?;
     let _transmit = crate::net::send::peerdirect::plan(io.use_peerdirect);

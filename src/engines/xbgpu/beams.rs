@@ -24,6 +24,8 @@ pub struct BStats {
     pub clipped_samples: u64,
     /// Heaps not sent: no antenna present.
     pub skipped_heaps: u64,
+    /// Timestamp of the latest heap sent (the output-lag gauge follows it).
+    pub last_timestamp: Option<u64>,
 }
 
 /// All beams of one engine, sharing one heap counter sequence.
@@ -147,6 +149,7 @@ impl BPipeline {
             s.heaps += 1;
             s.bytes += bytes.len() as u64;
             s.clipped_samples += clipped.get(b).copied().unwrap_or(0);
+            s.last_timestamp = Some(ts);
         }
         Ok(())
     }

@@ -33,6 +33,8 @@ pub struct XStats {
     pub unsent_accs: u64,
     /// Timestamp of the first heap sent.
     pub first_timestamp: Option<u64>,
+    /// Timestamp of the latest heap sent (the output-lag gauge follows it).
+    pub last_timestamp: Option<u64>,
 }
 
 /// One correlation output.
@@ -161,6 +163,7 @@ impl XPipeline {
         self.stats.visibilities += (self.out.len() / 2) as u64;
         self.stats.clipped_visibilities += clipped;
         self.stats.first_timestamp.get_or_insert(ts);
+        self.stats.last_timestamp = Some(ts);
         Ok(())
     }
 }

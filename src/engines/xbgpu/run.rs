@@ -47,7 +47,7 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
     };
     let recv = io.recv_setup(&cfg.src)?;
     let _transmit = crate::net::send::peerdirect::plan(io.use_peerdirect);
-    let mut metrics = XbgpuMetrics::new();
+    let mut metrics = XbgpuMetrics::new(cfg.sync_time, cfg.adc_sample_rate);
     if let Some(p) = io.prometheus_port {
         let bound = metrics
             .registry()
