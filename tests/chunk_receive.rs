@@ -27,12 +27,7 @@ fn asm() -> ChunkAssembler<DigitiserPlacement> {
 }
 
 fn feed(a: &mut ChunkAssembler<DigitiserPlacement>, pkts: &[Vec<u8>]) -> Vec<Chunk> {
-    let mut out = Vec::new();
-    for p in pkts {
-        let _ = a.push(p, &mut out);
-    }
-    a.flush(&mut out);
-    out
+    common::push_all(a, pkts)
 }
 
 #[test]

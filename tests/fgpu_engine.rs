@@ -47,6 +47,17 @@ impl Channelizer for Recording {
     }
 }
 
+/// A heap sender of digitiser heaps (pol 0 to port 7148, pol 1 to 7149) into a pcap file.
+fn digitiser_sender(path: &Path) -> HeapSender {
+    let sink =
+        Box::new(PcapSink::create(path, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148), 4).unwrap());
+    let dsts = vec![
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148),
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7149),
+    ];
+    HeapSender::new(sink, dsts, 2, 2, 8192, None)
+}
+
 /// Digitiser heaps `heaps` of both pols into a pcap file, all but `(heap, pol)` = `skip`,
 /// with the 4096 samples `samples(heap, pol)`.
 fn write_heaps(
@@ -55,13 +66,7 @@ fn write_heaps(
     skip: Option<(u64, u64)>,
     samples: impl Fn(u64, u64) -> Vec<i16>,
 ) {
-    let sink =
-        Box::new(PcapSink::create(path, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148), 4).unwrap());
-    let dsts = vec![
-        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148),
-        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7149),
-    ];
-    let mut s = HeapSender::new(sink, dsts, 2, 2, 8192, None);
+    let mut s = digitiser_sender(path);
     send_digitiser_heaps(&mut s, heaps, 2, skip, |h, pol| {
         let mut payload = vec![0u8; HEAP_BYTES];
         gpucbf::spead::bitpack::pack(&samples(h, pol), 10, &mut payload);
@@ -489,13 +494,7 @@ fn batches_whose_delay_model_does_not_evaluate_are_dropped_and_counted() {
 /// Digitiser heaps at (timestamp, pol), in this order, into a pcap file; every sample of
 /// the heap at timestamp t is (t / 4096) % 200 (pol 0) or its negation (pol 1).
 fn write_in_order(path: &Path, heaps: &[(u64, u64)]) {
-    let sink =
-        Box::new(PcapSink::create(path, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148), 4).unwrap());
-    let dsts = vec![
-        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148),
-        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7149),
-    ];
-    let mut s = HeapSender::new(sink, dsts, 2, 2, 8192, None);
+    let mut s = digitiser_sender(path);
     for &(ts, pol) in heaps {
         let v = ((ts / HEAP_SAMPLES) % 200) as i16 * if pol == 0 { 1 } else { -1 };
         let mut payload = vec![0u8; HEAP_BYTES];

@@ -1,5 +1,8 @@
 //! The receive window against hostile and broken input: heaps cut into many tiny packets.
 
+mod common;
+
+use common::push_all;
 use gpucbf::chunk::placement::FengPlacement;
 use gpucbf::chunk::{ChunkAssembler, Placement, Reject};
 use gpucbf::spead::ids;
@@ -149,18 +152,6 @@ fn dig_feed(heaps: std::ops::Range<u64>) -> Vec<Vec<u8>> {
 fn dig_asm() -> ChunkAssembler<gpucbf::chunk::placement::DigitiserPlacement> {
     let pl = gpucbf::chunk::placement::DigitiserPlacement::new(HS, 10, 8 * HS).unwrap();
     ChunkAssembler::with_policy(pl, gpucbf::chunk::WindowPolicy::new(2, 4))
-}
-
-fn push_all<P: Placement>(
-    a: &mut ChunkAssembler<P>,
-    pkts: &[Vec<u8>],
-) -> Vec<gpucbf::chunk::Chunk> {
-    let mut out = Vec::new();
-    for p in pkts {
-        let _ = a.push(p, &mut out);
-    }
-    a.flush(&mut out);
-    out
 }
 
 /// Two packets per pol far in the future (2^44 and 2^44 + 2^26) inside a live stream are

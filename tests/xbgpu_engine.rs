@@ -47,6 +47,20 @@ impl Beamformer for Counting {
     }
 }
 
+/// A correlation output of 2 antennas dumping every 2 batches of `step` ADC samples through
+/// the [`Counting`] correlator, to `dir`/x.pcap.
+fn counting_corrprod(dir: &Path, step: u64) -> XPipeline {
+    let sender = HeapSender::new(
+        open_sink(Some(&dir.join("x.pcap")), Ipv4Addr::UNSPECIFIED, 4).unwrap(),
+        vec![SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7160)],
+        0,
+        1,
+        8192,
+        None,
+    );
+    XPipeline::new("bc", Box::new(Counting), sender, 2, step, 0, 2, 4, true)
+}
+
 #[test]
 fn only_batches_inside_the_received_span_are_fed() {
     let dir = scratch_dir("xbgpu-span");
@@ -87,17 +101,7 @@ fn only_batches_inside_the_received_span_are_fed() {
     };
     // Dumps of 2 batches: (2,3) complete, (4,5) antenna 1 absent, (6,7) batch 7 lost so all
     // absent ⇒ skipped, (8,9) complete.
-    let x = XPipeline::new(
-        "bc",
-        Box::new(Counting),
-        out("x.pcap"),
-        2,
-        step,
-        0,
-        2,
-        4,
-        true,
-    );
+    let x = counting_corrprod(&dir, step);
     let b = BPipeline::new(
         &["b0".to_string()],
         Box::new(Counting),
@@ -156,24 +160,7 @@ fn a_lone_far_heap_before_the_feed_does_not_wreck_it() {
     }
     s.flush().unwrap();
     drop(s);
-    let x = XPipeline::new(
-        "bc",
-        Box::new(Counting),
-        HeapSender::new(
-            open_sink(Some(&dir.join("x.pcap")), Ipv4Addr::UNSPECIFIED, 4).unwrap(),
-            vec![SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7160)],
-            0,
-            1,
-            8192,
-            None,
-        ),
-        2,
-        step,
-        0,
-        2,
-        4,
-        true,
-    );
+    let x = counting_corrprod(&dir, step);
     let summary = run_pipelines(
         RecvSetup::single(Box::new(PcapFileSource::open(&fpcap, vec![]).unwrap())),
         pl,

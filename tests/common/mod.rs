@@ -64,3 +64,17 @@ pub fn small_feng_placement(n_ants: usize) -> FengPlacement {
         frequency: None,
     }
 }
+
+/// Pushes every packet into `a` (rejections are counted by the assembler), then flushes:
+/// the chunks emitted, in order.
+pub fn push_all<P: gpucbf::chunk::Placement>(
+    a: &mut gpucbf::chunk::ChunkAssembler<P>,
+    pkts: &[Vec<u8>],
+) -> Vec<gpucbf::chunk::Chunk> {
+    let mut out = Vec::new();
+    for p in pkts {
+        let _ = a.push(p, &mut out);
+    }
+    a.flush(&mut out);
+    out
+}
