@@ -114,6 +114,17 @@ unsafe impl<P: Placement + Sync> Sync for ChunkGroup<P> {}
 // SAFETY: as above; the views point into chunks owned by the group's own window.
 unsafe impl<P: Placement + Send> Send for ChunkGroup<P> {}
 
+/// What [`ChunkGroup::sync`] reports.
+#[derive(Debug)]
+pub struct Synced {
+    /// The window's counters so far (every stream's synced fast-path counts included).
+    pub stats: ChunkStats,
+    /// Chunk buffers held for reuse.
+    pub free_chunks: usize,
+    /// The chunk allocation failure that stopped placing packets, if one happened.
+    pub alloc_error: Option<std::io::Error>,
+}
+
 /// What the fast path did with a packet.
 enum Fast {
     /// Placed, or counted (malformed, duplicate).
@@ -410,12 +421,9 @@ impl<P: Placement + Clone> ChunkGroup<P> {
     }
 
     /// Adds a stream's fast-path counters to the window's (and zeroes them), returns the
-    /// totals so far; chunks returned by the consumer go back to the window for reuse.
-    pub fn sync(
-        &self,
-        c: &mut StreamCounts,
-        recycle: &mut dyn Iterator<Item = Chunk>,
-    ) -> ChunkStats {
+    /// totals so far with the window's free chunk buffers and any allocation failure, all
+    /// under one lock; chunks returned by the consumer go back to the window for reuse.
+    pub fn sync(&self, c: &mut StreamCounts, recycle: &mut dyn Iterator<Item = Chunk>) -> Synced {
         let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
         for chunk in recycle {
             w.asm.recycle(chunk);
@@ -426,25 +434,17 @@ impl<P: Placement + Clone> ChunkGroup<P> {
         s.heaps += std::mem::take(&mut c.heaps);
         s.rejects[Reject::Malformed as usize] += std::mem::take(&mut c.malformed);
         s.rejects[Reject::Duplicate as usize] += std::mem::take(&mut c.duplicate);
-        s.clone()
-    }
-
-    /// The chunk allocation failure that stopped placing packets, if one happened.
-    pub fn take_alloc_error(&self) -> Option<std::io::Error> {
-        let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
-        w.asm.take_alloc_error()
+        Synced {
+            stats: s.clone(),
+            free_chunks: w.asm.free_chunks(),
+            alloc_error: w.asm.take_alloc_error(),
+        }
     }
 
     /// Chunk buffers held for reuse.
     pub fn free_chunks(&self) -> usize {
         let w = self.window.lock().unwrap_or_else(|e| e.into_inner());
         w.asm.free_chunks()
-    }
-
-    /// Chunks emitted and not yet taken by the consumer.
-    pub fn ready_chunks(&self) -> usize {
-        let w = self.window.lock().unwrap_or_else(|e| e.into_inner());
-        w.tx.len()
     }
 
     /// End of every stream: emits the open chunks, oldest first, and returns the counters

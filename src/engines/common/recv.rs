@@ -283,10 +283,7 @@ fn receive_alone<P: Placement>(
     let mut asm = ChunkAssembler::with_policy(placement, policy);
     let mut out = Vec::new();
     let mut stopped = None;
-    let queues = |asm: &ChunkAssembler<P>| ChunkQueues {
-        ready: tx.len(),
-        free: asm.free_chunks() + recycle.len(),
-    };
+    let queues = |asm: &ChunkAssembler<P>| queues(&tx, asm.free_chunks(), &recycle);
     loop {
         while let Ok(c) = recycle.try_recv() {
             asm.recycle(c);
@@ -429,14 +426,24 @@ pub fn spawn_receivers<P: Placement + Clone + Sync + 'static>(
             if let Some(e) = first_error {
                 return Err(e);
             }
-            let q = ChunkQueues {
-                ready: tx.len(),
-                free: group.free_chunks() + recycle.len(),
-            };
+            let q = queues(&tx, group.free_chunks(), &recycle);
             (monitor.lock().unwrap_or_else(|e| e.into_inner()))(&stats, q);
             Ok(stats)
         })
         .expect("spawn receive group")
+}
+
+/// The chunk queues around the receive threads: chunks waiting in `tx` for the engine, and
+/// free buffers (`free` held by the window plus those returned in `recycle`).
+fn queues(
+    tx: &crossbeam_channel::Sender<Chunk>,
+    free: usize,
+    recycle: &crossbeam_channel::Receiver<Chunk>,
+) -> ChunkQueues {
+    ChunkQueues {
+        ready: tx.len(),
+        free: free + recycle.len(),
+    }
 }
 
 /// Pins the calling receive thread to `core`, if given.
@@ -461,13 +468,10 @@ fn receive_stream<P: Placement + Clone>(
     loop {
         let mut live = true;
         let poll = src.recv_batch(&mut |p| live &= group.push(i, &mut counts, p))?;
-        let stats = group.sync(&mut counts, &mut recycle.try_iter());
-        let q = ChunkQueues {
-            ready: tx.len(),
-            free: group.free_chunks() + recycle.len(),
-        };
-        (monitor.lock().unwrap_or_else(|e| e.into_inner()))(&stats, q);
-        if let Some(e) = group.take_alloc_error() {
+        let s = group.sync(&mut counts, &mut recycle.try_iter());
+        let q = queues(tx, s.free_chunks, recycle);
+        (monitor.lock().unwrap_or_else(|e| e.into_inner()))(&s.stats, q);
+        if let Some(e) = s.alloc_error {
             return Err(alloc_stopped(e));
         }
         if !live || poll == Poll::End || crate::control::shutdown::requested() {
