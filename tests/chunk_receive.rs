@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::small_feng_placement;
+use common::{raw_feng, small_feng_placement};
 use gpucbf::chunk::placement::{DigitiserPlacement, FengPlacement};
 use gpucbf::chunk::Placement;
 use gpucbf::chunk::{Chunk, ChunkAssembler, Reject};
@@ -211,32 +211,6 @@ fn multi_packet_feng_heaps_interleaved_across_antennas() {
     assert_eq!(out[1].slot(3 + 1), &want[..]);
 }
 
-/// One raw SPEAD-64-48 packet of an F-engine heap of `heap_size` bytes: `payload` at
-/// `offset`, timestamp `ts`, feng_id `feng`.
-fn feng_packet(
-    cnt: u64,
-    heap_size: u64,
-    offset: u64,
-    ts: u64,
-    feng: u64,
-    payload: &[u8],
-) -> Vec<u8> {
-    let items = [
-        (ids::HEAP_CNT, cnt),
-        (ids::HEAP_SIZE, heap_size),
-        (ids::HEAP_OFFSET, offset),
-        (ids::PAYLOAD_LENGTH, payload.len() as u64),
-        (ids::TIMESTAMP, ts),
-        (ids::FENG_ID, feng),
-    ];
-    let mut p = vec![0x53, 4, 2, 6, 0, 0, 0, items.len() as u8];
-    for (id, v) in items {
-        p.extend_from_slice(&((1u64 << 63) | (u64::from(id) << 48) | v).to_be_bytes());
-    }
-    p.extend_from_slice(payload);
-    p
-}
-
 /// Packets of one heap that overlap earlier ones without repeating them are rejected as
 /// duplicates (their bytes were already received), so a heap is present only when every
 /// byte of it arrived; an empty packet does not shadow a later one at its offset.
@@ -249,7 +223,7 @@ fn overlapping_packets_do_not_make_a_heap_present() {
     let mut out = Vec::new();
     let bytes: Vec<u8> = (0..slot).map(|i| i as u8 ^ 0x5a).collect();
     let part = |cnt, off: u64, len: u64, feng| {
-        feng_packet(
+        raw_feng(
             cnt,
             slot,
             off,
@@ -297,7 +271,7 @@ fn feng_placement_without_batches_rejects_instead_of_panicking() {
     let step = pl.batch_step();
     let mut a = ChunkAssembler::new(pl, 2);
     let mut out = Vec::new();
-    let p = feng_packet(1, 128, 0, 3 * step, 1, &[7; 128]);
+    let p = raw_feng(1, 128, 0, 3 * step, 1, &[7; 128]);
     assert_eq!(a.push(&p, &mut out), Err(Reject::BadId));
     a.flush(&mut out);
     assert!(out.is_empty());
@@ -384,7 +358,7 @@ proptest! {
             .map(|k| {
                 let (heap, half) = (k / 2, k % 2);
                 let payload = vec![heap as u8; 64];
-                feng_packet(heap, 128, 64 * half, (heap / 2) * step, heap % 2, &payload)
+                raw_feng(heap, 128, 64 * half, (heap / 2) * step, heap % 2, &payload)
             })
             .collect();
         let mut da = asm();

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::push_all;
+use common::{push_all, raw_feng, raw_feng_freq};
 use gpucbf::chunk::placement::FengPlacement;
 use gpucbf::chunk::{ChunkAssembler, Placement, Reject};
 use gpucbf::spead::ids;
@@ -60,40 +60,6 @@ fn a_heap_of_150k_one_byte_packets_is_placed_and_checked() {
     }
     assert_eq!(a.stats.rejected(Reject::Duplicate), dups);
     assert_eq!(b.stats.rejected(Reject::Duplicate), 1);
-}
-
-/// One raw SPEAD-64-48 packet of an F-engine heap of `heap_size` bytes: `payload` at
-/// `offset`, timestamp `ts`, feng_id `feng`, frequency `freq` (`u64::MAX`: no frequency item).
-fn raw_feng(cnt: u64, heap_size: u64, offset: u64, ts: u64, feng: u64, payload: &[u8]) -> Vec<u8> {
-    raw_feng_freq(cnt, heap_size, offset, ts, feng, u64::MAX, payload)
-}
-
-fn raw_feng_freq(
-    cnt: u64,
-    heap_size: u64,
-    offset: u64,
-    ts: u64,
-    feng: u64,
-    freq: u64,
-    payload: &[u8],
-) -> Vec<u8> {
-    let mut items = vec![
-        (ids::HEAP_CNT, cnt),
-        (ids::HEAP_SIZE, heap_size),
-        (ids::HEAP_OFFSET, offset),
-        (ids::PAYLOAD_LENGTH, payload.len() as u64),
-        (ids::TIMESTAMP, ts),
-        (ids::FENG_ID, feng),
-    ];
-    if freq != u64::MAX {
-        items.push((ids::FREQUENCY, freq));
-    }
-    let mut p = vec![0x53, 4, 2, 6, 0, 0, 0, items.len() as u8];
-    for (id, v) in items {
-        p.extend_from_slice(&((1u64 << 63) | (u64::from(id) << 48) | v).to_be_bytes());
-    }
-    p.extend_from_slice(payload);
-    p
 }
 
 proptest::proptest! {

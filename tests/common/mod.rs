@@ -78,3 +78,44 @@ pub fn push_all<P: gpucbf::chunk::Placement>(
     a.flush(&mut out);
     out
 }
+
+/// One raw SPEAD-64-48 packet of an F-engine heap of `heap_size` bytes: `payload` at
+/// `offset`, timestamp `ts`, feng_id `feng`, frequency `freq` (`u64::MAX`: no frequency item).
+pub fn raw_feng(
+    cnt: u64,
+    heap_size: u64,
+    offset: u64,
+    ts: u64,
+    feng: u64,
+    payload: &[u8],
+) -> Vec<u8> {
+    raw_feng_freq(cnt, heap_size, offset, ts, feng, u64::MAX, payload)
+}
+
+pub fn raw_feng_freq(
+    cnt: u64,
+    heap_size: u64,
+    offset: u64,
+    ts: u64,
+    feng: u64,
+    freq: u64,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut items = vec![
+        (ids::HEAP_CNT, cnt),
+        (ids::HEAP_SIZE, heap_size),
+        (ids::HEAP_OFFSET, offset),
+        (ids::PAYLOAD_LENGTH, payload.len() as u64),
+        (ids::TIMESTAMP, ts),
+        (ids::FENG_ID, feng),
+    ];
+    if freq != u64::MAX {
+        items.push((ids::FREQUENCY, freq));
+    }
+    let mut p = vec![0x53, 4, 2, 6, 0, 0, 0, items.len() as u8];
+    for (id, v) in items {
+        p.extend_from_slice(&((1u64 << 63) | (u64::from(id) << 48) | v).to_be_bytes());
+    }
+    p.extend_from_slice(payload);
+    p
+}
