@@ -51,7 +51,7 @@ impl Beamformer for Counting {
 /// the [`Counting`] correlator, to `dir`/x.pcap.
 fn counting_corrprod(dir: &Path, step: u64) -> XPipeline {
     let sender = HeapSender::new(
-        open_sink(Some(&dir.join("x.pcap")), Ipv4Addr::UNSPECIFIED, 4).unwrap(),
+        open_sink(Some(&dir.join("x.pcap")), Ipv4Addr::UNSPECIFIED, 4, 1 << 20).unwrap(),
         vec![SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7160)],
         0,
         1,
@@ -91,7 +91,7 @@ fn only_batches_inside_the_received_span_are_fed() {
 
     let out = |name: &str| {
         HeapSender::new(
-            open_sink(Some(&dir.join(name)), Ipv4Addr::UNSPECIFIED, 4).unwrap(),
+            open_sink(Some(&dir.join(name)), Ipv4Addr::UNSPECIFIED, 4, 1 << 20).unwrap(),
             vec![SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7160)],
             0,
             1,
@@ -231,7 +231,7 @@ fn beam_run(
 ) -> Vec<Heap> {
     let bpcap = dir.join(name);
     let sender = HeapSender::new(
-        open_sink(Some(&bpcap), Ipv4Addr::UNSPECIFIED, 4).unwrap(),
+        open_sink(Some(&bpcap), Ipv4Addr::UNSPECIFIED, 4, 1 << 20).unwrap(),
         vec![SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7161); 3],
         0,
         1,

@@ -29,9 +29,40 @@ for _ in $(seq 120); do
   sleep 0.5
 done
 HEAPS=$(python3 -c "print(int($SECS * $FS / 4096))")
+# CPU seconds per thread of each engine (utime + stime from /proc), sampled twice.
+cpu_snap() { # file
+  for p in $FG $XB; do
+    for t in /proc/$p/task/*; do
+      echo "$p $(cat $t/comm 2>/dev/null | tr ' ' _) $(awk '{print $14 + $15}' $t/stat 2>/dev/null)"
+    done
+  done > "$1"
+}
 ${DSIM_PREFIX:-} ./gpucbf dsim --adc-sample-rate $FS --sync-time $SYNC --period $((1 << 22)) \
   --heaps $HEAPS --dither-seed 1 --signals "cw(0.1, 300e6) + wgn(0.05, 1); wgn(0.05, 2);" \
-  --summary ${DSIM_EXTRA:-} 127.0.0.1:$B 127.0.0.1:$((B + 1)) > "$D/dsim.json" 2> "$D/dsim.log"
+  --summary ${DSIM_EXTRA:-} 127.0.0.1:$B 127.0.0.1:$((B + 1)) > "$D/dsim.json" 2> "$D/dsim.log" &
+DS=$!
+sleep 5; cpu_snap "$D/cpu0.txt"; T0=$(date +%s.%N)
+sleep $((SECS > 15 ? SECS - 10 : 5)); cpu_snap "$D/cpu1.txt"; T1=$(date +%s.%N)
+wait $DS
+python3 - "$D" "$FG" "$XB" "$T0" "$T1" <<'PY' | tee "$D/cpu.txt"
+import sys, os
+d, fg, xb, t0, t1 = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
+hz = os.sysconf("SC_CLK_TCK")
+def load(f):
+    out = {}
+    for line in open(f):
+        p = line.split()
+        if len(p) == 3:
+            out[(p[0], p[1], len([k for k in out if k[0] == p[0] and k[1].startswith(p[1])]))] = int(p[2])
+    return out
+a, b = load(f"{d}/cpu0.txt"), load(f"{d}/cpu1.txt")
+for k in sorted(b):
+    if k in a:
+        eng = "fgpu" if k[0] == fg else "xbgpu"
+        pct = 100 * (b[k] - a[k]) / hz / (t1 - t0)
+        if pct >= 1:
+            print(f"cpu {eng} {k[1]}#{k[2]}: {pct:.0f} %")
+PY
 sleep 2
 kill -TERM $FG; sleep 2; kill -TERM $XB
 wait $FG; echo "fgpu rc=$?"; wait $XB; echo "xbgpu rc=$?"

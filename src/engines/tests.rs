@@ -33,6 +33,10 @@ fn engine_args_carry_the_shared_options() {
         "9100",
         "--recv-interface",
         "10.0.0.1",
+        "--send-affinity",
+        "-1",
+        "--send-buffer",
+        "4194304",
     ];
     let xb = [
         "--array-size",
@@ -76,6 +80,8 @@ fn engine_args_carry_the_shared_options() {
         recv_affinity: None,
         recv_buffer: 128 << 20,
         recv_chunks: 2,
+        send_affinity: -1,
+        send_buffer: 4 << 20,
         backend: Backend::Cpu,
         prometheus_port: Some(9100),
     };

@@ -68,12 +68,20 @@ pub trait FBackend {
 
     /// Queues one batch: `blocks` cover output spectra 0.. of an `out_len`-byte output in
     /// order (cut where a coarse delay changes) and all read the same packed input slices.
+    /// Input in page-locked (CUDA-registered) host memory may be uploaded after this
+    /// returns: the caller keeps it unchanged until [`Self::fence_input`].
     /// At most [`Self::depth`] batches may be queued and not completed.
     fn submit(&mut self, _blocks: &[Block], _out_len: usize) -> Result<(), FError> {
         Err(FError::BadParameter {
             what: "submit",
             why: "this backend computes block by block (process) only".into(),
         })
+    }
+
+    /// Waits until no queued batch still reads its input from host memory ([`Self::submit`]
+    /// may leave page-locked input to be read by the device after it returns).
+    fn fence_input(&mut self) -> Result<(), FError> {
+        Ok(())
     }
 
     /// The oldest queued batch, written to `out`, with its counters; `wait`: wait for it

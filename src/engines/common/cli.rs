@@ -146,6 +146,13 @@ pub struct EngineArgs {
     /// SO_RCVBUFFORCE when allowed, else capped with a warning).
     #[arg(long, value_name = "BYTES", default_value_t = super::recv::DEFAULT_RECV_BUFFER)]
     pub recv_buffer: usize,
+    /// Core of the send thread (katgpucbf's option; -1: unpinned). The outputs' heaps are
+    /// paced and sent from that thread, not the thread that feeds the compute.
+    #[arg(long, value_name = "CORE", allow_hyphen_values = true, default_value_t = -1)]
+    pub send_affinity: i64,
+    /// Kernel send buffer of the UDP output socket in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
+    pub send_buffer: usize,
     /// Chunks open at once in the receive window (a heap may arrive this many chunks late).
     #[arg(long, default_value_t = super::recv::ACTIVE_CHUNKS)]
     pub recv_chunks: usize,
@@ -165,7 +172,33 @@ impl EngineArgs {
             self.send_pcap.as_deref(),
             self.send_interface,
             self.send_ttl,
+            self.send_buffer,
         )?))
+    }
+
+    /// The send thread's core (`--send-affinity`; `None` for -1), checked against the cores
+    /// this process may use, after checking `--send-buffer`.
+    pub fn send_core(&self) -> Result<Option<usize>, ConfigError> {
+        if self.send_buffer == 0 {
+            return Err(ConfigError::rule(
+                "--send-buffer",
+                "must be at least 1 byte",
+            ));
+        }
+        match self.send_affinity {
+            -1 => Ok(None),
+            c if c < 0 => Err(ConfigError::rule(
+                format!("--send-affinity {c}"),
+                "must be a core number, or -1 for an unpinned send thread",
+            )),
+            c => {
+                let core = c as usize;
+                crate::net::affinity::check_cores(&[core]).map_err(|e| {
+                    ConfigError::rule(format!("--send-affinity {c}:"), e.to_string())
+                })?;
+                Ok(Some(core))
+            }
+        }
     }
 
     /// How the engine receives (`--recv-interface`, `--recv-dpdk`, `--recv-ibv`).

@@ -1,6 +1,6 @@
 //! What every engine shares: command-line pieces ([`cli`]), configuration errors
 //! ([`error`]), opening the input and the receive thread ([`recv`]), the output sink
-//! ([`send`]), the size limits checked before allocating ([`sizes`]) and the output-lag
+//! ([`send`]) and the send thread ([`send_worker`]), the size limits checked before allocating ([`sizes`]) and the output-lag
 //! gauge ([`lag`]).
 
 pub mod cli;
@@ -8,6 +8,7 @@ pub mod error;
 pub mod lag;
 pub mod recv;
 pub mod send;
+pub mod send_worker;
 pub mod sizes;
 
 pub use cli::{Backend, EngineArgs};

@@ -8,11 +8,13 @@ use crate::net::send::pcap::PcapSink;
 use crate::net::send::udp::UdpSink;
 use crate::net::PacketSink;
 
-/// Opens the output sink (a pcap file if asked).
+/// Opens the output sink (a pcap file if asked; else UDP with a `send_buffer`-byte
+/// kernel send buffer).
 pub fn open_sink(
     pcap: Option<&Path>,
     interface: Ipv4Addr,
     ttl: u32,
+    send_buffer: usize,
 ) -> std::io::Result<Box<dyn PacketSink>> {
     Ok(match pcap {
         Some(p) => {
@@ -27,7 +29,7 @@ pub fn open_sink(
                 ttl.min(255) as u8,
             )?)
         }
-        None => Box::new(UdpSink::new(interface, ttl, 1 << 20)?),
+        None => Box::new(UdpSink::new(interface, ttl, send_buffer)?),
     })
 }
 

@@ -338,6 +338,10 @@ impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
         Ok(())
     }
 
+    fn fence_input(&mut self) -> Result<(), ChannelizerError> {
+        Ok(self.backend.fence_input()?)
+    }
+
     fn complete(
         &mut self,
         out: &mut [u8],

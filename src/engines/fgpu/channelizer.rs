@@ -85,6 +85,9 @@ pub trait Channelizer: Send {
 
     /// Queues the batch at `batch_ts`: `input[p]` holds pol p's packed samples (the
     /// digitiser's width) over `input_range`, starting `skip[p]` samples before the range.
+    /// Input in page-locked (CUDA-registered) host memory may be read by the device after
+    /// this returns: the caller keeps it unchanged until [`Self::fence_input`]; other input
+    /// is copied before this returns.
     fn submit_packed(
         &mut self,
         _batch_ts: u64,
@@ -92,6 +95,11 @@ pub trait Channelizer: Send {
         _skip: [usize; 2],
     ) -> Result<(), ChannelizerError> {
         Err(ChannelizerError::DecodedOnly)
+    }
+
+    /// Waits until no submitted batch still reads input from host memory.
+    fn fence_input(&mut self) -> Result<(), ChannelizerError> {
+        Ok(())
     }
 
     /// The oldest submitted batch, written to `out` as [`Self::process`] writes it, once it

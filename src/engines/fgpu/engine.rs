@@ -79,19 +79,22 @@ pub fn run_pipelines_monitored(
     let forms = StoreForms::of(&pipelines);
     let mut store =
         SampleStore::with_forms(placement.heap_samples, bits, forms.decode, forms.packed);
-    let max_gap = 4 * placement.chunk_samples;
-    for chunk in rx.iter() {
-        store.append(&chunk, &placement, max_gap);
-        let _ = back_tx.try_send(chunk);
-        for p in pipelines.iter_mut() {
-            p.run_ready(&store)?;
+    let fed = feed(
+        &rx,
+        &back_tx,
+        &placement,
+        &mut store,
+        &mut pipelines,
+        &forms,
+        hook,
+    );
+    // No upload may outlive the chunks the store holds, whatever happened above.
+    for p in pipelines.iter_mut() {
+        if let Err(e) = p.fence_input() {
+            warn!(error = %e, "waiting for the input uploads to finish failed");
         }
-        forms.collect_dig_stats(&mut pipelines, &mut store);
-        if let Some(keep) = pipelines.iter().filter_map(|p| p.needed_from()).min() {
-            store.trim_before(keep);
-        }
-        hook(&store, &pipelines);
     }
+    fed?;
     let recv_stats = receiver
         .join()
         .map_err(|_| anyhow::anyhow!("receive thread panicked"))??;
@@ -115,6 +118,44 @@ pub fn run_pipelines_monitored(
     }
     info!(?summary, "fgpu finished");
     Ok(summary)
+}
+
+/// Places every chunk from `rx` in `store` and lets every output take the batches whose
+/// input is in; chunks no output needs go back to the receivers through `back` once no
+/// upload still reads them.
+fn feed(
+    rx: &crossbeam_channel::Receiver<Chunk>,
+    back: &crossbeam_channel::Sender<Chunk>,
+    placement: &DigitiserPlacement,
+    store: &mut SampleStore,
+    pipelines: &mut [Pipeline],
+    forms: &StoreForms,
+    hook: &mut dyn FnMut(&SampleStore, &[Pipeline]),
+) -> anyhow::Result<()> {
+    let max_gap = 4 * placement.chunk_samples;
+    for chunk in rx.iter() {
+        if let Some(c) = store.append(chunk, placement, max_gap) {
+            let _ = back.try_send(c);
+        }
+        for p in pipelines.iter_mut() {
+            p.run_ready(store)?;
+        }
+        forms.collect_dig_stats(pipelines, store);
+        if let Some(keep) = pipelines.iter().filter_map(|p| p.needed_from()).min() {
+            store.trim_before(keep);
+        }
+        let released = store.take_released();
+        if !released.is_empty() {
+            for p in pipelines.iter_mut() {
+                p.fence_input()?;
+            }
+            for c in released {
+                let _ = back.try_send(c);
+            }
+        }
+        hook(store, pipelines);
+    }
+    Ok(())
 }
 
 /// Which forms of the samples the store keeps, and who counts the digitiser statistics.

@@ -10,6 +10,7 @@ use super::channelizer::{Channelizer, ChannelizerError};
 use super::spec::WidebandSpec;
 use super::store::SampleStore;
 use crate::compute::fengine::InputStats;
+use crate::engines::common::send_worker::{HeapPart, QueuedSender};
 use crate::net::send::heap::HeapSender;
 use crate::spead::{ids, Descriptor};
 
@@ -58,12 +59,32 @@ pub struct OutputStats {
     pub last_timestamp: Option<u64>,
 }
 
+/// Where an output's heaps go: sent by the engine's thread, or queued for the send thread.
+pub enum OutputSender {
+    /// Sent inline, from the engine's thread.
+    Inline(HeapSender),
+    /// Queued for the engine's send thread (`--send-affinity`).
+    Queued(QueuedSender),
+}
+
+impl From<HeapSender> for OutputSender {
+    fn from(s: HeapSender) -> Self {
+        OutputSender::Inline(s)
+    }
+}
+
+impl From<QueuedSender> for OutputSender {
+    fn from(s: QueuedSender) -> Self {
+        OutputSender::Queued(s)
+    }
+}
+
 /// One output stream: its channeliser, its sender and its place on the timeline.
 pub struct Pipeline {
     /// The output.
     pub spec: WidebandSpec,
     chan: Box<dyn Channelizer>,
-    sender: HeapSender,
+    sender: OutputSender,
     feng_id: u64,
     next_ts: Option<u64>,
     /// The store's timeline restarts seen ([`SampleStore::restarts`]).
@@ -76,6 +97,10 @@ pub struct Pipeline {
     /// Whether a batch dropped because its delay model did not evaluate has been logged.
     logged_delay_error: bool,
     out: Vec<u8>,
+    /// Bytes of a batch's output.
+    out_len: usize,
+    /// Per pol: where a batch's packed input across chunks is joined.
+    join: [Vec<u8>; 2],
     /// Counters.
     pub stats: OutputStats,
     /// Digitiser statistics reported by completed batches, not yet taken.
@@ -88,11 +113,12 @@ impl Pipeline {
     pub fn new(
         spec: WidebandSpec,
         chan: Box<dyn Channelizer>,
-        sender: HeapSender,
+        sender: impl Into<OutputSender>,
         feng_id: u64,
         bytes_per_value: usize,
     ) -> Self {
-        let out = vec![0u8; spec.channels * spec.spectra_per_heap() * 2 * bytes_per_value];
+        let out_len = spec.channels * spec.spectra_per_heap() * 2 * bytes_per_value;
+        let out = vec![0u8; out_len];
         let stats = OutputStats {
             name: spec.name.clone(),
             ..Default::default()
@@ -100,7 +126,7 @@ impl Pipeline {
         Pipeline {
             spec,
             chan,
-            sender,
+            sender: sender.into(),
             feng_id,
             next_ts: None,
             restarts: 0,
@@ -108,6 +134,8 @@ impl Pipeline {
             logged_before_input: false,
             logged_delay_error: false,
             out,
+            out_len,
+            join: [Vec::new(), Vec::new()],
             stats,
             dig: None,
         }
@@ -123,39 +151,77 @@ impl Pipeline {
         self.dig.take()
     }
 
-    /// Sends the batch at `ts` (in `self.out`) to its destinations and counts it.
-    fn send_batch(&mut self, ts: u64, clipped: [u64; 2]) -> Result<(), PipelineError> {
+    /// Sends the batch at `ts` (in `buf`, which comes back to `self.out` when sent inline)
+    /// to its destinations and counts it.
+    fn send_batch(
+        &mut self,
+        ts: u64,
+        clipped: [u64; 2],
+        buf: Vec<u8>,
+    ) -> Result<(), PipelineError> {
         self.stats.clipped_samples[0] += clipped[0];
         self.stats.clipped_samples[1] += clipped[1];
-        let n_dst = self.spec.dst.len() as u64;
+        let n_dst = self.spec.dst.len();
         let cps = self.spec.channels_per_substream();
-        let per_dst = self.out.len() / self.spec.dst.len();
-        for d in 0..self.spec.dst.len() {
-            let items = [
+        let per_dst = buf.len() / n_dst;
+        let bytes = buf.len() as u64;
+        let items = |d: usize| {
+            [
                 (ids::TIMESTAMP, ts),
                 (ids::FENG_ID, self.feng_id),
                 (ids::FREQUENCY, (d * cps) as u64),
-            ];
-            self.sender.send_heap(
-                d,
-                &items,
-                ids::FENG_RAW,
-                &self.out[d * per_dst..(d + 1) * per_dst],
-            )?;
+            ]
+        };
+        match &mut self.sender {
+            OutputSender::Inline(sender) => {
+                let r = (0..n_dst).try_for_each(|d| {
+                    let payload = &buf[d * per_dst..(d + 1) * per_dst];
+                    sender.send_heap(d, &items(d), ids::FENG_RAW, payload)
+                });
+                self.out = buf;
+                r?;
+            }
+            OutputSender::Queued(q) => {
+                let heaps = (0..n_dst)
+                    .map(|d| HeapPart {
+                        dst: d,
+                        items: items(d).to_vec(),
+                        payload: d * per_dst..(d + 1) * per_dst,
+                    })
+                    .collect();
+                q.send(ids::FENG_RAW, heaps, buf)?;
+            }
         }
         self.stats.batches += 1;
-        self.stats.heaps += n_dst;
-        self.stats.bytes += self.out.len() as u64;
+        self.stats.heaps += n_dst as u64;
+        self.stats.bytes += bytes;
         self.stats.first_timestamp.get_or_insert(ts);
         self.stats.last_timestamp = Some(ts);
         Ok(())
     }
 
+    /// A buffer for the next batch's output: the inline one, or one from the send thread.
+    fn take_buffer(&mut self) -> Vec<u8> {
+        match &self.sender {
+            OutputSender::Inline(_) => std::mem::take(&mut self.out),
+            OutputSender::Queued(q) if self.out.len() == self.out_len => {
+                // The spare kept when a completion was not ready.
+                std::mem::take(&mut self.out)
+            }
+            OutputSender::Queued(q) => q.buffer(self.out_len),
+        }
+    }
+
     /// Sends the oldest in-flight batch if it is done (`wait`: waiting for it); false if
     /// none was sent.
     fn complete_one(&mut self, wait: bool) -> Result<bool, PipelineError> {
-        let Some(c) = self.chan.complete(&mut self.out, wait)? else {
-            return Ok(false);
+        let mut buf = self.take_buffer();
+        let c = match self.chan.complete(&mut buf, wait) {
+            Ok(Some(c)) => c,
+            other => {
+                self.out = buf;
+                return Ok(other?.is_some());
+            }
         };
         if let Some(st) = c.input {
             let acc = self.dig.get_or_insert(st.map(|s| InputStats {
@@ -170,7 +236,7 @@ impl Pipeline {
                 acc[p].clipped += st[p].clipped;
             }
         }
-        self.send_batch(c.batch_ts, c.clipped)?;
+        self.send_batch(c.batch_ts, c.clipped, buf)?;
         Ok(true)
     }
 
@@ -284,26 +350,37 @@ impl Pipeline {
                         break;
                     }
                 }
-                let mut input: [&[u8]; 2] = [&[], &[]];
-                let mut skip = [0usize; 2];
-                for p in 0..2 {
-                    let align = self.chan.packed_align();
-                    let (d, s) = store
-                        .packed_slice(p, ranges[p].0, len[p], align)
-                        .ok_or(PipelineError::NoPackedInput)?;
-                    input[p] = d;
-                    skip[p] = s;
-                }
-                self.chan.submit_packed(ts, input, skip)?;
+                let align = self.chan.packed_align();
+                let [j0, j1] = &mut self.join;
+                let (d0, s0) = store
+                    .packed_slice(0, ranges[0].0, len[0], align, j0)
+                    .ok_or(PipelineError::NoPackedInput)?;
+                let (d1, s1) = store
+                    .packed_slice(1, ranges[1].0, len[1], align, j1)
+                    .ok_or(PipelineError::NoPackedInput)?;
+                self.chan.submit_packed(ts, [d0, d1], [s0, s1])?;
                 continue;
             }
             let input = [
                 store.slice(0, ranges[0].0, len[0]),
                 store.slice(1, ranges[1].0, len[1]),
             ];
-            let clipped = self.chan.process(ts, input, &mut self.out)?;
-            self.send_batch(ts, clipped)?;
+            let mut buf = self.take_buffer();
+            let clipped = match self.chan.process(ts, input, &mut buf) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.out = buf;
+                    return Err(e.into());
+                }
+            };
+            self.send_batch(ts, clipped, buf)?;
         }
+    }
+
+    /// Waits until no batch in flight still reads its packed input from host memory (the
+    /// store's chunks): after this the chunks released so far may be reused.
+    pub fn fence_input(&mut self) -> Result<(), PipelineError> {
+        Ok(self.chan.fence_input()?)
     }
 
     /// Sends every batch still in flight, then flushes the sender.
@@ -313,7 +390,10 @@ impl Pipeline {
                 return Err(PipelineError::Incomplete);
             }
         }
-        self.sender.flush()?;
+        match &mut self.sender {
+            OutputSender::Inline(s) => s.flush()?,
+            OutputSender::Queued(q) => q.flush()?,
+        }
         Ok(())
     }
 }

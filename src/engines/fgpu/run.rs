@@ -15,6 +15,7 @@ use super::pipeline::{descriptors, Pipeline};
 use super::spec::WidebandSpec;
 use crate::control::Server;
 use crate::engines::common::error::listen_error;
+use crate::engines::common::send_worker::SendWorker;
 use crate::net::send::heap::HeapSender;
 use crate::net::SharedSink;
 
@@ -23,7 +24,7 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
     crate::control::shutdown::install();
     let io = &cfg.io;
     let sink = io.open_sink()?;
-    let (pipelines, handles) = build_outputs(cfg, &sink)?;
+    let (pipelines, handles, _send_thread) = build_outputs(cfg, &sink)?;
     let device = Arc::new(FgpuDevice::new(
         handles,
         cfg.adc_sample_rate,
@@ -48,12 +49,14 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
 }
 
 /// Every output: its controls, channeliser and sender (descriptors sent), as a pipeline and
-/// as the katcp device sees it.
+/// as the katcp device sees it; the outputs' heaps go through one send thread
+/// (`--send-affinity`).
 fn build_outputs(
     cfg: &FgpuConfig,
     sink: &SharedSink,
-) -> anyhow::Result<(Vec<Pipeline>, Vec<OutputHandle>)> {
-    let mut pipelines = Vec::new();
+) -> anyhow::Result<(Vec<Pipeline>, Vec<OutputHandle>, SendWorker)> {
+    let mut parts = Vec::new();
+    let mut senders = Vec::new();
     let mut handles = Vec::new();
     for spec in &cfg.outputs {
         let control = Arc::new(Mutex::new(OutputControl::new(
@@ -70,15 +73,18 @@ fn build_outputs(
             spectrum_step: spec.samples_between_spectra(),
             control,
         });
-        pipelines.push(Pipeline::new(
-            spec.clone(),
-            chan,
-            sender,
-            cfg.feng_id,
-            cfg.bytes_per_value(),
-        ));
+        parts.push((spec.clone(), chan));
+        senders.push(sender);
     }
-    Ok((pipelines, handles))
+    let core = cfg.io.send_core()?;
+    let (worker, queued) = SendWorker::spawn(senders, core)?;
+    info!(core = ?core, "send thread started");
+    let pipelines = parts
+        .into_iter()
+        .zip(queued)
+        .map(|((spec, chan), q)| Pipeline::new(spec, chan, q, cfg.feng_id, cfg.bytes_per_value()))
+        .collect();
+    Ok((pipelines, handles, worker))
 }
 
 /// The heap sender of one output, paced at its data rate × `--send-rate-factor`, with the

@@ -3,6 +3,15 @@
 //! take decoded samples) and/or packed as received (for the pipelined GPU channelisers,
 //! which decode on the device). A store that keeps only packed samples takes its digitiser
 //! statistics from the channelisers ([`SampleStore::add_dig_stats`]).
+//!
+//! Packed samples are not copied: the store keeps the received chunks themselves (one
+//! segment per chunk, both pols; a chunk that never arrived is an empty segment) and hands
+//! out slices of their memory, which is page-locked for the GPU where one is present, so
+//! the channelisers upload straight from it. Chunks the outputs no longer need are
+//! released ([`SampleStore::take_released`]) for the engine to recycle once no upload
+//! still reads them.
+
+use std::collections::VecDeque;
 
 use crate::chunk::placement::DigitiserPlacement;
 use crate::chunk::{Chunk, SpanMissing};
@@ -34,6 +43,31 @@ impl InputStats {
     }
 }
 
+/// One chunk's span of the timeline in a packed store: the chunk, or `None` for a chunk
+/// that never arrived (its samples read as zeros).
+struct Segment {
+    /// Timestamp of the segment's first sample.
+    ts: u64,
+    chunk: Option<Chunk>,
+}
+
+/// The packed form of a store: segments of `seg_samples` samples back to back, covering at
+/// least [base_ts, end_ts), and the chunks trimmed out and not yet taken.
+struct Packed {
+    segments: VecDeque<Segment>,
+    seg_samples: u64,
+    /// Packed bytes of one pol in a segment.
+    pol_bytes: usize,
+    released: Vec<Chunk>,
+}
+
+impl Packed {
+    fn release_all(&mut self) {
+        let chunks = self.segments.drain(..).filter_map(|s| s.chunk);
+        self.released.extend(chunks);
+    }
+}
+
 /// Samples [base_ts, base_ts + len) of both pols.
 pub struct SampleStore {
     /// Samples per digitiser heap.
@@ -43,8 +77,8 @@ pub struct SampleStore {
     /// Timestamp of the first sample held.
     pub base_ts: u64,
     samples: [Vec<i16>; 2],
-    /// Packed samples as received (sample i at bit i·bits), when kept.
-    packed: Option<[Vec<u8>; 2]>,
+    /// Packed samples as received, when kept: the chunks that hold them, oldest first.
+    packed: Option<Packed>,
     decode: bool,
     /// Samples held per pol.
     len: u64,
@@ -74,7 +108,12 @@ impl SampleStore {
             bits,
             base_ts: 0,
             samples: [Vec::new(), Vec::new()],
-            packed: packed.then(|| [Vec::new(), Vec::new()]),
+            packed: packed.then(|| Packed {
+                segments: VecDeque::new(),
+                seg_samples: 0,
+                pol_bytes: 0,
+                released: Vec::new(),
+            }),
             decode,
             len: 0,
             present: [Vec::new(), Vec::new()],
@@ -108,14 +147,12 @@ impl SampleStore {
         self.stats.stat_samples[pol] += samples;
     }
 
-    fn packed_bytes(&self, samples: u64) -> usize {
-        (samples * self.bits as u64 / 8) as usize
-    }
-
     /// Appends a chunk. Chunks must arrive in increasing order; a gap is filled with absent
     /// heaps (bounded by `max_gap` samples: a larger jump restarts the timeline). Missing
-    /// heaps are counted over the received span only ([`SpanMissing`]).
-    pub fn append(&mut self, chunk: &Chunk, pl: &DigitiserPlacement, max_gap: u64) {
+    /// heaps are counted over the received span only ([`SpanMissing`]). A store that keeps
+    /// packed samples keeps the chunk (returning `None`); otherwise the chunk comes back for
+    /// reuse.
+    pub fn append(&mut self, chunk: Chunk, pl: &DigitiserPlacement, max_gap: u64) -> Option<Chunk> {
         let ts = chunk.chunk_id * pl.chunk_samples;
         if !self.started || ts < self.end_ts() || ts - self.end_ts() > max_gap {
             if self.started {
@@ -134,19 +171,15 @@ impl SampleStore {
                 self.present[p].clear();
             }
             if let Some(pk) = &mut self.packed {
-                pk.iter_mut().for_each(Vec::clear);
+                pk.release_all();
+                pk.seg_samples = pl.chunk_samples;
+                pk.pol_bytes = pl.heaps_per_pol() * chunk.slot_bytes;
             }
             self.len = 0;
             self.started = true;
         }
         let gap = ts - self.end_ts();
         self.span.rows(gap / self.heap_samples, &[1, 1], false);
-        let gap_bytes = self.packed_bytes(gap);
-        if let Some(pk) = &mut self.packed {
-            for v in pk.iter_mut() {
-                v.resize(v.len() + gap_bytes, 0);
-            }
-        }
         self.len += gap + pl.chunk_samples;
         for p in 0..2 {
             if self.decode {
@@ -164,14 +197,6 @@ impl SampleStore {
                 let slot = pl.slot(p, h);
                 let ok = chunk.present(slot);
                 self.present[p].push(ok);
-                if let Some(pk) = &mut self.packed {
-                    let src = chunk.slot(slot);
-                    if ok {
-                        pk[p].extend_from_slice(src);
-                    } else {
-                        pk[p].resize(pk[p].len() + src.len(), 0);
-                    }
-                }
                 if !self.decode {
                     if ok {
                         self.stats.heaps[p] += 1;
@@ -209,6 +234,24 @@ impl SampleStore {
             }
         }
         self.stats.missing_heaps = [self.span.missing[0], self.span.missing[1]];
+        let Some(pk) = &mut self.packed else {
+            return Some(chunk);
+        };
+        // Each pol's heaps lie back to back in the chunk (pol-major slots).
+        debug_assert!((0..2).all(|p| pl.slot(p, 0) == p * pl.heaps_per_pol()));
+        let mut at = ts - gap;
+        while at < ts {
+            pk.segments.push_back(Segment {
+                ts: at,
+                chunk: None,
+            });
+            at += pk.seg_samples;
+        }
+        pk.segments.push_back(Segment {
+            ts,
+            chunk: Some(chunk),
+        });
+        None
     }
 
     /// The received span: from the first heap that arrived to the end of the latest one.
@@ -231,23 +274,71 @@ impl SampleStore {
     /// Packed samples [a, a + len) of `pol` (the range must lie in the store, and the store
     /// keep packed samples): the bytes from the sample at or before `a` a multiple of
     /// `align` (a multiple of 8: a byte boundary) samples into the store, and how many
-    /// samples precede `a` in them.
-    pub fn packed_slice(
-        &self,
+    /// samples precede `a` in them. The bytes are the chunk's own memory when the range lies
+    /// in one chunk; a range across chunks is joined in `join` (absent chunks read as zeros).
+    pub fn packed_slice<'a>(
+        &'a self,
         pol: usize,
         a: u64,
         len: usize,
         align: usize,
-    ) -> Option<(&[u8], usize)> {
+        join: &'a mut Vec<u8>,
+    ) -> Option<(&'a [u8], usize)> {
         let pk = self.packed.as_ref()?;
-        if align == 0 || !align.is_multiple_of(8) {
+        if align == 0 || !align.is_multiple_of(8) || pol > 1 {
             return None;
         }
         let i = (a.checked_sub(self.base_ts)?) as usize;
+        if a + len as u64 > self.end_ts() {
+            return None;
+        }
         let start = i / align * align;
-        let b0 = start * self.bits as usize / 8;
-        let b1 = ((i + len) * self.bits as usize).div_ceil(8);
-        Some((pk[pol].get(b0..b1)?, i - start))
+        let bits = self.bits as usize;
+        // Byte offsets from the first segment's start: the store's base is a whole number of
+        // heaps (whole bytes) into it, and `start` a multiple of 8 samples past the base.
+        let seg0 = pk.segments.front()?.ts;
+        let base = ((self.base_ts - seg0) / self.heap_samples) as usize
+            * (self.heap_samples as usize * bits / 8);
+        let b0 = base + start * bits / 8;
+        let b1 = base + ((i + len) * bits).div_ceil(8);
+        if b1 <= b0 {
+            return Some((&[], i - start));
+        }
+        let pb = pk.pol_bytes;
+        let piece = |k: usize, from: usize, to: usize| -> Option<Option<&'a [u8]>> {
+            let seg = pk.segments.get(k)?;
+            Some(
+                seg.chunk
+                    .as_ref()
+                    .map(|c| &c.data[pol * pb + from..pol * pb + to]),
+            )
+        };
+        let (k0, k1) = (b0 / pb, (b1 - 1) / pb);
+        if k0 == k1 {
+            if let Some(d) = piece(k0, b0 % pb, b0 % pb + (b1 - b0))? {
+                return Some((d, i - start));
+            }
+        }
+        join.clear();
+        for k in k0..=k1 {
+            let from = if k == k0 { b0 % pb } else { 0 };
+            let to = if k == k1 { (b1 - 1) % pb + 1 } else { pb };
+            match piece(k, from, to)? {
+                Some(d) => join.extend_from_slice(d),
+                None => join.resize(join.len() + (to - from), 0),
+            }
+        }
+        Some((&join[..], i - start))
+    }
+
+    /// Chunks trimmed out of a packed store (or dropped by a restart) since the last call.
+    /// Their memory may still be read by uploads in flight: the engine recycles them only
+    /// once the channelisers say no upload reads host input any more.
+    pub fn take_released(&mut self) -> Vec<Chunk> {
+        self.packed
+            .as_mut()
+            .map(|pk| std::mem::take(&mut pk.released))
+            .unwrap_or_default()
     }
 
     /// Samples [a, a + len) of `pol`; the range must lie in the store.
@@ -266,18 +357,25 @@ impl SampleStore {
             return;
         }
         let n = heaps * self.heap_samples as usize;
-        let nb = self.packed_bytes(n as u64);
         for p in 0..2 {
             if self.decode {
                 self.samples[p].drain(..n);
-            }
-            if let Some(pk) = &mut self.packed {
-                pk[p].drain(..nb);
             }
             self.present[p].drain(..heaps);
         }
         self.base_ts += n as u64;
         self.len -= n as u64;
+        if let Some(pk) = &mut self.packed {
+            while pk
+                .segments
+                .front()
+                .is_some_and(|s| s.ts + pk.seg_samples <= self.base_ts)
+            {
+                if let Some(c) = pk.segments.pop_front().and_then(|s| s.chunk) {
+                    pk.released.push(c);
+                }
+            }
+        }
     }
 }
 
@@ -303,9 +401,9 @@ mod tests {
     fn missing_heaps_inside_the_received_span_only() {
         let pl = DigitiserPlacement::new(8, 8, 32).unwrap();
         let mut st = SampleStore::new(8, 8);
-        st.append(&chunk(&pl, 0, &[(0, 2), (1, 2), (0, 3), (1, 3)]), &pl, 128);
+        st.append(chunk(&pl, 0, &[(0, 2), (1, 2), (0, 3), (1, 3)]), &pl, 128);
         assert_eq!(st.stats.missing_heaps, [0, 0]);
-        st.append(&chunk(&pl, 2, &[(0, 0)]), &pl, 128);
+        st.append(chunk(&pl, 2, &[(0, 0)]), &pl, 128);
         assert_eq!(st.stats.heaps, [3, 2]);
         assert_eq!(st.stats.missing_heaps, [4, 5]);
         assert_eq!(st.received_span(), Some((16, 72)));
@@ -313,8 +411,10 @@ mod tests {
     }
 
     /// A store keeping packed samples only: the packed bytes of a range (from a byte
-    /// boundary, with the samples to skip) unpack to the samples received, gaps read as zero,
-    /// trimming keeps the timeline, and heaps are counted without decoding.
+    /// boundary, with the samples to skip) unpack to the samples received, a chunk that never
+    /// arrived reads as zeros, trimming keeps the timeline, and heaps are counted without
+    /// decoding. A range in one chunk is that chunk's memory; one across chunks is joined.
+    /// Trimmed chunks are released once, whole.
     #[test]
     fn packed_store_slices_match_the_input() {
         let pl = DigitiserPlacement::new(16, 10, 64).unwrap();
@@ -334,7 +434,10 @@ mod tests {
                     bitpack::pack(&s, 10, &mut c.data[k * sb..(k + 1) * sb]);
                 }
             }
-            st.append(&c, &pl, 1024);
+            assert!(
+                st.append(c, &pl, 1024).is_none(),
+                "a packed store keeps its chunks"
+            );
         };
         add(&mut st, 1);
         add(&mut st, 3); // chunk 2 never arrived: a gap of zeros
@@ -346,7 +449,8 @@ mod tests {
         st.trim_before(80);
         for (a, len, align) in [(83u64, 30usize, 8usize), (100, 60, 8), (90, 100, 24)] {
             for p in 0..2 {
-                let (b, skip) = st.packed_slice(p, a, len, align).unwrap();
+                let mut join = Vec::new();
+                let (b, skip) = st.packed_slice(p, a, len, align, &mut join).unwrap();
                 assert_eq!((a - st.base_ts - skip as u64) % align as u64, 0);
                 let mut s = vec![0i16; skip + len];
                 bitpack::unpack(&b[..bitpack::packed_len(skip + len, 10)], 10, &mut s);
@@ -354,15 +458,34 @@ mod tests {
                     let t = a + i as u64;
                     let present = (64..128).contains(&t) || (192..256).contains(&t);
                     let heap_ok = p == 0 || t % 64 < 48;
-                    let want = if present && heap_ok { val(p, t) } else { 0 };
+                    if !heap_ok {
+                        continue; // an absent heap's bytes are not defined
+                    }
+                    let want = if present { val(p, t) } else { 0 };
                     assert_eq!(v, want, "pol {p} t {t}");
                 }
+                let crosses = (a - skip as u64) / 64 != (a + len as u64 - 1) / 64;
+                assert_eq!(!join.is_empty(), crosses, "{a}..+{len}");
             }
         }
+        let mut join = Vec::new();
+        let (b, _) = st.packed_slice(1, 200, 40, 8, &mut join).unwrap();
+        let mut s = vec![0i16; 40];
+        bitpack::unpack(&b[..bitpack::packed_len(40, 10)], 10, &mut s);
+        assert!(join.is_empty(), "one chunk's range is borrowed, not joined");
+        assert_eq!(s, (200..240).map(|t| val(1, t)).collect::<Vec<_>>());
+        assert!(st.take_released().is_empty(), "chunk 1 is still needed");
+        st.trim_before(200);
+        let rel = st.take_released();
+        assert_eq!(rel.iter().map(|c| c.chunk_id).collect::<Vec<_>>(), [1]);
+        assert!(st.take_released().is_empty());
         assert!(
-            st.packed_slice(0, 83, 30, 12).is_none(),
+            st.packed_slice(0, 83, 30, 12, &mut Vec::new()).is_none(),
             "align must be a multiple of 8"
         );
-        assert!(st.packed_slice(0, 0, 30, 8).is_none(), "before the store");
+        assert!(
+            st.packed_slice(0, 0, 30, 8, &mut Vec::new()).is_none(),
+            "before the store"
+        );
     }
 }

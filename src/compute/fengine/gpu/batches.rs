@@ -1,6 +1,8 @@
 //! Several engine batches in flight on the GPU ([`FBackend::submit`] / [`FBackend::complete`]):
-//! each batch's packed input (both pols, the whole range its blocks read) is copied into a
-//! slot's pinned staging and uploaded on a host→device stream; the blocks of the batch (cut
+//! each batch's packed input (both pols, the whole range its blocks read) is uploaded on a
+//! host→device stream, straight from the caller's memory when it is page-locked (the
+//! engine's chunks: no CPU copy; the caller keeps it until [`FBackend::fence_input`]), else
+//! through a slot's pinned staging; the blocks of the batch (cut
 //! where a coarse delay changes) are computed one after the other on the backend's stream,
 //! each with its per-block parameters uploaded from the slot's pinned staging just before
 //! its kernels; the output and counters come back on a device→host stream. With
@@ -78,6 +80,28 @@ impl PipelineBackend {
     }
 }
 
+/// True if all of `d` lies in page-locked host memory the driver knows (registered or
+/// allocated through CUDA), so the device can read it by DMA after the call returns.
+pub(crate) fn page_locked(ctx: &CudaContext, d: &[u8]) -> bool {
+    use cudarc::driver::sys;
+    if d.is_empty() || ctx.bind_to_thread().is_err() {
+        return false;
+    }
+    let host = |p: *const u8| {
+        let mut t = 0u32;
+        // SAFETY: a query about an address; `t` is the u32 the attribute writes.
+        let r = unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut t as *mut u32).cast(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                p as sys::CUdeviceptr,
+            )
+        };
+        r == sys::CUresult::CUDA_SUCCESS && t == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32
+    };
+    host(d.as_ptr()) && host(d[d.len() - 1..].as_ptr())
+}
+
 /// One batch's device buffers and pinned host staging.
 struct Slot {
     dev: DeviceBlock,
@@ -110,6 +134,10 @@ pub struct Pipelined {
     probe: Vec<u8>,
     /// Gains of a batch's later blocks (not uploaded).
     scratch: Vec<f32>,
+    /// True while uploads straight from the caller's memory may still be in flight.
+    direct_in_flight: bool,
+    /// Batches uploaded straight from the caller's page-locked memory, and through staging.
+    pub uploads: [u64; 2],
 }
 
 fn pinned<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
@@ -162,6 +190,8 @@ impl Pipelined {
             next: 0,
             probe: vec![],
             scratch: vec![],
+            direct_in_flight: false,
+            uploads: [0, 0],
         })
     }
 
@@ -260,28 +290,43 @@ impl FBackend for Pipelined {
         let stream = self.be.stream().clone();
         let i = self.next;
         let s = &mut self.slots[i];
-        // Host staging of the input (waits for the slot's last upload to finish).
-        while s.input.len() < 2 {
-            s.input.push(pinned(&ctx, 0, false)?);
-        }
-        for (p, d) in data.iter().enumerate() {
-            if s.input[p].len() < d.len() {
-                // Room for small changes of the range length (coarse delay steps).
-                s.input[p] = pinned(&ctx, d.len() + d.len() / 64 + 64, false)?;
+        let direct = data.iter().all(|d| page_locked(&ctx, d));
+        let staged = if direct {
+            // Straight from the caller's page-locked memory: no CPU copy.
+            data[0].len().max(data[1].len())
+        } else {
+            // Host staging of the input (waits for the slot's last upload to finish).
+            while s.input.len() < 2 {
+                s.input.push(pinned(&ctx, 0, false)?);
             }
-            s.input[p].as_mut_slice()?[..d.len()].copy_from_slice(d);
-        }
-        let staged = s.input[0].len().max(s.input[1].len());
+            for (p, d) in data.iter().enumerate() {
+                if s.input[p].len() < d.len() {
+                    // Room for small changes of the range length (coarse delay steps).
+                    s.input[p] = pinned(&ctx, d.len() + d.len() / 64 + 64, false)?;
+                }
+                s.input[p].as_mut_slice()?[..d.len()].copy_from_slice(d);
+            }
+            s.input[0].len().max(s.input[1].len())
+        };
         let stride = staged.next_multiple_of(4) + PAD;
         ensure(&stream, &mut s.dev.input, 2 * stride)?;
         s.dev.in_stride = stride;
-        for p in 0..2 {
-            let mut dst = s
-                .dev
-                .input
-                .slice_mut(p * stride..p * stride + s.input[p].len());
-            self.h2d.memcpy_htod(&s.input[p], &mut dst)?;
+        for (p, d) in data.iter().enumerate() {
+            if direct {
+                let mut dst = s.dev.input.slice_mut(p * stride..p * stride + d.len());
+                // An async copy from page-locked memory: the caller keeps it until
+                // fence_input.
+                self.h2d.memcpy_htod(*d, &mut dst)?;
+            } else {
+                let mut dst = s
+                    .dev
+                    .input
+                    .slice_mut(p * stride..p * stride + s.input[p].len());
+                self.h2d.memcpy_htod(&s.input[p], &mut dst)?;
+            }
         }
+        self.direct_in_flight |= direct;
+        self.uploads[usize::from(!direct)] += 1;
         // Output staging.
         if s.out.as_ref().is_none_or(|o| o.len() != out_len) {
             s.out = Some(pinned(&ctx, out_len, true)?);
@@ -344,6 +389,14 @@ impl FBackend for Pipelined {
         s.bits = bits;
         self.queue.push_back(i);
         self.next = (i + 1) % self.slots.len();
+        Ok(())
+    }
+
+    fn fence_input(&mut self) -> Result<(), FError> {
+        if self.direct_in_flight {
+            self.h2d.synchronize()?;
+            self.direct_in_flight = false;
+        }
         Ok(())
     }
 
