@@ -92,3 +92,61 @@ def test_signals_time_sensors_halt(gpucbf):
     t = h[0x1600] + np.arange(4096)
     expect = np.round(0.5 * 511 * np.cos(2 * np.pi * f_new / ADC * t))
     assert np.array_equal(unpack10(h[0x3300]), expect)
+
+
+def test_two_send_threads_switch_signals_together(gpucbf):
+    """dsim with two send threads (--affinity, one stream each): ?signals returns one
+    timestamp, and both streams carry the old signal before it and the new one from it."""
+    import os
+    core = sorted(os.sched_getaffinity(0))[0]
+    kport, ports = free_tcp_port(), [free_udp_port(), free_udp_port()]
+    stream = spead2.recv.Stream(spead2.ThreadPool(), spead2.recv.StreamConfig(max_heaps=8))
+    for p in ports:
+        stream.add_udp_reader(p, bind_hostname="127.0.0.1", buffer_size=16 << 20)
+    heaps = []
+
+    def collect():
+        for heap in stream:
+            items = {it.id: it.immediate_value if it.is_immediate else bytes(np.frombuffer(it, np.uint8)) for it in heap.get_items()}
+            heaps.append(items)
+
+    th = threading.Thread(target=collect, daemon=True)
+    th.start()
+    proc = subprocess.Popen(
+        [gpucbf, "dsim", "--adc-sample-rate", str(ADC), "--period", str(PERIOD), "--katcp-port", str(kport),
+         "--katcp-host", "127.0.0.1", "--dither-seed", "5", "--rate-factor", "0.05",
+         "--affinity", f"{core},{core}", "--signals", "cw(0.2, 10e6);",
+         *(f"127.0.0.1:{p}" for p in ports)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    async def drive():
+        client = await katcp_connect(kport, "dsim")
+        try:
+            await asyncio.sleep(0.3)
+            reply, _ = await client.request("signals", "nodither(cw(0.5, 20e6));")
+            ts = int(reply[0])
+            await asyncio.sleep(0.5)
+            await client.request("halt")
+        finally:
+            client.close()
+            await client.wait_closed()
+        return ts
+
+    ts = asyncio.run(drive())
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    time.sleep(0.2)
+    stream.stop()
+    th.join(timeout=5)
+    f_old = round(10e6 * PERIOD / ADC) * ADC / PERIOD
+    f_new = round(20e6 * PERIOD / ADC) * ADC / PERIOD
+    for did in (0, 1):
+        data = sorted((h for h in heaps if 0x3300 in h and h[0x3101] == did), key=lambda h: h[0x1600])
+        before = [h for h in data if h[0x1600] < ts]
+        after = [h for h in data if h[0x1600] >= ts]
+        assert before and after, (did, len(before), len(after))
+        for h, f, a in [(before[-1], f_old, 0.2), (after[0], f_new, 0.5)]:
+            x = unpack10(h[0x3300]).astype(float)
+            t = h[0x1600] + np.arange(4096)
+            amp = abs(np.dot(x, np.exp(-2j * np.pi * f / ADC * t))) * 2 / x.size
+            assert abs(amp - a * 511) < 2, (did, h[0x1600], amp)

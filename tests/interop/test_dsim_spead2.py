@@ -138,3 +138,50 @@ def test_dsim_udp_loopback_to_spead2(gpucbf):
     assert not th.is_alive()
     assert result["incomplete"] == 0
     check_heaps(result["heaps"], 200, 2, first_id=4)
+
+
+def test_dsim_two_send_threads_to_spead2(gpucbf):
+    """--affinity with two cores: two send threads, one stream each, every heap of both
+    streams arrives with contiguous timestamps (the same check as one thread)."""
+    import os
+    core = sorted(os.sched_getaffinity(0))[0]
+    ports = [free_udp_port(), free_udp_port()]
+    stream = spead2.recv.Stream(spead2.ThreadPool(), spead2.recv.StreamConfig(max_heaps=8))
+    for p in ports:
+        stream.add_udp_reader(p, bind_hostname="127.0.0.1", buffer_size=16 << 20)
+    result = {}
+
+    def collect():
+        hs = []
+        for heap in stream:
+            hs.append(heap)
+            if len(hs) == 400:
+                break
+        result["heaps"] = [(h.cnt, {it.id: it.immediate_value if it.is_immediate else bytes(np.frombuffer(it, np.uint8)) for it in h.get_items()}) for h in hs]
+        result["incomplete"] = sum(isinstance(h, spead2.recv.IncompleteHeap) for h in hs)
+
+    th = threading.Thread(target=collect)
+    th.start()
+    run([gpucbf, "dsim", "--adc-sample-rate", "200e6", "--heaps", "200", "--first-id", "4",
+         "--affinity", f"{core},{core}", "--main-affinity", str(core), "--send-buffer", "4194304",
+         "--signals", "cw(0.2, 50e6);", *(f"127.0.0.1:{p}" for p in ports)])
+    th.join(timeout=30)
+    stream.stop()
+    assert not th.is_alive()
+    assert result["incomplete"] == 0
+    check_heaps(result["heaps"], 200, 2, first_id=4)
+
+
+def test_dsim_thread_options_are_checked(gpucbf):
+    """More send threads than streams, a bad core and --send-buffer 0 are refused by name."""
+    import subprocess
+    base = [gpucbf, "dsim", "--adc-sample-rate", "200e6", "--heaps", "2"]
+    for extra, says in [
+        (["--affinity", "0,0,0", "127.0.0.1:7148", "127.0.0.1:7149"], "--affinity 0,0,0"),
+        (["--affinity", "100000", "127.0.0.1:7148"], "core 100000 is not available"),
+        (["--main-affinity", "-3", "127.0.0.1:7148"], "--main-affinity -3"),
+        (["--send-buffer", "0", "127.0.0.1:7148"], "--send-buffer"),
+    ]:
+        p = subprocess.run(base + extra, capture_output=True, text=True, timeout=30)
+        assert p.returncode != 0, extra
+        assert says in p.stderr, (extra, p.stderr[-400:])

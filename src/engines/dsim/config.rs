@@ -71,6 +71,22 @@ pub struct DsimArgs {
     /// Print a JSON summary on stdout at the end.
     #[arg(long)]
     pub summary: bool,
+    /// Send threads (katgpucbf's option, here a list): one per core given (`N`, `N-M`,
+    /// comma lists), each pinned there and sending its share of the streams (dealt
+    /// round-robin), all paced on one schedule; -1: one unpinned thread.
+    #[arg(
+        long,
+        value_name = "CORES",
+        allow_hyphen_values = true,
+        default_value = "-1"
+    )]
+    pub affinity: String,
+    /// Core of the main thread (katcp, signal swaps); -1: unpinned.
+    #[arg(long, value_name = "CORE", allow_hyphen_values = true, default_value_t = -1)]
+    pub main_affinity: i64,
+    /// Kernel send buffer of each send thread's UDP socket, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 8 << 20)]
+    pub send_buffer: usize,
     /// One destination per single-pol stream: ADDR[+N]:PORT (N extra multicast groups,
     /// heaps round-robin over them).
     #[arg(required = true, num_args = 1..)]
@@ -117,6 +133,12 @@ pub struct DsimConfig {
     pub katcp: Option<SocketAddrV4>,
     /// Prometheus endpoint address, if enabled.
     pub prometheus: Option<SocketAddrV4>,
+    /// One entry per send thread: the core it is pinned to, if any.
+    pub send_cores: Vec<Option<usize>>,
+    /// Core of the main thread, if pinned.
+    pub main_core: Option<usize>,
+    /// Kernel send buffer per UDP socket, bytes.
+    pub send_buffer: usize,
 }
 
 /// Timestamps and digitiser ids are 48-bit SPEAD items: 2^48.
@@ -241,7 +263,17 @@ impl DsimArgs {
         if !(descriptor_interval.is_finite() && descriptor_interval >= 0.0) {
             return Err(ConfigError::rule("--descriptor-interval", "must be ≥ 0"));
         }
+        let (send_cores, main_core) = self.cores(dests.len())?;
+        if self.send_buffer == 0 {
+            return Err(ConfigError::rule(
+                "--send-buffer",
+                "must be at least 1 byte",
+            ));
+        }
         Ok(DsimConfig {
+            send_cores,
+            main_core,
+            send_buffer: self.send_buffer,
             adc_rate: self.adc_sample_rate,
             bits: self.sample_bits,
             heap_samples: self.heap_samples,
@@ -269,6 +301,54 @@ impl DsimArgs {
 }
 
 impl DsimArgs {
+    /// The send threads' cores (`--affinity`; one unpinned thread for -1) for `streams`
+    /// streams, and the main thread's (`--main-affinity`), checked against the cores this
+    /// process may use.
+    fn cores(&self, streams: usize) -> Result<(Vec<Option<usize>>, Option<usize>), ConfigError> {
+        use crate::net::affinity::{check_cores, parse_cores};
+        let send = if self.affinity.trim() == "-1" {
+            vec![None]
+        } else {
+            let bad = |e: crate::net::affinity::AffinityError| {
+                ConfigError::rule(format!("--affinity {}:", self.affinity), e.to_string())
+            };
+            let cores = parse_cores(&self.affinity).map_err(bad)?;
+            check_cores(&cores).map_err(bad)?;
+            if cores.len() > streams {
+                return Err(ConfigError::rule(
+                    format!("--affinity {}", self.affinity),
+                    format!(
+                        "starts {} send threads for {streams} streams: give at most one core per stream",
+                        cores.len()
+                    ),
+                ));
+            }
+            if cores.len() > 1 && self.pcap.is_some() {
+                return Err(ConfigError::rule(
+                    format!("--affinity {}", self.affinity),
+                    "--pcap writes one file from one thread: give one core",
+                ));
+            }
+            cores.into_iter().map(Some).collect()
+        };
+        let main = match self.main_affinity {
+            -1 => None,
+            c if c < 0 => {
+                return Err(ConfigError::rule(
+                    format!("--main-affinity {c}"),
+                    "must be a core number, or -1 for unpinned",
+                ))
+            }
+            c => {
+                check_cores(&[c as usize]).map_err(|e| {
+                    ConfigError::rule(format!("--main-affinity {c}:"), e.to_string())
+                })?;
+                Some(c as usize)
+            }
+        };
+        Ok((send, main))
+    }
+
     /// Heaps the receivers can count, and a replay window (the heaps of one period, or of
     /// `--heaps` if fewer, for every stream, generated before sending) that fits `host`'s
     /// memory: the message names the option and the sizes.

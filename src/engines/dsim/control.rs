@@ -49,6 +49,9 @@ pub struct SignalSwap {
     pub windows: Vec<Window>,
     /// Where the send loop answers with the first timestamp carrying them.
     pub reply: crossbeam_channel::Sender<u64>,
+    /// The heap index the new signal starts at (several send threads switch together);
+    /// `None`: the next heap boundary.
+    pub at_heap: Option<u64>,
 }
 
 /// What the device needs to generate windows exactly as the send loop expects them.
@@ -208,6 +211,7 @@ impl DsimDevice {
             .send(SignalSwap {
                 windows,
                 reply: rtx,
+                at_heap: None,
             })
             .map_err(|_| RequestError::SenderStopped)?;
         let ts = rrx

@@ -4,13 +4,15 @@
 
 use crate::engines::common::error::listen_error;
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
 use super::control::{DsimDevice, GenContext, SignalSwap};
 use super::generate::{generate, HeapFormat, Window};
-use super::send::{DsimSummary, HeapStream, SendMetrics};
+use super::send::{DsimSummary, HeapStream, SendMetrics, Sent};
 use super::signal::Timebase;
 use super::DsimConfig;
 use crate::control::Server;
@@ -36,18 +38,24 @@ pub fn run(cfg: &DsimConfig) -> anyhow::Result<DsimSummary> {
             .map_err(listen_error("--prometheus-port", addr))?;
         info!(%bound, "prometheus metrics at /metrics");
     }
-    let mut stream = HeapStream::new(cfg, windows, start.ts0, start.window_heaps, live);
-    if live {
-        wait_for_first_timestamp(cfg, &start)?;
-    }
-    let sent = stream.send(sink.as_mut(), &swap_rx, &send_metrics)?;
+    let (sent, packet_size) = if cfg.send_cores.len() > 1 {
+        drop(sink); // every send thread opens its own socket
+        send_threads(cfg, &start, windows, &swap_rx, &send_metrics)?
+    } else {
+        pin("send", cfg.send_cores[0]);
+        let mut stream = HeapStream::new(cfg, windows, start.ts0, start.window_heaps, live);
+        if live {
+            wait_for_first_timestamp(cfg, &start)?;
+        }
+        let sent = stream.send(sink.as_mut(), &swap_rx, &send_metrics)?;
+        (sent, stream.packet_size())
+    };
     if live && sent.lag > 0.1 {
         warn!(
             seconds_behind = sent.lag,
             "could not keep up with the requested rate"
         );
     }
-    let packet_size = stream.packet_size();
     let summary = DsimSummary {
         streams: cfg.dests.len(),
         heaps_per_stream: sent.heaps_per_stream,
@@ -66,6 +74,103 @@ pub fn run(cfg: &DsimConfig) -> anyhow::Result<DsimSummary> {
     Ok(summary)
 }
 
+/// Pins the calling thread to `core` (a warning if that fails).
+fn pin(what: &str, core: Option<usize>) {
+    if let Some(c) = core {
+        match crate::net::affinity::pin_current_thread(c) {
+            Ok(()) => info!(thread = what, core = c, "pinned"),
+            Err(e) => warn!(thread = what, error = %e, "not pinned"),
+        }
+    }
+}
+
+/// Sends with one thread per `--affinity` core, each owning the streams dealt to it
+/// (stream s to thread s mod n) with its own socket and pacer on the common schedule. A new
+/// signal is split among the threads and starts at one heap index for all of them, a
+/// little past the furthest thread (the reply carries its timestamp). Live sending only.
+fn send_threads(
+    cfg: &DsimConfig,
+    start: &Start,
+    windows: Vec<Window>,
+    swaps: &crossbeam_channel::Receiver<SignalSwap>,
+    metrics: &SendMetrics,
+) -> anyhow::Result<(Sent, usize)> {
+    let n = cfg.send_cores.len();
+    let share = |all: Vec<Window>| {
+        let mut per: Vec<Vec<Window>> = (0..n).map(|_| Vec::new()).collect();
+        for (s, w) in all.into_iter().enumerate() {
+            per[s % n].push(w);
+        }
+        per
+    };
+    let progress: Vec<Arc<AtomicU64>> = (0..n).map(|_| Arc::default()).collect();
+    let mut to_thread = Vec::new();
+    let mut from_main = Vec::new();
+    for _ in 0..n {
+        let (tx, rx) = crossbeam_channel::bounded::<SignalSwap>(1);
+        to_thread.push(tx);
+        from_main.push(rx);
+    }
+    // Heaps a new signal starts past the furthest thread: 50 ms at the sending rate, and
+    // at least two send batches.
+    let lead =
+        ((cfg.adc_rate * cfg.rate_factor * 0.05 / cfg.heap_samples as f64).ceil() as u64).max(64);
+    pin("main", cfg.main_core);
+    std::thread::scope(|scope| -> anyhow::Result<(Sent, usize)> {
+        let mut handles = Vec::new();
+        for (j, (w, rx)) in share(windows).into_iter().zip(from_main).enumerate() {
+            let streams: Vec<usize> = (j..cfg.dests.len()).step_by(n).collect();
+            let progress = progress[j].clone();
+            handles.push(scope.spawn(move || -> anyhow::Result<(Sent, usize)> {
+                pin(&format!("send-{j}"), cfg.send_cores[j]);
+                let mut sink = UdpSink::new(cfg.interface, cfg.ttl, cfg.send_buffer)?;
+                let mut stream =
+                    HeapStream::for_streams(cfg, streams, w, start.ts0, start.window_heaps, true);
+                stream.publish_progress(progress);
+                wait_for_first_timestamp(cfg, start)?;
+                let sent = stream.send(&mut sink, &rx, metrics)?;
+                Ok((sent, stream.packet_size()))
+            }));
+        }
+        while handles.iter().any(|h| !h.is_finished()) {
+            let Ok(sw) = swaps.recv_timeout(Duration::from_millis(50)) else {
+                continue;
+            };
+            let furthest = progress.iter().map(|p| p.load(Ordering::Relaxed)).max();
+            let at = furthest.unwrap_or(0) + lead;
+            for (tx, w) in to_thread.iter().zip(share(sw.windows)) {
+                let (reply, _) = crossbeam_channel::bounded(1);
+                let _ = tx.send(SignalSwap {
+                    windows: w,
+                    reply,
+                    at_heap: Some(at),
+                });
+            }
+            let _ = sw.reply.send(start.ts0 + at * cfg.heap_samples as u64);
+        }
+        let mut total: Option<(Sent, usize)> = None;
+        for h in handles {
+            let (s, size) = h
+                .join()
+                .map_err(|_| anyhow::anyhow!("a send thread panicked"))??;
+            total = Some(match total {
+                None => (s, size),
+                Some((t, _)) => (
+                    Sent {
+                        heaps_per_stream: t.heaps_per_stream.max(s.heaps_per_stream),
+                        packets: t.packets + s.packets,
+                        descriptor_heaps: t.descriptor_heaps.max(s.descriptor_heaps),
+                        seconds: t.seconds.max(s.seconds),
+                        lag: t.lag.max(s.lag),
+                    },
+                    size,
+                ),
+            });
+        }
+        total.ok_or_else(|| anyhow::anyhow!("no send thread"))
+    })
+}
+
 /// The output: a pcap file (`--pcap`) or UDP.
 fn open_sink(cfg: &DsimConfig) -> anyhow::Result<Box<dyn PacketSink>> {
     Ok(match &cfg.pcap {
@@ -81,7 +186,7 @@ fn open_sink(cfg: &DsimConfig) -> anyhow::Result<Box<dyn PacketSink>> {
                 cfg.ttl as u8,
             )?)
         }
-        None => Box::new(UdpSink::new(cfg.interface, cfg.ttl, 8 << 20)?),
+        None => Box::new(UdpSink::new(cfg.interface, cfg.ttl, cfg.send_buffer)?),
     })
 }
 

@@ -3,6 +3,8 @@
 //! boundary, clean stop on SIGINT/SIGTERM.
 
 use std::net::SocketAddrV4;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -127,11 +129,17 @@ impl SendMetrics {
 /// Heaps sent per sendmmsg batch.
 const BATCH: usize = 32;
 
-/// The data heaps of every stream, from timestamp `ts0` on, paced at the digitiser rate
-/// (× `--rate-factor`) when live, with descriptor heaps every `--descriptor-interval`.
+/// The data heaps of some streams (all, or one send thread's share), from timestamp `ts0`
+/// on, paced at their digitiser rate (× `--rate-factor`) when live, with descriptor heaps
+/// every `--descriptor-interval`.
 pub struct HeapStream<'a> {
     cfg: &'a DsimConfig,
+    /// The streams sent (indices into the configuration's streams), in send order.
+    streams: Vec<usize>,
+    /// Their windows, in the order of `streams`.
     windows: Vec<Window>,
+    /// Where the heap index reached is published (several send threads).
+    progress: Option<Arc<AtomicU64>>,
     ts0: u64,
     window_heaps: usize,
     live: bool,
@@ -154,10 +162,24 @@ impl<'a> HeapStream<'a> {
         window_heaps: usize,
         live: bool,
     ) -> Self {
-        let n_streams = cfg.dests.len();
+        let all = (0..cfg.dests.len()).collect();
+        Self::for_streams(cfg, all, windows, ts0, window_heaps, live)
+    }
+
+    /// [`Self::new`] for the streams `streams` only (`windows` in their order).
+    pub fn for_streams(
+        cfg: &'a DsimConfig,
+        streams: Vec<usize>,
+        windows: Vec<Window>,
+        ts0: u64,
+        window_heaps: usize,
+        live: bool,
+    ) -> Self {
+        let n_streams = streams.len();
         let heap_bytes = windows[0].heap_bytes;
-        let templates: Vec<Vec<u8>> = (0..n_streams)
-            .map(|s| data_header_template(cfg.first_id + s as u64, heap_bytes))
+        let templates: Vec<Vec<u8>> = streams
+            .iter()
+            .map(|&s| data_header_template(cfg.first_id + s as u64, heap_bytes))
             .collect();
         let packet_size = templates[0].len() + heap_bytes;
         let rate = cfg.adc_rate * n_streams as f64 * cfg.bits as f64 / 8.0 * packet_size as f64
@@ -169,7 +191,9 @@ impl<'a> HeapStream<'a> {
         }
         HeapStream {
             cfg,
+            streams,
             windows,
+            progress: None,
             ts0,
             window_heaps,
             live,
@@ -181,6 +205,11 @@ impl<'a> HeapStream<'a> {
             desc_cnt: 1,
             descriptor_heaps: 0,
         }
+    }
+
+    /// Publishes the heap index reached in `p` while sending.
+    pub fn publish_progress(&mut self, p: Arc<AtomicU64>) {
+        self.progress = Some(p);
     }
 
     /// Bytes per data packet.
@@ -196,8 +225,8 @@ impl<'a> HeapStream<'a> {
         let packets = h
             .packets(DESCRIPTOR_PACKET_SIZE, false)
             .map_err(|e| SendError::Packets(e.to_string()))?;
-        for dests in &self.cfg.dests {
-            for d in dests {
+        for &s in &self.streams {
+            for d in &self.cfg.dests[s] {
                 for p in &packets {
                     let mut parts: Vec<&[u8]> = vec![&p.header];
                     parts.extend(p.payload.iter().copied());
@@ -218,7 +247,7 @@ impl<'a> HeapStream<'a> {
         metrics: &SendMetrics,
     ) -> Result<Sent, SendError> {
         let cfg = self.cfg;
-        let n_streams = cfg.dests.len() as u64;
+        let n_streams = self.streams.len() as u64;
         let hs = cfg.heap_samples as u64;
         if cfg.descriptor_interval > 0.0 {
             self.send_descriptors(sink)?;
@@ -242,18 +271,26 @@ impl<'a> HeapStream<'a> {
             if pending.is_none() {
                 pending = swaps.try_recv().ok();
             }
-            // A new signal takes effect at a heap boundary, for all streams at once.
-            if slot.is_multiple_of(n_streams) {
+            // A new signal takes effect at a heap boundary (its own, when several send
+            // threads switch together), for all streams at once.
+            let due = |pending: &Option<SignalSwap>, slot: u64| {
+                slot.is_multiple_of(n_streams)
+                    && pending
+                        .as_ref()
+                        .is_some_and(|p| p.at_heap.is_none_or(|a| slot / n_streams >= a))
+            };
+            if due(&pending, slot) {
                 if let Some(sw) = pending.take() {
                     self.windows = sw.windows;
                     let _ = sw.reply.send(self.ts0 + slot / n_streams * hs);
                 }
             }
+            if let Some(p) = &self.progress {
+                p.store(slot / n_streams, Ordering::Relaxed);
+            }
             let mut meta: Vec<(usize, usize, u64)> = Vec::with_capacity(BATCH);
             while meta.len() < BATCH {
-                if total.is_some_and(|t| slot >= t)
-                    || (pending.is_some() && slot.is_multiple_of(n_streams) && !meta.is_empty())
-                {
+                if total.is_some_and(|t| slot >= t) || (due(&pending, slot) && !meta.is_empty()) {
                     break;
                 }
                 let k = slot / n_streams;
@@ -278,7 +315,7 @@ impl<'a> HeapStream<'a> {
             }
             let mut batch: Vec<(SocketAddrV4, [&[u8]; 2])> = Vec::with_capacity(BATCH);
             for (i, &(s, w, k)) in meta.iter().enumerate() {
-                let dests = &cfg.dests[s];
+                let dests = &cfg.dests[self.streams[s]];
                 let dst = dests[(k % dests.len() as u64) as usize];
                 batch.push((dst, [&headers[i][..], self.windows[s].heap(w)]));
                 heap_k = heap_k.max(k + 1);

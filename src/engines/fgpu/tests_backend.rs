@@ -321,7 +321,13 @@ fn gpu_upload_straight_from_chunk_memory_equals_staged() {
     let ctx = cudarc::driver::CudaContext::new(0).unwrap();
     let spec =
         parse_wideband("name=wb,channels=1024,jones_per_batch=65536,dst=127.0.0.1:7148").unwrap();
-    let mk = || make_channelizer(&spec, &cfg("gpu", 7), stepping_ctl(spec.channels, 0.02, 1.0));
+    let mk = || {
+        make_channelizer(
+            &spec,
+            &cfg("gpu", 7),
+            stepping_ctl(spec.channels, 0.02, 1.0),
+        )
+    };
     let (mut staged, mut direct) = (mk().unwrap(), mk().unwrap());
     let len = spec.channels * spec.spectra_per_heap() * 4;
     let step = spec.batch_step();
