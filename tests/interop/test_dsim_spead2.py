@@ -142,9 +142,11 @@ def test_dsim_udp_loopback_to_spead2(gpucbf):
 
 def test_dsim_two_send_threads_to_spead2(gpucbf):
     """--affinity with two cores: two send threads, one stream each, every heap of both
-    streams arrives with contiguous timestamps (the same check as one thread)."""
+    streams arrives with contiguous timestamps (the same check as one thread); each thread
+    is pinned where asked, whatever core the main thread is pinned to."""
     import os
-    core = sorted(os.sched_getaffinity(0))[0]
+    cores = sorted(os.sched_getaffinity(0))
+    c0, c1 = cores[0], cores[-1]
     ports = [free_udp_port(), free_udp_port()]
     stream = spead2.recv.Stream(spead2.ThreadPool(), spead2.recv.StreamConfig(max_heaps=8))
     for p in ports:
@@ -162,9 +164,14 @@ def test_dsim_two_send_threads_to_spead2(gpucbf):
 
     th = threading.Thread(target=collect)
     th.start()
-    run([gpucbf, "dsim", "--adc-sample-rate", "200e6", "--heaps", "200", "--first-id", "4",
-         "--affinity", f"{core},{core}", "--main-affinity", str(core), "--send-buffer", "4194304",
-         "--signals", "cw(0.2, 50e6);", *(f"127.0.0.1:{p}" for p in ports)])
+    p = run([gpucbf, "dsim", "--adc-sample-rate", "200e6", "--heaps", "200", "--first-id", "4",
+             "--affinity", f"{c0},{c1}", "--main-affinity", str(c1), "--send-buffer", "4194304",
+             "--signals", "cw(0.2, 50e6);", *(f"127.0.0.1:{p}" for p in ports)])
+    import re
+    log = re.sub(r"\x1b\[[0-9;]*m", "", p.stderr)
+    assert "not pinned" not in log, log[-600:]
+    for j, c in enumerate((c0, c1)):
+        assert f'thread="send-{j}" core={c}' in log, log[-600:]
     th.join(timeout=30)
     stream.stop()
     assert not th.is_alive()

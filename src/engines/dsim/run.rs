@@ -115,7 +115,6 @@ fn send_threads(
     // at least two send batches.
     let lead =
         ((cfg.adc_rate * cfg.rate_factor * 0.05 / cfg.heap_samples as f64).ceil() as u64).max(64);
-    pin("main", cfg.main_core);
     std::thread::scope(|scope| -> anyhow::Result<(Sent, usize)> {
         let mut handles = Vec::new();
         for (j, (w, rx)) in share(windows).into_iter().zip(from_main).enumerate() {
@@ -132,6 +131,8 @@ fn send_threads(
                 Ok((sent, stream.packet_size()))
             }));
         }
+        // After the send threads start: they inherit the mask of the thread that spawns them.
+        pin("main", cfg.main_core);
         while handles.iter().any(|h| !h.is_finished()) {
             let Ok(sw) = swaps.recv_timeout(Duration::from_millis(50)) else {
                 continue;
