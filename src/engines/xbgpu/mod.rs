@@ -10,6 +10,7 @@ pub mod config;
 pub mod corrprod;
 pub mod device;
 pub mod engine;
+pub mod feed;
 mod metrics;
 mod run;
 pub mod spec;
