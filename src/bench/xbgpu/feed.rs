@@ -1,10 +1,10 @@
 //! `gpucbf bench xbgpu-feed`: the XB-engine's host work per received chunk, as the engine
-//! loop does it ([`ChunkFeed`]: chunk → batches handed to the correlator, absent antennas
-//! zeroed), at the shape of one MeerKAT L-band X-engine (4096 channels, 256 spectra per heap,
-//! 8-bit input, 32 batches per chunk, a dump every 408 batches ≈ 0.5 s), on a correlator that
-//! only takes the batches: no GPU is needed. Each line reads against a plain `memcpy` of a
-//! chunk measured in the same run and against the rate one antenna needs in real time
-//! (1712 MS/s: 3.42 GB/s of F-engine heaps per antenna).
+//! loop does it ([`ChunkFeed::chunk_then_recycle`]: chunk → batches handed to the correlator,
+//! absent antennas zeroed, the chunk recycled), at the shape of one MeerKAT L-band X-engine
+//! (4096 channels, 256 spectra per heap, 8-bit input, 32 batches per chunk, a dump every 408
+//! batches ≈ 0.5 s), on a correlator that only takes the batches: no GPU is needed. Each line
+//! reads against a plain `memcpy` of a chunk measured in the same run and against the rate
+//! one antenna needs in real time (1712 MS/s: 3.42 GB/s of F-engine heaps per antenna).
 
 use std::hint::black_box;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -218,13 +218,13 @@ fn line(a: &FeedArgs, n_ants: usize, missing: usize) -> anyhow::Result<FeedLine>
     let pl = placement(a, n_ants);
     let (n_slots, slot) = (pl.n_slots(), pl.slot_bytes());
     let policy = MemPolicy::shared();
-    let mut chunks = Vec::new();
+    let mut ring = std::collections::VecDeque::new();
     for k in 0..2 {
         let mut c = Chunk::try_with_policy(n_slots, slot, policy)?;
         for (i, b) in c.data.iter_mut().enumerate() {
             *b = (i as u8).wrapping_mul(31).wrapping_add(k) & 0x7f;
         }
-        chunks.push(c);
+        ring.push_back(c);
     }
     let taker = Taker::default();
     let handed = taker.0.clone();
@@ -252,14 +252,16 @@ fn line(a: &FeedArgs, n_ants: usize, missing: usize) -> anyhow::Result<FeedLine>
     let mut fed = 0u64;
     let mut seconds = 0.0;
     while fed < 2 || seconds < a.seconds {
-        let c = &mut chunks[(fed % 2) as usize];
+        let mut c = ring
+            .pop_front()
+            .ok_or_else(|| anyhow::anyhow!("a chunk was not recycled"))?;
         c.chunk_id = fed;
         for (s, r) in c.received.iter_mut().enumerate() {
             let absent = missing > 0 && (s + fed as usize * 7).is_multiple_of(missing);
             *r = if absent { 0 } else { slot as u32 };
         }
         let t = Instant::now();
-        feed.chunk(c, &mut xs, None)?;
+        feed.chunk_then_recycle(c, &mut xs, None, &mut |c| ring.push_back(c))?;
         seconds += t.elapsed().as_secs_f64();
         fed += 1;
     }

@@ -1,6 +1,8 @@
 //! The XB-engine loop: F-engine heaps → chunks (batches × antennas, own receive thread) →
-//! every batch to each correlation output ([`XPipeline`]) and to the beams ([`BPipeline`],
-//! which form a chunk's batches in one call); at the end, a [`XbgpuSummary`].
+//! every batch, straight from the chunk, to each correlation output ([`XPipeline`]) and to
+//! the beams ([`BPipeline`], which form a run of batches in one call) through a
+//! [`ChunkFeed`], which returns each chunk to the receivers once no output reads it any
+//! more; at the end, a [`XbgpuSummary`].
 
 use std::collections::BTreeMap;
 
@@ -54,8 +56,10 @@ pub fn run_pipelines(
     let receiver = spawn_receivers(recv, placement.clone(), chunk_ticks, tx, back_rx, monitor);
     let mut feed = ChunkFeed::new(&placement);
     for chunk in rx.iter() {
-        feed.chunk(&chunk, &mut xs, beams.as_mut())?;
-        let _ = back_tx.try_send(chunk);
+        // every output is done reading the chunk before it goes back to the receivers
+        feed.chunk_then_recycle(chunk, &mut xs, beams.as_mut(), &mut |c| {
+            let _ = back_tx.try_send(c);
+        })?;
         hook(&xs, beams.as_ref());
     }
     let recv = receiver
