@@ -220,6 +220,12 @@ mod tests {
             panic!("not xbgpu-feed")
         };
         assert_eq!((r.ants, r.channels, r.missing_every), (vec![2, 8], 512, 8));
+        assert_eq!((d.backend.as_str(), r.backend.as_str()), ("none", "none"));
+        let BenchCmd::XbgpuFeed(g) = parse("bench xbgpu-feed --backend gpu").unwrap().cmd else {
+            panic!("not xbgpu-feed")
+        };
+        assert_eq!(g.backend, "gpu");
+        assert!(parse("bench xbgpu-feed --backend fpga").is_err());
         assert_eq!(r.seconds, 0.5);
         assert!(parse("bench xbgpu-feed --ants x").is_err());
     }

@@ -17,6 +17,8 @@ use serde::Serialize;
 
 use crate::chunk::placement::FengPlacement;
 use crate::chunk::{Chunk, Placement};
+use crate::compute::xengine::XShape;
+use crate::engines::xbgpu::backend::{make_backend, Corr};
 use crate::engines::xbgpu::feed::ChunkFeed;
 use crate::engines::xbgpu::{BackendError, Correlator, XPipeline};
 use crate::mem::MemPolicy;
@@ -50,6 +52,12 @@ pub struct FeedArgs {
     /// Seconds each line runs (at least two chunks).
     #[arg(long, default_value_t = 2.0)]
     pub seconds: f64,
+    /// The correlator the batches go to: `none` takes them without computing (the host work
+    /// alone, no GPU needed); `gpu` is the engine's GPU back end (adds the copies, launches
+    /// and the wait before each chunk is recycled); `cpu` the CPU reference (slow at this
+    /// shape).
+    #[arg(long, default_value = "none", value_parser = ["none", "gpu", "cpu"])]
+    pub backend: String,
 }
 
 /// One line: an antenna count, with or without missing heaps.
@@ -69,6 +77,8 @@ pub struct FeedLine {
     pub calls: u64,
     /// Chunk bytes fed per second, GB/s.
     pub gbps: f64,
+    /// Host time per chunk, µs.
+    pub us_per_chunk: f64,
     /// `gbps` over the same run's memcpy bandwidth.
     pub vs_memcpy: f64,
     /// `gbps` over the rate these antennas send in real time.
@@ -113,6 +123,24 @@ impl Correlator for Taker {
     }
 }
 
+/// A real correlator, counted by a [`Taker`].
+struct Counted(Corr, Taker);
+
+impl Correlator for Counted {
+    fn accumulate(&mut self, batch: &[i8]) -> Result<(), BackendError> {
+        self.1.accumulate(batch)?;
+        self.0.accumulate(batch)
+    }
+
+    fn dump(&mut self, present: &[bool], out: &mut [i32]) -> Result<u64, BackendError> {
+        self.0.dump(present, out)
+    }
+
+    fn fence_input(&mut self) -> Result<(), BackendError> {
+        self.0.fence_input()
+    }
+}
+
 /// Drops every packet (an offline sink: no pacing).
 struct Discard;
 
@@ -152,9 +180,9 @@ pub fn run(a: &FeedArgs) -> anyhow::Result<FeedReport> {
     let pl1 = placement(a, 1);
     let per_ant = pl1.slot_bytes() as f64 * a.adc_sample_rate / pl1.batch_step() as f64 / 1e9;
     println!(
-        "xbgpu feed: {} channels, {} spectra per heap, {} batches per chunk; memcpy {:.2} GB/s, \
-         real time {:.2} GB/s per antenna",
-        a.channels, a.spectra_per_heap, a.batches_per_chunk, memcpy_gbps, per_ant
+        "xbgpu feed ({} correlator): {} channels, {} spectra per heap, {} batches per chunk; \
+         memcpy {:.2} GB/s, real time {:.2} GB/s per antenna",
+        a.backend, a.channels, a.spectra_per_heap, a.batches_per_chunk, memcpy_gbps, per_ant
     );
     let mut lines = Vec::new();
     for &n in &a.ants {
@@ -163,8 +191,8 @@ pub fn run(a: &FeedArgs) -> anyhow::Result<FeedReport> {
             l.vs_memcpy = l.gbps / memcpy_gbps;
             l.vs_real_time = l.gbps / (per_ant * n as f64);
             println!(
-                "  {n} antenna(s), {}: {:.2} GB/s = {:.2}x memcpy, {:.1}x real time \
-                 ({} chunks of {} MiB, {} correlator calls)",
+                "  {n} antenna(s), {}: {:.2} GB/s = {:.2}x memcpy, {:.1}x real time, \
+                 {:.1} µs per chunk ({} chunks of {} MiB, {} correlator calls)",
                 if missing == 0 {
                     "all heaps".to_string()
                 } else {
@@ -173,6 +201,7 @@ pub fn run(a: &FeedArgs) -> anyhow::Result<FeedReport> {
                 l.gbps,
                 l.vs_memcpy,
                 l.vs_real_time,
+                l.us_per_chunk,
                 l.chunks,
                 l.chunk_bytes >> 20,
                 l.calls
@@ -228,6 +257,13 @@ fn line(a: &FeedArgs, n_ants: usize, missing: usize) -> anyhow::Result<FeedLine>
     }
     let taker = Taker::default();
     let handed = taker.0.clone();
+    let corr: Box<dyn Correlator> = match a.backend.as_str() {
+        "none" => Box::new(taker),
+        b => {
+            let shape = XShape::new(n_ants, a.channels, a.spectra_per_heap)?;
+            Box::new(Counted(Corr(make_backend(b == "gpu", shape)?), taker))
+        }
+    };
     let sender = HeapSender::new(
         Box::new(Discard),
         vec![SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148)],
@@ -238,7 +274,7 @@ fn line(a: &FeedArgs, n_ants: usize, missing: usize) -> anyhow::Result<FeedLine>
     );
     let x = XPipeline::new(
         "bench",
-        Box::new(taker),
+        corr,
         sender,
         a.accumulation,
         pl.batch_step(),
@@ -276,6 +312,7 @@ fn line(a: &FeedArgs, n_ants: usize, missing: usize) -> anyhow::Result<FeedLine>
         handed_bytes,
         calls,
         gbps: (fed as usize * chunk_bytes) as f64 / seconds / 1e9,
+        us_per_chunk: seconds / fed as f64 * 1e6,
         vs_memcpy: 0.0,
         vs_real_time: 0.0,
     })
@@ -297,13 +334,17 @@ mod tests {
             missing_every: 4,
             adc_sample_rate: 1712e6,
             seconds: 0.0,
+            backend: "none".into(),
         };
         let r = run(&a).unwrap();
         assert_eq!(r.lines.len(), 4);
         for l in &r.lines {
             assert_eq!(l.chunk_bytes, l.n_ants * 4 * 16 * 16 * 4);
             assert!(l.chunks >= 2 && l.gbps > 0.0 && l.vs_memcpy > 0.0, "{l:?}");
-            assert!(l.calls >= 1 && l.vs_real_time > 0.0, "{l:?}");
+            assert!(
+                l.calls >= 1 && l.vs_real_time > 0.0 && l.us_per_chunk > 0.0,
+                "{l:?}"
+            );
             let all = l.chunks * l.chunk_bytes as u64;
             if l.missing_every == 0 || l.n_ants == 3 {
                 // every batch has an antenna present: all of them reach the correlator
@@ -320,7 +361,18 @@ mod tests {
             ..a.clone()
         };
         assert!(run(&bad).is_err());
-        let bad = FeedArgs { ants: vec![0], ..a };
+        let bad = FeedArgs {
+            ants: vec![0],
+            ..a.clone()
+        };
         assert!(run(&bad).is_err());
+        // the CPU correlator behind the feed: the same batches reach it
+        let cpu = FeedArgs {
+            ants: vec![2],
+            backend: "cpu".into(),
+            ..a
+        };
+        let r = run(&cpu).unwrap();
+        assert!(r.lines.iter().all(|l| l.calls >= 1 && l.handed_bytes > 0));
     }
 }
