@@ -39,6 +39,9 @@ pub enum BenchCmd {
     XbgpuBeam,
     /// Only the correlator kernels, their limit probes and cuBLASLt.
     XbgpuCorr,
+    /// The XB-engine's host work per received chunk (chunk -> batches to the correlator) at
+    /// the L-band shape, against memcpy and the real-time rate; needs no GPU.
+    XbgpuFeed(xbgpu::feed::FeedArgs),
     /// GPU F-engine: wideband resident and end-to-end throughput, bandwidths, then the
     /// narrowband lines and a line of the CPU backend.
     Fgpu,
@@ -65,6 +68,8 @@ pub enum Report {
     XbgpuBeam(xbgpu::BeamReport),
     /// `gpucbf bench xbgpu-corr`.
     XbgpuCorr(xbgpu::CorrReport),
+    /// `gpucbf bench xbgpu-feed`.
+    XbgpuFeed(xbgpu::feed::FeedReport),
     /// `gpucbf bench fgpu`.
     Fgpu(fgpu::FgpuReport),
     /// `gpucbf bench fgpu-narrowband`.
@@ -87,6 +92,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Report> {
             &XBGPU_ANTS,
             XBGPU_SAMPLES_PER_LAUNCH,
         )?),
+        BenchCmd::XbgpuFeed(a) => Report::XbgpuFeed(xbgpu::feed::run(&a)?),
         BenchCmd::Fgpu => Report::Fgpu(fgpu::bench_fgpu()?),
         BenchCmd::FgpuNarrowband => {
             Report::FgpuNarrowband(fgpu::narrowband::bench_gpu_narrowband()?)
@@ -133,6 +139,7 @@ mod tests {
             BenchCmd::Xbgpu => "xbgpu",
             BenchCmd::XbgpuBeam => "xbgpu-beam",
             BenchCmd::XbgpuCorr => "xbgpu-corr",
+            BenchCmd::XbgpuFeed(_) => "xbgpu-feed",
             BenchCmd::Fgpu => "fgpu",
             BenchCmd::FgpuNarrowband => "fgpu-narrowband",
             BenchCmd::Recv(_) => "recv",
@@ -190,6 +197,37 @@ mod tests {
         assert_eq!(r.feed.as_deref(), Some(std::path::Path::new("f.pcap")));
         // the recv options belong to recv alone
         assert!(parse("bench xbgpu --trials 1").is_err());
+    }
+
+    /// `bench xbgpu-feed` takes the L-band shape by default; its options parse.
+    #[test]
+    fn xbgpu_feed_options_parse() {
+        let BenchCmd::XbgpuFeed(d) = parse("bench xbgpu-feed").unwrap().cmd else {
+            panic!("not xbgpu-feed")
+        };
+        assert_eq!(d.ants, vec![1, 4]);
+        assert_eq!(
+            (
+                d.channels,
+                d.spectra_per_heap,
+                d.batches_per_chunk,
+                d.accumulation
+            ),
+            (4096, 256, 32, 408)
+        );
+        let a = "bench xbgpu-feed --ants 2,8 --channels 512 --seconds 0.5 --missing-every 8";
+        let BenchCmd::XbgpuFeed(r) = parse(a).unwrap().cmd else {
+            panic!("not xbgpu-feed")
+        };
+        assert_eq!((r.ants, r.channels, r.missing_every), (vec![2, 8], 512, 8));
+        assert_eq!((d.backend.as_str(), r.backend.as_str()), ("none", "none"));
+        let BenchCmd::XbgpuFeed(g) = parse("bench xbgpu-feed --backend gpu").unwrap().cmd else {
+            panic!("not xbgpu-feed")
+        };
+        assert_eq!(g.backend, "gpu");
+        assert!(parse("bench xbgpu-feed --backend fpga").is_err());
+        assert_eq!(r.seconds, 0.5);
+        assert!(parse("bench xbgpu-feed --ants x").is_err());
     }
 
     /// `--json FILE` belongs to `bench` and may come before or after the benchmark's name.

@@ -13,6 +13,7 @@ use crate::gpu::GpuError;
 
 pub mod beam;
 pub mod corr;
+pub mod feed;
 
 use beam::bench_beams;
 pub use beam::{bench_gpu_beams, BeamReport};

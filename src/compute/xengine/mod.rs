@@ -26,7 +26,7 @@ pub use beam::{batch_dither_seed, beam_dither, Beam, BeamSet, BeamStats, BeamTab
 pub use cpu::CpuX;
 pub use gpu::{
     beamform_defines, correlate_defines, BeamKernel, BeamPlan, BeamTuning, BeamWgPlan, CorrVariant,
-    GpuX, BEAMFORM_SRC, BEAMFORM_WGMMA_SRC, BEAM_WG_MAX_ANTS, CORRELATE_SRC,
+    GpuX, Uploads, BEAMFORM_SRC, BEAMFORM_WGMMA_SRC, BEAM_WG_MAX_ANTS, CORRELATE_SRC,
 };
 pub use gpu::{
     correlate_wgmma_defines, sparse_tile, sparse_tiles, CorrKernel, WgmmaVariant,
@@ -208,8 +208,18 @@ pub trait XBackend {
     fn name(&self) -> &'static str;
     /// The shape this back end was built for.
     fn shape(&self) -> XShape;
-    /// Adds the correlation of one or more whole batches to the 64-bit accumulator.
+    /// Adds the correlation of one or more whole batches to the 64-bit accumulator (several
+    /// consecutive batches in one call: one copy and one launch on the GPU). The GPU may
+    /// still be copying `input` when this returns if it is CUDA-registered host memory: see
+    /// [`XBackend::fence_input`].
     fn accumulate(&mut self, input: &[i8]) -> Result<(), XError>;
+    /// Waits until no copy queued by an earlier call still reads that call's host input, so
+    /// the input memory may be reused or freed. A back end that copies CUDA-registered host
+    /// memory asynchronously (the GPU) must be fenced before that memory changes; the default
+    /// (every copy done when the call returns) has nothing to wait for.
+    fn fence_input(&mut self) -> Result<(), XError> {
+        Ok(())
+    }
     /// Saturates the accumulator to int32 into `out` (length [`XShape::output_len`]), writes
     /// [`MISSING`] for baselines touching an antenna with `present_ants[a] == false`, resets the
     /// accumulator, and returns the number of saturated products (present baselines only).

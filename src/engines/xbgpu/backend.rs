@@ -64,6 +64,12 @@ pub trait Correlator: Send {
     /// ±(2^31−1), with MISSING on every baseline touching an absent antenna; resets the
     /// accumulator. Returns the number of saturated visibilities.
     fn dump(&mut self, present: &[bool], out: &mut [i32]) -> Result<u64, BackendError>;
+    /// Waits until no copy queued by [`Correlator::accumulate`] still reads its input (a
+    /// GPU copying registered host memory asynchronously); the input may be reused after.
+    /// The default has nothing to wait for.
+    fn fence_input(&mut self) -> Result<(), BackendError> {
+        Ok(())
+    }
 }
 
 /// Beamformer backend: all beams of one batch, or of several batches at once.
@@ -115,6 +121,12 @@ pub trait Beamformer: Send {
             })
             .collect()
     }
+
+    /// Waits until no copy queued by a beamformer call still reads its input; the input may
+    /// be reused after. The default has nothing to wait for.
+    fn fence_input(&mut self) -> Result<(), BackendError> {
+        Ok(())
+    }
 }
 
 /// The engine's [`Correlator`] over an X-engine backend.
@@ -127,6 +139,10 @@ impl Correlator for Corr {
 
     fn dump(&mut self, present: &[bool], out: &mut [i32]) -> Result<u64, BackendError> {
         Ok(self.0.dump(present, out)?)
+    }
+
+    fn fence_input(&mut self) -> Result<(), BackendError> {
+        Ok(self.0.fence_input()?)
     }
 }
 
@@ -218,6 +234,10 @@ impl Beamformer for Beams {
             o.copy_from_slice(&self.flat[b * per..(b + 1) * per]);
         }
         Ok(stats.saturated)
+    }
+
+    fn fence_input(&mut self) -> Result<(), BackendError> {
+        Ok(self.backend.fence_input()?)
     }
 }
 

@@ -154,6 +154,12 @@ impl BPipeline {
         Ok(())
     }
 
+    /// Waits until the beamformer no longer reads host memory it was handed (before that
+    /// memory is reused).
+    pub fn fence_input(&mut self) -> Result<(), PipelineError> {
+        Ok(self.bf.fence_input()?)
+    }
+
     /// Flushes the sender.
     pub fn finish(&mut self) -> std::io::Result<()> {
         self.sender.flush()

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::backend::{Correlator, PipelineError};
+use super::backend::{BackendError, Correlator, PipelineError};
 use crate::net::send::heap::HeapSender;
 use crate::spead::{ids, Descriptor};
 
@@ -99,25 +99,79 @@ impl XPipeline {
         self.threshold * self.batch_step
     }
 
+    /// Batches from the one at `ts` to the end of its accumulation (1 for the last batch of
+    /// an accumulation).
+    pub fn batches_left(&self, ts: u64) -> u64 {
+        let step = self.acc_step().max(1);
+        (step - ts % step).div_ceil(self.batch_step.max(1))
+    }
+
     /// Adds one batch (absent antennas zeroed in `data`).
     pub fn batch(&mut self, ts: u64, data: &[i8], present: &[bool]) -> Result<(), PipelineError> {
-        let acc = ts / self.acc_step();
-        if self.acc != Some(acc) {
-            if self.acc.is_some() {
-                self.dump()?;
+        self.batches(ts, data, present)
+    }
+
+    /// Adds consecutive batches, the first at `ts`, held back to back in `data` (absent
+    /// antennas zeroed) with presence `present` (`[batch][antenna]`): the batches of one
+    /// accumulation with an antenna present, one after another, go to the correlator in one
+    /// call; a new accumulation dumps the one before.
+    pub fn batches(&mut self, ts: u64, data: &[i8], present: &[bool]) -> Result<(), PipelineError> {
+        let na = self.present.len();
+        let n = present.len() / na.max(1);
+        if n == 0 || present.len() != n * na || !data.len().is_multiple_of(n) {
+            return Err(BackendError::ChunkShape {
+                batches: n,
+                bytes: data.len(),
+                flags: present.len(),
+                outputs: 0,
             }
-            self.acc = Some(acc);
-            self.batches_seen = 0;
-            self.present.iter_mut().for_each(|p| *p = true);
+            .into());
         }
-        self.batches_seen += 1;
-        for (p, &q) in self.present.iter_mut().zip(present) {
-            *p &= q;
+        let bb = data.len() / n;
+        // batches [run.0, run.1) not yet handed to the correlator
+        let mut run: Option<(usize, usize)> = None;
+        for k in 0..n {
+            let acc = (ts + k as u64 * self.batch_step) / self.acc_step().max(1);
+            if self.acc != Some(acc) {
+                self.accumulate(&mut run, data, bb)?;
+                if self.acc.is_some() {
+                    self.dump()?;
+                }
+                self.acc = Some(acc);
+                self.batches_seen = 0;
+                self.present.iter_mut().for_each(|p| *p = true);
+            }
+            self.batches_seen += 1;
+            let p = &present[k * na..(k + 1) * na];
+            for (a, &q) in self.present.iter_mut().zip(p) {
+                *a &= q;
+            }
+            if p.iter().any(|&q| q) {
+                run = Some((run.map_or(k, |r| r.0), k + 1));
+            } else {
+                self.accumulate(&mut run, data, bb)?;
+            }
         }
-        if present.iter().any(|&p| p) {
-            self.corr.accumulate(data)?;
+        self.accumulate(&mut run, data, bb)
+    }
+
+    /// Hands the batches of `run` (of `bb` bytes each in `data`) to the correlator.
+    fn accumulate(
+        &mut self,
+        run: &mut Option<(usize, usize)>,
+        data: &[i8],
+        bb: usize,
+    ) -> Result<(), PipelineError> {
+        if let Some((a, b)) = run.take() {
+            self.corr.accumulate(&data[a * bb..b * bb])?;
         }
         Ok(())
+    }
+
+    /// Waits until the correlator no longer reads host memory it was handed (before that
+    /// memory is reused).
+    pub fn fence_input(&mut self) -> Result<(), PipelineError> {
+        Ok(self.corr.fence_input()?)
     }
 
     /// Ends the accumulation in progress: dumps it if it saw every batch (end of input).

@@ -1,5 +1,5 @@
 //! `gpucbf xbgpu`: the XB-engine process. Command line -> [`XbgpuConfig`] ([`config`],
-//! output specs in [`spec`]) -> [`run()`]: batches of F-engine heaps ([`engine`]) go to the
+//! output specs in [`spec`]) -> [`run()`]: batches of F-engine heaps ([`engine`], per chunk [`feed`]) go to the
 //! correlation outputs ([`corrprod`]) and the beams ([`beams`]) through the compute seams of
 //! [`backend`]; katcp capture and beam control in [`device`]. The correlation and
 //! beamforming compute lives in [`crate::compute::xengine`].
@@ -10,6 +10,7 @@ pub mod config;
 pub mod corrprod;
 pub mod device;
 pub mod engine;
+pub mod feed;
 mod metrics;
 mod run;
 pub mod spec;

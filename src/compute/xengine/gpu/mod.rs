@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUdevice_attribute;
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream};
+use cudarc::driver::{sys, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream};
 
 use super::{BeamSet, BeamStats, XBackend, XError, XShape};
 use crate::gpu::GpuError;
@@ -82,7 +82,16 @@ pub struct GpuX {
     out: CudaSlice<i32>,
     present: CudaSlice<u8>,
     saturated: CudaSlice<u64>,
+    /// The device copy of the input: as long as the longest input so far.
     input: Option<CudaSlice<i8>>,
+    /// Recorded after the latest copy from CUDA-registered host memory (which the driver
+    /// reads by DMA after the call that queued it returned); `host_read_pending` until
+    /// [`XBackend::fence_input`] has waited for it.
+    host_read: Option<CudaEvent>,
+    host_read_pending: bool,
+    /// Input copies straight from registered host memory, and copies from pageable memory
+    /// (staged by the driver).
+    uploads: Uploads,
     /// The wgmma beamformer's work-stealing words (one per SM; each launch leaves every word
     /// with nothing left, as zeros do).
     beam_work: CudaSlice<u32>,
@@ -137,6 +146,9 @@ impl GpuX {
             present,
             saturated,
             input: None,
+            host_read: None,
+            host_read_pending: false,
+            uploads: Uploads::default(),
             beam_work,
         })
     }
@@ -156,14 +168,61 @@ impl GpuX {
         self.n_sms
     }
 
+    /// How the inputs reached the device so far.
+    pub fn uploads(&self) -> Uploads {
+        self.uploads
+    }
+
+    /// Copies `input` to the device input buffer (grown when too short; only its first
+    /// `input.len()` bytes are written). From CUDA-registered host memory (chunk memory) the
+    /// copy is queued and reads the host bytes by DMA later, until [`XBackend::fence_input`];
+    /// from pageable memory the driver stages the bytes before this returns.
     fn upload_input(&mut self, input: &[i8]) -> Result<CudaSlice<i8>, XError> {
         let mut buf = match self.input.take() {
-            Some(b) if b.len() == input.len() => b,
+            Some(b) if b.len() >= input.len() => b,
             _ => self.stream.alloc_zeros::<i8>(input.len())?,
         };
-        self.stream.memcpy_htod(input, &mut buf)?;
+        let registered = host_registered(&self.ctx, input)?;
+        self.stream
+            .memcpy_htod(input, &mut buf.slice_mut(..input.len()))?;
+        if registered {
+            match &self.host_read {
+                Some(e) => e.record(&self.stream)?,
+                None => self.host_read = Some(self.stream.record_event(None)?),
+            }
+            self.host_read_pending = true;
+            self.uploads.direct += 1;
+        } else {
+            self.uploads.staged += 1;
+        }
         Ok(buf)
     }
+}
+
+/// How a [`GpuX`]'s inputs reached the device: calls that copied straight from
+/// CUDA-registered host memory, and calls that copied from pageable memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Uploads {
+    /// Asynchronous copies by DMA from registered memory.
+    pub direct: u64,
+    /// Copies from pageable memory (the driver stages them through its own pinned buffer).
+    pub staged: u64,
+}
+
+/// True if `bytes` lie in host memory registered with CUDA (page-locked): its first and last
+/// byte are. A slice lies inside one allocation, and chunk memory is registered whole.
+fn host_registered(ctx: &CudaContext, bytes: &[i8]) -> Result<bool, XError> {
+    let (Some(first), Some(last)) = (bytes.first(), bytes.last()) else {
+        return Ok(false);
+    };
+    ctx.bind_to_thread()?;
+    let known = |p: &i8| {
+        let mut flags = 0u32;
+        // SAFETY: asks the driver about an address of a live slice; writes only `flags`.
+        let r = unsafe { sys::cuMemHostGetFlags(&mut flags, p as *const i8 as *mut _) };
+        r == sys::CUresult::CUDA_SUCCESS
+    };
+    Ok(known(first) && known(last))
 }
 
 impl XBackend for GpuX {
@@ -181,6 +240,16 @@ impl XBackend for GpuX {
         let r = self.accumulate_device(&buf, n_batches);
         self.input = Some(buf);
         r
+    }
+
+    fn fence_input(&mut self) -> Result<(), XError> {
+        if self.host_read_pending {
+            if let Some(e) = &self.host_read {
+                e.synchronize()?;
+            }
+            self.host_read_pending = false;
+        }
+        Ok(())
     }
 
     fn dump(&mut self, present_ants: &[bool], out: &mut [i32]) -> Result<u64, XError> {
