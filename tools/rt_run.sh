@@ -13,15 +13,18 @@ CHUNK=${CHUNK:-33554432}; HPC=${HPC:-32}; DUMP_BATCHES=${DUMP_BATCHES:-408}
 SYNC=$(date +%s)
 B=${BASE_PORT:-17000}
 XIN=127.0.0.1:$((B + 100)); XOUT=127.0.0.1:$((B + 101))
+# Prometheus ports: fgpu, xbgpu, dsim (sampled by `gpucbf soak`).
+PF=$((B + 200)); PX=$((B + 201)); PD=$((B + 202))
 ./gpucbf xbgpu --adc-sample-rate $FS --sync-time $SYNC --array-size 1 --channels $C \
   --channels-per-substream $C --samples-between-spectra $((2 * C)) --jones-per-batch $JONES \
   --heaps-per-fengine-per-chunk $HPC --send-enabled --backend gpu \
-  --corrprod name=bc,dst=$XOUT,heap_accumulation_threshold=$DUMP_BATCHES ${XB_EXTRA:-} $XIN \
+  --corrprod name=bc,dst=$XOUT,heap_accumulation_threshold=$DUMP_BATCHES --prometheus-port $PX \
+  ${XB_EXTRA:-} $XIN \
   > "$D/xbgpu.json" 2> "$D/xbgpu.log" &
 XB=$!
 ./gpucbf fgpu --adc-sample-rate $FS --sync-time $SYNC --feng-id 0 --array-size 1 \
   --wideband name=wb,channels=$C,dst=$XIN,jones_per_batch=$JONES --recv-chunk-samples $CHUNK \
-  --gain 0.02 --backend gpu ${FGPU_EXTRA:-} 127.0.0.1:$B,127.0.0.1:$((B + 1)) \
+  --gain 0.02 --backend gpu --prometheus-port $PF ${FGPU_EXTRA:-} 127.0.0.1:$B,127.0.0.1:$((B + 1)) \
   > "$D/fgpu.json" 2> "$D/fgpu.log" &
 FG=$!
 for _ in $(seq 120); do
@@ -39,11 +42,20 @@ cpu_snap() { # file
 }
 ${DSIM_PREFIX:-} ./gpucbf dsim --adc-sample-rate $FS --sync-time $SYNC --period $((1 << 22)) \
   --heaps $HEAPS --dither-seed 1 --signals "cw(0.1, 300e6) + wgn(0.05, 1); wgn(0.05, 2);" \
-  --summary ${DSIM_EXTRA:-} 127.0.0.1:$B 127.0.0.1:$((B + 1)) > "$D/dsim.json" 2> "$D/dsim.log" &
+  --summary --prometheus-port $PD ${DSIM_EXTRA:-} 127.0.0.1:$B 127.0.0.1:$((B + 1)) \
+  > "$D/dsim.json" 2> "$D/dsim.log" &
 DS=$!
+# The soak report over the run (losses per second after a 10 s warm-up, lag, RSS, CPU).
+sleep 1
+./gpucbf soak --seconds $((SECS - 2)) --warm-up ${WARM:-10} --output "$D/soak" \
+  --engine name=dsim,prometheus=127.0.0.1:$PD,pid=$DS \
+  --engine name=fgpu,prometheus=127.0.0.1:$PF,pid=$FG \
+  --engine name=xbgpu,prometheus=127.0.0.1:$PX,pid=$XB > "$D/soak.out" 2> "$D/soak.log" &
+SK=$!
 sleep 5; cpu_snap "$D/cpu0.txt"; T0=$(date +%s.%N)
 sleep $((SECS > 15 ? SECS - 10 : 5)); cpu_snap "$D/cpu1.txt"; T1=$(date +%s.%N)
 wait $DS
+wait $SK; echo "soak rc=$?"; tail -5 "$D/soak.log" | cut -c1-400
 python3 - "$D" "$FG" "$XB" "$T0" "$T1" <<'PY' | tee "$D/cpu.txt"
 import sys, os
 d, fg, xb, t0, t1 = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
