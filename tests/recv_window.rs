@@ -281,3 +281,34 @@ fn common_feng() -> FengPlacement {
         frequency: None,
     }
 }
+
+/// Prefilled chunk buffers are used before any new one is allocated: after `prefill(3)`
+/// the window holds 3 free buffers, and opening 2 chunks takes two of them.
+#[test]
+fn prefilled_chunks_are_used_before_allocating() {
+    let pl = FengPlacement {
+        n_ants: 1,
+        channels_per_substream: 4,
+        spectra_per_heap: 2,
+        sample_bits: 8,
+        samples_between_spectra: 16,
+        batches_per_chunk: 1,
+        frequency: None,
+    };
+    let n = pl.slot_bytes() as u64;
+    let mut a = ChunkAssembler::new(pl, 2);
+    a.prefill(3);
+    assert_eq!(a.free_chunks(), 3);
+    a.prefill(2);
+    assert_eq!(a.free_chunks(), 3, "prefill tops up, never shrinks");
+    let mut out = Vec::new();
+    let step = 2 * 16; // one batch: spectra_per_heap × samples_between_spectra
+    for b in 0..2u64 {
+        a.push(
+            &raw_feng(0, n, 0, b * step, 0, &vec![1u8; n as usize]),
+            &mut out,
+        )
+        .unwrap();
+    }
+    assert_eq!(a.free_chunks(), 1);
+}

@@ -420,6 +420,13 @@ impl<P: Placement + Clone> ChunkGroup<P> {
             .store(asm.source().unwrap_or(CLOSED), Ordering::Relaxed);
     }
 
+    /// Allocates chunk buffers until the window holds `n` for reuse
+    /// ([`ChunkAssembler::prefill`]).
+    pub fn prefill(&self, n: usize) {
+        let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        w.asm.prefill(n);
+    }
+
     /// Adds a stream's fast-path counters to the window's (and zeroes them), returns the
     /// totals so far with the window's free chunk buffers and any allocation failure, all
     /// under one lock; chunks returned by the consumer go back to the window for reuse.

@@ -179,6 +179,19 @@ impl<P: Placement> ChunkAssembler<P> {
         }
     }
 
+    /// Allocates chunk buffers until `n` are held for reuse, so that a real-time stream
+    /// does not stop to allocate (and register) chunk memory while packets arrive. An
+    /// allocation failure stops the filling and is kept for
+    /// [`ChunkAssembler::take_alloc_error`].
+    pub fn prefill(&mut self, n: usize) {
+        while self.free.len() < n {
+            match self.alloc_chunk() {
+                Some(c) => self.free.push(c),
+                None => break,
+            }
+        }
+    }
+
     /// The allocation failure that stopped placing packets, if one happened: the receiver
     /// stops and reports it (chunk memory is not aborted on).
     pub fn take_alloc_error(&mut self) -> Option<std::io::Error> {

@@ -80,6 +80,7 @@ fn engine_args_carry_the_shared_options() {
         recv_affinity: None,
         recv_buffer: 128 << 20,
         recv_chunks: 2,
+        recv_prealloc: 0,
         send_affinity: -1,
         send_buffer: 4 << 20,
         backend: Backend::Cpu,

@@ -146,6 +146,12 @@ pub struct EngineArgs {
     /// SO_RCVBUFFORCE when allowed, else capped with a warning).
     #[arg(long, value_name = "BYTES", default_value_t = super::recv::DEFAULT_RECV_BUFFER)]
     pub recv_buffer: usize,
+    /// Chunk buffers to allocate (and register with CUDA) before receiving, so that the
+    /// receive threads never stop to allocate while packets arrive (a real-time run wants
+    /// the window, the queue to the engine and what the engine holds: about
+    /// --recv-chunks + 8). 0: allocate as needed.
+    #[arg(long, value_name = "CHUNKS", default_value_t = 0)]
+    pub recv_prealloc: usize,
     /// Core of the send thread (katgpucbf's option; -1: unpinned). The outputs' heaps are
     /// paced and sent from that thread, not the thread that feeds the compute.
     #[arg(long, value_name = "CORE", allow_hyphen_values = true, default_value_t = -1)]
@@ -244,6 +250,7 @@ impl EngineArgs {
             cores,
             reorder_tol: self.recv_reorder_tol,
             window_chunks: self.recv_chunks,
+            prealloc: self.recv_prealloc,
         })
     }
 }

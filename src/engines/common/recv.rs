@@ -267,7 +267,7 @@ pub fn spawn_receiver_monitored<P: Placement + 'static>(
 ) -> std::thread::JoinHandle<std::io::Result<ChunkStats>> {
     std::thread::Builder::new()
         .name("recv".into())
-        .spawn(move || receive_alone(src, placement, policy, tx, recycle, monitor))
+        .spawn(move || receive_alone(src, placement, policy, 0, tx, recycle, monitor))
         .expect("spawn receive thread")
 }
 
@@ -276,11 +276,13 @@ fn receive_alone<P: Placement>(
     mut src: Box<dyn PacketSource>,
     placement: P,
     policy: WindowPolicy,
+    prealloc: usize,
     tx: crossbeam_channel::Sender<Chunk>,
     recycle: crossbeam_channel::Receiver<Chunk>,
     mut monitor: RecvMonitor,
 ) -> std::io::Result<ChunkStats> {
     let mut asm = ChunkAssembler::with_policy(placement, policy);
+    asm.prefill(prealloc);
     let mut out = Vec::new();
     let mut stopped = None;
     let queues = |asm: &ChunkAssembler<P>| queues(&tx, asm.free_chunks(), &recycle);
@@ -340,6 +342,8 @@ pub struct RecvSetup {
     pub reorder_tol: u64,
     /// Chunks open at once (`--recv-chunks`).
     pub window_chunks: usize,
+    /// Chunk buffers allocated before receiving (`--recv-prealloc`).
+    pub prealloc: usize,
 }
 
 impl RecvSetup {
@@ -350,6 +354,7 @@ impl RecvSetup {
             cores: Vec::new(),
             reorder_tol: DEFAULT_REORDER_TOL,
             window_chunks: ACTIVE_CHUNKS,
+            prealloc: 0,
         }
     }
 
@@ -375,6 +380,7 @@ pub fn spawn_receivers<P: Placement + Clone + Sync + 'static>(
     monitor: RecvMonitor,
 ) -> std::thread::JoinHandle<std::io::Result<ChunkStats>> {
     let policy = setup.policy(chunk_ticks);
+    let prealloc = setup.prealloc;
     let mut sources = setup.sources;
     if sources.len() == 1 {
         let core = setup.cores.first().copied();
@@ -383,12 +389,13 @@ pub fn spawn_receivers<P: Placement + Clone + Sync + 'static>(
             .name("recv".into())
             .spawn(move || {
                 pin(core)?;
-                receive_alone(src, placement, policy, tx, recycle, monitor)
+                receive_alone(src, placement, policy, prealloc, tx, recycle, monitor)
             })
             .expect("spawn receive thread");
     }
     let n = sources.len();
     let group = std::sync::Arc::new(ChunkGroup::new(placement, policy, n, STALL, tx.clone()));
+    group.prefill(prealloc);
     let monitor = std::sync::Arc::new(std::sync::Mutex::new(monitor));
     std::thread::Builder::new()
         .name("recv-group".into())
