@@ -19,11 +19,12 @@ ADC = 100e6
 PERIOD = 1 << 22
 
 
-
-def test_signals_time_sensors_halt(gpucbf):
-    kport, uport = free_tcp_port(), free_udp_port()
+def collect_items(ports):
+    """A spead2 stream on the UDP `ports` and a thread appending each heap's items
+    ({id: value or bytes}) to the returned list."""
     stream = spead2.recv.Stream(spead2.ThreadPool(), spead2.recv.StreamConfig(max_heaps=8))
-    stream.add_udp_reader(uport, bind_hostname="127.0.0.1", buffer_size=16 << 20)
+    for p in ports:
+        stream.add_udp_reader(p, bind_hostname="127.0.0.1", buffer_size=16 << 20)
     heaps = []
 
     def collect():
@@ -33,6 +34,13 @@ def test_signals_time_sensors_halt(gpucbf):
 
     th = threading.Thread(target=collect, daemon=True)
     th.start()
+    return stream, heaps, th
+
+
+
+def test_signals_time_sensors_halt(gpucbf):
+    kport, uport = free_tcp_port(), free_udp_port()
+    stream, heaps, th = collect_items([uport])
     proc = subprocess.Popen(
         [gpucbf, "dsim", "--adc-sample-rate", str(ADC), "--period", str(PERIOD), "--katcp-port", str(kport),
          "--katcp-host", "127.0.0.1", "--dither-seed", "5", "--rate-factor", "0.05",
@@ -100,18 +108,7 @@ def test_two_send_threads_switch_signals_together(gpucbf):
     import os
     core = sorted(os.sched_getaffinity(0))[0]
     kport, ports = free_tcp_port(), [free_udp_port(), free_udp_port()]
-    stream = spead2.recv.Stream(spead2.ThreadPool(), spead2.recv.StreamConfig(max_heaps=8))
-    for p in ports:
-        stream.add_udp_reader(p, bind_hostname="127.0.0.1", buffer_size=16 << 20)
-    heaps = []
-
-    def collect():
-        for heap in stream:
-            items = {it.id: it.immediate_value if it.is_immediate else bytes(np.frombuffer(it, np.uint8)) for it in heap.get_items()}
-            heaps.append(items)
-
-    th = threading.Thread(target=collect, daemon=True)
-    th.start()
+    stream, heaps, th = collect_items(ports)
     proc = subprocess.Popen(
         [gpucbf, "dsim", "--adc-sample-rate", str(ADC), "--period", str(PERIOD), "--katcp-port", str(kport),
          "--katcp-host", "127.0.0.1", "--dither-seed", "5", "--rate-factor", "0.05",

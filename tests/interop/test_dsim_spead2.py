@@ -113,8 +113,9 @@ def test_dsim_saturation_status(gpucbf, tmp_path):
         assert count == np.sum(np.abs(np.round(v)) > 511)
 
 
-def test_dsim_udp_loopback_to_spead2(gpucbf):
-    ports = [free_udp_port(), free_udp_port()]
+def collect_heaps(ports, n):
+    """A spead2 stream on the UDP `ports` and a thread that takes `n` heaps into
+    result["heaps"] ((cnt, items) pairs) and counts the incomplete ones."""
     stream = spead2.recv.Stream(spead2.ThreadPool(), spead2.recv.StreamConfig(max_heaps=8))
     for p in ports:
         stream.add_udp_reader(p, bind_hostname="127.0.0.1", buffer_size=16 << 20)
@@ -124,13 +125,19 @@ def test_dsim_udp_loopback_to_spead2(gpucbf):
         hs = []
         for heap in stream:
             hs.append(heap)
-            if len(hs) == 400:
+            if len(hs) == n:
                 break
         result["heaps"] = [(h.cnt, {it.id: it.immediate_value if it.is_immediate else bytes(np.frombuffer(it, np.uint8)) for it in h.get_items()}) for h in hs]
         result["incomplete"] = sum(isinstance(h, spead2.recv.IncompleteHeap) for h in hs)
 
     th = threading.Thread(target=collect)
     th.start()
+    return stream, result, th
+
+
+def test_dsim_udp_loopback_to_spead2(gpucbf):
+    ports = [free_udp_port(), free_udp_port()]
+    stream, result, th = collect_heaps(ports, 400)
     run([gpucbf, "dsim", "--adc-sample-rate", "200e6", "--heaps", "200", "--first-id", "4",
          "--signals", "cw(0.2, 50e6);", *(f"127.0.0.1:{p}" for p in ports)])
     th.join(timeout=30)
@@ -148,22 +155,7 @@ def test_dsim_two_send_threads_to_spead2(gpucbf):
     cores = sorted(os.sched_getaffinity(0))
     c0, c1 = cores[0], cores[-1]
     ports = [free_udp_port(), free_udp_port()]
-    stream = spead2.recv.Stream(spead2.ThreadPool(), spead2.recv.StreamConfig(max_heaps=8))
-    for p in ports:
-        stream.add_udp_reader(p, bind_hostname="127.0.0.1", buffer_size=16 << 20)
-    result = {}
-
-    def collect():
-        hs = []
-        for heap in stream:
-            hs.append(heap)
-            if len(hs) == 400:
-                break
-        result["heaps"] = [(h.cnt, {it.id: it.immediate_value if it.is_immediate else bytes(np.frombuffer(it, np.uint8)) for it in h.get_items()}) for h in hs]
-        result["incomplete"] = sum(isinstance(h, spead2.recv.IncompleteHeap) for h in hs)
-
-    th = threading.Thread(target=collect)
-    th.start()
+    stream, result, th = collect_heaps(ports, 400)
     p = run([gpucbf, "dsim", "--adc-sample-rate", "200e6", "--heaps", "200", "--first-id", "4",
              "--affinity", f"{c0},{c1}", "--main-affinity", str(c1), "--send-buffer", "4194304",
              "--signals", "cw(0.2, 50e6);", *(f"127.0.0.1:{p}" for p in ports)])
