@@ -200,15 +200,12 @@ impl Pipeline {
         Ok(())
     }
 
-    /// A buffer for the next batch's output: the inline one, or one from the send thread.
+    /// A buffer for the next batch's output: the one held (the inline buffer, or the spare
+    /// kept when a completion was not ready), else one from the send thread.
     fn take_buffer(&mut self) -> Vec<u8> {
         match &self.sender {
-            OutputSender::Inline(_) => std::mem::take(&mut self.out),
-            OutputSender::Queued(q) if self.out.len() == self.out_len => {
-                // The spare kept when a completion was not ready.
-                std::mem::take(&mut self.out)
-            }
-            OutputSender::Queued(q) => q.buffer(self.out_len),
+            OutputSender::Queued(q) if self.out.len() != self.out_len => q.buffer(self.out_len),
+            _ => std::mem::take(&mut self.out),
         }
     }
 
