@@ -105,6 +105,10 @@ pub struct ChunkGroup<P: Placement> {
     stall: Duration,
     /// The consumer is gone: streams stop.
     gone: AtomicBool,
+    /// Time spent waiting for the consumer to take emitted chunks.
+    blocked: crate::telemetry::stages::Stage,
+    /// Time spent waiting for lagging streams before pushing the oldest chunk out.
+    wait_streams: crate::telemetry::stages::Stage,
 }
 
 // SAFETY: the raw views in the ring are only dereferenced by a writer registered in the
@@ -175,6 +179,8 @@ impl<P: Placement + Clone> ChunkGroup<P> {
             }),
             stall,
             gone: AtomicBool::new(false),
+            blocked: crate::telemetry::stages::Stage::new("recv", "wait_consumer"),
+            wait_streams: crate::telemetry::stages::Stage::new("recv", "wait_streams"),
         }
     }
 
@@ -194,7 +200,19 @@ impl<P: Placement + Clone> ChunkGroup<P> {
     /// Sends the window's emitted chunks to the consumer (under the mutex: in order).
     fn send(&self, w: &mut Window<P>) {
         for c in w.out.drain(..) {
-            if w.tx.send(c).is_err() {
+            let sent = match w.tx.try_send(c) {
+                Ok(()) => Ok(()),
+                Err(crossbeam_channel::TrySendError::Full(c)) => {
+                    // The consumer is behind: every receive thread waits here (the
+                    // window's mutex is held), so the sockets take up the slack.
+                    let t = std::time::Instant::now();
+                    let r = w.tx.send(c).map_err(|_| ());
+                    self.blocked.since(t);
+                    r
+                }
+                Err(crossbeam_channel::TrySendError::Disconnected(_)) => Err(()),
+            };
+            if sent.is_err() {
                 self.gone.store(true, Ordering::Relaxed);
             }
         }
@@ -366,7 +384,9 @@ impl<P: Placement + Clone> ChunkGroup<P> {
                 return w;
             }
             drop(w);
+            let t = Instant::now();
             std::thread::sleep(Duration::from_micros(20));
+            self.wait_streams.since(t);
         }
     }
 

@@ -3,6 +3,7 @@
 
 use std::net::Ipv4Addr;
 use std::path::Path;
+use std::time::Instant;
 
 use crate::chunk::{
     Chunk, ChunkAssembler, ChunkGroup, ChunkQueues, ChunkStats, Placement, RecvMonitor,
@@ -13,6 +14,7 @@ use crate::net::{
     recv::udp::UdpRecvSource,
     recv::{PacketSource, Poll},
 };
+use crate::telemetry::stages::Stage;
 
 /// Default `--recv-reorder-tol` in ADC ticks: 2^29 (katgpucbf's; 0.31 s at 1712 MS/s).
 pub const DEFAULT_REORDER_TOL: u64 = 1 << 29;
@@ -472,12 +474,17 @@ fn receive_stream<P: Placement + Clone>(
     monitor: &std::sync::Mutex<RecvMonitor>,
 ) -> std::io::Result<()> {
     let mut counts = StreamCounts::default();
+    // Receiving and placing (with the group's waits inside), and the bookkeeping after.
+    let (receive, sync) = (Stage::new("recv", "receive"), Stage::new("recv", "sync"));
     loop {
         let mut live = true;
+        let t = Instant::now();
         let poll = src.recv_batch(&mut |p| live &= group.push(i, &mut counts, p))?;
+        let t = receive.since(t);
         let s = group.sync(&mut counts, &mut recycle.try_iter());
         let q = queues(tx, s.free_chunks, recycle);
         (monitor.lock().unwrap_or_else(|e| e.into_inner()))(&s.stats, q);
+        sync.since(t);
         if let Some(e) = s.alloc_error {
             return Err(alloc_stopped(e));
         }

@@ -31,6 +31,7 @@ pub fn run(cfg: &DsimConfig) -> anyhow::Result<DsimSummary> {
     let (swap_tx, swap_rx) = crossbeam_channel::bounded::<SignalSwap>(1);
     let _katcp = serve_katcp(cfg, &start, swap_tx)?;
     let metrics = Metrics::new("dsim");
+    crate::telemetry::stages::register(&metrics);
     let send_metrics = SendMetrics::new(&metrics);
     if let Some(addr) = cfg.prometheus {
         let bound = metrics

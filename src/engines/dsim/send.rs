@@ -16,6 +16,29 @@ use super::DsimConfig;
 use crate::net::{Pacer, PacketSink};
 use crate::spead::{self, ids, Descriptor, HeapBuilder};
 use crate::telemetry::metrics::Metrics;
+use crate::telemetry::stages::Stage;
+
+/// A send thread's stages (`dsim_thread_stage_seconds_total{thread="send"}`, summed over
+/// the send threads).
+struct SendStages {
+    /// Writing the batch's packet headers.
+    build: Stage,
+    /// Waiting for the pacer.
+    pace: Stage,
+    /// In the sink (the socket calls).
+    sink: Stage,
+}
+
+impl SendStages {
+    fn new() -> Self {
+        let s = |name| Stage::new("send", name);
+        SendStages {
+            build: s("build"),
+            pace: s("pace"),
+            sink: s("sink"),
+        }
+    }
+}
 
 /// Largest packet for descriptor heaps (katgpucbf's MAX_PACKET_SIZE).
 pub const DESCRIPTOR_PACKET_SIZE: usize = 8872;
@@ -261,6 +284,7 @@ impl<'a> HeapStream<'a> {
         let mut heap_k = 0u64;
         let mut packets = 0u64;
         let t_send = Instant::now();
+        let stages = SendStages::new();
         let total = cfg.heaps.map(|n| n * n_streams);
         let mut slot = 0u64; // (heap index, stream) pairs in send order
         loop {
@@ -288,6 +312,7 @@ impl<'a> HeapStream<'a> {
             if let Some(p) = &self.progress {
                 p.store(slot / n_streams, Ordering::Relaxed);
             }
+            let t = Instant::now();
             let mut meta: Vec<(usize, usize, u64)> = Vec::with_capacity(BATCH);
             while meta.len() < BATCH {
                 if total.is_some_and(|t| slot >= t) || (due(&pending, slot) && !meta.is_empty()) {
@@ -320,10 +345,13 @@ impl<'a> HeapStream<'a> {
                 batch.push((dst, [&headers[i][..], self.windows[s].heap(w)]));
                 heap_k = heap_k.max(k + 1);
             }
+            let t = stages.build.since(t);
             self.pacer.wait(batch.len() * self.packet_size);
+            let t = stages.pace.since(t);
             let refs: Vec<(SocketAddrV4, &[&[u8]])> =
                 batch.iter().map(|(d, p)| (*d, &p[..])).collect();
             sink.send_batch(&refs)?;
+            stages.sink.since(t);
             packets += batch.len() as u64;
             metrics.heaps.inc_by(batch.len() as u64);
             metrics.bytes.inc_by((batch.len() * self.heap_bytes) as u64);

@@ -3,6 +3,7 @@
 //! whose input is in, trim what no output still needs; at the end, a [`FgpuSummary`].
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use serde::Serialize;
 use tracing::{info, warn};
@@ -13,6 +14,7 @@ use crate::chunk::placement::DigitiserPlacement;
 use crate::chunk::{Chunk, RecvMonitor};
 use crate::engines::common::recv::{rejected_counts, spawn_receivers, RecvSetup};
 use crate::net::recv::PacketSource;
+use crate::telemetry::stages::Stage;
 
 /// What a run did.
 #[derive(Debug, Clone, Serialize)]
@@ -133,18 +135,24 @@ fn feed(
     hook: &mut dyn FnMut(&SampleStore, &[Pipeline]),
 ) -> anyhow::Result<()> {
     let max_gap = 4 * placement.chunk_samples;
-    for chunk in rx.iter() {
+    let st = MainStages::new();
+    let mut t = Instant::now();
+    while let Ok(chunk) = rx.recv() {
+        t = st.wait_input.since(t);
         if let Some(c) = store.append(chunk, placement, max_gap) {
             let _ = back.try_send(c);
         }
+        t = st.store.since(t);
         for p in pipelines.iter_mut() {
             p.run_ready(store)?;
         }
+        t = st.outputs.since(t);
         forms.collect_dig_stats(pipelines, store);
         if let Some(keep) = pipelines.iter().filter_map(|p| p.needed_from()).min() {
             store.trim_before(keep);
         }
         let released = store.take_released();
+        t = st.store.since(t);
         if !released.is_empty() {
             for p in pipelines.iter_mut() {
                 p.fence_input()?;
@@ -153,9 +161,34 @@ fn feed(
                 let _ = back.try_send(c);
             }
         }
+        t = st.fence.since(t);
         hook(store, pipelines);
+        t = st.metrics.since(t);
     }
     Ok(())
+}
+
+/// The main thread's stages (`fgpu_thread_stage_seconds_total{thread="main"}`); the
+/// outputs' share is split further by [`Pipeline`].
+struct MainStages {
+    wait_input: Stage,
+    store: Stage,
+    outputs: Stage,
+    fence: Stage,
+    metrics: Stage,
+}
+
+impl MainStages {
+    fn new() -> Self {
+        let s = |name| Stage::new("main", name);
+        MainStages {
+            wait_input: s("wait_input"),
+            store: s("store"),
+            outputs: s("outputs"),
+            fence: s("fence_input"),
+            metrics: s("metrics"),
+        }
+    }
 }
 
 /// Which forms of the samples the store keeps, and who counts the digitiser statistics.

@@ -47,6 +47,7 @@ impl FgpuMetrics {
         adc_rate: f64,
     ) -> Self {
         let m = Metrics::new("fgpu");
+        crate::telemetry::stages::register(&m);
         let family = |name: &str, help: &str| m.counter_family(name, help);
         let input_heaps = family("input_heaps", "Digitiser heaps received");
         let input_missing = family("input_missing_heaps", "Digitiser heaps missing");

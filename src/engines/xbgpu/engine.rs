@@ -55,12 +55,18 @@ pub fn run_pipelines(
     let chunk_ticks = placement.batch_step() * placement.batches_per_chunk as u64;
     let receiver = spawn_receivers(recv, placement.clone(), chunk_ticks, tx, back_rx, monitor);
     let mut feed = ChunkFeed::new(&placement);
-    for chunk in rx.iter() {
+    let stage = |name| crate::telemetry::stages::Stage::new("main", name);
+    let (wait_input, outputs, metrics) = (stage("wait_input"), stage("outputs"), stage("metrics"));
+    let mut t = std::time::Instant::now();
+    while let Ok(chunk) = rx.recv() {
+        t = wait_input.since(t);
         // every output is done reading the chunk before it goes back to the receivers
         feed.chunk_then_recycle(chunk, &mut xs, beams.as_mut(), &mut |c| {
             let _ = back_tx.try_send(c);
         })?;
+        t = outputs.since(t);
         hook(&xs, beams.as_ref());
+        t = metrics.since(t);
     }
     let recv = receiver
         .join()

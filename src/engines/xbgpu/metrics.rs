@@ -36,6 +36,7 @@ impl XbgpuMetrics {
     /// become data times with `sync_time` and `adc_rate`.
     pub(crate) fn new(sync_time: f64, adc_rate: f64) -> Self {
         let m = Metrics::new("xbgpu");
+        crate::telemetry::stages::register(&m);
         let recv = Some(RecvMetrics::new(&m, RecvFlavour::Feng));
         let family = |name: &str, help: &str| m.counter_family(name, help);
         XbgpuMetrics {

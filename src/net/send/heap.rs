@@ -5,10 +5,12 @@
 
 use std::io;
 use std::net::SocketAddrV4;
+use std::time::Instant;
 
 use super::PacketSink;
 use crate::net::pacing::Pacer;
 use crate::spead::{Descriptor, HeapBuilder};
+use crate::telemetry::stages::Stage;
 
 /// Counters of a heap sender.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,6 +36,18 @@ pub struct HeapSender {
     pacer: Option<Pacer>,
     /// Counters so far.
     pub stats: SendStats,
+    /// Where the time goes (pacing, the sink), when timed.
+    stages: Option<SendStages>,
+}
+
+/// A heap sender's stages (see [`crate::telemetry::stages`]).
+struct SendStages {
+    /// Building the heap's packets (headers).
+    build: Stage,
+    /// Waiting for the pacer.
+    pace: Stage,
+    /// In the sink (the socket calls).
+    sink: Stage,
 }
 
 impl HeapSender {
@@ -59,7 +73,18 @@ impl HeapSender {
             packet_payload,
             pacer,
             stats: SendStats::default(),
+            stages: None,
         }
+    }
+
+    /// Counts the time of this sender's data heaps on thread `thread`'s stages
+    /// `build`, `pace` and `sink`.
+    pub fn time_stages(&mut self, thread: &str) {
+        self.stages = Some(SendStages {
+            build: Stage::new(thread, "build"),
+            pace: Stage::new(thread, "pace"),
+            sink: Stage::new(thread, "sink"),
+        });
     }
 
     /// Sends one data heap to destination `dst`: the immediates in order, then `payload`
@@ -71,6 +96,7 @@ impl HeapSender {
         payload_id: u16,
         payload: &[u8],
     ) -> io::Result<()> {
+        let mut t = Instant::now();
         let cnt = self.next_cnt;
         self.next_cnt = self.next_cnt.wrapping_add(self.cnt_step);
         let mut h = HeapBuilder::new(cnt);
@@ -93,6 +119,9 @@ impl HeapSender {
                     .collect()
             })
             .collect();
+        if let Some(st) = &self.stages {
+            t = st.build.since(t);
+        }
         for chunk in parts.chunks(32) {
             if let Some(p) = self.pacer.as_mut() {
                 p.wait(
@@ -101,10 +130,16 @@ impl HeapSender {
                         .map(|v| v.iter().map(|s| s.len()).sum::<usize>())
                         .sum(),
                 );
+                if let Some(st) = &self.stages {
+                    t = st.pace.since(t);
+                }
             }
             let batch: Vec<(SocketAddrV4, &[&[u8]])> =
                 chunk.iter().map(|v| (dst, &v[..])).collect();
             self.sink.send_batch(&batch)?;
+            if let Some(st) = &self.stages {
+                t = st.sink.since(t);
+            }
         }
         self.stats.heaps += 1;
         self.stats.packets += packets.len() as u64;
