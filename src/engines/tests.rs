@@ -81,7 +81,7 @@ fn engine_args_carry_the_shared_options() {
         recv_buffer: 128 << 20,
         recv_chunks: 2,
         recv_prealloc: 0,
-        send_affinity: -1,
+        send_affinity: "-1".into(),
         send_buffer: 4 << 20,
         backend: Backend::Cpu,
         prometheus_port: Some(9100),
@@ -89,4 +89,31 @@ fn engine_args_carry_the_shared_options() {
     assert_eq!(f.io, want);
     assert_eq!(x.io, want);
     assert_eq!((f.src.as_str(), x.src.as_str()), ("x.pcap", "x.pcap"));
+}
+
+/// `--send-affinity` takes -1 (one unpinned send thread), a core or a list of cores (one
+/// send thread each); anything else, and `--send-buffer 0`, is refused by name.
+#[test]
+fn send_affinity_takes_a_core_list_and_refuses_bad_values() {
+    let cores = |extra: &[&str]| {
+        let base = ["fgpu", "--adc-sample-rate", "1712e6", "--sync-time", "0"];
+        F::try_parse_from(base.iter().chain(extra).chain(&["x.pcap"]))
+            .unwrap()
+            .a
+            .io
+            .send_cores()
+    };
+    assert_eq!(cores(&[]).unwrap(), vec![None]);
+    assert_eq!(cores(&["--send-affinity", "-1"]).unwrap(), vec![None]);
+    assert_eq!(cores(&["--send-affinity", "0"]).unwrap(), vec![Some(0)]);
+    assert_eq!(
+        cores(&["--send-affinity", "0,0"]).unwrap(),
+        vec![Some(0), Some(0)]
+    );
+    for bad in ["x", "-2", "", "0,", "100000"] {
+        let e = cores(&["--send-affinity", bad]).unwrap_err().to_string();
+        assert!(e.contains("--send-affinity"), "{bad}: {e}");
+    }
+    let e = cores(&["--send-buffer", "0"]).unwrap_err().to_string();
+    assert!(e.contains("--send-buffer"), "{e}");
 }

@@ -7,10 +7,12 @@
 
 mod cuda;
 mod host;
+mod lent;
 mod pages;
 
 pub use cuda::PinError;
 pub use host::{Bytes, HostMemory, TooLarge};
+pub use lent::{Lent, LentBytes};
 pub use pages::HUGE_PAGE;
 
 use std::io;

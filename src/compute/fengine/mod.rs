@@ -49,6 +49,9 @@ pub use gpu::wideband::{GpuBackend, Tuning, PFB_FIR_SRC, POSTPROC_SRC};
 
 use num_complex::Complex32;
 
+/// A finished batch's counters and its output, lent ([`FBackend::complete_lent`]).
+pub type LentBatch = (BlockStats, crate::mem::Lent);
+
 /// Computes F-engine output blocks. Implementations: [`CpuBackend`] (reference); a GPU
 /// backend plugs in beside it.
 pub trait FBackend {
@@ -87,6 +90,17 @@ pub trait FBackend {
     /// The oldest queued batch, written to `out`, with its counters; `wait`: wait for it
     /// (else `None` while it is still being computed). `None` when nothing is queued.
     fn complete(&mut self, _out: &mut [u8], _wait: bool) -> Result<Option<BlockStats>, FError> {
+        Ok(None)
+    }
+
+    /// True if [`Self::complete_lent`] lends outputs.
+    fn lends_output(&self) -> bool {
+        false
+    }
+
+    /// [`Self::complete`] without the copy: the oldest queued batch's output stays where
+    /// the backend downloaded it and is lent until the returned bytes are dropped.
+    fn complete_lent(&mut self, _wait: bool) -> Result<Option<LentBatch>, FError> {
         Ok(None)
     }
 }

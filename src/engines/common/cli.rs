@@ -153,9 +153,17 @@ pub struct EngineArgs {
     #[arg(long, value_name = "CHUNKS", default_value_t = 0)]
     pub recv_prealloc: usize,
     /// Core of the send thread (katgpucbf's option; -1: unpinned). The outputs' heaps are
-    /// paced and sent from that thread, not the thread that feeds the compute.
-    #[arg(long, value_name = "CORE", allow_hyphen_values = true, default_value_t = -1)]
-    pub send_affinity: i64,
+    /// paced and sent from that thread, not the thread that feeds the compute. A list
+    /// (`4,5` or `4-5`) starts one send thread per core, each with its own sockets, sending
+    /// the heaps of every n-th destination (substream); the order across destinations is
+    /// then not kept.
+    #[arg(
+        long,
+        value_name = "CORE[,CORE...]",
+        allow_hyphen_values = true,
+        default_value = "-1"
+    )]
+    pub send_affinity: String,
     /// Kernel send buffer of the UDP output socket in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
     pub send_buffer: usize,
@@ -182,29 +190,27 @@ impl EngineArgs {
         )?))
     }
 
-    /// The send thread's core (`--send-affinity`; `None` for -1), checked against the cores
-    /// this process may use, after checking `--send-buffer`.
-    pub fn send_core(&self) -> Result<Option<usize>, ConfigError> {
+    /// The send threads' cores (`--send-affinity`; one unpinned thread for -1), checked
+    /// against the cores this process may use, after checking `--send-buffer`.
+    pub fn send_cores(&self) -> Result<Vec<Option<usize>>, ConfigError> {
         if self.send_buffer == 0 {
             return Err(ConfigError::rule(
                 "--send-buffer",
                 "must be at least 1 byte",
             ));
         }
-        match self.send_affinity {
-            -1 => Ok(None),
-            c if c < 0 => Err(ConfigError::rule(
-                format!("--send-affinity {c}"),
-                "must be a core number, or -1 for an unpinned send thread",
-            )),
-            c => {
-                let core = c as usize;
-                crate::net::affinity::check_cores(&[core]).map_err(|e| {
-                    ConfigError::rule(format!("--send-affinity {c}:"), e.to_string())
-                })?;
-                Ok(Some(core))
-            }
+        let v = self.send_affinity.trim();
+        if v == "-1" {
+            return Ok(vec![None]);
         }
+        let bad = |e: String| ConfigError::rule(format!("--send-affinity {v}:"), e);
+        let cores = crate::net::affinity::parse_cores(v).map_err(|e| {
+            bad(format!(
+                "{e} (a core number or list of them, or -1 for one unpinned send thread)"
+            ))
+        })?;
+        crate::net::affinity::check_cores(&cores).map_err(|e| bad(e.to_string()))?;
+        Ok(cores.into_iter().map(Some).collect())
     }
 
     /// How the engine receives (`--recv-interface`, `--recv-dpdk`, `--recv-ibv`).

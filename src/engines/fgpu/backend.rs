@@ -9,6 +9,7 @@ use crate::compute::fengine::{
     GpuNarrowband, InputStats, Narrowband, NarrowbandMode, PipelineBackend, Pipelined, PolBlock,
     Samples, Window,
 };
+use crate::mem::Lent;
 use std::collections::VecDeque;
 
 /// The compute configuration of one output.
@@ -375,6 +376,29 @@ impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
             clipped,
             input,
         }))
+    }
+
+    fn lends_output(&self) -> bool {
+        self.backend.depth() > 0 && self.backend.lends_output()
+    }
+
+    fn complete_lent(&mut self, wait: bool) -> Result<Option<(Completed, Lent)>, ChannelizerError> {
+        let Some(&batch_ts) = self.queued.front() else {
+            return Ok(None);
+        };
+        if !self.lends_output() {
+            return Ok(None);
+        }
+        let Some((st, bytes)) = self.backend.complete_lent(wait)? else {
+            return Ok(None);
+        };
+        self.queued.pop_front();
+        let done = Completed {
+            batch_ts,
+            clipped: st.saturated,
+            input: st.input,
+        };
+        Ok(Some((done, bytes)))
     }
 }
 

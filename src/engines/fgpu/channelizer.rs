@@ -3,6 +3,7 @@
 //! ([`Completed`]) and why a batch cannot be made ([`ChannelizerError`]).
 
 use crate::compute::fengine::{FError, InputStats};
+use crate::mem::Lent;
 
 /// Why a channeliser cannot make a batch.
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +110,20 @@ pub trait Channelizer: Send {
         _out: &mut [u8],
         _wait: bool,
     ) -> Result<Option<Completed>, ChannelizerError> {
+        Ok(None)
+    }
+
+    /// True if [`Self::complete_lent`] lends outputs (then the engine sends from them).
+    fn lends_output(&self) -> bool {
+        false
+    }
+
+    /// [`Self::complete`] without the copy: the batch's bytes stay where the channeliser
+    /// put them, lent until dropped.
+    fn complete_lent(
+        &mut self,
+        _wait: bool,
+    ) -> Result<Option<(Completed, Lent)>, ChannelizerError> {
         Ok(None)
     }
 }

@@ -173,7 +173,7 @@ impl FgpuArgs {
         if let Some(out) = &self.io.send_pcap {
             check_output_is_not_input("--send-pcap", out, &self.src)?;
         }
-        self.io.send_core()?;
+        self.io.send_cores()?;
         let use_gpu = self.io.backend.use_gpu(true)?;
         let mut placement = DigitiserPlacement::new(
             self.recv_packet_samples,

@@ -3,6 +3,8 @@
 //! missing input, before the first sample or with a delay model that does not evaluate are
 //! not sent (counted in [`OutputStats`]).
 
+use std::time::Instant;
+
 use serde::Serialize;
 use tracing::warn;
 
@@ -10,9 +12,10 @@ use super::channelizer::{Channelizer, ChannelizerError};
 use super::spec::WidebandSpec;
 use super::store::SampleStore;
 use crate::compute::fengine::InputStats;
-use crate::engines::common::send_worker::{HeapPart, QueuedSender};
+use crate::engines::common::send_worker::{HeapPart, OutBuf, QueuedSender};
 use crate::net::send::heap::HeapSender;
 use crate::spead::{ids, Descriptor};
+use crate::telemetry::stages::Stage;
 
 /// Why an output stopped.
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +108,36 @@ pub struct Pipeline {
     pub stats: OutputStats,
     /// Digitiser statistics reported by completed batches, not yet taken.
     dig: Option<[InputStats; 2]>,
+    /// Time spent per stage (on the main thread).
+    stages: PipeStages,
+}
+
+/// A pipeline's stages on the main thread (`fgpu_thread_stage_seconds_total`).
+struct PipeStages {
+    /// Slicing (or joining) the packed input and queueing the batch on the GPU.
+    submit: Stage,
+    /// Taking the oldest batch in flight when the GPU's queue is full: waiting for it,
+    /// then copying its output out of its staging.
+    wait_gpu: Stage,
+    /// Taking batches that had already finished (the copy out of their staging).
+    complete: Stage,
+    /// Handing a batch to the send thread (waiting while its queue is full).
+    send_queue: Stage,
+    /// Getting an output buffer (allocating one when the send thread has none back).
+    buffer: Stage,
+}
+
+impl PipeStages {
+    fn new() -> Self {
+        let s = |name| Stage::new("main", name);
+        PipeStages {
+            submit: s("submit"),
+            wait_gpu: s("wait_gpu"),
+            complete: s("complete"),
+            send_queue: s("send_queue"),
+            buffer: s("buffer"),
+        }
+    }
 }
 
 impl Pipeline {
@@ -138,6 +171,7 @@ impl Pipeline {
             join: [Vec::new(), Vec::new()],
             stats,
             dig: None,
+            stages: PipeStages::new(),
         }
     }
 
@@ -153,18 +187,14 @@ impl Pipeline {
 
     /// Sends the batch at `ts` (in `buf`, which comes back to `self.out` when sent inline)
     /// to its destinations and counts it.
-    fn send_batch(
-        &mut self,
-        ts: u64,
-        clipped: [u64; 2],
-        buf: Vec<u8>,
-    ) -> Result<(), PipelineError> {
+    fn send_batch(&mut self, ts: u64, clipped: [u64; 2], buf: OutBuf) -> Result<(), PipelineError> {
         self.stats.clipped_samples[0] += clipped[0];
         self.stats.clipped_samples[1] += clipped[1];
         let n_dst = self.spec.dst.len();
         let cps = self.spec.channels_per_substream();
-        let per_dst = buf.len() / n_dst;
-        let bytes = buf.len() as u64;
+        let len = buf.bytes()?.len();
+        let per_dst = len / n_dst;
+        let bytes = len as u64;
         let items = |d: usize| {
             [
                 (ids::TIMESTAMP, ts),
@@ -174,11 +204,14 @@ impl Pipeline {
         };
         match &mut self.sender {
             OutputSender::Inline(sender) => {
+                let all = buf.bytes()?;
                 let r = (0..n_dst).try_for_each(|d| {
-                    let payload = &buf[d * per_dst..(d + 1) * per_dst];
+                    let payload = &all[d * per_dst..(d + 1) * per_dst];
                     sender.send_heap(d, &items(d), ids::FENG_RAW, payload)
                 });
-                self.out = buf;
+                if let OutBuf::Owned(v) = buf {
+                    self.out = v;
+                }
                 r?;
             }
             OutputSender::Queued(q) => {
@@ -189,7 +222,10 @@ impl Pipeline {
                         payload: d * per_dst..(d + 1) * per_dst,
                     })
                     .collect();
-                q.send(ids::FENG_RAW, heaps, buf)?;
+                let t = Instant::now();
+                let r = q.send(ids::FENG_RAW, heaps, buf);
+                self.stages.send_queue.since(t);
+                r?;
             }
         }
         self.stats.batches += 1;
@@ -204,7 +240,9 @@ impl Pipeline {
     /// kept when a completion was not ready), else one from the send thread.
     fn take_buffer(&mut self) -> Vec<u8> {
         match &self.sender {
-            OutputSender::Queued(q) if self.out.len() != self.out_len => q.buffer(self.out_len),
+            OutputSender::Queued(q) if self.out.len() != self.out_len => {
+                self.stages.buffer.time(|| q.buffer(self.out_len))
+            }
             _ => std::mem::take(&mut self.out),
         }
     }
@@ -212,15 +250,43 @@ impl Pipeline {
     /// Sends the oldest in-flight batch if it is done (`wait`: waiting for it); false if
     /// none was sent.
     fn complete_one(&mut self, wait: bool) -> Result<bool, PipelineError> {
-        let mut buf = self.take_buffer();
-        let c = match self.chan.complete(&mut buf, wait) {
-            Ok(Some(c)) => c,
-            other => {
-                self.out = buf;
-                return Ok(other?.is_some());
+        let t = Instant::now();
+        let (c, buf) = if self.chan.lends_output() {
+            // Sent from where the channeliser left it: no copy.
+            let c = self.chan.complete_lent(wait);
+            self.time_completion(wait, t);
+            match c? {
+                Some((c, lent)) => (c, OutBuf::Lent(lent)),
+                None => return Ok(false),
+            }
+        } else {
+            let mut buf = self.take_buffer();
+            let t = Instant::now();
+            let c = self.chan.complete(&mut buf, wait);
+            self.time_completion(wait, t);
+            match c {
+                Ok(Some(c)) => (c, OutBuf::Owned(buf)),
+                other => {
+                    self.out = buf;
+                    return Ok(other?.is_some());
+                }
             }
         };
-        if let Some(st) = c.input {
+        self.add_dig_stats(c.input);
+        self.send_batch(c.batch_ts, c.clipped, buf)?;
+        Ok(true)
+    }
+
+    fn time_completion(&self, wait: bool, t: Instant) {
+        match wait {
+            true => self.stages.wait_gpu.since(t),
+            false => self.stages.complete.since(t),
+        };
+    }
+
+    /// Adds a completed batch's digitiser statistics to those not yet taken.
+    fn add_dig_stats(&mut self, input: Option<[InputStats; 2]>) {
+        if let Some(st) = input {
             let acc = self.dig.get_or_insert(st.map(|s| InputStats {
                 sum_sq: 0,
                 samples: 0,
@@ -233,8 +299,6 @@ impl Pipeline {
                 acc[p].clipped += st[p].clipped;
             }
         }
-        self.send_batch(c.batch_ts, c.clipped, buf)?;
-        Ok(true)
     }
 
     /// Timestamp of the next batch to process (once known).
@@ -347,6 +411,7 @@ impl Pipeline {
                         break;
                     }
                 }
+                let t = Instant::now();
                 let align = self.chan.packed_align();
                 let [j0, j1] = &mut self.join;
                 let (d0, s0) = store
@@ -355,7 +420,9 @@ impl Pipeline {
                 let (d1, s1) = store
                     .packed_slice(1, ranges[1].0, len[1], align, j1)
                     .ok_or(PipelineError::NoPackedInput)?;
-                self.chan.submit_packed(ts, [d0, d1], [s0, s1])?;
+                let r = self.chan.submit_packed(ts, [d0, d1], [s0, s1]);
+                self.stages.submit.since(t);
+                r?;
                 continue;
             }
             let input = [
@@ -370,7 +437,7 @@ impl Pipeline {
                     return Err(e.into());
                 }
             };
-            self.send_batch(ts, clipped, buf)?;
+            self.send_batch(ts, clipped, OutBuf::Owned(buf))?;
         }
     }
 

@@ -24,7 +24,7 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
     crate::control::shutdown::install();
     let io = &cfg.io;
     let sink = io.open_sink()?;
-    let (pipelines, handles, _send_thread) = build_outputs(cfg, &sink)?;
+    let (pipelines, handles, _send_threads) = build_outputs(cfg, &sink)?;
     let device = Arc::new(FgpuDevice::new(
         handles,
         cfg.adc_sample_rate,
@@ -48,15 +48,35 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
     )
 }
 
-/// Every output: its controls, channeliser and sender (descriptors sent), as a pipeline and
-/// as the katcp device sees it; the outputs' heaps go through one send thread
-/// (`--send-affinity`).
+/// Every output: its controls, channeliser and senders (descriptors sent), as a pipeline
+/// and as the katcp device sees it; the outputs' heaps go through the send threads
+/// (`--send-affinity`: one per core; the first uses `sink`, each other its own socket; a
+/// pcap file takes one thread).
 fn build_outputs(
     cfg: &FgpuConfig,
     sink: &SharedSink,
 ) -> anyhow::Result<(Vec<Pipeline>, Vec<OutputHandle>, SendWorker)> {
+    let mut cores = cfg.io.send_cores()?;
+    if cores.len() > 1 && cfg.io.send_pcap.is_some() {
+        warn!("--send-pcap: one send thread (the file keeps the packets' order)");
+        cores.truncate(1);
+    }
+    let n = cores.len();
+    let mut lanes: Vec<(Vec<HeapSender>, Option<usize>)> = Vec::new();
+    for (l, core) in cores.iter().enumerate() {
+        let lane_sink = if l == 0 {
+            sink.clone()
+        } else {
+            cfg.io.open_sink()?
+        };
+        let senders = cfg
+            .outputs
+            .iter()
+            .map(|spec| output_sender(cfg, spec, &lane_sink, (l, n)))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        lanes.push((senders, *core));
+    }
     let mut parts = Vec::new();
-    let mut senders = Vec::new();
     let mut handles = Vec::new();
     for spec in &cfg.outputs {
         let control = Arc::new(Mutex::new(OutputControl::new(
@@ -64,7 +84,6 @@ fn build_outputs(
             cfg.gain as f32,
         )));
         let chan = make_channelizer(spec, cfg, control.clone())?;
-        let sender = output_sender(cfg, spec, sink)?;
         info!(output = %spec.name, channels = spec.channels, destinations = spec.dst.len(), "output ready");
         handles.push(OutputHandle {
             name: spec.name.clone(),
@@ -74,11 +93,9 @@ fn build_outputs(
             control,
         });
         parts.push((spec.clone(), chan));
-        senders.push(sender);
     }
-    let core = cfg.io.send_core()?;
-    let (worker, queued) = SendWorker::spawn(senders, core)?;
-    info!(core = ?core, "send thread started");
+    let (worker, queued) = SendWorker::spawn_lanes(lanes)?;
+    info!(cores = ?cores, "send threads started");
     let pipelines = parts
         .into_iter()
         .zip(queued)
@@ -87,12 +104,14 @@ fn build_outputs(
     Ok((pipelines, handles, worker))
 }
 
-/// The heap sender of one output, paced at its data rate × `--send-rate-factor`, with the
-/// stream's descriptors sent.
+/// The heap sender of one output on send lane `lane.0` of `lane.1` (which sends the heaps of
+/// destinations `d % lane.1 == lane.0`), paced at its share of the data rate ×
+/// `--send-rate-factor`; lane 0 sends the stream's descriptors.
 fn output_sender(
     cfg: &FgpuConfig,
     spec: &WidebandSpec,
     sink: &SharedSink,
+    lane: (usize, usize),
 ) -> std::io::Result<HeapSender> {
     let payload = cfg.io.send_packet_payload;
     let header = (8 + 8 * 8) as f64;
@@ -102,6 +121,9 @@ fn output_sender(
         * cfg.bytes_per_value() as f64
         * (1.0 + header / payload as f64)
         * cfg.send_rate_factor;
+    let n_dst = spec.dst.len();
+    let mine = (0..n_dst).filter(|d| d % lane.1 == lane.0).count();
+    let rate = rate * mine as f64 / n_dst.max(1) as f64;
     let mut sender = HeapSender::new(
         Box::new(sink.clone()),
         spec.dst.clone(),
@@ -110,11 +132,13 @@ fn output_sender(
         payload,
         Some(rate),
     );
-    let cps = spec.channels_per_substream();
-    sender.send_descriptors(
-        &descriptors(cps, spec.spectra_per_heap(), cfg.send_sample_bits),
-        8872,
-    )?;
+    if lane.0 == 0 {
+        let cps = spec.channels_per_substream();
+        sender.send_descriptors(
+            &descriptors(cps, spec.spectra_per_heap(), cfg.send_sample_bits),
+            8872,
+        )?;
+    }
     Ok(sender)
 }
 

@@ -16,6 +16,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use crossbeam_channel::{Receiver, Sender};
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, PinnedHostSlice};
 
 use super::block::{ensure, BlockParams, DeviceBlock};
@@ -138,6 +139,34 @@ pub struct Pipelined {
     direct_in_flight: bool,
     /// Batches uploaded straight from the caller's page-locked memory, and through staging.
     pub uploads: [u64; 2],
+    /// Output staging buffers lent by [`FBackend::complete_lent`] come back here.
+    returned: (Sender<PinnedHostSlice<u8>>, Receiver<PinnedHostSlice<u8>>),
+}
+
+/// A batch's output staging, lent to a sender; back to its [`Pipelined`] when dropped.
+struct LentStaging {
+    buf: Option<PinnedHostSlice<u8>>,
+    home: Sender<PinnedHostSlice<u8>>,
+}
+
+impl crate::mem::LentBytes for LentStaging {
+    fn bytes(&self) -> std::io::Result<&[u8]> {
+        match &self.buf {
+            Some(b) => b
+                .as_slice()
+                .map_err(|e| std::io::Error::other(format!("{e:?}"))),
+            None => Ok(&[]),
+        }
+    }
+}
+
+impl Drop for LentStaging {
+    fn drop(&mut self) {
+        if let Some(b) = self.buf.take() {
+            // The Pipelined may be gone: the buffer is then freed here.
+            let _ = self.home.try_send(b);
+        }
+    }
 }
 
 fn pinned<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
@@ -192,6 +221,7 @@ impl Pipelined {
             scratch: vec![],
             direct_in_flight: false,
             uploads: [0, 0],
+            returned: crossbeam_channel::unbounded(),
         })
     }
 
@@ -327,9 +357,12 @@ impl FBackend for Pipelined {
         }
         self.direct_in_flight |= direct;
         self.uploads[usize::from(!direct)] += 1;
-        // Output staging.
-        if s.out.as_ref().is_none_or(|o| o.len() != out_len) {
-            s.out = Some(pinned(&ctx, out_len, true)?);
+        // Output staging: the slot's own, else one a sender gave back, else a new one.
+        while s.out.as_ref().is_none_or(|o| o.len() != out_len) {
+            s.out = match self.returned.1.try_recv() {
+                Ok(b) => Some(b),
+                Err(_) => Some(pinned(&ctx, out_len, true)?),
+            };
         }
         ensure(&stream, &mut s.dev.out, out_len)?;
         ensure(&stream, &mut s.dev.delay, 4 * n_out)?;
@@ -401,13 +434,10 @@ impl FBackend for Pipelined {
     }
 
     fn complete(&mut self, out: &mut [u8], wait: bool) -> Result<Option<BlockStats>, FError> {
-        let Some(&i) = self.queue.front() else {
+        let Some(i) = self.ready(wait) else {
             return Ok(None);
         };
         let s = &self.slots[i];
-        if !wait && !s.done.as_ref().is_none_or(|e| e.is_complete()) {
-            return Ok(None);
-        }
         let src = s.out.as_ref().expect("a submitted slot has an output");
         let src = src.as_slice()?;
         if out.len() != src.len() {
@@ -417,6 +447,47 @@ impl FBackend for Pipelined {
             });
         }
         out.copy_from_slice(src);
+        let stats = self.slot_stats(i)?;
+        self.queue.pop_front();
+        Ok(Some(stats))
+    }
+
+    fn lends_output(&self) -> bool {
+        true
+    }
+
+    fn complete_lent(
+        &mut self,
+        wait: bool,
+    ) -> Result<Option<crate::compute::fengine::LentBatch>, FError> {
+        let Some(i) = self.ready(wait) else {
+            return Ok(None);
+        };
+        let stats = self.slot_stats(i)?;
+        let buf = self.slots[i].out.take();
+        self.queue.pop_front();
+        let lent = LentStaging {
+            buf,
+            home: self.returned.0.clone(),
+        };
+        Ok(Some((stats, Box::new(lent))))
+    }
+}
+
+impl Pipelined {
+    /// The slot of the oldest batch in flight once it is done (`wait`: waiting for it).
+    fn ready(&self, wait: bool) -> Option<usize> {
+        let &i = self.queue.front()?;
+        let s = &self.slots[i];
+        (wait || s.done.as_ref().is_none_or(|e| e.is_complete())).then_some(i)
+    }
+
+    /// The counters of the finished batch in slot `i` (waits for its downloads).
+    fn slot_stats(&self, i: usize) -> Result<BlockStats, FError> {
+        let s = &self.slots[i];
+        if let Some(e) = &s.done {
+            e.synchronize()?;
+        }
         let st = s.in_stats.as_slice()?;
         let sat = s.sat.as_slice()?;
         let wideband = self.be.config().narrowband.is_none();
@@ -426,11 +497,9 @@ impl FBackend for Pipelined {
             clipped: st[2 + p],
             bits: s.bits,
         });
-        let stats = BlockStats {
+        Ok(BlockStats {
             saturated: [sat[0], sat[1]],
             input: wideband.then_some(input),
-        };
-        self.queue.pop_front();
-        Ok(Some(stats))
+        })
     }
 }
