@@ -105,10 +105,12 @@ pub struct ChunkGroup<P: Placement> {
     stall: Duration,
     /// The consumer is gone: streams stop.
     gone: AtomicBool,
-    /// Time spent waiting for the consumer to take emitted chunks.
-    blocked: crate::telemetry::stages::Stage,
-    /// Time spent waiting for lagging streams before pushing the oldest chunk out.
-    wait_streams: crate::telemetry::stages::Stage,
+    /// Nanoseconds spent waiting for the consumer to take emitted chunks, not yet taken
+    /// by [`Self::take_waits`].
+    wait_consumer_ns: AtomicU64,
+    /// Nanoseconds spent waiting for lagging streams before pushing the oldest chunk out,
+    /// not yet taken.
+    wait_streams_ns: AtomicU64,
 }
 
 // SAFETY: the raw views in the ring are only dereferenced by a writer registered in the
@@ -179,9 +181,17 @@ impl<P: Placement + Clone> ChunkGroup<P> {
             }),
             stall,
             gone: AtomicBool::new(false),
-            blocked: crate::telemetry::stages::Stage::new("recv", "wait_consumer"),
-            wait_streams: crate::telemetry::stages::Stage::new("recv", "wait_streams"),
+            wait_consumer_ns: AtomicU64::new(0),
+            wait_streams_ns: AtomicU64::new(0),
         }
+    }
+
+    /// Time the streams spent waiting since the last call, summed over the streams: for
+    /// the consumer to take emitted chunks, and for lagging streams to reach the oldest
+    /// chunk.
+    pub fn take_waits(&self) -> (Duration, Duration) {
+        let take = |a: &AtomicU64| Duration::from_nanos(a.swap(0, Ordering::Relaxed));
+        (take(&self.wait_consumer_ns), take(&self.wait_streams_ns))
     }
 
     /// Streams in the group.
@@ -205,9 +215,9 @@ impl<P: Placement + Clone> ChunkGroup<P> {
                 Err(crossbeam_channel::TrySendError::Full(c)) => {
                     // The consumer is behind: every receive thread waits here (the
                     // window's mutex is held), so the sockets take up the slack.
-                    let t = std::time::Instant::now();
+                    let t = Instant::now();
                     let r = w.tx.send(c).map_err(|_| ());
-                    self.blocked.since(t);
+                    add_ns(&self.wait_consumer_ns, t);
                     r
                 }
                 Err(crossbeam_channel::TrySendError::Disconnected(_)) => Err(()),
@@ -386,7 +396,7 @@ impl<P: Placement + Clone> ChunkGroup<P> {
             drop(w);
             let t = Instant::now();
             std::thread::sleep(Duration::from_micros(20));
-            self.wait_streams.since(t);
+            add_ns(&self.wait_streams_ns, t);
         }
     }
 
@@ -484,4 +494,9 @@ impl<P: Placement + Clone> ChunkGroup<P> {
         self.send(w);
         w.asm.stats.clone()
     }
+}
+
+/// Adds the time since `t` to the nanosecond counter `a`.
+fn add_ns(a: &AtomicU64, t: Instant) {
+    a.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
 }

@@ -20,6 +20,7 @@ use clap::Args;
 use serde_json::json;
 use tracing::{info, warn};
 
+use crate::apps::soak::{EngineTarget, Soak, SoakOptions, SoakReport};
 use crate::engines::common::{Backend, ConfigError};
 pub use procs::ChildError;
 use procs::{child, stop, stop_all, wait_json, wait_ready, Proc};
@@ -53,6 +54,16 @@ pub struct ArrayArgs {
     /// Seconds per correlator dump (rounded to whole batches).
     #[arg(long, default_value_t = 1.0)]
     pub dump_seconds: f64,
+    /// Writes a soak report (`gpucbf soak`'s soak.csv, soak.json, soak.png) of every engine
+    /// over the run into DIR: the engines serve Prometheus metrics on ports above the
+    /// array's, sampled every second. The array then exits non-zero when anything was lost
+    /// after --soak-warm-up (after writing its summary); without it, losses are reported in
+    /// the summary and the exit status stays 0.
+    #[arg(long, value_name = "DIR")]
+    pub soak_report: Option<PathBuf>,
+    /// Seconds from the start of the data during which the soak report expects losses.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    pub soak_warm_up: f64,
 }
 
 /// A checked array configuration: the options, and the engines' shapes that follow.
@@ -99,7 +110,23 @@ impl ArrayArgs {
                 "must be positive and at most --duration",
             ));
         }
-        let last = u32::from(self.base_port) + u32::from(x_port_offset(self.antennas)) + 1;
+        let extra = if self.soak_report.is_some() {
+            // Prometheus ports: the XB-engine, the F-engines, the dsim.
+            self.antennas as u32 + 2
+        } else {
+            0
+        };
+        if self.soak_report.is_some()
+            && !(self.soak_warm_up.is_finite()
+                && self.soak_warm_up >= 0.0
+                && self.soak_warm_up < self.duration)
+        {
+            return Err(ConfigError::rule(
+                format!("--soak-warm-up {}", self.soak_warm_up),
+                "must be at least 0 and shorter than --duration",
+            ));
+        }
+        let last = u32::from(self.base_port) + u32::from(x_port_offset(self.antennas)) + 1 + extra;
         if self.base_port == 0 || last > u32::from(u16::MAX) {
             return Err(ConfigError::rule(
                 format!("--base-port {}", self.base_port),
@@ -154,6 +181,20 @@ impl ArrayConfig {
         let k = x_port_offset(self.args.antennas);
         (self.port(k), self.port(k + 1))
     }
+
+    /// With `--soak-report`: the Prometheus port of engine `i` (0: the XB-engine, 1..=n:
+    /// the F-engines, n + 1: the dsim), above the XB-engine's ports.
+    fn prometheus_port(&self, i: usize) -> Option<u16> {
+        self.args.soak_report.as_ref()?;
+        Some(self.args.base_port + x_port_offset(self.args.antennas) + 2 + i as u16)
+    }
+
+    /// `--prometheus-port P` for engine `i`, when the soak report wants it.
+    fn prometheus_args(&self, i: usize) -> Vec<String> {
+        self.prometheus_port(i)
+            .map(|p| vec!["--prometheus-port".to_string(), p.to_string()])
+            .unwrap_or_default()
+    }
 }
 
 /// Runs the array; returns the summary it also writes to `summary.json`.
@@ -184,7 +225,7 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
     let mut engines = Engines::default();
     let streamed = start_engines(cfg, &exe, &sync, model.fgpu_gain(c), &mut engines)
         .and_then(|()| run_dsim(cfg, &exe, &sync, &signals, &mut engines));
-    let (dsim_summary, t0, stream_s) = match streamed {
+    let (dsim_summary, t0, stream_s, soak_report) = match streamed {
         Ok(v) => v,
         Err(e) => {
             // Leave nothing running: stop every engine that is still up, then fail.
@@ -193,6 +234,7 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
             return Err(e);
         }
     };
+    let soak = soak_report.transpose()?;
     let (fsum, xsum) = stop_engines(engines)?;
     stop_rx.store(true, Ordering::Relaxed);
     let (mut dumps, rx_stats) = rx
@@ -201,8 +243,16 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
     dumps.sort_by_key(|d| d.timestamp);
     let wall = t0.elapsed().as_secs_f64();
     write_visibilities(dir, &dumps, n, c)?;
-    let products = image::write_products(dir, &dumps, n, c, fs, &positions)?;
+    // Lost data can leave nothing to image: that is reported, not a failure of the run.
+    let products = image::write_products(dir, &dumps, n, c, fs, &positions).unwrap_or_else(|e| {
+        warn!(error = %e, "no image written");
+        json!({"error": e.to_string()})
+    });
     let dropped: u64 = rx_stats.total_dropped() + rx_stats.incomplete_heaps_evicted;
+    let lost = losses(&fsum, &xsum, dropped);
+    if !lost.as_object().is_none_or(|o| o.is_empty()) {
+        warn!(lost = %lost, "data were lost: see \"lost\" in the summary");
+    }
     let summary = json!({
         "antennas": n,
         "channels": c,
@@ -216,6 +266,13 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
         // Simulated seconds per second of sending (1.0: the digitisers kept real time).
         "real_time_factor": args.duration / dsim_summary["summary"]["send_seconds"].as_f64().unwrap_or(stream_s),
         "receiver": {"heaps": rx_stats.heaps, "packets": rx_stats.packets, "dropped_packets": dropped},
+        // Every loss by engine and counter (only those that occurred); empty: nothing lost.
+        "lost": lost,
+        "soak": soak.as_ref().map(|r| json!({
+            "ok": r.summary.verdict.ok,
+            "problems": r.summary.verdict.problems.iter().map(|p| p.message.clone()).collect::<Vec<_>>(),
+            "json": r.json, "png": r.png, "csv": r.csv,
+        })),
         "engines": {"dsim": dsim_summary, "fgpu": fsum, "xbgpu": xsum},
         "products": products,
         "sky": model.describe(),
@@ -230,7 +287,83 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
             dir.join("logs").display()
         );
     }
+    if let Some(r) = &soak {
+        // The soak's contract: non-zero when anything was lost after the warm-up (the
+        // summary is written first).
+        r.summary.verdict.check()?;
+    }
     Ok(summary)
+}
+
+/// The losses in the engines' summaries, by engine and counter (non-zero ones only):
+/// F-engine input heaps missing and receive rejections, output heaps skipped; XB-engine
+/// input heaps missing and incomplete, rejections, accumulations skipped or incomplete;
+/// packets the array's receiver dropped.
+fn losses(fsum: &[serde_json::Value], xsum: &serde_json::Value, dropped: u64) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    let mut note = |engine: &str, what: String, v: u64| {
+        if v > 0 {
+            let e = out.entry(engine.to_string()).or_insert_with(|| json!({}));
+            e[what] = json!(v);
+        }
+    };
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let rejected = |s: &serde_json::Value, note: &mut dyn FnMut(String, u64)| {
+        if let Some(m) = s["recv_rejected"].as_object() {
+            for (k, v) in m {
+                if k != "metadata_heaps" {
+                    note(format!("rejected_{k}"), n(v));
+                }
+            }
+        }
+    };
+    for (a, f) in fsum.iter().enumerate() {
+        let s = &f["summary"];
+        let name = format!("fgpu{a}");
+        for p in 0..2 {
+            note(
+                &name,
+                format!("input_missing_heaps_pol{p}"),
+                n(&s["input_missing_heaps"][p]),
+            );
+        }
+        rejected(s, &mut |k, v| note(&name, k, v));
+        for o in s["outputs"].as_array().into_iter().flatten() {
+            let stream = o["name"].as_str().unwrap_or("output");
+            note(
+                &name,
+                format!("{stream}_skipped_heaps"),
+                n(&o["skipped_heaps"]),
+            );
+        }
+    }
+    let s = &xsum["summary"];
+    note(
+        "xbgpu",
+        "input_missing_heaps".into(),
+        n(&s["input_missing_heaps"]),
+    );
+    note(
+        "xbgpu",
+        "input_incomplete_heaps".into(),
+        n(&s["input_incomplete_heaps"]),
+    );
+    rejected(s, &mut |k, v| note("xbgpu", k, v));
+    for x in s["corrprods"].as_array().into_iter().flatten() {
+        let stream = x["name"].as_str().unwrap_or("corrprod");
+        note(
+            "xbgpu",
+            format!("{stream}_skipped_accs"),
+            n(&x["skipped_accs"]),
+        );
+        note(
+            "xbgpu",
+            format!("{stream}_incomplete_accs"),
+            n(&x["incomplete_accs"]),
+        );
+    }
+    note("receiver", "dropped_packets".into(), dropped);
+    serde_json::Value::Object(out)
 }
 
 fn unix_now() -> anyhow::Result<f64> {
@@ -298,8 +431,11 @@ fn start_engines(
             s("--send-enabled"),
             s("--backend"),
             backend.clone(),
-            x_in.to_string(),
-        ],
+        ]
+        .into_iter()
+        .chain(cfg.prometheus_args(0))
+        .chain([x_in.to_string()])
+        .collect::<Vec<_>>(),
         &logs.join("xbgpu.log"),
     )?);
     for a in 0..n {
@@ -325,8 +461,11 @@ fn start_engines(
                 gain.to_string(),
                 s("--backend"),
                 backend.clone(),
-                src,
-            ],
+            ]
+            .into_iter()
+            .chain(cfg.prometheus_args(1 + a))
+            .chain([src])
+            .collect::<Vec<_>>(),
             &logs.join(format!("fgpu{a}.log")),
         )?);
     }
@@ -339,7 +478,9 @@ fn start_engines(
 }
 
 /// Runs the dsim over the whole observation (with a progress bar), then returns its
-/// summary, when it started and how long it streamed. An engine or the dsim exiting
+/// summary, when it started, how long it streamed and the soak report (with
+/// `--soak-report`: sampled from the dsim's start until a second before its data end, while
+/// every engine still serves its metrics). An engine or the dsim exiting
 /// before the dsim has sent everything fails the run, naming it and how it exited (the
 /// dsim is stopped; the caller stops the engines).
 fn run_dsim(
@@ -348,7 +489,12 @@ fn run_dsim(
     sync: &str,
     signals: &str,
     engines: &mut Engines,
-) -> anyhow::Result<(serde_json::Value, Instant, f64)> {
+) -> anyhow::Result<(
+    serde_json::Value,
+    Instant,
+    f64,
+    Option<anyhow::Result<SoakReport>>,
+)> {
     let args = &cfg.args;
     let s = |v: &str| v.to_string();
     let mut dsim_args = vec![
@@ -367,15 +513,28 @@ fn run_dsim(
         s(signals),
         s("--summary"),
     ];
+    dsim_args.extend(cfg.prometheus_args(args.antennas + 1));
     for a in 0..args.antennas {
         dsim_args.push(cfg.port(2 * a as u16).to_string());
         dsim_args.push(cfg.port(2 * a as u16 + 1).to_string());
     }
     let t0 = Instant::now();
     let mut dsim = child("dsim", exe, &dsim_args, &args.output.join("logs/dsim.log"))?;
+    let mut soak = match start_soak(cfg, engines, &dsim) {
+        Ok(s) => s,
+        Err(e) => {
+            stop_all(&mut [&mut dsim], Duration::from_secs(10));
+            return Err(e);
+        }
+    };
     let pb = progress_bar(args.duration);
     let mut stopping = false;
+    let mut report = None;
+    let soak_end = Duration::from_secs_f64((args.duration - 1.0).max(args.soak_warm_up));
     let dsim_summary = loop {
+        if soak.is_some() && (t0.elapsed() >= soak_end || stopping) {
+            report = soak.take().map(Soak::finish);
+        }
         if dsim.try_wait()?.is_some() {
             let (status, summary) = wait_json(&mut dsim, Duration::from_secs(5));
             match status {
@@ -403,7 +562,34 @@ fn run_dsim(
     };
     let stream_s = t0.elapsed().as_secs_f64();
     pb.finish_and_clear();
-    Ok((dsim_summary, t0, stream_s))
+    let report = report.or_else(|| soak.map(Soak::finish));
+    Ok((dsim_summary, t0, stream_s, report))
+}
+
+/// Starts sampling every engine for `--soak-report` (none without it).
+fn start_soak(
+    cfg: &ArrayConfig,
+    engines: &mut Engines,
+    dsim: &Proc,
+) -> anyhow::Result<Option<Soak>> {
+    let Some(dir) = &cfg.args.soak_report else {
+        return Ok(None);
+    };
+    let mut procs: Vec<&Proc> = engines.xb.iter().chain(engines.fengines.iter()).collect();
+    procs.push(dsim);
+    let targets = procs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| {
+            Some(EngineTarget {
+                name: p.name.clone(),
+                prometheus: SocketAddrV4::new(Ipv4Addr::LOCALHOST, cfg.prometheus_port(i)?).into(),
+                pid: Some(p.child.id()),
+            })
+        })
+        .collect();
+    let warm_up = Duration::from_secs_f64(cfg.args.soak_warm_up);
+    Ok(Some(Soak::start(targets, SoakOptions::new(dir, warm_up))?))
 }
 
 /// A progress bar in tenths of simulated seconds (hidden when stderr carries JSON lines).
@@ -514,5 +700,29 @@ mod tests {
                 .to_string();
             assert!(e.starts_with("--dump-seconds"), "{e}");
         }
+    }
+
+    /// The summary's `lost` names every non-zero loss counter by engine, and nothing else
+    /// (metadata heaps are not losses).
+    #[test]
+    fn losses_name_each_nonzero_counter_by_engine() {
+        let f0 = json!({"summary": {"input_missing_heaps": [0, 0], "recv_rejected": {"metadata_heaps": 3},
+            "outputs": [{"name": "wideband", "skipped_heaps": 0}]}});
+        let f1 = json!({"summary": {"input_missing_heaps": [5, 0], "recv_rejected": {"too_old_heaps": 2},
+            "outputs": [{"name": "wideband", "skipped_heaps": 4}]}});
+        let x = json!({"summary": {"input_missing_heaps": 0, "input_incomplete_heaps": 1,
+            "recv_rejected": {}, "corrprods": [{"name": "bc", "skipped_accs": 2, "incomplete_accs": 0}]}});
+        let lost = losses(&[f0.clone(), f1], &x, 7);
+        assert_eq!(
+            lost,
+            json!({
+                "fgpu1": {"input_missing_heaps_pol0": 5, "rejected_too_old_heaps": 2, "wideband_skipped_heaps": 4},
+                "xbgpu": {"input_incomplete_heaps": 1, "bc_skipped_accs": 2},
+                "receiver": {"dropped_packets": 7},
+            })
+        );
+        let clean = json!({"summary": {"input_missing_heaps": 0, "input_incomplete_heaps": 0,
+            "corrprods": [{"name": "bc", "skipped_accs": 0, "incomplete_accs": 0}]}});
+        assert_eq!(losses(&[f0], &clean, 0), json!({}));
     }
 }

@@ -476,6 +476,10 @@ fn receive_stream<P: Placement + Clone>(
     let mut counts = StreamCounts::default();
     // Receiving and placing (with the group's waits inside), and the bookkeeping after.
     let (receive, sync) = (Stage::new("recv", "receive"), Stage::new("recv", "sync"));
+    let waits = (
+        Stage::new("recv", "wait_consumer"),
+        Stage::new("recv", "wait_streams"),
+    );
     loop {
         let mut live = true;
         let t = Instant::now();
@@ -485,6 +489,9 @@ fn receive_stream<P: Placement + Clone>(
         let q = queues(tx, s.free_chunks, recycle);
         (monitor.lock().unwrap_or_else(|e| e.into_inner()))(&s.stats, q);
         sync.since(t);
+        let (consumer, streams) = group.take_waits();
+        waits.0.add(consumer);
+        waits.1.add(streams);
         if let Some(e) = s.alloc_error {
             return Err(alloc_stopped(e));
         }
