@@ -74,6 +74,52 @@ impl Stage {
     }
 }
 
+/// Declares a struct of [`Stage`]s of one thread and its `new()`:
+/// `stage_set!(struct Name("thread") { /// doc
+/// field = "stage", ... })`.
+#[macro_export]
+macro_rules! stage_set {
+    ($(#[$m:meta])* $vis:vis struct $name:ident($thread:literal) {
+        $($(#[$fm:meta])* $field:ident = $stage:literal),* $(,)?
+    }) => {
+        $(#[$m])*
+        $vis struct $name {
+            $($(#[$fm])* $field: $crate::telemetry::stages::Stage,)*
+        }
+
+        impl $name {
+            fn new() -> Self {
+                $name {
+                    $($field: $crate::telemetry::stages::Stage::new($thread, $stage),)*
+                }
+            }
+        }
+    };
+}
+
+/// A sender's stages on thread `thread`: building packets, waiting for the pacer, the
+/// socket calls.
+#[derive(Clone)]
+pub struct SendStages {
+    /// Building the packets (headers).
+    pub build: Stage,
+    /// Waiting for the pacer.
+    pub pace: Stage,
+    /// In the sink (the socket calls).
+    pub sink: Stage,
+}
+
+impl SendStages {
+    /// The stages `build`, `pace` and `sink` of `thread`.
+    pub fn new(thread: &str) -> Self {
+        SendStages {
+            build: Stage::new(thread, "build"),
+            pace: Stage::new(thread, "pace"),
+            sink: Stage::new(thread, "sink"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

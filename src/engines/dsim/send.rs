@@ -16,29 +16,7 @@ use super::DsimConfig;
 use crate::net::{Pacer, PacketSink};
 use crate::spead::{self, ids, Descriptor, HeapBuilder};
 use crate::telemetry::metrics::Metrics;
-use crate::telemetry::stages::Stage;
-
-/// A send thread's stages (`dsim_thread_stage_seconds_total{thread="send"}`, summed over
-/// the send threads).
-struct SendStages {
-    /// Writing the batch's packet headers.
-    build: Stage,
-    /// Waiting for the pacer.
-    pace: Stage,
-    /// In the sink (the socket calls).
-    sink: Stage,
-}
-
-impl SendStages {
-    fn new() -> Self {
-        let s = |name| Stage::new("send", name);
-        SendStages {
-            build: s("build"),
-            pace: s("pace"),
-            sink: s("sink"),
-        }
-    }
-}
+use crate::telemetry::stages::SendStages;
 
 /// Largest packet for descriptor heaps (katgpucbf's MAX_PACKET_SIZE).
 pub const DESCRIPTOR_PACKET_SIZE: usize = 8872;
@@ -284,7 +262,8 @@ impl<'a> HeapStream<'a> {
         let mut heap_k = 0u64;
         let mut packets = 0u64;
         let t_send = Instant::now();
-        let stages = SendStages::new();
+        // dsim_thread_stage_seconds_total{thread="send"}, summed over the send threads.
+        let stages = SendStages::new("send");
         let total = cfg.heaps.map(|n| n * n_streams);
         let mut slot = 0u64; // (heap index, stream) pairs in send order
         loop {

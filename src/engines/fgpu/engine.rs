@@ -14,7 +14,6 @@ use crate::chunk::placement::DigitiserPlacement;
 use crate::chunk::{Chunk, RecvMonitor};
 use crate::engines::common::recv::{rejected_counts, spawn_receivers, RecvSetup};
 use crate::net::recv::PacketSource;
-use crate::telemetry::stages::Stage;
 
 /// What a run did.
 #[derive(Debug, Clone, Serialize)]
@@ -168,26 +167,15 @@ fn feed(
     Ok(())
 }
 
-/// The main thread's stages (`fgpu_thread_stage_seconds_total{thread="main"}`); the
-/// outputs' share is split further by [`Pipeline`].
-struct MainStages {
-    wait_input: Stage,
-    store: Stage,
-    outputs: Stage,
-    fence: Stage,
-    metrics: Stage,
-}
-
-impl MainStages {
-    fn new() -> Self {
-        let s = |name| Stage::new("main", name);
-        MainStages {
-            wait_input: s("wait_input"),
-            store: s("store"),
-            outputs: s("outputs"),
-            fence: s("fence_input"),
-            metrics: s("metrics"),
-        }
+crate::stage_set! {
+    /// The main thread's stages (`fgpu_thread_stage_seconds_total{thread="main"}`); the
+    /// outputs' share is split further by [`Pipeline`].
+    struct MainStages("main") {
+        wait_input = "wait_input",
+        store = "store",
+        outputs = "outputs",
+        fence = "fence_input",
+        metrics = "metrics",
     }
 }
 

@@ -15,7 +15,6 @@ use crate::compute::fengine::InputStats;
 use crate::engines::common::send_worker::{HeapPart, OutBuf, QueuedSender};
 use crate::net::send::heap::HeapSender;
 use crate::spead::{ids, Descriptor};
-use crate::telemetry::stages::Stage;
 
 /// Why an output stopped.
 #[derive(Debug, thiserror::Error)]
@@ -112,31 +111,20 @@ pub struct Pipeline {
     stages: PipeStages,
 }
 
-/// A pipeline's stages on the main thread (`fgpu_thread_stage_seconds_total`).
-struct PipeStages {
-    /// Slicing (or joining) the packed input and queueing the batch on the GPU.
-    submit: Stage,
-    /// Taking the oldest batch in flight when the GPU's queue is full: waiting for it,
-    /// then copying its output out of its staging.
-    wait_gpu: Stage,
-    /// Taking batches that had already finished (the copy out of their staging).
-    complete: Stage,
-    /// Handing a batch to the send thread (waiting while its queue is full).
-    send_queue: Stage,
-    /// Getting an output buffer (allocating one when the send thread has none back).
-    buffer: Stage,
-}
-
-impl PipeStages {
-    fn new() -> Self {
-        let s = |name| Stage::new("main", name);
-        PipeStages {
-            submit: s("submit"),
-            wait_gpu: s("wait_gpu"),
-            complete: s("complete"),
-            send_queue: s("send_queue"),
-            buffer: s("buffer"),
-        }
+crate::stage_set! {
+    /// A pipeline's stages on the main thread (`fgpu_thread_stage_seconds_total`).
+    struct PipeStages("main") {
+        /// Slicing (or joining) the packed input and queueing the batch on the GPU.
+        submit = "submit",
+        /// Taking the oldest batch in flight when the GPU's queue is full: waiting for it
+        /// (and copying it out where the channeliser does not lend its output).
+        wait_gpu = "wait_gpu",
+        /// Taking batches that had already finished.
+        complete = "complete",
+        /// Handing a batch to the send thread (waiting while its queue is full).
+        send_queue = "send_queue",
+        /// Getting an output buffer (allocating one when the send thread has none back).
+        buffer = "buffer",
     }
 }
 

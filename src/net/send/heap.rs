@@ -10,7 +10,7 @@ use std::time::Instant;
 use super::PacketSink;
 use crate::net::pacing::Pacer;
 use crate::spead::{Descriptor, HeapBuilder};
-use crate::telemetry::stages::Stage;
+use crate::telemetry::stages::SendStages;
 
 /// Counters of a heap sender.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -38,16 +38,6 @@ pub struct HeapSender {
     pub stats: SendStats,
     /// Where the time goes (pacing, the sink), when timed.
     stages: Option<SendStages>,
-}
-
-/// A heap sender's stages (see [`crate::telemetry::stages`]).
-struct SendStages {
-    /// Building the heap's packets (headers).
-    build: Stage,
-    /// Waiting for the pacer.
-    pace: Stage,
-    /// In the sink (the socket calls).
-    sink: Stage,
 }
 
 impl HeapSender {
@@ -80,11 +70,7 @@ impl HeapSender {
     /// Counts the time of this sender's data heaps on thread `thread`'s stages
     /// `build`, `pace` and `sink`.
     pub fn time_stages(&mut self, thread: &str) {
-        self.stages = Some(SendStages {
-            build: Stage::new(thread, "build"),
-            pace: Stage::new(thread, "pace"),
-            sink: Stage::new(thread, "sink"),
-        });
+        self.stages = Some(SendStages::new(thread));
     }
 
     /// Sends one data heap to destination `dst`: the immediates in order, then `payload`
