@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 SECS=${1:-1800}
 OUT=${2:-out/cpu-soak}
 rm -rf "$OUT"
-BIN=${GPUCBF_BIN:-target/release/gpucbf}
+mkdir -p "$(dirname "$OUT")"
+BIN=${GPUCBF_BIN:-${CARGO_TARGET_DIR:-target}/release/gpucbf}
 rc=0
 "$BIN" array --backend cpu --antennas 2 --duration "$SECS" --output "$OUT" \
   --soak-report "$OUT/soak" --base-port 17400 > "$OUT.summary.json" 2> "$OUT.log" || rc=$?

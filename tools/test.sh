@@ -16,5 +16,5 @@ python3 tools/layout_check.py
 cargo build --release --features "$GPUCBF_FEATURES" --bin gpucbf
 cargo test --release --features "$GPUCBF_FEATURES"
 # Two minutes of the CPU soak (2 antennas through the array, nothing lost after the warm-up).
-tools/cpu_soak.sh 120 target/cpu-soak
+tools/cpu_soak.sh 120 "${CARGO_TARGET_DIR:-target}/cpu-soak"
 .venv/bin/python -m pytest tests/interop -q -p no:cacheprovider
