@@ -567,11 +567,7 @@ fn run_dsim(
 }
 
 /// Starts sampling every engine for `--soak-report` (none without it).
-fn start_soak(
-    cfg: &ArrayConfig,
-    engines: &mut Engines,
-    dsim: &Proc,
-) -> anyhow::Result<Option<Soak>> {
+fn start_soak(cfg: &ArrayConfig, engines: &Engines, dsim: &Proc) -> anyhow::Result<Option<Soak>> {
     let Some(dir) = &cfg.args.soak_report else {
         return Ok(None);
     };

@@ -238,9 +238,9 @@ impl Pipeline {
     /// Sends the oldest in-flight batch if it is done (`wait`: waiting for it); false if
     /// none was sent.
     fn complete_one(&mut self, wait: bool) -> Result<bool, PipelineError> {
-        let t = Instant::now();
         let (c, buf) = if self.chan.lends_output() {
             // Sent from where the channeliser left it: no copy.
+            let t = Instant::now();
             let c = self.chan.complete_lent(wait);
             self.time_completion(wait, t);
             match c? {

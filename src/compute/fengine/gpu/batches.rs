@@ -482,12 +482,10 @@ impl Pipelined {
         (wait || s.done.as_ref().is_none_or(|e| e.is_complete())).then_some(i)
     }
 
-    /// The counters of the finished batch in slot `i` (waits for its downloads).
+    /// The counters of the finished batch in slot `i` (reading them waits for their
+    /// downloads).
     fn slot_stats(&self, i: usize) -> Result<BlockStats, FError> {
         let s = &self.slots[i];
-        if let Some(e) = &s.done {
-            e.synchronize()?;
-        }
         let st = s.in_stats.as_slice()?;
         let sat = s.sat.as_slice()?;
         let wideband = self.be.config().narrowband.is_none();
