@@ -99,7 +99,8 @@ fn one_thread<P: Placement>(pl: P, streams: &[Vec<Vec<u8>>]) -> (Vec<Chunk>, Chu
     (out, a.stats.clone())
 }
 
-/// A group of one thread per stream; `stall` as for [`ChunkGroup::new`].
+/// A group of one thread per stream (even streams placing in batches, odd ones packet by
+/// packet); `stall` as for [`ChunkGroup::new`].
 fn group<P: Placement + Clone + Sync + 'static>(
     pl: P,
     streams: Vec<Vec<Vec<u8>>>,
@@ -117,13 +118,22 @@ fn group<P: Placement + Clone + Sync + 'static>(
             std::thread::spawn(move || {
                 let mut c = StreamCounts::default();
                 barrier.wait();
-                for (k, p) in pkts.iter().enumerate() {
-                    assert!(g.push(i, &mut c, p));
-                    if k % 16 == 15 {
-                        g.sync(&mut c, &mut std::iter::empty());
+                // Runs of 16 packets, then the counters synced: even streams place a run
+                // as one batch (inside the window throughout, one fence), odd streams
+                // packet by packet (leaving after each), so both ways meet in each test.
+                for run in pkts.chunks(16) {
+                    if i % 2 == 0 {
+                        let mut b = g.batch(i, &mut c);
+                        for p in run {
+                            assert!(b.push(p));
+                        }
+                    } else {
+                        for p in run {
+                            assert!(g.push(i, &mut c, p));
+                        }
                     }
+                    g.sync(&mut c, &mut std::iter::empty());
                 }
-                g.sync(&mut c, &mut std::iter::empty());
             })
         })
         .collect();

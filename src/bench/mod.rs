@@ -11,6 +11,7 @@ pub mod fgpu;
 pub mod loopback;
 pub mod nufft;
 pub mod recv;
+pub mod recv_place;
 pub mod xbgpu;
 
 /// Antenna counts of the correlator lines of `gpucbf bench xbgpu` and `xbgpu-corr`.
@@ -49,6 +50,9 @@ pub enum BenchCmd {
     FgpuNarrowband,
     /// Packets/s of the file, UDP loopback and DPDK sources vs spead2.
     Recv(recv::RecvBenchArgs),
+    /// CPU per packet of placing digitiser packets into chunks (one thread's assembler, the
+    /// receive group with 1, 2, 4 threads) against a plain copy of the payloads; no sockets.
+    RecvPlace(recv_place::PlaceArgs),
     /// UDP loopback throughput of this host (GSO send -> GRO receive, digitiser-sized
     /// datagrams, per pair and per CPU-second): the bound of the real-time runs.
     Loopback(loopback::LoopbackArgs),
@@ -76,6 +80,8 @@ pub enum Report {
     FgpuNarrowband(fgpu::narrowband::NarrowbandReport),
     /// `gpucbf bench recv`.
     Recv(recv::RecvReport),
+    /// `gpucbf bench recv-place`.
+    RecvPlace(recv_place::PlaceReport),
     /// `gpucbf bench loopback`.
     Loopback(loopback::LoopbackReport),
     /// `gpucbf bench nufft`.
@@ -98,6 +104,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Report> {
             Report::FgpuNarrowband(fgpu::narrowband::bench_gpu_narrowband()?)
         }
         BenchCmd::Recv(a) => Report::Recv(recv::run(&a)?),
+        BenchCmd::RecvPlace(a) => Report::RecvPlace(recv_place::run(&a)?),
         BenchCmd::Loopback(a) => Report::Loopback(loopback::run(&a)?),
         BenchCmd::Nufft => Report::Nufft(Box::new(nufft::run_issue_case()?)),
     };
@@ -143,6 +150,7 @@ mod tests {
             BenchCmd::Fgpu => "fgpu",
             BenchCmd::FgpuNarrowband => "fgpu-narrowband",
             BenchCmd::Recv(_) => "recv",
+            BenchCmd::RecvPlace(_) => "recv-place",
             BenchCmd::Loopback(_) => "loopback",
             BenchCmd::Nufft => "nufft",
         };

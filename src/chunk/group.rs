@@ -5,11 +5,14 @@
 //! The window itself is a [`ChunkAssembler`] behind a mutex (the slow path: opening and
 //! emitting chunks, every rejection, the far-timestamp vote, the notes). Its open chunks are
 //! published in a ring of [`RingSlot`]s so that a packet for an open chunk is written
-//! without the mutex (the fast path): the writer announces itself in the slot's `writers`
-//! count, checks that the slot still holds its chunk, and writes the payload under a lock of
-//! the heap (striped), so two streams may even deliver the same heap. The slow path closes
-//! every slot and waits for writers to leave before the window changes, so no chunk is
-//! emitted or reused while a stream writes into it.
+//! without the mutex (the fast path): the writer announces itself in its own stream state
+//! (`inside`, once per receive batch, on a cache line no other stream writes), checks that
+//! the slot still holds its chunk, and writes the payload under a lock of the heap (striped,
+//! one cache line per stripe), so two streams may even deliver the same heap. Payloads are
+//! copied with streaming stores ([`crate::mem::copy_stream`]), fenced when the stream
+//! leaves (at the end of its batch, or before it takes the slow path). The slow path closes
+//! every slot and waits for every stream to leave before the window changes, so no chunk is
+//! emitted or reused while a stream writes into it, and every byte written is visible.
 //!
 //! A chunk is emitted when every stream has moved past it: a stream that needs a new chunk
 //! while the window is full waits (a few tens of milliseconds at most) for the others to
@@ -18,7 +21,7 @@
 //! [`ChunkAssembler`] fed the same packets, as long as no stream lags a full window behind.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -28,8 +31,14 @@ use crate::spead::PacketView;
 
 /// No chunk in a ring slot.
 const CLOSED: u64 = u64::MAX;
-/// Heap locks (striped by chunk and slot).
-const STRIPES: usize = 1024;
+/// Heap locks (striped by a hash of chunk and slot).
+const STRIPES: usize = 512;
+
+/// A heap lock alone on its cache lines (streams writing neighbouring heaps do not share
+/// a line).
+#[derive(Default)]
+#[repr(align(128))]
+struct Stripe(Mutex<()>);
 
 /// Where the fast path writes a chunk: raw views of an open chunk's buffers, valid while
 /// the ring slot holds the chunk (the chunk itself stays in the assembler's window, its
@@ -41,13 +50,14 @@ struct ChunkView {
     offsets: *mut ByteRanges,
 }
 
-/// One published chunk of the window.
+/// One published chunk of the window (read by every stream, written only by the slow
+/// path: alone on its cache lines).
+#[repr(align(128))]
 struct RingSlot {
     /// The chunk id published here, or [`CLOSED`].
     id: AtomicU64,
-    /// Fast-path writers inside the slot.
-    writers: AtomicUsize,
-    /// The chunk's buffers (written only while the slot is closed and has no writer).
+    /// The chunk's buffers (written only while every slot is closed and no stream is
+    /// inside).
     view: UnsafeCell<ChunkView>,
 }
 
@@ -74,6 +84,9 @@ struct StreamState {
     near: AtomicU64,
     /// Taken as stalled by a stream that waited for it; cleared when it delivers again.
     stalled: AtomicBool,
+    /// The stream may be writing into published chunks (set before it reads a ring slot,
+    /// cleared, after a fence, when it leaves).
+    inside: AtomicBool,
 }
 
 /// Counters a stream keeps itself on the fast path, added to the window's now and then.
@@ -89,6 +102,8 @@ pub struct StreamCounts {
     head: u64,
     /// 1 + the chunk id of the latest packet.
     last: u64,
+    /// Announced inside (the stream's `inside` flag is set).
+    inside: bool,
 }
 
 /// Several receive streams placing into one window of chunks (see the module docs).
@@ -97,7 +112,7 @@ pub struct ChunkGroup<P: Placement> {
     n_slots: usize,
     slot_bytes: u64,
     ring: Box<[RingSlot]>,
-    locks: Box<[Mutex<()>]>,
+    locks: Box<[Stripe]>,
     /// The window's stream source once locked ([`CLOSED`] before).
     source: AtomicU64,
     streams: Box<[StreamState]>,
@@ -113,9 +128,9 @@ pub struct ChunkGroup<P: Placement> {
     wait_streams_ns: AtomicU64,
 }
 
-// SAFETY: the raw views in the ring are only dereferenced by a writer registered in the
-// slot's `writers` count while the slot publishes the chunk (see `try_fast`); the slow path
-// changes a view only after closing the slot and waiting for its writers to leave.
+// SAFETY: the raw views in the ring are only dereferenced by a stream announced `inside`
+// that read the slot publishing the chunk after announcing (see `try_fast`); the slow path
+// changes a view only after closing every slot and waiting for every stream to leave.
 unsafe impl<P: Placement + Sync> Sync for ChunkGroup<P> {}
 // SAFETY: as above; the views point into chunks owned by the group's own window.
 unsafe impl<P: Placement + Send> Send for ChunkGroup<P> {}
@@ -156,7 +171,6 @@ impl<P: Placement + Clone> ChunkGroup<P> {
         let ring = (0..len)
             .map(|_| RingSlot {
                 id: AtomicU64::new(CLOSED),
-                writers: AtomicUsize::new(0),
                 view: UnsafeCell::new(ChunkView {
                     data: std::ptr::null_mut(),
                     received: std::ptr::null_mut(),
@@ -170,7 +184,7 @@ impl<P: Placement + Clone> ChunkGroup<P> {
             slot_bytes: placement.slot_bytes() as u64,
             placement,
             ring,
-            locks: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            locks: (0..STRIPES).map(|_| Stripe::default()).collect(),
             source: AtomicU64::new(CLOSED),
             streams: (0..streams).map(|_| StreamState::default()).collect(),
             window: Mutex::new(Window {
@@ -199,12 +213,43 @@ impl<P: Placement + Clone> ChunkGroup<P> {
         self.streams.len()
     }
 
-    /// Places one packet of stream `stream`; false once the consumer is gone.
+    /// Places one packet of stream `stream`; false once the consumer is gone. The stream
+    /// leaves after the packet (a fence per packet): a receive thread places its batches
+    /// through [`Self::batch`] instead.
     pub fn push(&self, stream: usize, c: &mut StreamCounts, buf: &[u8]) -> bool {
+        let live = self.push_inside(stream, c, buf);
+        self.leave(stream, c);
+        live
+    }
+
+    /// A batch of stream `stream`'s packets: the stream stays inside between them and
+    /// leaves (one fence) when the batch is dropped. Nothing may block while a batch lives
+    /// (the slow path of another stream waits for this one to leave).
+    pub fn batch<'a>(&'a self, stream: usize, c: &'a mut StreamCounts) -> StreamBatch<'a, P> {
+        StreamBatch {
+            group: self,
+            stream,
+            c,
+        }
+    }
+
+    /// Places one packet, staying inside.
+    fn push_inside(&self, stream: usize, c: &mut StreamCounts, buf: &[u8]) -> bool {
         if let Fast::Slow = self.try_fast(stream, c, buf) {
+            self.leave(stream, c);
             self.slow(stream, c, buf);
         }
         !self.gone.load(Ordering::Relaxed)
+    }
+
+    /// The stream leaves the published chunks: its streaming stores fenced, then its
+    /// `inside` flag cleared.
+    fn leave(&self, stream: usize, c: &mut StreamCounts) {
+        if c.inside {
+            crate::mem::stream_fence();
+            self.streams[stream].inside.store(false, Ordering::Release);
+            c.inside = false;
+        }
     }
 
     /// Sends the window's emitted chunks to the consumer (under the mutex: in order).
@@ -248,19 +293,27 @@ impl<P: Placement + Clone> ChunkGroup<P> {
             return Fast::Slow;
         }
         let ring = &self.ring[(place.chunk_id % self.ring.len() as u64) as usize];
-        ring.writers.fetch_add(1, Ordering::SeqCst);
+        if !c.inside {
+            // Announced before the slot is read (both sequentially consistent: the slow
+            // path closes the slots, then waits for streams inside).
+            self.streams[stream].inside.store(true, Ordering::SeqCst);
+            c.inside = true;
+        }
         if ring.id.load(Ordering::SeqCst) != place.chunk_id {
-            ring.writers.fetch_sub(1, Ordering::Release);
             return Fast::Slow;
         }
-        // SAFETY: registered as a writer of a slot publishing this chunk: the slow path does
-        // not change the view or emit the chunk until we leave.
+        // SAFETY: inside, and the slot publishes this chunk: the slow path does not change
+        // the view or emit the chunk until we leave.
         let view = unsafe { *ring.view.get() };
-        let stripe = (place.chunk_id as usize)
+        let heap = (place.chunk_id as usize)
             .wrapping_mul(self.n_slots)
-            .wrapping_add(place.slot)
-            % STRIPES;
-        let guard = self.locks[stripe].lock().unwrap_or_else(|e| e.into_inner());
+            .wrapping_add(place.slot) as u64;
+        // Fibonacci hashing: heaps written at the same time (pols, neighbours) spread.
+        let stripe = (heap.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 55) as usize % STRIPES;
+        let guard = self.locks[stripe]
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         // SAFETY: slot < n_slots, the chunk's vectors have n_slots entries; the heap lock
         // makes this writer the only one of this heap.
         let (got, offs) = unsafe {
@@ -277,14 +330,8 @@ impl<P: Placement + Clone> ChunkGroup<P> {
             offs.insert(start, end);
             let base = place.slot * self.slot_bytes as usize + a as usize;
             // SAFETY: base + len ≤ n_slots × slot_bytes (checked above); other writers
-            // write other heaps or wait for this heap's lock.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    pkt.payload.as_ptr(),
-                    view.data.add(base),
-                    len as usize,
-                )
-            };
+            // write other heaps or wait for this heap's lock; fenced when the stream leaves.
+            unsafe { crate::mem::copy_stream(view.data.add(base), pkt.payload) };
             *got += len as u32;
             if *got as u64 == self.slot_bytes {
                 c.heaps += 1;
@@ -292,7 +339,6 @@ impl<P: Placement + Clone> ChunkGroup<P> {
             true
         };
         drop(guard);
-        ring.writers.fetch_sub(1, Ordering::Release);
         if placed {
             c.packets += 1;
             c.bytes += len;
@@ -350,6 +396,8 @@ impl<P: Placement + Clone> ChunkGroup<P> {
         self.close_all();
         let w = &mut *w;
         let _ = w.asm.push(buf, &mut w.out);
+        // Its copy visible before another stream emits the chunk.
+        crate::mem::stream_fence();
         self.publish(&mut w.asm);
         self.send(w);
     }
@@ -420,13 +468,14 @@ impl<P: Placement + Clone> ChunkGroup<P> {
         })
     }
 
-    /// Closes every ring slot and waits until no fast-path writer is inside one.
+    /// Closes every ring slot and waits until no stream is inside (a stream inside sees a
+    /// closed slot at its next packet and leaves, or leaves at the end of its batch).
     fn close_all(&self) {
         for r in self.ring.iter() {
             r.id.store(CLOSED, Ordering::SeqCst);
         }
-        for r in self.ring.iter() {
-            while r.writers.load(Ordering::SeqCst) > 0 {
+        for s in self.streams.iter() {
+            while s.inside.load(Ordering::SeqCst) {
                 std::hint::spin_loop();
             }
         }
@@ -493,6 +542,27 @@ impl<P: Placement + Clone> ChunkGroup<P> {
         w.asm.flush(&mut w.out);
         self.send(w);
         w.asm.stats.clone()
+    }
+}
+
+/// A stream's batch of packets ([`ChunkGroup::batch`]): the stream leaves when it is
+/// dropped.
+pub struct StreamBatch<'a, P: Placement + Clone> {
+    group: &'a ChunkGroup<P>,
+    stream: usize,
+    c: &'a mut StreamCounts,
+}
+
+impl<P: Placement + Clone> StreamBatch<'_, P> {
+    /// Places one packet; false once the consumer is gone.
+    pub fn push(&mut self, buf: &[u8]) -> bool {
+        self.group.push_inside(self.stream, self.c, buf)
+    }
+}
+
+impl<P: Placement + Clone> Drop for StreamBatch<'_, P> {
+    fn drop(&mut self) {
+        self.group.leave(self.stream, self.c);
     }
 }
 

@@ -22,7 +22,7 @@ pub mod placement;
 mod presence;
 mod window;
 
-pub use group::{ChunkGroup, StreamCounts, Synced};
+pub use group::{ChunkGroup, StreamBatch, StreamCounts, Synced};
 pub use presence::{ByteRanges, Chunk, SpanMissing};
 pub use window::{ChunkAssembler, ChunkStats, WindowPolicy};
 

@@ -254,6 +254,9 @@ impl<P: Placement> ChunkAssembler<P> {
                 self.free.push(c);
             } else {
                 self.stats.chunks += 1;
+                // The payload copies' streaming stores reach memory before anyone else
+                // reads the chunk.
+                crate::mem::stream_fence();
                 out.push(c);
             }
         }
@@ -352,7 +355,10 @@ impl<P: Placement> ChunkAssembler<P> {
         offs.insert(start, end);
         let got = &mut c.received[place.slot];
         let base = place.slot * slot_bytes as usize + a as usize;
-        c.data[base..base + len as usize].copy_from_slice(pkt.payload);
+        let dst = &mut c.data[base..base + len as usize];
+        // SAFETY: `dst` is `len` bytes of the chunk, distinct from the packet; the stores
+        // are fenced before the chunk leaves (emit_front).
+        unsafe { crate::mem::copy_stream(dst.as_mut_ptr(), pkt.payload) };
         *got += len as u32;
         self.stats.packets += 1;
         self.stats.bytes += len;

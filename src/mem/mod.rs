@@ -9,11 +9,13 @@ mod cuda;
 mod host;
 mod lent;
 mod pages;
+mod stream;
 
 pub use cuda::PinError;
 pub use host::{Bytes, HostMemory, TooLarge};
 pub use lent::{Lent, LentBytes};
 pub use pages::HUGE_PAGE;
+pub use stream::{copy_stream, stream_fence, STREAM_MIN};
 
 use std::io;
 use std::ptr::NonNull;
