@@ -31,6 +31,7 @@ fn ibv(src: &str, interface: Ipv4Addr) -> String {
         dpdk: None,
         ibv: true,
         buffer: 0,
+        hold: None,
     };
     match open_source_with(src, &opts) {
         Ok(_) => "opened".into(),
@@ -71,6 +72,7 @@ fn recv_ibv_needs_endpoints_and_excludes_dpdk() {
         dpdk: Some("--no-huge"),
         ibv: true,
         buffer: 0,
+        hold: None,
     };
     let e = open_source_with("239.10.0.1:7148", &both).err().unwrap();
     assert!(e.to_string().contains("alternatives"), "{e}");

@@ -193,6 +193,7 @@ fn gro_receive_of_gso_burst_matches_plain_receive() {
         UdpRecvConfig {
             gro: false,
             slot_bytes: None,
+            ..UdpRecvConfig::default()
         },
     )
     .unwrap();
@@ -249,6 +250,7 @@ fn oversized_buffers_are_counted_and_dropped() {
             UdpRecvConfig {
                 gro,
                 slot_bytes: Some(2048),
+                ..UdpRecvConfig::default()
             },
         )
         .unwrap();
@@ -299,6 +301,7 @@ fn refused_gso_falls_back_to_plain_sends() {
         UdpRecvConfig {
             gro: false,
             slot_bytes: None,
+            ..UdpRecvConfig::default()
         },
     )
     .unwrap();

@@ -79,6 +79,7 @@ fn engine_args_carry_the_shared_options() {
         recv_reorder_tol: 1 << 29,
         recv_affinity: None,
         recv_buffer: 128 << 20,
+        recv_hold_us: 100,
         recv_chunks: 2,
         recv_prealloc: 0,
         send_affinity: "-1".into(),

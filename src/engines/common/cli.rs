@@ -146,6 +146,11 @@ pub struct EngineArgs {
     /// SO_RCVBUFFORCE when allowed, else capped with a warning).
     #[arg(long, value_name = "BYTES", default_value_t = super::recv::DEFAULT_RECV_BUFFER)]
     pub recv_buffer: usize,
+    /// Microseconds a UDP receive thread waits after a read that emptied its sockets
+    /// before reading again, instead of being woken by the next datagram: each wake-up
+    /// then takes a batch (0: wake per datagram, the lowest latency).
+    #[arg(long, value_name = "MICROSECONDS", default_value_t = 100)]
+    pub recv_hold_us: u64,
     /// Chunk buffers to allocate (and register with CUDA) before receiving, so that the
     /// receive threads never stop to allocate while packets arrive (a real-time run wants
     /// the window, the queue to the engine and what the engine holds: about
@@ -220,6 +225,7 @@ impl EngineArgs {
             dpdk: self.recv_dpdk.as_deref(),
             ibv: self.recv_ibv,
             buffer: self.recv_buffer,
+            hold: Some(std::time::Duration::from_micros(self.recv_hold_us)),
         }
     }
 

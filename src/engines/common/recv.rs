@@ -11,7 +11,7 @@ use crate::chunk::{
 };
 use crate::net::{
     recv::pcap::PcapFileSource,
-    recv::udp::UdpRecvSource,
+    recv::udp::{UdpRecvConfig, UdpRecvSource},
     recv::{PacketSource, Poll},
 };
 use crate::telemetry::stages::Stage;
@@ -79,6 +79,8 @@ pub struct RecvOptions<'a> {
     pub ibv: bool,
     /// Kernel UDP receive buffer per socket in bytes (`--recv-buffer`); 0: the default.
     pub buffer: usize,
+    /// Wait after a read that drained the sockets (`--recv-hold-us`); `None`: the default.
+    pub hold: Option<std::time::Duration>,
 }
 
 /// Default `--recv-buffer`: 128 MiB per socket.
@@ -99,6 +101,7 @@ pub fn open_source(
             dpdk,
             ibv: false,
             buffer: 0,
+            hold: None,
         },
     )
 }
@@ -141,14 +144,24 @@ pub fn open_source_with(
         src: src.to_string(),
         error: e.to_string(),
     })?;
-    Ok(Box::new(UdpRecvSource::new(
+    Ok(Box::new(UdpRecvSource::with_config(
         &eps,
         interface,
         opts.recv_buffer(),
+        opts.udp_config(),
     )?))
 }
 
 impl RecvOptions<'_> {
+    /// How the UDP sockets receive (`--recv-hold-us`).
+    fn udp_config(&self) -> UdpRecvConfig {
+        let mut c = UdpRecvConfig::default();
+        if let Some(h) = self.hold {
+            c.hold = h;
+        }
+        c
+    }
+
     /// The socket receive buffer asked for.
     fn recv_buffer(&self) -> usize {
         if self.buffer == 0 {
@@ -207,7 +220,12 @@ pub fn open_sources(
                 .filter(|e| ports.iter().position(|&p| p == e.port()).unwrap_or(0) % threads == t)
                 .copied()
                 .collect();
-            let s = UdpRecvSource::new(&mine, interface, opts.recv_buffer())?;
+            let s = UdpRecvSource::with_config(
+                &mine,
+                interface,
+                opts.recv_buffer(),
+                opts.udp_config(),
+            )?;
             Ok(Box::new(s) as Box<dyn PacketSource>)
         })
         .collect()
@@ -483,7 +501,11 @@ fn receive_stream<P: Placement + Clone>(
     loop {
         let mut live = true;
         let t = Instant::now();
-        let poll = src.recv_batch(&mut |p| live &= group.push(i, &mut counts, p))?;
+        let poll = {
+            // Inside the window for the whole batch (one fence at its end).
+            let mut batch = group.batch(i, &mut counts);
+            src.recv_batch(&mut |p| live &= batch.push(p))?
+        };
         let t = receive.since(t);
         let s = group.sync(&mut counts, &mut recycle.try_iter());
         let q = queues(tx, s.free_chunks, recycle);

@@ -33,13 +33,23 @@ pub struct UdpRecvConfig {
     /// larger than its slot is dropped and counted (`truncated`). Default: 64 KiB with GRO,
     /// 9216 bytes without.
     pub slot_bytes: Option<usize>,
+    /// When the sockets were drained by the last read, wait this long before reading
+    /// again instead of sleeping in poll() until the next datagram: each wake-up then
+    /// takes a batch of what arrived meanwhile rather than a datagram or two, and the
+    /// sender does not wake this thread per datagram. Zero: poll at once.
+    pub hold: std::time::Duration,
 }
+
+/// Default [`UdpRecvConfig::hold`]: 100 µs (a few hundred kilobytes at a digitiser's rate,
+/// far below the socket buffers).
+pub const DEFAULT_HOLD: std::time::Duration = std::time::Duration::from_micros(100);
 
 impl Default for UdpRecvConfig {
     fn default() -> Self {
         UdpRecvConfig {
             gro: true,
             slot_bytes: None,
+            hold: DEFAULT_HOLD,
         }
     }
 }
@@ -58,6 +68,10 @@ pub struct UdpRecvStats {
     /// Buffers dropped because their control message was cut short (MSG_CTRUNC), so a
     /// coalesced buffer could not be split.
     pub ctrl_truncated: u64,
+    /// Waits of [`UdpRecvConfig::hold`] after a read that drained the sockets.
+    pub holds: u64,
+    /// poll() calls that slept for data.
+    pub polls: u64,
 }
 
 /// Receives UDP datagrams for a list of endpoints: one socket per port, bound to the
@@ -72,6 +86,9 @@ pub struct UdpRecvSource {
     /// poll() set, reused across calls (no allocation per batch).
     fds: Vec<libc::pollfd>,
     poll_ms: i32,
+    hold: std::time::Duration,
+    /// The last read emptied every socket (the next one waits `hold` first).
+    drained: bool,
     /// Counters so far.
     pub stats: UdpRecvStats,
 }
@@ -142,6 +159,8 @@ impl UdpRecvSource {
             gro,
             fds,
             poll_ms: 100,
+            hold: config.hold,
+            drained: false,
             stats: UdpRecvStats::default(),
         };
         // SO_RCVBUF is capped at net.core.rmem_max (often 208 KiB), far below what a burst of
@@ -293,10 +312,23 @@ impl UdpRecvSource {
 
 impl PacketSource for UdpRecvSource {
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8])) -> io::Result<Poll> {
+        if !self.hold.is_zero() {
+            if self.drained {
+                // Data are flowing: let a batch gather rather than wake per datagram.
+                std::thread::sleep(self.hold);
+                self.stats.holds += 1;
+            }
+            let p = self.read(f, None)?;
+            if p != Poll::Idle {
+                return Ok(p);
+            }
+            self.drained = false;
+        }
         let fds = &mut self.fds;
         fds.iter_mut().for_each(|p| p.revents = 0);
         // SAFETY: fds is a valid array of pollfd for the duration of the call.
         let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, self.poll_ms) };
+        self.stats.polls += 1;
         if r < 0 {
             let e = io::Error::last_os_error();
             return if e.kind() == io::ErrorKind::Interrupted {
@@ -308,11 +340,26 @@ impl PacketSource for UdpRecvSource {
         if r == 0 {
             return Ok(Poll::Idle);
         }
+        let ready: u64 = self
+            .fds
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.revents & libc::POLLIN != 0)
+            .fold(0, |m, (i, _)| m | 1 << i.min(63));
+        self.read(f, Some(ready))
+    }
+}
+
+impl UdpRecvSource {
+    /// One recvmmsg on each socket (those of the `ready` bit mask, or all), non-blocking;
+    /// the packets to `f`. Notes whether every socket was drained.
+    fn read(&mut self, f: &mut dyn FnMut(&[u8]), ready: Option<u64>) -> io::Result<Poll> {
         let (slot, batch) = (self.slot, self.batch);
         let mut any = false;
         let mut total = 0;
-        for i in 0..self.fds.len() {
-            if self.fds[i].revents & libc::POLLIN == 0 {
+        let mut drained = true;
+        for i in 0..self.sockets.len() {
+            if ready.is_some_and(|m| m & (1 << i.min(63)) == 0) {
                 continue;
             }
             // On the stack: no allocation per batch.
@@ -359,6 +406,7 @@ impl PacketSource for UdpRecvSource {
                 return Err(e);
             }
             any |= n > 0;
+            drained &= (n as usize) < batch;
             self.stats.buffers += n as u64;
             for (k, h) in hdrs.iter().take(n as usize).enumerate() {
                 let flags = h.msg_hdr.msg_flags;
@@ -395,6 +443,7 @@ impl PacketSource for UdpRecvSource {
             }
         }
         self.stats.packets += total as u64;
+        self.drained = any && drained;
         Ok(if any {
             Poll::Packets(total)
         } else {
@@ -485,5 +534,48 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("port 17150"), "{e}");
+    }
+
+    /// Sends `n` datagrams of 100 bytes (byte k of datagram i: i + k) to a fresh receive
+    /// source configured with `hold`, then reads twice; returns the datagrams received and
+    /// the source's counters.
+    fn two_reads(n: u8, hold: std::time::Duration) -> (Vec<Vec<u8>>, UdpRecvStats) {
+        let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let dst = SocketAddrV4::new(Ipv4Addr::LOCALHOST, probe.local_addr().unwrap().port());
+        drop(probe);
+        let config = UdpRecvConfig {
+            hold,
+            ..UdpRecvConfig::default()
+        };
+        let mut rx =
+            UdpRecvSource::with_config(&[dst], Ipv4Addr::UNSPECIFIED, 1 << 20, config).unwrap();
+        rx.poll_ms = 20;
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for i in 0..n {
+            let d: Vec<u8> = (0..100u8).map(|k| i.wrapping_add(k)).collect();
+            tx.send_to(&d, dst).unwrap();
+        }
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            rx.recv_batch(&mut |p| got.push(p.to_vec())).unwrap();
+        }
+        (got, rx.stats.clone())
+    }
+
+    /// With a hold, a read that drained the socket is followed by a wait (not a poll per
+    /// datagram), then a poll once nothing came; without one, every call polls. Either
+    /// way every datagram arrives once, in order.
+    #[test]
+    fn a_drained_socket_is_held_before_polling() {
+        // Fewer datagrams than one read takes (GRO_BATCH buffers): the first read drains.
+        let want: Vec<Vec<u8>> = (0..5u8)
+            .map(|i| (0..100u8).map(|k| i.wrapping_add(k)).collect())
+            .collect();
+        let (got, st) = two_reads(5, std::time::Duration::from_millis(1));
+        assert!(got == want, "{} datagrams", got.len());
+        assert_eq!((st.holds, st.polls), (1, 1), "{st:?}");
+        let (got, st) = two_reads(5, std::time::Duration::ZERO);
+        assert!(got == want, "{} datagrams", got.len());
+        assert_eq!((st.holds, st.polls), (0, 2), "{st:?}");
     }
 }
