@@ -23,9 +23,14 @@ fn recv_dpdk_with_bad_endpoints_is_an_error() {
     assert!(e.to_string().contains("not endpoints"), "{e}");
 }
 
-use gpucbf::engines::common::recv::{open_source_with, RecvOptions};
+use gpucbf::engines::common::recv::{open_source_with, open_sources, RecvOptions};
 
 fn ibv(src: &str, interface: Ipv4Addr) -> String {
+    ibv_threads(src, interface, 1)
+}
+
+/// `--recv-ibv` with `threads` receive threads (one queue pair each).
+fn ibv_threads(src: &str, interface: Ipv4Addr, threads: usize) -> String {
     let opts = RecvOptions {
         interface: Some(interface),
         dpdk: None,
@@ -33,10 +38,31 @@ fn ibv(src: &str, interface: Ipv4Addr) -> String {
         buffer: 0,
         hold: None,
     };
-    match open_source_with(src, &opts) {
-        Ok(_) => "opened".into(),
+    let r = if threads == 1 {
+        open_source_with(src, &opts).map(|_| ())
+    } else {
+        open_sources(src, &opts, threads).map(|_| ())
+    };
+    match r {
+        Ok(()) => "opened".into(),
         Err(e) => e.to_string(),
     }
+}
+
+/// Several `--recv-affinity` cores with `--recv-ibv` open one queue pair per thread (here
+/// failing as one does: no RDMA device, or no ibverbs in the build), with the endpoints
+/// dealt among them: fewer endpoints than threads is refused by name.
+#[test]
+fn recv_ibv_takes_one_queue_per_thread() {
+    let m = ibv_threads("239.10.0.1+3:7148", Ipv4Addr::UNSPECIFIED, 2);
+    if m == "opened" {
+        eprintln!("SKIP: this host has an RDMA device");
+        return;
+    }
+    assert!(!m.contains("one receive thread"), "{m}");
+    assert!(m.starts_with("--recv-ibv: "), "{m}");
+    let m = ibv_threads("239.10.0.1+1:7148", Ipv4Addr::UNSPECIFIED, 3);
+    assert!(m.contains("give at most 2 cores"), "{m}");
 }
 
 #[cfg(not(feature = "ibverbs"))]

@@ -187,10 +187,25 @@ pub fn open_sources(
         threads,
         why: why.to_string(),
     };
-    if opts.dpdk.is_some() || opts.ibv {
+    if opts.dpdk.is_some() {
         return Err(refuse(
-            "--recv-dpdk and --recv-ibv take one receive thread here (give one core)",
+            "--recv-dpdk takes one receive thread here (one DPDK queue: give one core)",
         ));
+    }
+    if opts.ibv {
+        // One queue pair (with its flow rules) per thread, each for its share of the
+        // endpoints.
+        let eps = crate::net::parse_endpoints(src).map_err(|e| OpenError::NotEndpoints {
+            option: "--recv-ibv",
+            src: src.to_string(),
+            error: e.to_string(),
+        })?;
+        let interface = opts.interface.unwrap_or(Ipv4Addr::UNSPECIFIED);
+        return deal_endpoints(&eps, threads)
+            .map_err(|e| refuse(&e))?
+            .into_iter()
+            .map(|share| open_ibv(share, interface))
+            .collect();
     }
     if Path::new(src).is_file() {
         return Err(refuse(
@@ -229,6 +244,24 @@ pub fn open_sources(
             Ok(Box::new(s) as Box<dyn PacketSource>)
         })
         .collect()
+}
+
+/// Deals `eps` to `threads` receive threads round-robin (endpoint i to thread i mod
+/// threads); every thread needs one.
+fn deal_endpoints(
+    eps: &[std::net::SocketAddrV4],
+    threads: usize,
+) -> Result<Vec<Vec<std::net::SocketAddrV4>>, String> {
+    if eps.len() < threads {
+        return Err(format!(
+            "{} endpoint(s) and each receive thread takes whole endpoints: give at most {} cores",
+            eps.len(),
+            eps.len()
+        ));
+    }
+    Ok((0..threads)
+        .map(|t| eps.iter().skip(t).step_by(threads).copied().collect())
+        .collect())
 }
 
 #[cfg(feature = "ibverbs")]
@@ -531,4 +564,23 @@ pub fn rejected_counts(stats: &ChunkStats) -> std::collections::BTreeMap<String,
         .map(|r| (r.name().to_string(), stats.rejected(r)))
         .filter(|&(_, n)| n > 0)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::SocketAddrV4;
+
+    #[test]
+    fn endpoints_are_dealt_round_robin() {
+        let eps: Vec<SocketAddrV4> = (0..5)
+            .map(|i| SocketAddrV4::new(Ipv4Addr::new(239, 1, 0, i), 7148))
+            .collect();
+        let d = deal_endpoints(&eps, 2).unwrap();
+        assert_eq!(d[0], vec![eps[0], eps[2], eps[4]]);
+        assert_eq!(d[1], vec![eps[1], eps[3]]);
+        assert_eq!(deal_endpoints(&eps, 5).unwrap().concat().len(), 5);
+        let e = deal_endpoints(&eps, 6).unwrap_err();
+        assert!(e.contains("at most 5 cores"), "{e}");
+    }
 }
