@@ -3,7 +3,10 @@
 use serde_json::json;
 
 /// The losses in the engines' summaries, by engine and counter (non-zero ones only):
-/// F-engine input heaps missing and receive rejections, output heaps skipped; each
+/// F-engine input heaps missing and receive rejections, heaps the dsim sent (`sent` per
+/// stream) that an F-engine neither received nor counted as missing
+/// (`input_heaps_unaccounted_polP`: dropped before its window reached them, rejected, or
+/// not read when it stopped), output heaps skipped; each
 /// XB-engine's (named by `x_names`) input heaps missing and incomplete, rejections,
 /// accumulations skipped or incomplete, and the dumps of timestamps that other XB-engines
 /// sent but it did not (`dumps_not_received`, from `x_missing`); packets the array's
@@ -13,6 +16,7 @@ pub(crate) fn losses(
     xsum: &[serde_json::Value],
     x_names: &[String],
     x_missing: &[u64],
+    sent: Option<u64>,
     dropped: u64,
 ) -> serde_json::Value {
     let mut out = serde_json::Map::new();
@@ -41,6 +45,14 @@ pub(crate) fn losses(
                 format!("input_missing_heaps_pol{p}"),
                 n(&s["input_missing_heaps"][p]),
             );
+            if let Some(sent) = sent {
+                let seen = n(&s["input_heaps"][p]) + n(&s["input_missing_heaps"][p]);
+                note(
+                    &name,
+                    format!("input_heaps_unaccounted_pol{p}"),
+                    sent.saturating_sub(seen),
+                );
+            }
         }
         rejected(s, &mut |k, v| note(&name, k, v));
         for o in s["outputs"].as_array().into_iter().flatten() {
@@ -96,18 +108,26 @@ mod tests {
     /// (metadata heaps are not losses).
     #[test]
     fn losses_name_each_nonzero_counter_by_engine() {
-        let f0 = json!({"summary": {"input_missing_heaps": [0, 0], "recv_rejected": {"metadata_heaps": 3},
+        let f0 = json!({"summary": {"input_heaps": [10, 10], "input_missing_heaps": [0, 0], "recv_rejected": {"metadata_heaps": 3},
             "outputs": [{"name": "wideband", "skipped_heaps": 0}]}});
-        let f1 = json!({"summary": {"input_missing_heaps": [5, 0], "recv_rejected": {"too_old_heaps": 2},
+        let f1 = json!({"summary": {"input_heaps": [5, 7], "input_missing_heaps": [5, 0], "recv_rejected": {"too_old_heaps": 2},
             "outputs": [{"name": "wideband", "skipped_heaps": 4}]}});
         let x = json!({"summary": {"input_missing_heaps": 0, "input_incomplete_heaps": 1,
             "recv_rejected": {}, "corrprods": [{"name": "bc", "skipped_accs": 2, "incomplete_accs": 0}]}});
         let one = ["xbgpu".to_string()];
-        let lost = losses(&[f0.clone(), f1], std::slice::from_ref(&x), &one, &[0], 7);
+        let lost = losses(
+            &[f0.clone(), f1],
+            std::slice::from_ref(&x),
+            &one,
+            &[0],
+            Some(10),
+            7,
+        );
         assert_eq!(
             lost,
             json!({
-                "fgpu1": {"input_missing_heaps_pol0": 5, "rejected_too_old_heaps": 2, "wideband_skipped_heaps": 4},
+                "fgpu1": {"input_missing_heaps_pol0": 5, "input_heaps_unaccounted_pol1": 3,
+                    "rejected_too_old_heaps": 2, "wideband_skipped_heaps": 4},
                 "xbgpu": {"input_incomplete_heaps": 1, "bc_skipped_accs": 2},
                 "receiver": {"dropped_packets": 7},
             })
@@ -120,13 +140,21 @@ mod tests {
                 std::slice::from_ref(&clean),
                 &one,
                 &[0],
+                Some(10),
                 0
             ),
             json!({})
         );
         // Several XB-engines: each by its name, with the dumps the receiver lacked from it.
         let two = ["xbgpu0".to_string(), "xbgpu1".to_string()];
-        let lost = losses(&[f0], &[clean, x], &two, &[3, 0], 0);
+        let xs = [clean, x];
+        let lost = losses(std::slice::from_ref(&f0), &xs, &two, &[3, 0], Some(12), 0);
+        assert_eq!(
+            lost["fgpu0"],
+            json!({"input_heaps_unaccounted_pol0": 2, "input_heaps_unaccounted_pol1": 2})
+        );
+        // Without the dsim's count, nothing is compared with it.
+        let lost = losses(&[f0], &xs, &two, &[3, 0], None, 0);
         assert_eq!(
             lost,
             json!({

@@ -349,7 +349,15 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
         warn!(error = %e, "no image written");
         json!({"error": e.to_string()})
     });
-    let lost = losses::losses(&fsum, &xsum, &cfg.x_names, &assembled.missing, dropped);
+    let sent = streamed.dsim["summary"]["heaps_per_stream"].as_u64();
+    let lost = losses::losses(
+        &fsum,
+        &xsum,
+        &cfg.x_names,
+        &assembled.missing,
+        sent,
+        dropped,
+    );
     if !lost.as_object().is_none_or(|o| o.is_empty()) {
         warn!(lost = %lost, "data were lost: see \"lost\" in the summary");
     }
