@@ -1,31 +1,37 @@
 //! `gpucbf array`: a small loopback array in one command. One dsim (all antennas' streams,
-//! a sky of point sources plus noise and a tone), one F-engine process per antenna, one
-//! XB-engine, all over real UDP on 127.0.0.1 with the same subcommands a telescope runs;
-//! this process receives the correlation products ([`receive`]) and writes visibilities,
-//! plots, a dirty image ([`image`]) and a summary. The sky is [`sky`]'s; the child
-//! processes are started and stopped as in `procs.rs`.
+//! a sky of point sources plus noise and a tone), one F-engine process per antenna, one or
+//! more XB-engines (each a channel range, the F-engines sending a channel substream to
+//! each, as MeerKAT does), all over real UDP on 127.0.0.x with the same subcommands a
+//! telescope runs; this process receives the correlation products ([`receive`]) and writes
+//! visibilities, plots, a dirty image ([`image`]) and a summary. The sky is [`sky`]'s; the
+//! engines' sizes and cores follow the rate ([`plan`]); the child processes are started
+//! and stopped as in `engines.rs` and `procs.rs`.
 
+mod engines;
 pub mod image;
+mod losses;
+pub mod plan;
 mod procs;
 pub mod receive;
 pub mod sky;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::apps::soak::{EngineTarget, Soak, SoakOptions, SoakReport};
 use crate::engines::common::{Backend, ConfigError};
+use engines::{run_dsim, start_engines, stop_engines, Engines};
+use plan::{xbgpu_names, CorePlan, Pin, Sizes};
+use procs::stop_all;
 pub use procs::ChildError;
-use procs::{child, stop, stop_all, wait_json, wait_ready, Proc};
 pub use receive::Dump;
-use receive::{receive_dumps, write_visibilities};
+use receive::{assemble, receive_dumps, write_visibilities};
 
 /// `gpucbf array` options.
 #[derive(Debug, Clone, Args)]
@@ -36,6 +42,10 @@ pub struct ArrayArgs {
     /// Wideband channels.
     #[arg(long, default_value_t = 1024)]
     pub channels: usize,
+    /// XB-engines, each correlating an equal channel range (at least 64 channels): the
+    /// F-engines send one channel substream to each (XB-engine k on 127.0.0.(k+1)).
+    #[arg(long, default_value_t = 1)]
+    pub x_engines: usize,
     /// Seconds of simulated observation.
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
@@ -45,9 +55,16 @@ pub struct ArrayArgs {
     /// Compute backend of the engines (auto: GPU where one exists).
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
-    /// ADC sample rate (scaled down from L-band's 1712e6 so a CPU keeps up).
+    /// ADC sample rate (scaled down from L-band's 1712e6 so a CPU keeps up). From 100e6
+    /// the engines take real-rate sizes (see --pin).
     #[arg(long, default_value_t = 1712e6 / 512.0)]
     pub adc_sample_rate: f64,
+    /// Thread placement. auto: at real rates (--adc-sample-rate ≥ 100e6), when this
+    /// process may use enough cores, every receive and send thread of every engine gets a
+    /// core of its own (dsim, then F-engines, then XB-engines); else every engine runs
+    /// unpinned. The plan is logged and written to the summary (`core_plan`).
+    #[arg(long, value_enum, default_value_t = Pin::Auto)]
+    pub pin: Pin,
     /// First UDP port used on 127.0.0.1.
     #[arg(long, default_value_t = 17100)]
     pub base_port: u16,
@@ -71,8 +88,12 @@ pub struct ArrayArgs {
 pub struct ArrayConfig {
     /// The options (valid).
     pub args: ArrayArgs,
-    /// Complex values per F-engine batch.
-    pub jones_per_batch: usize,
+    /// The engines' sizes at this rate.
+    pub sizes: Sizes,
+    /// Where the engines' threads run.
+    pub plan: CorePlan,
+    /// The XB-engines' names (`xbgpu`, or `xbgpu0`… with several).
+    pub x_names: Vec<String>,
     /// ADC samples per F-engine batch.
     pub batch_samples: u64,
     /// Batches per correlator dump.
@@ -80,6 +101,11 @@ pub struct ArrayConfig {
     /// Digitiser heaps per stream over the run.
     pub heaps_per_stream: u64,
 }
+
+/// Most XB-engines (each listens on its own loopback address).
+const MAX_X_ENGINES: usize = 16;
+/// Fewest channels per XB-engine.
+const MIN_X_CHANNELS: usize = 64;
 
 impl ArrayArgs {
     /// Checks every option (a bad `--backend` is refused here, not by every child engine).
@@ -110,12 +136,6 @@ impl ArrayArgs {
                 "must be positive and at most --duration",
             ));
         }
-        let extra = if self.soak_report.is_some() {
-            // Prometheus ports: the XB-engine, the F-engines, the dsim.
-            self.antennas as u32 + 2
-        } else {
-            0
-        };
         if self.soak_report.is_some()
             && !(self.soak_warm_up.is_finite()
                 && self.soak_warm_up >= 0.0
@@ -126,7 +146,33 @@ impl ArrayArgs {
                 "must be at least 0 and shorter than --duration",
             ));
         }
-        let last = u32::from(self.base_port) + u32::from(x_port_offset(self.antennas)) + 1 + extra;
+        let c = self.channels;
+        if !c.is_power_of_two() || !(64..=32768).contains(&c) {
+            return Err(ConfigError::rule(
+                "--channels",
+                "must be a power of two in 64..=32768",
+            ));
+        }
+        let nx = self.x_engines;
+        if !(1..=MAX_X_ENGINES).contains(&nx) || !nx.is_power_of_two() || c / nx < MIN_X_CHANNELS {
+            return Err(ConfigError::rule(
+                format!("--x-engines {nx}"),
+                format!(
+                    "must be a power of two in 1..={} that splits --channels {c} into parts \
+                     of at least {MIN_X_CHANNELS} channels",
+                    (c / MIN_X_CHANNELS).min(MAX_X_ENGINES)
+                ),
+            ));
+        }
+        let sizes = Sizes::for_rate(self.adc_sample_rate, c);
+        let k0 = u32::from(x_port_offset(self.antennas, sizes.ports_per_pol));
+        // Prometheus ports: the XB-engines, the F-engines, the dsim.
+        let extra = match self.soak_report {
+            Some(_) => (nx + self.antennas + 1) as u32,
+            None => 0,
+        };
+        // The XB-engines' input port, then one output port each.
+        let last = u32::from(self.base_port) + k0 + nx as u32 + extra;
         if self.base_port == 0 || last > u32::from(u16::MAX) {
             return Err(ConfigError::rule(
                 format!("--base-port {}", self.base_port),
@@ -137,20 +183,16 @@ impl ArrayArgs {
                 ),
             ));
         }
-        let c = self.channels;
-        if !c.is_power_of_two() || !(64..=32768).contains(&c) {
-            return Err(ConfigError::rule(
-                "--channels",
-                "must be a power of two in 64..=32768",
-            ));
-        }
         self.backend.use_gpu(true)?;
         let fs = self.adc_sample_rate;
-        let jones = (1usize << 18).max(c * 32);
+        let jones = sizes.jones_per_batch;
         let batch = ((jones / c) * 2 * c) as u64;
+        let available = crate::net::affinity::available_cores().0;
         Ok(ArrayConfig {
             args: self.clone(),
-            jones_per_batch: jones,
+            plan: CorePlan::new(self.pin, &available, self.antennas, nx, &sizes),
+            sizes,
+            x_names: xbgpu_names(nx),
             batch_samples: batch,
             dump_batches: ((self.dump_seconds * fs / batch as f64).round() as u64).max(1),
             heaps_per_stream: ((self.duration * fs) as u64).div_ceil(4096),
@@ -164,10 +206,10 @@ const MIN_ADC_RATE: f64 = 1e5;
 /// engines of one host keep up with on loopback, and makes runs of absurd heap counts.
 const MAX_ADC_RATE: f64 = 4e9;
 
-/// Port offset of the XB-engine's input (its output is the next): above the F-engines'
-/// two inputs per antenna.
-fn x_port_offset(antennas: usize) -> u16 {
-    (2 * antennas).max(100) as u16
+/// Port offset of the XB-engines' input (their outputs follow): above the F-engines'
+/// inputs (`ports_per_pol` per pol, two pols per antenna).
+fn x_port_offset(antennas: usize, ports_per_pol: usize) -> u16 {
+    (2 * ports_per_pol * antennas).max(100) as u16
 }
 
 impl ArrayConfig {
@@ -176,17 +218,47 @@ impl ArrayConfig {
         SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.args.base_port + k)
     }
 
-    /// The XB-engine's input and output ports.
-    fn x_ports(&self) -> (SocketAddrV4, SocketAddrV4) {
-        let k = x_port_offset(self.args.antennas);
-        (self.port(k), self.port(k + 1))
+    /// The ports of antenna `a`'s pol `p` (the dsim deals the pol's heaps round-robin over
+    /// them): `base + 2·P·a + P·p + j`, j < P ports per pol.
+    fn pol_endpoints(&self, a: usize, p: usize) -> String {
+        let ppp = self.sizes.ports_per_pol;
+        (0..ppp)
+            .map(|j| self.port((2 * ppp * a + ppp * p + j) as u16).to_string())
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
-    /// With `--soak-report`: the Prometheus port of engine `i` (0: the XB-engine, 1..=n:
-    /// the F-engines, n + 1: the dsim), above the XB-engine's ports.
+    fn x_port_offset(&self) -> u16 {
+        x_port_offset(self.args.antennas, self.sizes.ports_per_pol)
+    }
+
+    /// XB-engine `k`'s input: one port on 127.0.0.(k+1).
+    fn x_in(&self, k: usize) -> SocketAddrV4 {
+        let ip = Ipv4Addr::from(u32::from(Ipv4Addr::LOCALHOST) + k as u32);
+        SocketAddrV4::new(ip, self.args.base_port + self.x_port_offset())
+    }
+
+    /// XB-engine `k`'s output (its dumps to this process): the ports after the input's.
+    fn x_out(&self, k: usize) -> SocketAddrV4 {
+        self.port(self.x_port_offset() + 1 + k as u16)
+    }
+
+    /// The F-engines' wideband destinations: every XB-engine's input, one channel
+    /// substream each (`127.0.0.1+N:PORT`).
+    fn fgpu_dst(&self) -> String {
+        let nx = self.args.x_engines;
+        let x = self.x_in(0);
+        match nx {
+            1 => x.to_string(),
+            _ => format!("{}+{}:{}", x.ip(), nx - 1, x.port()),
+        }
+    }
+
+    /// With `--soak-report`: the Prometheus port of engine `i` (the XB-engines, then the
+    /// F-engines, then the dsim), above the XB-engines' ports.
     fn prometheus_port(&self, i: usize) -> Option<u16> {
         self.args.soak_report.as_ref()?;
-        Some(self.args.base_port + x_port_offset(self.args.antennas) + 2 + i as u16)
+        Some(self.args.base_port + self.x_port_offset() + 1 + (self.args.x_engines + i) as u16)
     }
 
     /// `--prometheus-port P` for engine `i`, when the soak report wants it.
@@ -201,7 +273,12 @@ impl ArrayConfig {
 pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
     crate::control::shutdown::install();
     let args = &cfg.args;
-    let (n, c, fs) = (args.antennas, args.channels, args.adc_sample_rate);
+    let (n, c, fs, nx) = (
+        args.antennas,
+        args.channels,
+        args.adc_sample_rate,
+        args.x_engines,
+    );
     let exe = std::env::current_exe()?;
     let dir = &args.output;
     std::fs::create_dir_all(dir.join("logs"))?;
@@ -214,18 +291,33 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
     info!(
         antennas = n,
         channels = c,
+        x_engines = nx,
         adc_rate = fs,
         dump_batches = cfg.dump_batches,
+        jones_per_batch = cfg.sizes.jones_per_batch,
+        recv_chunk_samples = cfg.sizes.recv_chunk_samples,
+        ports_per_pol = cfg.sizes.ports_per_pol,
         "starting the array"
     );
-    // Receiver of the X output, then the XB-engine, then the F-engines, then the dsim.
+    for line in cfg.plan.lines() {
+        if cfg.plan.unpinned.is_some() && cfg.sizes.real_rate && args.pin == Pin::Auto {
+            warn!("{line}");
+        } else {
+            info!("{line}");
+        }
+    }
+    // A receiver per XB-engine output, then the XB-engines, the F-engines, the dsim.
     let stop_rx = Arc::new(AtomicBool::new(false));
-    let (x_out, stop2) = (cfg.x_ports().1, stop_rx.clone());
-    let rx = std::thread::spawn(move || receive_dumps(x_out, stop2));
+    let receivers: Vec<_> = (0..nx)
+        .map(|k| {
+            let (x_out, stop2) = (cfg.x_out(k), stop_rx.clone());
+            std::thread::spawn(move || receive_dumps(x_out, stop2))
+        })
+        .collect();
     let mut engines = Engines::default();
     let streamed = start_engines(cfg, &exe, &sync, model.fgpu_gain(c), &mut engines)
         .and_then(|()| run_dsim(cfg, &exe, &sync, &signals, &mut engines));
-    let (dsim_summary, t0, stream_s, soak_report) = match streamed {
+    let streamed = match streamed {
         Ok(v) => v,
         Err(e) => {
             // Leave nothing running: stop every engine that is still up, then fail.
@@ -234,28 +326,56 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
             return Err(e);
         }
     };
-    let soak = soak_report.transpose()?;
+    let soak = streamed.soak.transpose()?;
     let (fsum, xsum) = stop_engines(engines)?;
     stop_rx.store(true, Ordering::Relaxed);
-    let (mut dumps, rx_stats) = rx
-        .join()
-        .map_err(|_| anyhow::anyhow!("receiver panicked"))??;
-    dumps.sort_by_key(|d| d.timestamp);
-    let wall = t0.elapsed().as_secs_f64();
+    let (mut parts, mut heaps, mut packets, mut dropped) = (Vec::new(), 0, 0, 0);
+    for r in receivers {
+        let (dumps, st) = r
+            .join()
+            .map_err(|_| anyhow::anyhow!("receiver panicked"))??;
+        parts.push(dumps);
+        heaps += st.heaps;
+        packets += st.packets;
+        dropped += st.total_dropped() + st.incomplete_heaps_evicted;
+    }
+    let nbl = n * (n + 1) / 2;
+    let assembled = assemble(parts, (c / nx) * nbl * 8, &cfg.x_names)?;
+    let dumps = assembled.dumps;
+    let wall = streamed.t0.elapsed().as_secs_f64();
     write_visibilities(dir, &dumps, n, c)?;
     // Lost data can leave nothing to image: that is reported, not a failure of the run.
     let products = image::write_products(dir, &dumps, n, c, fs, &positions).unwrap_or_else(|e| {
         warn!(error = %e, "no image written");
         json!({"error": e.to_string()})
     });
-    let dropped: u64 = rx_stats.total_dropped() + rx_stats.incomplete_heaps_evicted;
-    let lost = losses(&fsum, &xsum, dropped);
+    let sent = streamed.dsim["summary"]["heaps_per_stream"].as_u64();
+    let lost = losses::losses(
+        &fsum,
+        &xsum,
+        &cfg.x_names,
+        &assembled.missing,
+        sent,
+        dropped,
+    );
     if !lost.as_object().is_none_or(|o| o.is_empty()) {
         warn!(lost = %lost, "data were lost: see \"lost\" in the summary");
+    }
+    let stream_s = streamed.seconds;
+    let dsim_summary = streamed.dsim;
+    // One XB-engine: its summary as before; several: a list in channel order.
+    let xb = match xsum.as_slice() {
+        [one] => one.clone(),
+        _ => json!(xsum),
+    };
+    let mut receiver = json!({"heaps": heaps, "packets": packets, "dropped_packets": dropped});
+    if assembled.repeated.iter().any(|&r| r > 0) {
+        receiver["repeated_dumps"] = json!(assembled.repeated);
     }
     let summary = json!({
         "antennas": n,
         "channels": c,
+        "x_engines": nx,
         "adc_sample_rate": fs,
         "duration_s": args.duration,
         "dump_batches": cfg.dump_batches,
@@ -265,7 +385,7 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
         "total_wall_s": wall,
         // Simulated seconds per second of sending (1.0: the digitisers kept real time).
         "real_time_factor": args.duration / dsim_summary["summary"]["send_seconds"].as_f64().unwrap_or(stream_s),
-        "receiver": {"heaps": rx_stats.heaps, "packets": rx_stats.packets, "dropped_packets": dropped},
+        "receiver": receiver,
         // Every loss by engine and counter (only those that occurred); empty: nothing lost.
         "lost": lost,
         "soak": soak.as_ref().map(|r| json!({
@@ -273,7 +393,14 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
             "problems": r.summary.verdict.problems.iter().map(|p| p.message.clone()).collect::<Vec<_>>(),
             "json": r.json, "png": r.png, "csv": r.csv,
         })),
-        "engines": {"dsim": dsim_summary, "fgpu": fsum, "xbgpu": xsum},
+        "sizes": {
+            "jones_per_batch": cfg.sizes.jones_per_batch,
+            "recv_chunk_samples": cfg.sizes.recv_chunk_samples,
+            "heaps_per_fengine_per_chunk": cfg.sizes.heaps_per_fengine_per_chunk,
+            "ports_per_pol": cfg.sizes.ports_per_pol,
+        },
+        "core_plan": cfg.plan.to_json(),
+        "engines": {"dsim": dsim_summary, "fgpu": fsum, "xbgpu": xb},
         "products": products,
         "sky": model.describe(),
     });
@@ -295,355 +422,10 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
     Ok(summary)
 }
 
-/// The losses in the engines' summaries, by engine and counter (non-zero ones only):
-/// F-engine input heaps missing and receive rejections, output heaps skipped; XB-engine
-/// input heaps missing and incomplete, rejections, accumulations skipped or incomplete;
-/// packets the array's receiver dropped.
-fn losses(fsum: &[serde_json::Value], xsum: &serde_json::Value, dropped: u64) -> serde_json::Value {
-    let mut out = serde_json::Map::new();
-    let mut note = |engine: &str, what: String, v: u64| {
-        if v > 0 {
-            let e = out.entry(engine.to_string()).or_insert_with(|| json!({}));
-            e[what] = json!(v);
-        }
-    };
-    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
-    let rejected = |s: &serde_json::Value, note: &mut dyn FnMut(String, u64)| {
-        if let Some(m) = s["recv_rejected"].as_object() {
-            for (k, v) in m {
-                if k != "metadata_heaps" {
-                    note(format!("rejected_{k}"), n(v));
-                }
-            }
-        }
-    };
-    for (a, f) in fsum.iter().enumerate() {
-        let s = &f["summary"];
-        let name = format!("fgpu{a}");
-        for p in 0..2 {
-            note(
-                &name,
-                format!("input_missing_heaps_pol{p}"),
-                n(&s["input_missing_heaps"][p]),
-            );
-        }
-        rejected(s, &mut |k, v| note(&name, k, v));
-        for o in s["outputs"].as_array().into_iter().flatten() {
-            let stream = o["name"].as_str().unwrap_or("output");
-            note(
-                &name,
-                format!("{stream}_skipped_heaps"),
-                n(&o["skipped_heaps"]),
-            );
-        }
-    }
-    let s = &xsum["summary"];
-    note(
-        "xbgpu",
-        "input_missing_heaps".into(),
-        n(&s["input_missing_heaps"]),
-    );
-    note(
-        "xbgpu",
-        "input_incomplete_heaps".into(),
-        n(&s["input_incomplete_heaps"]),
-    );
-    rejected(s, &mut |k, v| note("xbgpu", k, v));
-    for x in s["corrprods"].as_array().into_iter().flatten() {
-        let stream = x["name"].as_str().unwrap_or("corrprod");
-        note(
-            "xbgpu",
-            format!("{stream}_skipped_accs"),
-            n(&x["skipped_accs"]),
-        );
-        note(
-            "xbgpu",
-            format!("{stream}_incomplete_accs"),
-            n(&x["incomplete_accs"]),
-        );
-    }
-    note("receiver", "dropped_packets".into(), dropped);
-    serde_json::Value::Object(out)
-}
-
 fn unix_now() -> anyhow::Result<f64> {
     Ok(std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_secs_f64())
-}
-
-/// The engine processes: the XB-engine and one F-engine per antenna (as far as started).
-#[derive(Default)]
-struct Engines {
-    xb: Option<Proc>,
-    fengines: Vec<Proc>,
-}
-
-impl Engines {
-    /// Every engine started, the XB-engine first.
-    fn all(&mut self) -> Vec<&mut Proc> {
-        self.xb.iter_mut().chain(self.fengines.iter_mut()).collect()
-    }
-}
-
-/// Starts the XB-engine and the F-engines (into `engines`, so that the caller can stop
-/// them on failure) and waits until every one has built its outputs.
-fn start_engines(
-    cfg: &ArrayConfig,
-    exe: &Path,
-    sync: &str,
-    gain: f64,
-    engines: &mut Engines,
-) -> anyhow::Result<()> {
-    let args = &cfg.args;
-    let (n, c, fs) = (args.antennas, args.channels, args.adc_sample_rate);
-    let (x_in, x_out) = cfg.x_ports();
-    let backend = args.backend.name().to_string();
-    let jones = cfg.jones_per_batch;
-    let logs = args.output.join("logs");
-    let s = |v: &str| v.to_string();
-    engines.xb = Some(child(
-        "xbgpu",
-        exe,
-        &[
-            s("xbgpu"),
-            s("--adc-sample-rate"),
-            fs.to_string(),
-            s("--sync-time"),
-            s(sync),
-            s("--array-size"),
-            n.to_string(),
-            s("--channels"),
-            c.to_string(),
-            s("--channels-per-substream"),
-            c.to_string(),
-            s("--samples-between-spectra"),
-            (2 * c).to_string(),
-            s("--jones-per-batch"),
-            jones.to_string(),
-            s("--heaps-per-fengine-per-chunk"),
-            s("4"),
-            s("--corrprod"),
-            format!(
-                "name=baseline-correlation-products,dst={x_out},heap_accumulation_threshold={}",
-                cfg.dump_batches
-            ),
-            s("--send-enabled"),
-            s("--backend"),
-            backend.clone(),
-        ]
-        .into_iter()
-        .chain(cfg.prometheus_args(0))
-        .chain([x_in.to_string()])
-        .collect::<Vec<_>>(),
-        &logs.join("xbgpu.log"),
-    )?);
-    for a in 0..n {
-        let src = format!("{},{}", cfg.port(2 * a as u16), cfg.port(2 * a as u16 + 1));
-        engines.fengines.push(child(
-            &format!("fgpu{a}"),
-            exe,
-            &[
-                s("fgpu"),
-                s("--adc-sample-rate"),
-                fs.to_string(),
-                s("--sync-time"),
-                s(sync),
-                s("--feng-id"),
-                a.to_string(),
-                s("--array-size"),
-                n.to_string(),
-                s("--wideband"),
-                format!("name=wideband,channels={c},dst={x_in},jones_per_batch={jones}"),
-                s("--recv-chunk-samples"),
-                (cfg.batch_samples * 2).to_string(),
-                s("--gain"),
-                gain.to_string(),
-                s("--backend"),
-                backend.clone(),
-            ]
-            .into_iter()
-            .chain(cfg.prometheus_args(1 + a))
-            .chain([src])
-            .collect::<Vec<_>>(),
-            &logs.join(format!("fgpu{a}.log")),
-        )?);
-    }
-    // Start the digitisers only once every engine has built its outputs (the GPU engines
-    // compile their kernels first, which can take seconds when several start together): data
-    // sent before that is lost and can leave every accumulation of a short run incomplete.
-    wait_ready(&mut engines.all(), "output ready", Duration::from_secs(120))?;
-    std::thread::sleep(Duration::from_millis(200));
-    Ok(())
-}
-
-/// Runs the dsim over the whole observation (with a progress bar), then returns its
-/// summary, when it started, how long it streamed and the soak report (with
-/// `--soak-report`: sampled from the dsim's start until a second before its data end, while
-/// every engine still serves its metrics). An engine or the dsim exiting
-/// before the dsim has sent everything fails the run, naming it and how it exited (the
-/// dsim is stopped; the caller stops the engines).
-fn run_dsim(
-    cfg: &ArrayConfig,
-    exe: &Path,
-    sync: &str,
-    signals: &str,
-    engines: &mut Engines,
-) -> anyhow::Result<(
-    serde_json::Value,
-    Instant,
-    f64,
-    Option<anyhow::Result<SoakReport>>,
-)> {
-    let args = &cfg.args;
-    let s = |v: &str| v.to_string();
-    let mut dsim_args = vec![
-        s("dsim"),
-        s("--adc-sample-rate"),
-        args.adc_sample_rate.to_string(),
-        s("--sync-time"),
-        s(sync),
-        s("--period"),
-        (1u64 << 22).to_string(),
-        s("--heaps"),
-        cfg.heaps_per_stream.to_string(),
-        s("--dither-seed"),
-        s("1"),
-        s("--signals"),
-        s(signals),
-        s("--summary"),
-    ];
-    dsim_args.extend(cfg.prometheus_args(args.antennas + 1));
-    for a in 0..args.antennas {
-        dsim_args.push(cfg.port(2 * a as u16).to_string());
-        dsim_args.push(cfg.port(2 * a as u16 + 1).to_string());
-    }
-    let t0 = Instant::now();
-    let mut dsim = child("dsim", exe, &dsim_args, &args.output.join("logs/dsim.log"))?;
-    let mut soak = match start_soak(cfg, engines, &dsim) {
-        Ok(s) => s,
-        Err(e) => {
-            stop_all(&mut [&mut dsim], Duration::from_secs(10));
-            return Err(e);
-        }
-    };
-    let pb = progress_bar(args.duration);
-    let mut stopping = false;
-    let mut report = None;
-    let soak_end = Duration::from_secs_f64((args.duration - 1.0).max(args.soak_warm_up));
-    let dsim_summary = loop {
-        if soak.is_some() && (t0.elapsed() >= soak_end || stopping) {
-            report = soak.take().map(Soak::finish);
-        }
-        if dsim.try_wait()?.is_some() {
-            let (status, summary) = wait_json(&mut dsim, Duration::from_secs(5));
-            match status {
-                Some(s) if !s.success() => {
-                    pb.finish_and_clear();
-                    return Err(dsim.exited("during the run", s).into());
-                }
-                _ => break summary,
-            }
-        }
-        for e in engines.all() {
-            if let Some(status) = e.try_wait()? {
-                pb.finish_and_clear();
-                stop_all(&mut [&mut dsim], Duration::from_secs(10));
-                return Err(e.exited("during the run", status).into());
-            }
-        }
-        if crate::control::shutdown::requested() && !stopping {
-            stop(&mut dsim);
-            stopping = true;
-        }
-        let sim = t0.elapsed().as_secs_f64().min(args.duration + 30.0);
-        pb.set_position(((sim * 10.0) as u64).min(pb.length().unwrap_or(0)));
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let stream_s = t0.elapsed().as_secs_f64();
-    pb.finish_and_clear();
-    let report = report.or_else(|| soak.map(Soak::finish));
-    Ok((dsim_summary, t0, stream_s, report))
-}
-
-/// Starts sampling every engine for `--soak-report` (none without it).
-fn start_soak(cfg: &ArrayConfig, engines: &Engines, dsim: &Proc) -> anyhow::Result<Option<Soak>> {
-    let Some(dir) = &cfg.args.soak_report else {
-        return Ok(None);
-    };
-    let mut procs: Vec<&Proc> = engines.xb.iter().chain(engines.fengines.iter()).collect();
-    procs.push(dsim);
-    let targets = procs
-        .iter()
-        .enumerate()
-        .filter_map(|(i, p)| {
-            Some(EngineTarget {
-                name: p.name.clone(),
-                prometheus: SocketAddrV4::new(Ipv4Addr::LOCALHOST, cfg.prometheus_port(i)?).into(),
-                pid: Some(p.child.id()),
-            })
-        })
-        .collect();
-    let warm_up = Duration::from_secs_f64(cfg.args.soak_warm_up);
-    Ok(Some(Soak::start(targets, SoakOptions::new(dir, warm_up))?))
-}
-
-/// A progress bar in tenths of simulated seconds (hidden when stderr carries JSON lines).
-fn progress_bar(duration: f64) -> indicatif::ProgressBar {
-    let pb = indicatif::ProgressBar::new((duration * 10.0) as u64);
-    if crate::telemetry::log_format() == crate::telemetry::LogFormat::Json {
-        // stderr carries JSON lines only.
-        pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
-    pb.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} ds simulated {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    pb
-}
-
-/// Stops the F-engines, then the XB-engine (each sends what it holds first), and returns
-/// their summaries; an engine that does not exit cleanly (non-zero status, a signal, or
-/// killed after the timeout) fails the run, naming it.
-fn stop_engines(
-    mut engines: Engines,
-) -> anyhow::Result<(Vec<serde_json::Value>, serde_json::Value)> {
-    std::thread::sleep(Duration::from_millis(500));
-    let mut failed = Vec::new();
-    let wait = |p: &mut Proc, failed: &mut Vec<String>| {
-        let (status, summary) = wait_json(p, Duration::from_secs(60));
-        match status {
-            Some(s) if s.success() => {}
-            Some(s) => failed.push(p.exited("when stopped", s).to_string()),
-            None => failed.push(format!(
-                "{} (pid {}) did not stop within 60 s and was killed: see {}",
-                p.name,
-                p.child.id(),
-                p.log.display()
-            )),
-        }
-        summary
-    };
-    for f in engines.fengines.iter_mut() {
-        stop(f);
-    }
-    let fsum = engines
-        .fengines
-        .iter_mut()
-        .map(|f| wait(f, &mut failed))
-        .collect();
-    std::thread::sleep(Duration::from_millis(500));
-    let xsum = match engines.xb.as_mut() {
-        Some(xb) => {
-            stop(xb);
-            wait(xb, &mut failed)
-        }
-        None => json!(null),
-    };
-    if !failed.is_empty() {
-        anyhow::bail!("{}", failed.join("; "));
-    }
-    Ok((fsum, xsum))
 }
 
 #[cfg(test)]
@@ -672,11 +454,11 @@ mod tests {
         assert!(e.starts_with("--base-port 65530 must leave room"), "{e}");
         assert!(validate(&["--base-port", "0"]).is_err());
         let cfg = validate(&["--base-port", "65434"]).unwrap();
-        assert_eq!(cfg.x_ports().1.port(), 65535);
+        assert_eq!(cfg.x_out(0).port(), 65535);
         assert!(validate(&["--base-port", "65435"]).is_err());
         // 64 antennas use ports base..base+127: the XB-engine moves above them.
         let cfg = validate(&["--antennas", "64", "--base-port", "17100"]).unwrap();
-        assert_eq!(cfg.x_ports().0.port(), 17100 + 128);
+        assert_eq!(cfg.x_in(0).port(), 17100 + 128);
         assert!(validate(&["--antennas", "64", "--base-port", "65406"]).is_ok());
         assert!(validate(&["--antennas", "64", "--base-port", "65407"]).is_err());
 
@@ -698,27 +480,89 @@ mod tests {
         }
     }
 
-    /// The summary's `lost` names every non-zero loss counter by engine, and nothing else
-    /// (metadata heaps are not losses).
+    /// `--x-engines` must split the channels into powers of two of at least 64 channels;
+    /// a refusal names the option and the value.
     #[test]
-    fn losses_name_each_nonzero_counter_by_engine() {
-        let f0 = json!({"summary": {"input_missing_heaps": [0, 0], "recv_rejected": {"metadata_heaps": 3},
-            "outputs": [{"name": "wideband", "skipped_heaps": 0}]}});
-        let f1 = json!({"summary": {"input_missing_heaps": [5, 0], "recv_rejected": {"too_old_heaps": 2},
-            "outputs": [{"name": "wideband", "skipped_heaps": 4}]}});
-        let x = json!({"summary": {"input_missing_heaps": 0, "input_incomplete_heaps": 1,
-            "recv_rejected": {}, "corrprods": [{"name": "bc", "skipped_accs": 2, "incomplete_accs": 0}]}});
-        let lost = losses(&[f0.clone(), f1], &x, 7);
-        assert_eq!(
-            lost,
-            json!({
-                "fgpu1": {"input_missing_heaps_pol0": 5, "rejected_too_old_heaps": 2, "wideband_skipped_heaps": 4},
-                "xbgpu": {"input_incomplete_heaps": 1, "bc_skipped_accs": 2},
-                "receiver": {"dropped_packets": 7},
-            })
-        );
-        let clean = json!({"summary": {"input_missing_heaps": 0, "input_incomplete_heaps": 0,
-            "corrprods": [{"name": "bc", "skipped_accs": 0, "incomplete_accs": 0}]}});
-        assert_eq!(losses(&[f0], &clean, 0), json!({}));
+    fn bad_x_engine_counts_are_refused_by_name() {
+        for (c, bad) in [
+            ("1024", "0"),
+            ("1024", "3"),
+            ("1024", "32"),
+            ("128", "4"),
+            ("64", "2"),
+        ] {
+            let e = validate(&["--channels", c, "--x-engines", bad])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with(&format!("--x-engines {bad} must be a power of two")),
+                "{e}"
+            );
+        }
+        let e = validate(&["--channels", "256", "--x-engines", "8"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("in 1..=4 that splits --channels 256"), "{e}");
+        assert!(validate(&["--channels", "128", "--x-engines", "2"]).is_ok());
+        assert!(validate(&["--channels", "32768", "--x-engines", "16"]).is_ok());
+        assert!(validate(&["--channels", "32768", "--x-engines", "17"]).is_err());
+    }
+
+    /// The ports: each pol on its own port(s), XB-engine k listening on 127.0.0.(k+1),
+    /// the F-engines sending to all of them, one output port per XB-engine, the Prometheus
+    /// ports above; with one XB-engine and the scaled rate, the layout of before.
+    #[test]
+    fn ports_follow_the_x_engines_and_ports_per_pol() {
+        let one = validate(&[
+            "--antennas",
+            "2",
+            "--soak-report",
+            "/tmp/x",
+            "--duration",
+            "20",
+        ])
+        .unwrap();
+        assert_eq!(one.pol_endpoints(1, 1), "127.0.0.1:17103");
+        assert_eq!(one.fgpu_dst(), "127.0.0.1:17200");
+        assert_eq!(one.x_out(0).to_string(), "127.0.0.1:17201");
+        assert_eq!(one.x_names, ["xbgpu"]);
+        // Prometheus: the XB-engine, the F-engines, the dsim.
+        assert_eq!(one.prometheus_port(0), Some(17202));
+        assert_eq!(one.prometheus_port(3), Some(17205));
+        let two = validate(&[
+            "--antennas",
+            "2",
+            "--x-engines",
+            "2",
+            "--adc-sample-rate",
+            "1712e6",
+            "--soak-report",
+            "/tmp/x",
+            "--duration",
+            "20",
+        ])
+        .unwrap();
+        assert_eq!(two.pol_endpoints(0, 1), "127.0.0.1:17102,127.0.0.1:17103");
+        assert_eq!(two.pol_endpoints(1, 0), "127.0.0.1:17104,127.0.0.1:17105");
+        assert_eq!(two.x_in(1).to_string(), "127.0.0.2:17200");
+        assert_eq!(two.fgpu_dst(), "127.0.0.1+1:17200");
+        assert_eq!(two.x_out(1).to_string(), "127.0.0.1:17202");
+        assert_eq!(two.prometheus_port(0), Some(17203));
+        assert_eq!(two.x_names, ["xbgpu0", "xbgpu1"]);
+        assert_eq!(two.sizes.jones_per_batch, 1 << 20);
+        // 64 antennas at 2 ports per pol: the XB-engines move above 256 ports; the last
+        // port (the dsim's metrics) must fit.
+        let args = [
+            "--antennas",
+            "64",
+            "--adc-sample-rate",
+            "1712e6",
+            "--x-engines",
+            "4",
+        ];
+        let cfg = validate(&[&args[..], &["--base-port", "1000"]].concat()).unwrap();
+        assert_eq!(cfg.x_in(0).port(), 1256);
+        assert!(validate(&[&args[..], &["--base-port", "65275"]].concat()).is_ok());
+        assert!(validate(&[&args[..], &["--base-port", "65276"]].concat()).is_err());
     }
 }

@@ -1,6 +1,8 @@
-//! The array's receiver: this process takes the XB-engine's correlation products off
-//! loopback UDP as [`Dump`]s, and writes them as `visibilities.npy`.
+//! The array's receiver: this process takes each XB-engine's correlation products off
+//! loopback UDP as [`Dump`]s, assembles the full band of every timestamp from the
+//! XB-engines' channel ranges ([`assemble`]), and writes them as `visibilities.npy`.
 
+use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +17,7 @@ use crate::net::{
 use crate::spead::{ids, Assembler, AssemblerStats, ItemValue};
 
 /// One dump of correlation products.
+#[derive(Debug)]
 pub struct Dump {
     /// Timestamp of the accumulation's start (ADC samples).
     pub timestamp: u64,
@@ -60,6 +63,69 @@ pub(crate) fn receive_dumps(
     Ok((dumps, asm.stats))
 }
 
+/// Full-band dumps assembled from the XB-engines' channel ranges.
+#[derive(Debug, Default)]
+pub struct Assembled {
+    /// The timestamps every XB-engine sent, in timestamp order, their parts joined in
+    /// channel order.
+    pub dumps: Vec<Dump>,
+    /// Per XB-engine: timestamps that another XB-engine sent but this one did not (lost:
+    /// those timestamps are left out of `dumps`).
+    pub missing: Vec<u64>,
+    /// Per XB-engine: dumps it sent twice for one timestamp (the first is kept).
+    pub repeated: Vec<u64>,
+}
+
+/// Joins the dumps of XB-engines that each correlate an equal channel range (engine k:
+/// channels k·C/N.. of C) into full-band dumps: a timestamp that every engine sent
+/// becomes one dump (channel-major, so the parts are concatenated in engine order); one
+/// that some engine did not send is counted against that engine and left out. A part
+/// whose size is not `part_len` values is an error naming the engine and timestamp.
+pub fn assemble(
+    parts: Vec<Vec<Dump>>,
+    part_len: usize,
+    names: &[String],
+) -> anyhow::Result<Assembled> {
+    let nx = parts.len();
+    let mut out = Assembled {
+        dumps: Vec::new(),
+        missing: vec![0; nx],
+        repeated: vec![0; nx],
+    };
+    let mut by_ts: BTreeMap<u64, Vec<Option<Vec<i32>>>> = BTreeMap::new();
+    for (k, dumps) in parts.into_iter().enumerate() {
+        for d in dumps {
+            if d.raw.len() != part_len {
+                anyhow::bail!(
+                    "{} sent a dump at {} of {} values, expected {part_len}",
+                    names.get(k).map_or("an XB-engine", String::as_str),
+                    d.timestamp,
+                    d.raw.len()
+                );
+            }
+            let slot = &mut by_ts.entry(d.timestamp).or_insert_with(|| vec![None; nx])[k];
+            if slot.is_some() {
+                out.repeated[k] += 1;
+            } else {
+                *slot = Some(d.raw);
+            }
+        }
+    }
+    for (timestamp, ps) in by_ts {
+        if ps.iter().all(Option::is_some) {
+            let raw = ps.into_iter().flatten().flatten().collect();
+            out.dumps.push(Dump { timestamp, raw });
+        } else {
+            for (k, p) in ps.iter().enumerate() {
+                if p.is_none() {
+                    out.missing[k] += 1;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Writes the dumps of `n` antennas × `c` channels as `visibilities.npy` (dump, channel,
 /// baseline, product; complex64).
 pub(crate) fn write_visibilities(
@@ -91,4 +157,57 @@ pub(crate) fn write_visibilities(
         &crate::npy::NpyData::C64(vis),
     )
     .map_err(|e| anyhow::anyhow!("visibilities.npy: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dump(timestamp: u64, v: &[i32]) -> Dump {
+        Dump {
+            timestamp,
+            raw: v.to_vec(),
+        }
+    }
+
+    fn names(n: usize) -> Vec<String> {
+        (0..n).map(|k| format!("xbgpu{k}")).collect()
+    }
+
+    /// Parts join in engine (channel) order per timestamp; a timestamp one engine lacks is
+    /// counted against it and left out; repeats are counted; a wrong size names the engine.
+    #[test]
+    fn parts_join_per_timestamp_and_gaps_count_as_lost() {
+        let x0 = vec![dump(20, &[1, 2]), dump(10, &[3, 4]), dump(30, &[5, 6])];
+        let x1 = vec![
+            dump(10, &[7, 8]),
+            dump(30, &[9, 0]),
+            dump(40, &[1, 1]),
+            dump(30, &[0, 0]),
+        ];
+        let a = assemble(vec![x0, x1], 2, &names(2)).unwrap();
+        let got: Vec<_> = a
+            .dumps
+            .iter()
+            .map(|d| (d.timestamp, d.raw.clone()))
+            .collect();
+        assert_eq!(got, [(10, vec![3, 4, 7, 8]), (30, vec![5, 6, 9, 0])]);
+        assert_eq!(a.missing, [1, 1]);
+        assert_eq!(a.repeated, [0, 1]);
+        // One engine: its dumps in timestamp order, nothing missing.
+        let a = assemble(vec![vec![dump(2, &[1]), dump(1, &[2])]], 1, &names(1)).unwrap();
+        assert_eq!(
+            a.dumps.iter().map(|d| d.timestamp).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        assert_eq!(a.missing, [0]);
+        let e = assemble(
+            vec![vec![dump(1, &[1])], vec![dump(1, &[1, 2, 3])]],
+            1,
+            &names(2),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(e, "xbgpu1 sent a dump at 1 of 3 values, expected 1");
+    }
 }

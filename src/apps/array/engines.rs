@@ -1,0 +1,321 @@
+//! Running the array's engines: the XB-engines and F-engines started with their
+//! options (sizes and cores from the plan), the dsim over the observation (with the soak
+//! report's sampling), and the engines stopped in order with their summaries.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::procs::{child, stop, stop_all, wait_json, wait_ready, Proc};
+use super::ArrayConfig;
+use crate::apps::soak::{EngineTarget, Soak, SoakOptions, SoakReport};
+
+/// The engine processes: the XB-engines and one F-engine per antenna (as far as started).
+#[derive(Default)]
+pub(super) struct Engines {
+    xb: Vec<Proc>,
+    fengines: Vec<Proc>,
+}
+
+impl Engines {
+    /// Every engine started, the XB-engines first.
+    pub(super) fn all(&mut self) -> Vec<&mut Proc> {
+        self.xb.iter_mut().chain(self.fengines.iter_mut()).collect()
+    }
+}
+
+/// Starts the XB-engines and the F-engines (into `engines`, so that the caller can stop
+/// them on failure) and waits until every one has built its outputs.
+pub(super) fn start_engines(
+    cfg: &ArrayConfig,
+    exe: &Path,
+    sync: &str,
+    gain: f64,
+    engines: &mut Engines,
+) -> anyhow::Result<()> {
+    let args = &cfg.args;
+    let (n, c, fs) = (args.antennas, args.channels, args.adc_sample_rate);
+    let nx = args.x_engines;
+    let sizes = &cfg.sizes;
+    let backend = args.backend.name().to_string();
+    let jones = sizes.jones_per_batch;
+    let logs = args.output.join("logs");
+    let s = |v: &str| v.to_string();
+    for (k, name) in cfg.x_names.iter().enumerate() {
+        let xb_args = [
+            s("xbgpu"),
+            s("--adc-sample-rate"),
+            fs.to_string(),
+            s("--sync-time"),
+            s(sync),
+            s("--array-size"),
+            n.to_string(),
+            s("--channels"),
+            c.to_string(),
+            s("--channels-per-substream"),
+            (c / nx).to_string(),
+        ]
+        .into_iter()
+        // The default single XB-engine's command line stays as it was.
+        .chain(
+            (nx > 1)
+                .then(|| [s("--channel-offset-value"), (k * c / nx).to_string()])
+                .into_iter()
+                .flatten(),
+        )
+        .chain([
+            s("--samples-between-spectra"),
+            (2 * c).to_string(),
+            s("--jones-per-batch"),
+            jones.to_string(),
+            s("--heaps-per-fengine-per-chunk"),
+            sizes.heaps_per_fengine_per_chunk.to_string(),
+            s("--corrprod"),
+            format!(
+                "name=baseline-correlation-products,dst={},heap_accumulation_threshold={}",
+                cfg.x_out(k),
+                cfg.dump_batches
+            ),
+            s("--send-enabled"),
+            s("--backend"),
+            backend.clone(),
+        ])
+        .chain(sizes.xbgpu_recv.iter().cloned())
+        .chain(cfg.plan.args(name))
+        .chain(cfg.prometheus_args(k))
+        .chain([cfg.x_in(k).to_string()])
+        .collect::<Vec<_>>();
+        engines.xb.push(child(
+            name,
+            exe,
+            &xb_args,
+            &logs.join(format!("{name}.log")),
+        )?);
+    }
+    for a in 0..n {
+        let name = format!("fgpu{a}");
+        let src = format!("{},{}", cfg.pol_endpoints(a, 0), cfg.pol_endpoints(a, 1));
+        engines.fengines.push(child(
+            &name,
+            exe,
+            &[
+                s("fgpu"),
+                s("--adc-sample-rate"),
+                fs.to_string(),
+                s("--sync-time"),
+                s(sync),
+                s("--feng-id"),
+                a.to_string(),
+                s("--array-size"),
+                n.to_string(),
+                s("--wideband"),
+                format!(
+                    "name=wideband,channels={c},dst={},jones_per_batch={jones}",
+                    cfg.fgpu_dst()
+                ),
+                s("--recv-chunk-samples"),
+                sizes.recv_chunk_samples.to_string(),
+                s("--gain"),
+                gain.to_string(),
+                s("--backend"),
+                backend.clone(),
+            ]
+            .into_iter()
+            .chain(sizes.fgpu_recv.iter().cloned())
+            .chain(cfg.plan.args(&name))
+            .chain(cfg.prometheus_args(nx + a))
+            .chain([src])
+            .collect::<Vec<_>>(),
+            &logs.join(format!("{name}.log")),
+        )?);
+    }
+    // Start the digitisers only once every engine has built its outputs (the GPU engines
+    // compile their kernels first, which can take seconds when several start together): data
+    // sent before that is lost and can leave every accumulation of a short run incomplete.
+    wait_ready(&mut engines.all(), "output ready", Duration::from_secs(120))?;
+    std::thread::sleep(Duration::from_millis(200));
+    Ok(())
+}
+
+/// What the dsim's run gave: its summary, when it started, how long it streamed and the
+/// soak report (with `--soak-report`).
+pub(super) struct Streamed {
+    /// The dsim's summary.
+    pub(super) dsim: serde_json::Value,
+    /// When the dsim started.
+    pub(super) t0: Instant,
+    /// Seconds it streamed.
+    pub(super) seconds: f64,
+    /// The soak report, when asked for.
+    pub(super) soak: Option<anyhow::Result<SoakReport>>,
+}
+
+/// Runs the dsim over the whole observation (with a progress bar), then returns what
+/// [`Streamed`] holds; the soak report is sampled from the dsim's start until a second
+/// before its data end, while every engine still serves its metrics. An engine or the
+/// dsim exiting before the dsim has sent everything fails the run, naming it and how it
+/// exited (the dsim is stopped; the caller stops the engines).
+pub(super) fn run_dsim(
+    cfg: &ArrayConfig,
+    exe: &Path,
+    sync: &str,
+    signals: &str,
+    engines: &mut Engines,
+) -> anyhow::Result<Streamed> {
+    let args = &cfg.args;
+    let s = |v: &str| v.to_string();
+    let mut dsim_args = vec![
+        s("dsim"),
+        s("--adc-sample-rate"),
+        args.adc_sample_rate.to_string(),
+        s("--sync-time"),
+        s(sync),
+        s("--period"),
+        (1u64 << 22).to_string(),
+        s("--heaps"),
+        cfg.heaps_per_stream.to_string(),
+        s("--dither-seed"),
+        s("1"),
+        s("--signals"),
+        s(signals),
+        s("--summary"),
+    ];
+    dsim_args.extend(cfg.plan.args("dsim"));
+    dsim_args.extend(cfg.prometheus_args(args.x_engines + args.antennas));
+    for a in 0..args.antennas {
+        dsim_args.push(cfg.pol_endpoints(a, 0));
+        dsim_args.push(cfg.pol_endpoints(a, 1));
+    }
+    let t0 = Instant::now();
+    let mut dsim = child("dsim", exe, &dsim_args, &args.output.join("logs/dsim.log"))?;
+    let mut soak = match start_soak(cfg, engines, &dsim) {
+        Ok(s) => s,
+        Err(e) => {
+            stop_all(&mut [&mut dsim], Duration::from_secs(10));
+            return Err(e);
+        }
+    };
+    let pb = progress_bar(args.duration);
+    let mut stopping = false;
+    let mut report = None;
+    let soak_end = Duration::from_secs_f64((args.duration - 1.0).max(args.soak_warm_up));
+    let dsim_summary = loop {
+        if soak.is_some() && (t0.elapsed() >= soak_end || stopping) {
+            report = soak.take().map(Soak::finish);
+        }
+        if dsim.try_wait()?.is_some() {
+            let (status, summary) = wait_json(&mut dsim, Duration::from_secs(5));
+            match status {
+                Some(s) if !s.success() => {
+                    pb.finish_and_clear();
+                    return Err(dsim.exited("during the run", s).into());
+                }
+                _ => break summary,
+            }
+        }
+        for e in engines.all() {
+            if let Some(status) = e.try_wait()? {
+                pb.finish_and_clear();
+                stop_all(&mut [&mut dsim], Duration::from_secs(10));
+                return Err(e.exited("during the run", status).into());
+            }
+        }
+        if crate::control::shutdown::requested() && !stopping {
+            stop(&mut dsim);
+            stopping = true;
+        }
+        let sim = t0.elapsed().as_secs_f64().min(args.duration + 30.0);
+        pb.set_position(((sim * 10.0) as u64).min(pb.length().unwrap_or(0)));
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let seconds = t0.elapsed().as_secs_f64();
+    pb.finish_and_clear();
+    Ok(Streamed {
+        dsim: dsim_summary,
+        t0,
+        seconds,
+        soak: report.or_else(|| soak.map(Soak::finish)),
+    })
+}
+
+/// Starts sampling every engine for `--soak-report` (none without it): the XB-engines,
+/// the F-engines and the dsim, each by its name.
+fn start_soak(cfg: &ArrayConfig, engines: &Engines, dsim: &Proc) -> anyhow::Result<Option<Soak>> {
+    let Some(dir) = &cfg.args.soak_report else {
+        return Ok(None);
+    };
+    let mut procs: Vec<&Proc> = engines.xb.iter().chain(engines.fengines.iter()).collect();
+    procs.push(dsim);
+    let targets = procs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| {
+            Some(EngineTarget {
+                name: p.name.clone(),
+                prometheus: SocketAddrV4::new(Ipv4Addr::LOCALHOST, cfg.prometheus_port(i)?).into(),
+                pid: Some(p.child.id()),
+            })
+        })
+        .collect();
+    let warm_up = Duration::from_secs_f64(cfg.args.soak_warm_up);
+    Ok(Some(Soak::start(targets, SoakOptions::new(dir, warm_up))?))
+}
+
+/// A progress bar in tenths of simulated seconds (hidden when stderr carries JSON lines).
+fn progress_bar(duration: f64) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new((duration * 10.0) as u64);
+    if crate::telemetry::log_format() == crate::telemetry::LogFormat::Json {
+        // stderr carries JSON lines only.
+        pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} ds simulated {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    pb
+}
+
+/// Stops the F-engines, then the XB-engines (each sends what it holds first), and returns
+/// their summaries (the XB-engines' in order); an engine that does not exit cleanly
+/// (non-zero status, a signal, or killed after the timeout) fails the run, naming it.
+pub(super) fn stop_engines(
+    mut engines: Engines,
+) -> anyhow::Result<(Vec<serde_json::Value>, Vec<serde_json::Value>)> {
+    std::thread::sleep(Duration::from_millis(500));
+    let mut failed = Vec::new();
+    let wait = |p: &mut Proc, failed: &mut Vec<String>| {
+        let (status, summary) = wait_json(p, Duration::from_secs(60));
+        match status {
+            Some(s) if s.success() => {}
+            Some(s) => failed.push(p.exited("when stopped", s).to_string()),
+            None => failed.push(format!(
+                "{} (pid {}) did not stop within 60 s and was killed: see {}",
+                p.name,
+                p.child.id(),
+                p.log.display()
+            )),
+        }
+        summary
+    };
+    for f in engines.fengines.iter_mut() {
+        stop(f);
+    }
+    let fsum = engines
+        .fengines
+        .iter_mut()
+        .map(|f| wait(f, &mut failed))
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    for x in engines.xb.iter_mut() {
+        stop(x);
+    }
+    let xsum = engines
+        .xb
+        .iter_mut()
+        .map(|x| wait(x, &mut failed))
+        .collect();
+    if !failed.is_empty() {
+        anyhow::bail!("{}", failed.join("; "));
+    }
+    Ok((fsum, xsum))
+}

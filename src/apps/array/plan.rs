@@ -1,0 +1,446 @@
+//! The array's plan for a rate: the engines' buffer and chunk sizes ([`Sizes`]) and where
+//! their threads run ([`CorePlan`]). Both are pure functions of the options (and of the
+//! cores this process may use), so that a run's choices can be tested and are printed.
+//!
+//! At the scaled default rate the engines keep today's small sizes and run unpinned; at
+//! real rates (≥ [`REAL_RATE`]) they take the sizes that hold one MeerKAT L-band antenna on
+//! the H100 host (`tools/rt_run.sh`), and every receive and send thread gets a core of its
+//! own when the host has enough.
+
+use clap::ValueEnum;
+use serde_json::json;
+
+use crate::net::affinity::CoreList;
+
+/// ADC rate (Hz) from which the array uses real-rate sizes and pins its engines.
+pub const REAL_RATE: f64 = 100e6;
+
+/// 64 MiB: the socket receive buffer of a real-rate engine (one per port).
+const REAL_RECV_BUFFER: usize = 64 << 20;
+
+/// The engines' sizes at one ADC rate and channel count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sizes {
+    /// At or above [`REAL_RATE`].
+    pub real_rate: bool,
+    /// Complex values per F-engine batch (per pol).
+    pub jones_per_batch: usize,
+    /// fgpu `--recv-chunk-samples`.
+    pub recv_chunk_samples: u64,
+    /// xbgpu `--heaps-per-fengine-per-chunk`.
+    pub heaps_per_fengine_per_chunk: usize,
+    /// UDP ports per digitiser pol (the dsim deals a pol's heaps round-robin over them).
+    pub ports_per_pol: usize,
+    /// Extra fgpu receive options (none: the engine's defaults).
+    pub fgpu_recv: Vec<String>,
+    /// Extra xbgpu receive options (none: the engine's defaults).
+    pub xbgpu_recv: Vec<String>,
+}
+
+impl Sizes {
+    /// The sizes for `adc_rate` and `channels` (a power of two, 64..=32768). Below
+    /// [`REAL_RATE`]: 2^18 (at least 32 spectra) values per batch, two batches per receive
+    /// chunk, 4 heaps per F-engine per X chunk, one port per pol, engine defaults otherwise.
+    /// From it: `tools/rt_run.sh`'s sizes (2^20 values per batch, 2^25-sample receive
+    /// chunks, 32 heaps per F-engine per X chunk, two ports per pol, 64 MiB socket buffers,
+    /// 8 open receive chunks and preallocated chunk buffers).
+    pub fn for_rate(adc_rate: f64, channels: usize) -> Sizes {
+        let s = |v: &str| v.to_string();
+        if adc_rate < REAL_RATE {
+            let jones = (1usize << 18).max(channels * 32);
+            // A batch is jones / channels spectra of 2 × channels samples.
+            return Sizes {
+                real_rate: false,
+                jones_per_batch: jones,
+                recv_chunk_samples: 2 * (2 * jones) as u64,
+                heaps_per_fengine_per_chunk: 4,
+                ports_per_pol: 1,
+                fgpu_recv: Vec::new(),
+                xbgpu_recv: Vec::new(),
+            };
+        }
+        let jones = (1usize << 20).max(channels * 32);
+        let buffer = REAL_RECV_BUFFER.to_string();
+        Sizes {
+            real_rate: true,
+            jones_per_batch: jones,
+            recv_chunk_samples: (1u64 << 25).max(2 * (2 * jones) as u64),
+            heaps_per_fengine_per_chunk: 32,
+            ports_per_pol: 2,
+            fgpu_recv: vec![
+                s("--recv-buffer"),
+                buffer.clone(),
+                s("--recv-chunks"),
+                s("8"),
+                s("--recv-prealloc"),
+                s("18"),
+            ],
+            xbgpu_recv: vec![s("--recv-buffer"), buffer, s("--recv-prealloc"), s("10")],
+        }
+    }
+}
+
+/// `--pin`: whether the array places its engines' threads on cores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum Pin {
+    /// At real rates, one core per receive and send thread when the host has enough.
+    #[default]
+    Auto,
+    /// Every engine unpinned.
+    None,
+}
+
+/// Where one engine's threads run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// The dsim: one send thread per core (one per stream), the main thread on `main`.
+    Dsim {
+        /// Send threads' cores.
+        send: Vec<usize>,
+        /// The main thread's core (one of `send`).
+        main: usize,
+    },
+    /// An F-engine: receive threads (one per port) and send threads.
+    Fgpu {
+        /// Receive threads' cores.
+        recv: Vec<usize>,
+        /// Send threads' cores.
+        send: Vec<usize>,
+    },
+    /// An XB-engine: its receive threads.
+    Xbgpu {
+        /// Receive threads' cores.
+        recv: Vec<usize>,
+    },
+}
+
+/// One engine's name and cores.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineCores {
+    /// `dsim`, `fgpu0`, `xbgpu` / `xbgpu0`.
+    pub name: String,
+    /// Its threads' cores.
+    pub place: Placement,
+}
+
+impl EngineCores {
+    /// The engine's options for its cores.
+    pub fn args(&self) -> Vec<String> {
+        let list = |v: &[usize]| CoreList(v.to_vec()).to_string();
+        let s = |v: &str| v.to_string();
+        match &self.place {
+            Placement::Dsim { send, main } => vec![
+                s("--affinity"),
+                list(send),
+                s("--main-affinity"),
+                main.to_string(),
+            ],
+            Placement::Fgpu { recv, send } => vec![
+                s("--recv-affinity"),
+                list(recv),
+                s("--send-affinity"),
+                list(send),
+            ],
+            Placement::Xbgpu { recv } => vec![s("--recv-affinity"), list(recv)],
+        }
+    }
+
+    /// One line of the plan: `fgpu0: recv 2-5, send 6-7`.
+    pub fn describe(&self) -> String {
+        let list = |v: &[usize]| CoreList(v.to_vec()).to_string();
+        let what = match &self.place {
+            Placement::Dsim { send, main } => format!("send {}, main {main}", list(send)),
+            Placement::Fgpu { recv, send } => {
+                format!("recv {}, send {}", list(recv), list(send))
+            }
+            Placement::Xbgpu { recv } => format!("recv {}", list(recv)),
+        };
+        format!("{}: {what}", self.name)
+    }
+}
+
+/// The array's core plan: every engine's cores, or why the engines run unpinned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CorePlan {
+    /// The cores this process may use.
+    pub available: Vec<usize>,
+    /// Threads the plan places (receive and send threads of every engine).
+    pub threads: usize,
+    /// Each engine's cores, in start order (dsim, F-engines, XB-engines); empty: unpinned.
+    pub engines: Vec<EngineCores>,
+    /// Why the engines run unpinned (`None` when pinned).
+    pub unpinned: Option<String>,
+}
+
+/// The XB-engines' names: `xbgpu` alone, else `xbgpu0`, `xbgpu1`…
+pub fn xbgpu_names(x_engines: usize) -> Vec<String> {
+    if x_engines == 1 {
+        return vec!["xbgpu".to_string()];
+    }
+    (0..x_engines).map(|k| format!("xbgpu{k}")).collect()
+}
+
+impl CorePlan {
+    /// The plan for `antennas` F-engines (one dsim for all of them) and `x_engines`
+    /// XB-engines at `sizes`' rate on the cores `available` (in the order given, each
+    /// once): with [`Pin::Auto`] at a real rate and enough cores, each thread its own core
+    /// in the order dsim (2 send threads per antenna, the main thread sharing the last),
+    /// F-engines (2 × ports per pol receive threads, 2 send threads), XB-engines (1
+    /// receive thread); otherwise no engine pinned, with the reason.
+    pub fn new(
+        pin: Pin,
+        available: &[usize],
+        antennas: usize,
+        x_engines: usize,
+        sizes: &Sizes,
+    ) -> CorePlan {
+        let fgpu_recv = 2 * sizes.ports_per_pol;
+        let per_antenna = 2 + fgpu_recv + 2;
+        let threads = antennas * per_antenna + x_engines;
+        let mut plan = CorePlan {
+            available: available.to_vec(),
+            threads,
+            engines: Vec::new(),
+            unpinned: None,
+        };
+        let cores = CoreList(available.to_vec());
+        plan.unpinned = if pin == Pin::None {
+            Some("--pin none".to_string())
+        } else if !sizes.real_rate {
+            Some(format!(
+                "below {REAL_RATE:e} S/s the engines keep up unpinned"
+            ))
+        } else if available.len() < threads {
+            Some(format!(
+                "{threads} threads to pin ({per_antenna} per antenna, 1 per X-engine) but only {} cores available ({cores})",
+                available.len()
+            ))
+        } else {
+            None
+        };
+        if plan.unpinned.is_some() {
+            return plan;
+        }
+        let mut next = available.iter().copied();
+        let mut take = |k: usize| next.by_ref().take(k).collect::<Vec<_>>();
+        let send = take(2 * antennas);
+        let main = send[send.len() - 1];
+        plan.engines.push(EngineCores {
+            name: "dsim".into(),
+            place: Placement::Dsim { send, main },
+        });
+        for a in 0..antennas {
+            let recv = take(fgpu_recv);
+            let send = take(2);
+            plan.engines.push(EngineCores {
+                name: format!("fgpu{a}"),
+                place: Placement::Fgpu { recv, send },
+            });
+        }
+        for name in xbgpu_names(x_engines) {
+            plan.engines.push(EngineCores {
+                name,
+                place: Placement::Xbgpu { recv: take(1) },
+            });
+        }
+        plan
+    }
+
+    /// The options of engine `name` for its cores (none when unpinned).
+    pub fn args(&self, name: &str) -> Vec<String> {
+        self.engines
+            .iter()
+            .find(|e| e.name == name)
+            .map(EngineCores::args)
+            .unwrap_or_default()
+    }
+
+    /// The plan as the log prints it: a heading line, then one line per engine.
+    pub fn lines(&self) -> Vec<String> {
+        let cores = CoreList(self.available.clone());
+        match &self.unpinned {
+            Some(why) => vec![format!("core plan: engines unpinned: {why}")],
+            None => std::iter::once(format!(
+                "core plan: {} threads pinned, one per core, on {} of the {} cores available ({cores})",
+                self.threads,
+                self.threads,
+                self.available.len()
+            ))
+            .chain(self.engines.iter().map(|e| format!("core plan: {}", e.describe())))
+            .collect(),
+        }
+    }
+
+    /// The plan as the summary shows it (`core_plan`).
+    pub fn to_json(&self) -> serde_json::Value {
+        json!({
+            "pinned": self.unpinned.is_none(),
+            "unpinned_because": self.unpinned,
+            "available": CoreList(self.available.clone()).to_string(),
+            "threads": self.threads,
+            "engines": self.engines.iter().map(|e| json!({
+                "name": e.name,
+                "cores": e.describe().split_once(": ").map_or("", |(_, c)| c),
+                "args": e.args().join(" "),
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every core an engine's threads use (the dsim's main thread shares a send core).
+    fn cores_of(e: &EngineCores) -> Vec<usize> {
+        match &e.place {
+            Placement::Dsim { send, .. } => send.clone(),
+            Placement::Fgpu { recv, send } => recv.iter().chain(send).copied().collect(),
+            Placement::Xbgpu { recv } => recv.clone(),
+        }
+    }
+
+    /// The scaled default keeps today's sizes exactly (the golden run's outputs); from
+    /// 100 MS/s the sizes are `tools/rt_run.sh`'s.
+    #[test]
+    fn sizes_follow_the_rate() {
+        let scaled = Sizes::for_rate(1712e6 / 512.0, 1024);
+        assert_eq!(
+            scaled,
+            Sizes {
+                real_rate: false,
+                jones_per_batch: 1 << 18,
+                recv_chunk_samples: 1 << 20,
+                heaps_per_fengine_per_chunk: 4,
+                ports_per_pol: 1,
+                fgpu_recv: vec![],
+                xbgpu_recv: vec![],
+            }
+        );
+        // 32 spectra per batch at least.
+        assert_eq!(Sizes::for_rate(3e6, 32768).jones_per_batch, 1 << 20);
+        assert_eq!(Sizes::for_rate(3e6, 32768).recv_chunk_samples, 1 << 22);
+        assert!(!Sizes::for_rate(99.9e6, 4096).real_rate);
+        let l = Sizes::for_rate(1712e6, 4096);
+        assert!(l.real_rate);
+        assert_eq!(l.jones_per_batch, 1 << 20);
+        assert_eq!(l.recv_chunk_samples, 1 << 25);
+        assert_eq!(l.heaps_per_fengine_per_chunk, 32);
+        assert_eq!(l.ports_per_pol, 2);
+        assert_eq!(
+            l.fgpu_recv.join(" "),
+            "--recv-buffer 67108864 --recv-chunks 8 --recv-prealloc 18"
+        );
+        assert_eq!(
+            l.xbgpu_recv.join(" "),
+            "--recv-buffer 67108864 --recv-prealloc 10"
+        );
+        assert_eq!(Sizes::for_rate(100e6, 32768).jones_per_batch, 1 << 20);
+        // Whole batches (2 × jones samples) per receive chunk at every channel count.
+        for c in [64, 1024, 4096, 32768] {
+            for fs in [3e6, 1712e6] {
+                let s = Sizes::for_rate(fs, c);
+                assert_eq!(s.recv_chunk_samples % (2 * s.jones_per_batch as u64), 0);
+                assert_eq!(s.jones_per_batch % (32 * c), 0);
+            }
+        }
+    }
+
+    /// Enough cores at a real rate: every thread its own core, in the order dsim, F-engines,
+    /// XB-engines, with the options the engines take.
+    #[test]
+    fn enough_cores_give_every_thread_its_own_core() {
+        let l = Sizes::for_rate(1712e6, 4096);
+        let all: Vec<usize> = (0..16).collect();
+        let p = CorePlan::new(Pin::Auto, &all, 1, 2, &l);
+        assert_eq!(p.unpinned, None);
+        assert_eq!(p.threads, 10);
+        let names: Vec<_> = p.engines.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["dsim", "fgpu0", "xbgpu0", "xbgpu1"]);
+        assert_eq!(p.args("dsim").join(" "), "--affinity 0-1 --main-affinity 1");
+        assert_eq!(
+            p.args("fgpu0").join(" "),
+            "--recv-affinity 2-5 --send-affinity 6-7"
+        );
+        assert_eq!(p.args("xbgpu0").join(" "), "--recv-affinity 8");
+        assert_eq!(p.args("xbgpu1").join(" "), "--recv-affinity 9");
+        assert!(p.args("fgpu1").is_empty());
+        // Disjoint, from the available cores only, for several shapes and core sets.
+        let odd: Vec<usize> = (0..64).filter(|c| c % 2 == 1).collect();
+        for (avail, n, nx) in [(&all, 1, 1), (&all, 1, 4), (&odd, 3, 2), (&odd, 2, 8)] {
+            let p = CorePlan::new(Pin::Auto, avail, n, nx, &l);
+            assert_eq!(p.unpinned, None, "{n} antennas, {nx} X-engines");
+            let used: Vec<usize> = p.engines.iter().flat_map(cores_of).collect();
+            assert_eq!(used.len(), n * 8 + nx);
+            let mut dedup = used.clone();
+            dedup.sort_unstable();
+            dedup.dedup();
+            assert_eq!(dedup.len(), used.len(), "a core used twice: {used:?}");
+            assert!(used.iter().all(|c| avail.contains(c)));
+            let Placement::Dsim { send, main } = &p.engines[0].place else {
+                panic!("the dsim comes first");
+            };
+            assert_eq!(send.len(), 2 * n);
+            assert!(send.contains(main));
+            // The same inputs give the same plan.
+            assert_eq!(p, CorePlan::new(Pin::Auto, avail, n, nx, &l));
+        }
+        // One X-engine keeps the name `xbgpu`.
+        let p = CorePlan::new(Pin::Auto, &all, 1, 1, &l);
+        assert_eq!(p.engines[2].name, "xbgpu");
+        assert_eq!(p.args("xbgpu").join(" "), "--recv-affinity 8");
+    }
+
+    /// Too few cores, `--pin none` or the scaled rate: no engine pinned, and the reason.
+    #[test]
+    fn too_few_cores_or_no_pinning_pin_nothing() {
+        let l = Sizes::for_rate(1712e6, 4096);
+        let all: Vec<usize> = (0..16).collect();
+        // 2 antennas and 2 X-engines need 18 cores.
+        let p = CorePlan::new(Pin::Auto, &all, 2, 2, &l);
+        assert!(p.engines.is_empty());
+        assert_eq!(p.threads, 18);
+        let why = p.unpinned.clone().unwrap();
+        assert!(
+            why.contains("18 threads") && why.contains("only 16 cores"),
+            "{why}"
+        );
+        assert!(p.args("dsim").is_empty());
+        assert_eq!(p.lines().len(), 1);
+        assert_eq!(p.to_json()["pinned"], json!(false));
+        // The 2-core machine.
+        let p = CorePlan::new(Pin::Auto, &[0, 1], 1, 1, &l);
+        assert!(p.engines.is_empty() && p.unpinned.is_some());
+        let p = CorePlan::new(Pin::None, &all, 1, 1, &l);
+        assert_eq!(p.unpinned.as_deref(), Some("--pin none"));
+        assert!(p.engines.is_empty());
+        let scaled = Sizes::for_rate(1712e6 / 512.0, 1024);
+        let p = CorePlan::new(Pin::Auto, &(0..128).collect::<Vec<_>>(), 2, 1, &scaled);
+        assert!(p.engines.is_empty());
+        assert!(p.unpinned.unwrap().contains("unpinned"));
+    }
+
+    /// The printed plan: a heading, then one line per engine with its cores.
+    #[test]
+    fn plan_lines_name_every_engine_and_its_cores() {
+        let l = Sizes::for_rate(1712e6, 4096);
+        let p = CorePlan::new(Pin::Auto, &(0..16).collect::<Vec<_>>(), 1, 2, &l);
+        assert_eq!(
+            p.lines(),
+            [
+                "core plan: 10 threads pinned, one per core, on 10 of the 16 cores available (0-15)",
+                "core plan: dsim: send 0-1, main 1",
+                "core plan: fgpu0: recv 2-5, send 6-7",
+                "core plan: xbgpu0: recv 8",
+                "core plan: xbgpu1: recv 9",
+            ]
+        );
+        let j = p.to_json();
+        assert_eq!(j["pinned"], json!(true));
+        assert_eq!(j["engines"][1]["cores"], json!("recv 2-5, send 6-7"));
+        assert_eq!(
+            j["engines"][1]["args"],
+            json!("--recv-affinity 2-5 --send-affinity 6-7")
+        );
+    }
+}
