@@ -542,16 +542,17 @@ mod tests {
             "20",
         ])
         .unwrap();
-        assert_eq!(two.pol_endpoints(0, 1), "127.0.0.1:17102,127.0.0.1:17103");
-        assert_eq!(two.pol_endpoints(1, 0), "127.0.0.1:17104,127.0.0.1:17105");
+        // One port per pol at the real rate too.
+        assert_eq!(two.pol_endpoints(0, 1), "127.0.0.1:17101");
+        assert_eq!(two.pol_endpoints(1, 0), "127.0.0.1:17102");
         assert_eq!(two.x_in(1).to_string(), "127.0.0.2:17200");
         assert_eq!(two.fgpu_dst(), "127.0.0.1+1:17200");
         assert_eq!(two.x_out(1).to_string(), "127.0.0.1:17202");
         assert_eq!(two.prometheus_port(0), Some(17203));
         assert_eq!(two.x_names, ["xbgpu0", "xbgpu1"]);
         assert_eq!(two.sizes.jones_per_batch, 1 << 20);
-        // 64 antennas at 2 ports per pol: the XB-engines move above 256 ports; the last
-        // port (the dsim's metrics) must fit.
+        // 64 antennas: the XB-engines move above the 128 digitiser ports; the last port
+        // (the last XB-engine's output) must fit.
         let args = [
             "--antennas",
             "64",
@@ -561,8 +562,8 @@ mod tests {
             "4",
         ];
         let cfg = validate(&[&args[..], &["--base-port", "1000"]].concat()).unwrap();
-        assert_eq!(cfg.x_in(0).port(), 1256);
-        assert!(validate(&[&args[..], &["--base-port", "65275"]].concat()).is_ok());
-        assert!(validate(&[&args[..], &["--base-port", "65276"]].concat()).is_err());
+        assert_eq!(cfg.x_in(0).port(), 1128);
+        assert!(validate(&[&args[..], &["--base-port", "65403"]].concat()).is_ok());
+        assert!(validate(&[&args[..], &["--base-port", "65404"]].concat()).is_err());
     }
 }

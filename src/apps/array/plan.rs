@@ -42,8 +42,9 @@ impl Sizes {
     /// [`REAL_RATE`]: 2^18 (at least 32 spectra) values per batch, two batches per receive
     /// chunk, 4 heaps per F-engine per X chunk, one port per pol, engine defaults otherwise.
     /// From it: `tools/rt_run.sh`'s sizes (2^20 values per batch, 2^25-sample receive
-    /// chunks, 32 heaps per F-engine per X chunk, two ports per pol, 64 MiB socket buffers,
-    /// 8 open receive chunks and preallocated chunk buffers).
+    /// chunks, 32 heaps per F-engine per X chunk, one port per pol, 64 MiB socket buffers,
+    /// 8 open receive chunks and preallocated chunk buffers). One port (one receive
+    /// thread) per pol: on the H100 host each took 55 % of a core at 1712 MS/s.
     pub fn for_rate(adc_rate: f64, channels: usize) -> Sizes {
         let s = |v: &str| v.to_string();
         if adc_rate < REAL_RATE {
@@ -66,7 +67,7 @@ impl Sizes {
             jones_per_batch: jones,
             recv_chunk_samples: (1u64 << 25).max(2 * (2 * jones) as u64),
             heaps_per_fengine_per_chunk: 32,
-            ports_per_pol: 2,
+            ports_per_pol: 1,
             fgpu_recv: vec![
                 s("--recv-buffer"),
                 buffer.clone(),
@@ -145,7 +146,7 @@ impl EngineCores {
         }
     }
 
-    /// One line of the plan: `fgpu0: recv 2-5, send 6-7`.
+    /// One line of the plan: `fgpu0: recv 2-3, send 4-5`.
     pub fn describe(&self) -> String {
         let list = |v: &[usize]| CoreList(v.to_vec()).to_string();
         let what = match &self.place {
@@ -326,7 +327,7 @@ mod tests {
         assert_eq!(l.jones_per_batch, 1 << 20);
         assert_eq!(l.recv_chunk_samples, 1 << 25);
         assert_eq!(l.heaps_per_fengine_per_chunk, 32);
-        assert_eq!(l.ports_per_pol, 2);
+        assert_eq!(l.ports_per_pol, 1);
         assert_eq!(
             l.fgpu_recv.join(" "),
             "--recv-buffer 67108864 --recv-chunks 8 --recv-prealloc 18"
@@ -354,16 +355,16 @@ mod tests {
         let all: Vec<usize> = (0..16).collect();
         let p = CorePlan::new(Pin::Auto, &all, 1, 2, &l);
         assert_eq!(p.unpinned, None);
-        assert_eq!(p.threads, 10);
+        assert_eq!(p.threads, 8);
         let names: Vec<_> = p.engines.iter().map(|e| e.name.as_str()).collect();
         assert_eq!(names, ["dsim", "fgpu0", "xbgpu0", "xbgpu1"]);
         assert_eq!(p.args("dsim").join(" "), "--affinity 0-1 --main-affinity 1");
         assert_eq!(
             p.args("fgpu0").join(" "),
-            "--recv-affinity 2-5 --send-affinity 6-7"
+            "--recv-affinity 2-3 --send-affinity 4-5"
         );
-        assert_eq!(p.args("xbgpu0").join(" "), "--recv-affinity 8");
-        assert_eq!(p.args("xbgpu1").join(" "), "--recv-affinity 9");
+        assert_eq!(p.args("xbgpu0").join(" "), "--recv-affinity 6");
+        assert_eq!(p.args("xbgpu1").join(" "), "--recv-affinity 7");
         assert!(p.args("fgpu1").is_empty());
         // Disjoint, from the available cores only, for several shapes and core sets.
         let odd: Vec<usize> = (0..64).filter(|c| c % 2 == 1).collect();
@@ -371,7 +372,7 @@ mod tests {
             let p = CorePlan::new(Pin::Auto, avail, n, nx, &l);
             assert_eq!(p.unpinned, None, "{n} antennas, {nx} X-engines");
             let used: Vec<usize> = p.engines.iter().flat_map(cores_of).collect();
-            assert_eq!(used.len(), n * 8 + nx);
+            assert_eq!(used.len(), n * 6 + nx);
             let mut dedup = used.clone();
             dedup.sort_unstable();
             dedup.dedup();
@@ -388,7 +389,10 @@ mod tests {
         // One X-engine keeps the name `xbgpu`.
         let p = CorePlan::new(Pin::Auto, &all, 1, 1, &l);
         assert_eq!(p.engines[2].name, "xbgpu");
-        assert_eq!(p.args("xbgpu").join(" "), "--recv-affinity 8");
+        assert_eq!(p.args("xbgpu").join(" "), "--recv-affinity 6");
+        // Two L-band antennas and four X-engines fill the 16-core host.
+        let p = CorePlan::new(Pin::Auto, &all, 2, 4, &l);
+        assert_eq!((p.unpinned.as_deref(), p.threads), (None, 16));
     }
 
     /// Too few cores, `--pin none` or the scaled rate: no engine pinned, and the reason.
@@ -396,13 +400,13 @@ mod tests {
     fn too_few_cores_or_no_pinning_pin_nothing() {
         let l = Sizes::for_rate(1712e6, 4096);
         let all: Vec<usize> = (0..16).collect();
-        // 2 antennas and 2 X-engines need 18 cores.
-        let p = CorePlan::new(Pin::Auto, &all, 2, 2, &l);
+        // 3 antennas and 2 X-engines need 20 cores.
+        let p = CorePlan::new(Pin::Auto, &all, 3, 2, &l);
         assert!(p.engines.is_empty());
-        assert_eq!(p.threads, 18);
+        assert_eq!(p.threads, 20);
         let why = p.unpinned.clone().unwrap();
         assert!(
-            why.contains("18 threads") && why.contains("only 16 cores"),
+            why.contains("20 threads") && why.contains("only 16 cores"),
             "{why}"
         );
         assert!(p.args("dsim").is_empty());
@@ -428,19 +432,19 @@ mod tests {
         assert_eq!(
             p.lines(),
             [
-                "core plan: 10 threads pinned, one per core, on 10 of the 16 cores available (0-15)",
+                "core plan: 8 threads pinned, one per core, on 8 of the 16 cores available (0-15)",
                 "core plan: dsim: send 0-1, main 1",
-                "core plan: fgpu0: recv 2-5, send 6-7",
-                "core plan: xbgpu0: recv 8",
-                "core plan: xbgpu1: recv 9",
+                "core plan: fgpu0: recv 2-3, send 4-5",
+                "core plan: xbgpu0: recv 6",
+                "core plan: xbgpu1: recv 7",
             ]
         );
         let j = p.to_json();
         assert_eq!(j["pinned"], json!(true));
-        assert_eq!(j["engines"][1]["cores"], json!("recv 2-5, send 6-7"));
+        assert_eq!(j["engines"][1]["cores"], json!("recv 2-3, send 4-5"));
         assert_eq!(
             j["engines"][1]["args"],
-            json!("--recv-affinity 2-5 --send-affinity 6-7")
+            json!("--recv-affinity 2-3 --send-affinity 4-5")
         );
     }
 }
