@@ -189,23 +189,29 @@ impl Drop for ChunkMem {
 
 /// Keeps the engine's heap steady (glibc): freed memory is kept for reuse rather than
 /// returned to the kernel, buffers up to 32 MiB come from the heap rather than from a
-/// fresh mapping each time, and every thread allocates from the one main arena. A
-/// real-time engine then stops faulting pages in the data path once it has reached its
-/// working set, and its RSS stays at that high-water mark (a leak still shows as growth).
-/// Without the arena limit, a thread that starts while the others hold their arenas (a
-/// metrics connection's) gets a new arena and its first pages: the CPU soak's F-engines
-/// grew by 128 KiB steps at odd times (+1.43 % / +0.71 % over 5 min), and by 0.26 % /
-/// 0.14 % with one arena. The engines' data paths do not allocate per packet, so the one
-/// arena's lock is not contended. Called once at an engine's start; a no-op elsewhere.
-pub fn steady_heap() {
+/// fresh mapping each time, and with `one_arena` every thread allocates from the one main
+/// arena. A real-time engine then stops faulting pages in the data path once it has
+/// reached its working set, and its RSS stays at that high-water mark (a leak still shows
+/// as growth). Without the arena limit, a thread that starts while the others hold their
+/// arenas (a metrics connection's) gets a new arena and its first pages: the CPU soak's
+/// F-engines grew by 128 KiB steps at odd times (+1.43 % / +0.71 % over 5 min), and by
+/// 0.26 % / 0.14 % with one arena. One arena suits an engine whose hot threads do not
+/// allocate (fgpu, xbgpu); the dsim's send threads allocate per send batch, so they keep
+/// their own arenas (its RSS did not grow). Called once at an engine's start; a no-op
+/// elsewhere.
+pub fn steady_heap(one_arena: bool) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator tunables; it is called before the engine's
     // threads start.
     unsafe {
         libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_ARENA_MAX, 1);
+        if one_arena {
+            libc::mallopt(libc::M_ARENA_MAX, 1);
+        }
     }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = one_arena;
 }
 
 #[cfg(test)]

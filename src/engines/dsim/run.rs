@@ -23,7 +23,7 @@ use crate::telemetry::metrics::Metrics;
 
 /// Generates and sends; returns when `--heaps` are done or on SIGINT/SIGTERM.
 pub fn run(cfg: &DsimConfig) -> anyhow::Result<DsimSummary> {
-    crate::mem::steady_heap();
+    crate::mem::steady_heap(false);
     crate::control::shutdown::install();
     let mut sink = open_sink(cfg)?;
     let live = !sink.is_offline();

@@ -21,7 +21,7 @@ use crate::net::SharedSink;
 
 /// Runs the engine until the input ends (pcap) or a stop is requested.
 pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
-    crate::mem::steady_heap();
+    crate::mem::steady_heap(true);
     crate::control::shutdown::install();
     let io = &cfg.io;
     let sink = io.open_sink()?;

@@ -23,7 +23,7 @@ use crate::net::SharedSink;
 
 /// Runs the engine until the input ends or a stop is requested.
 pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
-    crate::mem::steady_heap();
+    crate::mem::steady_heap(true);
     crate::control::shutdown::install();
     let io = &cfg.io;
     let sink = io.open_sink()?;
