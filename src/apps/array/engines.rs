@@ -297,23 +297,14 @@ pub(super) fn stop_engines(
         }
         summary
     };
-    for f in engines.fengines.iter_mut() {
-        stop(f);
-    }
-    let fsum = engines
-        .fengines
-        .iter_mut()
-        .map(|f| wait(f, &mut failed))
-        .collect();
+    // Every engine of a kind is asked to stop, then each is waited for.
+    let mut stop_kind = |procs: &mut [Proc]| -> Vec<serde_json::Value> {
+        procs.iter_mut().for_each(stop);
+        procs.iter_mut().map(|p| wait(p, &mut failed)).collect()
+    };
+    let fsum = stop_kind(&mut engines.fengines);
     std::thread::sleep(Duration::from_millis(500));
-    for x in engines.xb.iter_mut() {
-        stop(x);
-    }
-    let xsum = engines
-        .xb
-        .iter_mut()
-        .map(|x| wait(x, &mut failed))
-        .collect();
+    let xsum = stop_kind(&mut engines.xb);
     if !failed.is_empty() {
         anyhow::bail!("{}", failed.join("; "));
     }

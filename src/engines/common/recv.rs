@@ -131,9 +131,7 @@ pub fn open_source_with(
         return open_dpdk(eal, eps);
     }
     if opts.ibv {
-        let eps = crate::net::parse_endpoints(src)
-            .map_err(|e| not_endpoints("--recv-ibv", e.to_string()))?;
-        return open_ibv(eps, interface);
+        return open_ibv(ibv_endpoints(src)?, interface);
     }
     // An existing path is a capture (a directory or device then fails by name in the pcap
     // reader, rather than as "not endpoints").
@@ -195,13 +193,8 @@ pub fn open_sources(
     if opts.ibv {
         // One queue pair (with its flow rules) per thread, each for its share of the
         // endpoints.
-        let eps = crate::net::parse_endpoints(src).map_err(|e| OpenError::NotEndpoints {
-            option: "--recv-ibv",
-            src: src.to_string(),
-            error: e.to_string(),
-        })?;
         let interface = opts.interface.unwrap_or(Ipv4Addr::UNSPECIFIED);
-        return deal_endpoints(&eps, threads)
+        return deal_endpoints(&ibv_endpoints(src)?, threads)
             .map_err(|e| refuse(&e))?
             .into_iter()
             .map(|share| open_ibv(share, interface))
@@ -244,6 +237,15 @@ pub fn open_sources(
             Ok(Box::new(s) as Box<dyn PacketSource>)
         })
         .collect()
+}
+
+/// The endpoints `--recv-ibv` steers (flow rules need them: no pcap file, no `all`).
+fn ibv_endpoints(src: &str) -> Result<Vec<std::net::SocketAddrV4>, OpenError> {
+    crate::net::parse_endpoints(src).map_err(|e| OpenError::NotEndpoints {
+        option: "--recv-ibv",
+        src: src.to_string(),
+        error: e.to_string(),
+    })
 }
 
 /// Deals `eps` to `threads` receive threads round-robin (endpoint i to thread i mod

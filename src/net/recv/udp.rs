@@ -318,7 +318,7 @@ impl PacketSource for UdpRecvSource {
                 std::thread::sleep(self.hold);
                 self.stats.holds += 1;
             }
-            let p = self.read(f, None)?;
+            let p = self.read(f, false)?;
             if p != Poll::Idle {
                 return Ok(p);
             }
@@ -340,26 +340,20 @@ impl PacketSource for UdpRecvSource {
         if r == 0 {
             return Ok(Poll::Idle);
         }
-        let ready: u64 = self
-            .fds
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.revents & libc::POLLIN != 0)
-            .fold(0, |m, (i, _)| m | 1 << i.min(63));
-        self.read(f, Some(ready))
+        self.read(f, true)
     }
 }
 
 impl UdpRecvSource {
-    /// One recvmmsg on each socket (those of the `ready` bit mask, or all), non-blocking;
-    /// the packets to `f`. Notes whether every socket was drained.
-    fn read(&mut self, f: &mut dyn FnMut(&[u8]), ready: Option<u64>) -> io::Result<Poll> {
+    /// One recvmmsg on each socket (with `polled`, only those poll() found readable),
+    /// non-blocking; the packets to `f`. Notes whether every socket was drained.
+    fn read(&mut self, f: &mut dyn FnMut(&[u8]), polled: bool) -> io::Result<Poll> {
         let (slot, batch) = (self.slot, self.batch);
         let mut any = false;
         let mut total = 0;
         let mut drained = true;
         for i in 0..self.sockets.len() {
-            if ready.is_some_and(|m| m & (1 << i.min(63)) == 0) {
+            if polled && self.fds[i].revents & libc::POLLIN == 0 {
                 continue;
             }
             // On the stack: no allocation per batch.
