@@ -137,32 +137,31 @@ pub(super) fn start_engines(
     Ok(())
 }
 
-/// What the dsim's run gave: its summary, when it started, how long it streamed and the
-/// soak report (with `--soak-report`).
+/// What the dsims' run gave: their summaries, when they started, how long they streamed
+/// and the soak report (with `--soak-report`).
 pub(super) struct Streamed {
-    /// The dsim's summary.
-    pub(super) dsim: serde_json::Value,
-    /// When the dsim started.
+    /// Each dsim's summary, in order.
+    pub(super) dsims: Vec<serde_json::Value>,
+    /// When the dsims started.
     pub(super) t0: Instant,
-    /// Seconds it streamed.
+    /// Seconds they streamed (until the last exited).
     pub(super) seconds: f64,
     /// The soak report, when asked for.
     pub(super) soak: Option<anyhow::Result<SoakReport>>,
 }
 
-/// Runs the dsim over the whole observation (with a progress bar), then returns what
-/// [`Streamed`] holds; the soak report is sampled from the dsim's start until a second
-/// before its data end, while every engine still serves its metrics. An engine or the
-/// dsim exiting before the dsim has sent everything fails the run, naming it and how it
-/// exited (the dsim is stopped; the caller stops the engines).
-pub(super) fn run_dsim(
+/// Starts dsim `d` (of `cfg.dsim_names`) with its program `signals`: its antennas'
+/// streams, two send threads per antenna.
+fn start_dsim(
     cfg: &ArrayConfig,
     exe: &Path,
     sync: &str,
+    d: usize,
     signals: &str,
-    engines: &mut Engines,
-) -> anyhow::Result<Streamed> {
+) -> anyhow::Result<Proc> {
     let args = &cfg.args;
+    let name = &cfg.dsim_names[d];
+    let per = args.antennas / cfg.dsim_names.len();
     let s = |v: &str| v.to_string();
     let mut dsim_args = vec![
         s("dsim"),
@@ -174,24 +173,62 @@ pub(super) fn run_dsim(
         (1u64 << 22).to_string(),
         s("--heaps"),
         cfg.heaps_per_stream.to_string(),
+        // Each dsim its own seed (dither, and noise without an explicit seed: the antennas'
+        // noise must not repeat from one dsim to the next); one dsim keeps seed 1.
         s("--dither-seed"),
-        s("1"),
+        (1u64 | (d as u64) << 32).to_string(),
         s("--signals"),
         s(signals),
         s("--summary"),
     ];
-    dsim_args.extend(cfg.plan.args("dsim"));
-    dsim_args.extend(cfg.prometheus_args(args.x_engines + args.antennas));
-    for a in 0..args.antennas {
+    dsim_args.extend(cfg.plan.args(name));
+    dsim_args.extend(cfg.prometheus_args(args.x_engines + args.antennas + d));
+    for a in d * per..(d + 1) * per {
         dsim_args.push(cfg.pol_endpoints(a, 0));
         dsim_args.push(cfg.pol_endpoints(a, 1));
     }
+    let log = args.output.join(format!("logs/{name}.log"));
+    Ok(child(name, exe, &dsim_args, &log)?)
+}
+
+/// Runs the dsims (`signals[d]` dsim `d`'s program) over the whole observation (with a
+/// progress bar), then returns what [`Streamed`] holds; the soak report is sampled from
+/// the dsims' start until a second before their data end, while every engine still serves
+/// its metrics. An engine or a dsim exiting before the dsims have sent everything fails
+/// the run, naming it and how it exited (the dsims are stopped; the caller stops the
+/// engines).
+pub(super) fn run_dsim(
+    cfg: &ArrayConfig,
+    exe: &Path,
+    sync: &str,
+    signals: &[String],
+    engines: &mut Engines,
+) -> anyhow::Result<Streamed> {
+    let args = &cfg.args;
     let t0 = Instant::now();
-    let mut dsim = child("dsim", exe, &dsim_args, &args.output.join("logs/dsim.log"))?;
-    let mut soak = match start_soak(cfg, engines, &dsim) {
+    let mut dsims: Vec<Proc> = Vec::new();
+    for (d, program) in signals.iter().enumerate() {
+        match start_dsim(cfg, exe, sync, d, program) {
+            Ok(p) => dsims.push(p),
+            Err(e) => {
+                stop_all(
+                    &mut dsims.iter_mut().collect::<Vec<_>>(),
+                    Duration::from_secs(10),
+                );
+                return Err(e);
+            }
+        }
+    }
+    let stop_dsims = |dsims: &mut [Proc]| {
+        stop_all(
+            &mut dsims.iter_mut().collect::<Vec<_>>(),
+            Duration::from_secs(10),
+        );
+    };
+    let mut soak = match start_soak(cfg, engines, &dsims) {
         Ok(s) => s,
         Err(e) => {
-            stop_all(&mut [&mut dsim], Duration::from_secs(10));
+            stop_dsims(&mut dsims);
             return Err(e);
         }
     };
@@ -199,39 +236,43 @@ pub(super) fn run_dsim(
     let mut stopping = false;
     let mut report = None;
     let soak_end = Duration::from_secs_f64((args.duration - 1.0).max(args.soak_warm_up));
-    let dsim_summary = loop {
+    let mut summaries: Vec<Option<serde_json::Value>> = vec![None; dsims.len()];
+    while summaries.iter().any(Option::is_none) {
         if soak.is_some() && (t0.elapsed() >= soak_end || stopping) {
             report = soak.take().map(Soak::finish);
         }
-        if dsim.try_wait()?.is_some() {
-            let (status, summary) = wait_json(&mut dsim, Duration::from_secs(5));
-            match status {
-                Some(s) if !s.success() => {
-                    pb.finish_and_clear();
-                    return Err(dsim.exited("during the run", s).into());
-                }
-                _ => break summary,
+        for (dsim, summary) in dsims.iter_mut().zip(summaries.iter_mut()) {
+            if summary.is_some() || dsim.try_wait()?.is_none() {
+                continue;
             }
+            let (status, json) = wait_json(dsim, Duration::from_secs(5));
+            if let Some(s) = status.filter(|s| !s.success()) {
+                pb.finish_and_clear();
+                let e = dsim.exited("during the run", s);
+                stop_dsims(&mut dsims);
+                return Err(e.into());
+            }
+            *summary = Some(json);
         }
         for e in engines.all() {
             if let Some(status) = e.try_wait()? {
                 pb.finish_and_clear();
-                stop_all(&mut [&mut dsim], Duration::from_secs(10));
+                stop_dsims(&mut dsims);
                 return Err(e.exited("during the run", status).into());
             }
         }
         if crate::control::shutdown::requested() && !stopping {
-            stop(&mut dsim);
+            dsims.iter_mut().for_each(stop);
             stopping = true;
         }
         let sim = t0.elapsed().as_secs_f64().min(args.duration + 30.0);
         pb.set_position(((sim * 10.0) as u64).min(pb.length().unwrap_or(0)));
         std::thread::sleep(Duration::from_millis(100));
-    };
+    }
     let seconds = t0.elapsed().as_secs_f64();
     pb.finish_and_clear();
     Ok(Streamed {
-        dsim: dsim_summary,
+        dsims: summaries.into_iter().flatten().collect(),
         t0,
         seconds,
         soak: report.or_else(|| soak.map(Soak::finish)),
@@ -239,13 +280,21 @@ pub(super) fn run_dsim(
 }
 
 /// Starts sampling every engine for `--soak-report` (none without it): the XB-engines,
-/// the F-engines and the dsim, each by its name.
-fn start_soak(cfg: &ArrayConfig, engines: &Engines, dsim: &Proc) -> anyhow::Result<Option<Soak>> {
+/// the F-engines and the dsims, each by its name.
+fn start_soak(
+    cfg: &ArrayConfig,
+    engines: &Engines,
+    dsims: &[Proc],
+) -> anyhow::Result<Option<Soak>> {
     let Some(dir) = &cfg.args.soak_report else {
         return Ok(None);
     };
-    let mut procs: Vec<&Proc> = engines.xb.iter().chain(engines.fengines.iter()).collect();
-    procs.push(dsim);
+    let procs: Vec<&Proc> = engines
+        .xb
+        .iter()
+        .chain(engines.fengines.iter())
+        .chain(dsims)
+        .collect();
     let targets = procs
         .iter()
         .enumerate()

@@ -1,5 +1,5 @@
 //! `gpucbf array`: a small loopback array in one command. One dsim (all antennas' streams,
-//! a sky of point sources plus noise and a tone), one F-engine process per antenna, one or
+//! a sky of point sources plus noise and a tone; at real rates one per antenna), one F-engine process per antenna, one or
 //! more XB-engines (each a channel range, the F-engines sending a channel substream to
 //! each, as MeerKAT does), all over real UDP on 127.0.0.x with the same subcommands a
 //! telescope runs; this process receives the correlation products ([`receive`]) and writes
@@ -27,7 +27,7 @@ use tracing::{info, warn};
 
 use crate::engines::common::{Backend, ConfigError};
 use engines::{run_dsim, start_engines, stop_engines, Engines};
-use plan::{xbgpu_names, CorePlan, Pin, Sizes};
+use plan::{dsim_names, xbgpu_names, CorePlan, Dsims, Pin, Sizes};
 use procs::stop_all;
 pub use procs::ChildError;
 pub use receive::Dump;
@@ -65,6 +65,10 @@ pub struct ArrayArgs {
     /// unpinned. The plan is logged and written to the summary (`core_plan`).
     #[arg(long, value_enum, default_value_t = Pin::Auto)]
     pub pin: Pin,
+    /// Digitiser simulators. auto: one per antenna at real rates (each with its own two
+    /// send threads, as a telescope has one digitiser per antenna), else one for all.
+    #[arg(long, value_enum, default_value_t = Dsims::Auto)]
+    pub dsims: Dsims,
     /// First UDP port used on 127.0.0.1.
     #[arg(long, default_value_t = 17100)]
     pub base_port: u16,
@@ -94,6 +98,8 @@ pub struct ArrayConfig {
     pub plan: CorePlan,
     /// The XB-engines' names (`xbgpu`, or `xbgpu0`… with several).
     pub x_names: Vec<String>,
+    /// The dsims' names (`dsim`, or `dsim0`… with several, each feeding as many antennas).
+    pub dsim_names: Vec<String>,
     /// ADC samples per F-engine batch.
     pub batch_samples: u64,
     /// Batches per correlator dump.
@@ -166,9 +172,10 @@ impl ArrayArgs {
         }
         let sizes = Sizes::for_rate(self.adc_sample_rate, c);
         let k0 = u32::from(x_port_offset(self.antennas, sizes.ports_per_pol));
-        // Prometheus ports: the XB-engines, the F-engines, the dsim.
+        let dsims = self.dsims.count(self.antennas, &sizes);
+        // Prometheus ports: the XB-engines, the F-engines, the dsims.
         let extra = match self.soak_report {
-            Some(_) => (nx + self.antennas + 1) as u32,
+            Some(_) => (nx + self.antennas + dsims) as u32,
             None => 0,
         };
         // The XB-engines' input port, then one output port each.
@@ -190,9 +197,10 @@ impl ArrayArgs {
         let available = crate::net::affinity::available_cores().0;
         Ok(ArrayConfig {
             args: self.clone(),
-            plan: CorePlan::new(self.pin, &available, self.antennas, nx, &sizes),
+            plan: CorePlan::new(self.pin, &available, self.antennas, dsims, nx, &sizes),
             sizes,
             x_names: xbgpu_names(nx),
+            dsim_names: dsim_names(dsims),
             batch_samples: batch,
             dump_batches: ((self.dump_seconds * fs / batch as f64).round() as u64).max(1),
             heaps_per_stream: ((self.duration * fs) as u64).div_ceil(4096),
@@ -255,7 +263,7 @@ impl ArrayConfig {
     }
 
     /// With `--soak-report`: the Prometheus port of engine `i` (the XB-engines, then the
-    /// F-engines, then the dsim), above the XB-engines' ports.
+    /// F-engines, then the dsims), above the XB-engines' ports.
     fn prometheus_port(&self, i: usize) -> Option<u16> {
         self.args.soak_report.as_ref()?;
         Some(self.args.base_port + self.x_port_offset() + 1 + (self.args.x_engines + i) as u16)
@@ -286,6 +294,11 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
     let model = sky::SkyModel::demo(fs, c);
     let signals = model.dsim_signals(&positions, fs);
     std::fs::write(dir.join("signals.txt"), &signals)?;
+    // Each dsim's program: its antennas' streams.
+    let per_dsim = n / cfg.dsim_names.len();
+    let signals: Vec<String> = (0..cfg.dsim_names.len())
+        .map(|d| model.dsim_signals_for(&positions, fs, d * per_dsim..(d + 1) * per_dsim))
+        .collect();
     // Timestamps count from the start of the run.
     let sync = unix_now()?.floor().to_string();
     info!(
@@ -297,6 +310,7 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
         jones_per_batch = cfg.sizes.jones_per_batch,
         recv_chunk_samples = cfg.sizes.recv_chunk_samples,
         ports_per_pol = cfg.sizes.ports_per_pol,
+        dsims = cfg.dsim_names.len(),
         "starting the array"
     );
     for line in cfg.plan.lines() {
@@ -349,7 +363,13 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
         warn!(error = %e, "no image written");
         json!({"error": e.to_string()})
     });
-    let sent = streamed.dsim["summary"]["heaps_per_stream"].as_u64();
+    // Every stream's heaps (the dsims send the same number; the fewest if not).
+    let sent = streamed
+        .dsims
+        .iter()
+        .map(|d| d["summary"]["heaps_per_stream"].as_u64())
+        .min()
+        .flatten();
     let lost = losses::losses(
         &fsum,
         &xsum,
@@ -362,12 +382,20 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
         warn!(lost = %lost, "data were lost: see \"lost\" in the summary");
     }
     let stream_s = streamed.seconds;
-    let dsim_summary = streamed.dsim;
-    // One XB-engine: its summary as before; several: a list in channel order.
-    let xb = match xsum.as_slice() {
-        [one] => one.clone(),
-        _ => json!(xsum),
+    // The slowest dsim's sending time.
+    let send_s = streamed
+        .dsims
+        .iter()
+        .filter_map(|d| d["summary"]["send_seconds"].as_f64())
+        .reduce(f64::max)
+        .unwrap_or(stream_s);
+    // One XB-engine (dsim): its summary as before; several: a list in order.
+    let one_or_list = |v: Vec<serde_json::Value>| match <[_; 1]>::try_from(v) {
+        Ok([one]) => one,
+        Err(v) => json!(v),
     };
+    let xb = one_or_list(xsum);
+    let dsim_summary = one_or_list(streamed.dsims);
     let mut receiver = json!({"heaps": heaps, "packets": packets, "dropped_packets": dropped});
     if assembled.repeated.iter().any(|&r| r > 0) {
         receiver["repeated_dumps"] = json!(assembled.repeated);
@@ -384,7 +412,7 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
         "streaming_wall_s": stream_s,
         "total_wall_s": wall,
         // Simulated seconds per second of sending (1.0: the digitisers kept real time).
-        "real_time_factor": args.duration / dsim_summary["summary"]["send_seconds"].as_f64().unwrap_or(stream_s),
+        "real_time_factor": args.duration / send_s,
         "receiver": receiver,
         // Every loss by engine and counter (only those that occurred); empty: nothing lost.
         "lost": lost,
@@ -526,6 +554,7 @@ mod tests {
         assert_eq!(one.fgpu_dst(), "127.0.0.1:17200");
         assert_eq!(one.x_out(0).to_string(), "127.0.0.1:17201");
         assert_eq!(one.x_names, ["xbgpu"]);
+        assert_eq!(one.dsim_names, ["dsim"]);
         // Prometheus: the XB-engine, the F-engines, the dsim.
         assert_eq!(one.prometheus_port(0), Some(17202));
         assert_eq!(one.prometheus_port(3), Some(17205));
@@ -550,6 +579,9 @@ mod tests {
         assert_eq!(two.x_out(1).to_string(), "127.0.0.1:17202");
         assert_eq!(two.prometheus_port(0), Some(17203));
         assert_eq!(two.x_names, ["xbgpu0", "xbgpu1"]);
+        // One dsim per antenna at the real rate, each with a Prometheus port at the end.
+        assert_eq!(two.dsim_names, ["dsim0", "dsim1"]);
+        assert_eq!(two.prometheus_port(2 + 2 + 1), Some(17208));
         assert_eq!(two.sizes.jones_per_batch, 1 << 20);
         // 64 antennas: the XB-engines move above the 128 digitiser ports; the last port
         // (the last XB-engine's output) must fit.

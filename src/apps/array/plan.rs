@@ -91,6 +91,35 @@ pub enum Pin {
     None,
 }
 
+/// `--dsims`: how many digitiser simulator processes feed the array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum Dsims {
+    /// One per antenna at real rates (as a telescope has one digitiser per antenna), else one.
+    #[default]
+    Auto,
+    /// One dsim sending every antenna's streams (one send thread per stream).
+    One,
+    /// One dsim per antenna.
+    PerAntenna,
+}
+
+impl Dsims {
+    /// The number of dsim processes for `antennas` at `sizes`' rate.
+    pub fn count(self, antennas: usize, sizes: &Sizes) -> usize {
+        match self {
+            Dsims::Auto if sizes.real_rate => antennas,
+            Dsims::Auto | Dsims::One => 1,
+            Dsims::PerAntenna => antennas,
+        }
+    }
+}
+
+/// The dsims' names: `dsim` alone, else `dsim0`, `dsim1`… (dsim k feeds antennas
+/// k·A/N..(k+1)·A/N).
+pub fn dsim_names(dsims: usize) -> Vec<String> {
+    numbered("dsim", dsims)
+}
+
 /// Where one engine's threads run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Placement {
@@ -175,23 +204,30 @@ pub struct CorePlan {
 
 /// The XB-engines' names: `xbgpu` alone, else `xbgpu0`, `xbgpu1`…
 pub fn xbgpu_names(x_engines: usize) -> Vec<String> {
-    if x_engines == 1 {
-        return vec!["xbgpu".to_string()];
+    numbered("xbgpu", x_engines)
+}
+
+/// `kind` alone for one engine, else `kind0`, `kind1`…
+fn numbered(kind: &str, n: usize) -> Vec<String> {
+    if n == 1 {
+        return vec![kind.to_string()];
     }
-    (0..x_engines).map(|k| format!("xbgpu{k}")).collect()
+    (0..n).map(|k| format!("{kind}{k}")).collect()
 }
 
 impl CorePlan {
-    /// The plan for `antennas` F-engines (one dsim for all of them) and `x_engines`
-    /// XB-engines at `sizes`' rate on the cores `available` (in the order given, each
-    /// once): with [`Pin::Auto`] at a real rate and enough cores, each thread its own core
-    /// in the order dsim (2 send threads per antenna, the main thread sharing the last),
+    /// The plan for `antennas` F-engines (fed by `dsims` dsims, each the same number of
+    /// antennas) and `x_engines` XB-engines at `sizes`' rate on the cores `available` (in
+    /// the order given, each once): with [`Pin::Auto`] at a real rate and enough cores,
+    /// each thread its own core in the order dsims (2 send threads per antenna, the main
+    /// thread sharing the last),
     /// F-engines (2 × ports per pol receive threads, 2 send threads), XB-engines (1
     /// receive thread); otherwise no engine pinned, with the reason.
     pub fn new(
         pin: Pin,
         available: &[usize],
         antennas: usize,
+        dsims: usize,
         x_engines: usize,
         sizes: &Sizes,
     ) -> CorePlan {
@@ -224,12 +260,14 @@ impl CorePlan {
         }
         let mut next = available.iter().copied();
         let mut take = |k: usize| next.by_ref().take(k).collect::<Vec<_>>();
-        let send = take(2 * antennas);
-        let main = send[send.len() - 1];
-        plan.engines.push(EngineCores {
-            name: "dsim".into(),
-            place: Placement::Dsim { send, main },
-        });
+        for name in dsim_names(dsims) {
+            let send = take(2 * antennas / dsims);
+            let main = send[send.len() - 1];
+            plan.engines.push(EngineCores {
+                name,
+                place: Placement::Dsim { send, main },
+            });
+        }
         for a in 0..antennas {
             let recv = take(fgpu_recv);
             let send = take(2);
@@ -353,7 +391,7 @@ mod tests {
     fn enough_cores_give_every_thread_its_own_core() {
         let l = Sizes::for_rate(1712e6, 4096);
         let all: Vec<usize> = (0..16).collect();
-        let p = CorePlan::new(Pin::Auto, &all, 1, 2, &l);
+        let p = CorePlan::new(Pin::Auto, &all, 1, 1, 2, &l);
         assert_eq!(p.unpinned, None);
         assert_eq!(p.threads, 8);
         let names: Vec<_> = p.engines.iter().map(|e| e.name.as_str()).collect();
@@ -368,8 +406,14 @@ mod tests {
         assert!(p.args("fgpu1").is_empty());
         // Disjoint, from the available cores only, for several shapes and core sets.
         let odd: Vec<usize> = (0..64).filter(|c| c % 2 == 1).collect();
-        for (avail, n, nx) in [(&all, 1, 1), (&all, 1, 4), (&odd, 3, 2), (&odd, 2, 8)] {
-            let p = CorePlan::new(Pin::Auto, avail, n, nx, &l);
+        for (avail, n, nx, nd) in [
+            (&all, 1, 1, 1),
+            (&all, 1, 4, 1),
+            (&odd, 3, 2, 1),
+            (&odd, 3, 2, 3),
+            (&odd, 2, 8, 2),
+        ] {
+            let p = CorePlan::new(Pin::Auto, avail, n, nd, nx, &l);
             assert_eq!(p.unpinned, None, "{n} antennas, {nx} X-engines");
             let used: Vec<usize> = p.engines.iter().flat_map(cores_of).collect();
             assert_eq!(used.len(), n * 6 + nx);
@@ -378,21 +422,37 @@ mod tests {
             dedup.dedup();
             assert_eq!(dedup.len(), used.len(), "a core used twice: {used:?}");
             assert!(used.iter().all(|c| avail.contains(c)));
-            let Placement::Dsim { send, main } = &p.engines[0].place else {
-                panic!("the dsim comes first");
-            };
-            assert_eq!(send.len(), 2 * n);
-            assert!(send.contains(main));
+            for d in &p.engines[..nd] {
+                let Placement::Dsim { send, main } = &d.place else {
+                    panic!("the dsims come first");
+                };
+                assert_eq!(send.len(), 2 * n / nd);
+                assert!(send.contains(main));
+            }
             // The same inputs give the same plan.
-            assert_eq!(p, CorePlan::new(Pin::Auto, avail, n, nx, &l));
+            assert_eq!(p, CorePlan::new(Pin::Auto, avail, n, nd, nx, &l));
         }
         // One X-engine keeps the name `xbgpu`.
-        let p = CorePlan::new(Pin::Auto, &all, 1, 1, &l);
+        let p = CorePlan::new(Pin::Auto, &all, 1, 1, 1, &l);
         assert_eq!(p.engines[2].name, "xbgpu");
         assert_eq!(p.args("xbgpu").join(" "), "--recv-affinity 6");
-        // Two L-band antennas and four X-engines fill the 16-core host.
-        let p = CorePlan::new(Pin::Auto, &all, 2, 4, &l);
+        // Two L-band antennas, a dsim each, and four X-engines fill the 16-core host.
+        let p = CorePlan::new(Pin::Auto, &all, 2, 2, 4, &l);
         assert_eq!((p.unpinned.as_deref(), p.threads), (None, 16));
+        let names: Vec<_> = p.engines.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names[..4], ["dsim0", "dsim1", "fgpu0", "fgpu1"]);
+        assert_eq!(
+            p.args("dsim0").join(" "),
+            "--affinity 0-1 --main-affinity 1"
+        );
+        assert_eq!(
+            p.args("dsim1").join(" "),
+            "--affinity 2-3 --main-affinity 3"
+        );
+        assert_eq!(
+            p.args("fgpu1").join(" "),
+            "--recv-affinity 8-9 --send-affinity 10-11"
+        );
     }
 
     /// Too few cores, `--pin none` or the scaled rate: no engine pinned, and the reason.
@@ -401,7 +461,7 @@ mod tests {
         let l = Sizes::for_rate(1712e6, 4096);
         let all: Vec<usize> = (0..16).collect();
         // 3 antennas and 2 X-engines need 20 cores.
-        let p = CorePlan::new(Pin::Auto, &all, 3, 2, &l);
+        let p = CorePlan::new(Pin::Auto, &all, 3, 1, 2, &l);
         assert!(p.engines.is_empty());
         assert_eq!(p.threads, 20);
         let why = p.unpinned.clone().unwrap();
@@ -413,13 +473,13 @@ mod tests {
         assert_eq!(p.lines().len(), 1);
         assert_eq!(p.to_json()["pinned"], json!(false));
         // The 2-core machine.
-        let p = CorePlan::new(Pin::Auto, &[0, 1], 1, 1, &l);
+        let p = CorePlan::new(Pin::Auto, &[0, 1], 1, 1, 1, &l);
         assert!(p.engines.is_empty() && p.unpinned.is_some());
-        let p = CorePlan::new(Pin::None, &all, 1, 1, &l);
+        let p = CorePlan::new(Pin::None, &all, 1, 1, 1, &l);
         assert_eq!(p.unpinned.as_deref(), Some("--pin none"));
         assert!(p.engines.is_empty());
         let scaled = Sizes::for_rate(1712e6 / 512.0, 1024);
-        let p = CorePlan::new(Pin::Auto, &(0..128).collect::<Vec<_>>(), 2, 1, &scaled);
+        let p = CorePlan::new(Pin::Auto, &(0..128).collect::<Vec<_>>(), 2, 1, 1, &scaled);
         assert!(p.engines.is_empty());
         assert!(p.unpinned.unwrap().contains("unpinned"));
     }
@@ -428,7 +488,7 @@ mod tests {
     #[test]
     fn plan_lines_name_every_engine_and_its_cores() {
         let l = Sizes::for_rate(1712e6, 4096);
-        let p = CorePlan::new(Pin::Auto, &(0..16).collect::<Vec<_>>(), 1, 2, &l);
+        let p = CorePlan::new(Pin::Auto, &(0..16).collect::<Vec<_>>(), 1, 1, 2, &l);
         assert_eq!(
             p.lines(),
             [
@@ -446,5 +506,18 @@ mod tests {
             j["engines"][1]["args"],
             json!("--recv-affinity 2-3 --send-affinity 4-5")
         );
+    }
+
+    /// One dsim per antenna at real rates (auto), one at the scaled rate; either on request.
+    #[test]
+    fn dsims_follow_the_rate_unless_asked() {
+        let l = Sizes::for_rate(1712e6, 4096);
+        let scaled = Sizes::for_rate(1712e6 / 512.0, 1024);
+        assert_eq!(Dsims::Auto.count(3, &l), 3);
+        assert_eq!(Dsims::Auto.count(3, &scaled), 1);
+        assert_eq!(Dsims::One.count(3, &l), 1);
+        assert_eq!(Dsims::PerAntenna.count(3, &scaled), 3);
+        assert_eq!(dsim_names(1), ["dsim"]);
+        assert_eq!(dsim_names(2), ["dsim0", "dsim1"]);
     }
 }

@@ -81,6 +81,18 @@ impl SkyModel {
 
     /// The dsim program: both polarisations of every antenna, in antenna order.
     pub fn dsim_signals(&self, positions: &[[f64; 3]], adc_rate: f64) -> String {
+        self.dsim_signals_for(positions, adc_rate, 0..positions.len())
+    }
+
+    /// The signals of the antennas `antennas` (two lines each) for a dsim that feeds only
+    /// them: the sources are the same seeded noise in every dsim (the generator is keyed by
+    /// the sample's timestamp), so separate dsims still see one sky.
+    pub fn dsim_signals_for(
+        &self,
+        positions: &[[f64; 3]],
+        adc_rate: f64,
+        antennas: std::ops::Range<usize>,
+    ) -> String {
         let mut s = String::new();
         for (i, src) in self.sources.iter().enumerate() {
             s += &format!(
@@ -90,7 +102,7 @@ impl SkyModel {
             );
         }
         s += &format!("tone = cw({}, {});\n", self.tone.1, self.tone.0);
-        for p in positions {
+        for p in &positions[antennas] {
             let sky: Vec<String> = self
                 .sources
                 .iter()
