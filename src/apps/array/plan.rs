@@ -258,30 +258,43 @@ impl CorePlan {
         if plan.unpinned.is_some() {
             return plan;
         }
+        // Antenna by antenna, a block of neighbouring cores: its dsim (one per antenna),
+        // its F-engine's receive and send threads, then its share of the XB-engines (the
+        // layout of `tools/rt_run.sh`, which held two L-band antennas where grouping the
+        // cores by kind lost data on the same host). One dsim for all comes first.
         let mut next = available.iter().copied();
         let mut take = |k: usize| next.by_ref().take(k).collect::<Vec<_>>();
-        for name in dsim_names(dsims) {
-            let send = take(2 * antennas / dsims);
-            let main = send[send.len() - 1];
-            plan.engines.push(EngineCores {
-                name,
-                place: Placement::Dsim { send, main },
-            });
+        let dsim = |name: String, send: Vec<usize>| EngineCores {
+            name,
+            place: Placement::Dsim {
+                main: send[send.len() - 1],
+                send,
+            },
+        };
+        let (mut d, mut f, mut x) = (Vec::new(), Vec::new(), Vec::new());
+        let names = dsim_names(dsims);
+        if dsims == 1 {
+            d.push(dsim(names[0].clone(), take(2 * antennas)));
         }
+        let x_names = xbgpu_names(x_engines);
         for a in 0..antennas {
+            if dsims > 1 {
+                d.push(dsim(names[a].clone(), take(2)));
+            }
             let recv = take(fgpu_recv);
             let send = take(2);
-            plan.engines.push(EngineCores {
+            f.push(EngineCores {
                 name: format!("fgpu{a}"),
                 place: Placement::Fgpu { recv, send },
             });
+            for name in &x_names[a * x_engines / antennas..(a + 1) * x_engines / antennas] {
+                x.push(EngineCores {
+                    name: name.clone(),
+                    place: Placement::Xbgpu { recv: take(1) },
+                });
+            }
         }
-        for name in xbgpu_names(x_engines) {
-            plan.engines.push(EngineCores {
-                name,
-                place: Placement::Xbgpu { recv: take(1) },
-            });
-        }
+        plan.engines = d.into_iter().chain(f).chain(x).collect();
         plan
     }
 
@@ -445,14 +458,17 @@ mod tests {
             p.args("dsim0").join(" "),
             "--affinity 0-1 --main-affinity 1"
         );
+        // Antenna by antenna: dsim, F-engine, then its two XB-engines.
         assert_eq!(
             p.args("dsim1").join(" "),
-            "--affinity 2-3 --main-affinity 3"
+            "--affinity 8-9 --main-affinity 9"
         );
         assert_eq!(
             p.args("fgpu1").join(" "),
-            "--recv-affinity 8-9 --send-affinity 10-11"
+            "--recv-affinity 10-11 --send-affinity 12-13"
         );
+        assert_eq!(p.args("xbgpu1").join(" "), "--recv-affinity 7");
+        assert_eq!(p.args("xbgpu3").join(" "), "--recv-affinity 15");
     }
 
     /// Too few cores, `--pin none` or the scaled rate: no engine pinned, and the reason.
