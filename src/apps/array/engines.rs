@@ -6,7 +6,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::procs::{child, stop, stop_all, wait_json, wait_ready, Proc};
+use super::procs::{child, child_env, stop, stop_all, wait_json, wait_ready, Proc};
 use super::ArrayConfig;
 use crate::apps::soak::{EngineTarget, Soak, SoakOptions, SoakReport};
 
@@ -85,17 +85,18 @@ pub(super) fn start_engines(
         .chain(cfg.prometheus_args(k))
         .chain([cfg.x_in(k).to_string()])
         .collect::<Vec<_>>();
-        engines.xb.push(child(
+        engines.xb.push(child_env(
             name,
             exe,
             &xb_args,
             &logs.join(format!("{name}.log")),
+            &cfg.gpus.env(cfg.gpus.xbgpu(k)),
         )?);
     }
     for a in 0..n {
         let name = format!("fgpu{a}");
         let src = format!("{},{}", cfg.pol_endpoints(a, 0), cfg.pol_endpoints(a, 1));
-        engines.fengines.push(child(
+        engines.fengines.push(child_env(
             &name,
             exe,
             &[
@@ -127,6 +128,7 @@ pub(super) fn start_engines(
             .chain([src])
             .collect::<Vec<_>>(),
             &logs.join(format!("{name}.log")),
+            &cfg.gpus.env(cfg.gpus.fgpu(a)),
         )?);
     }
     // Start the digitisers only once every engine has built its outputs (the GPU engines

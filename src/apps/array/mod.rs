@@ -8,6 +8,7 @@
 //! and stopped as in `engines.rs` and `procs.rs`.
 
 mod engines;
+pub mod gpus;
 pub mod image;
 mod losses;
 pub mod plan;
@@ -27,6 +28,7 @@ use tracing::{info, warn};
 
 use crate::engines::common::{Backend, ConfigError};
 use engines::{run_dsim, start_engines, stop_engines, Engines};
+use gpus::GpuPlan;
 use plan::{dsim_names, xbgpu_names, CorePlan, Dsims, Pin, Sizes};
 use procs::stop_all;
 pub use procs::ChildError;
@@ -65,6 +67,11 @@ pub struct ArrayArgs {
     /// unpinned. The plan is logged and written to the summary (`core_plan`).
     #[arg(long, value_enum, default_value_t = Pin::Auto)]
     pub pin: Pin,
+    /// GPUs the engines spread over (GPU backend): F-engine a on GPU a mod N, XB-engine k
+    /// on GPU k mod N, each engine seeing its one device through CUDA_VISIBLE_DEVICES
+    /// (indices within the array's own CUDA_VISIBLE_DEVICES where that is set).
+    #[arg(long, default_value_t = 1)]
+    pub gpus: usize,
     /// Digitiser simulators. auto: one per antenna at real rates (each with its own two
     /// send threads, as a telescope has one digitiser per antenna), else one for all.
     #[arg(long, value_enum, default_value_t = Dsims::Auto)]
@@ -100,6 +107,8 @@ pub struct ArrayConfig {
     pub x_names: Vec<String>,
     /// The dsims' names (`dsim`, or `dsim0`… with several, each feeding as many antennas).
     pub dsim_names: Vec<String>,
+    /// Which GPU each engine uses.
+    pub gpus: GpuPlan,
     /// ADC samples per F-engine batch.
     pub batch_samples: u64,
     /// Batches per correlator dump.
@@ -191,6 +200,14 @@ impl ArrayArgs {
             ));
         }
         self.backend.use_gpu(true)?;
+        let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+        let gpus = GpuPlan::new(self.gpus, visible.as_deref())?;
+        if self.gpus > 1 && self.backend == Backend::Cpu {
+            return Err(ConfigError::rule(
+                format!("--gpus {}", self.gpus),
+                "spreads GPU engines: it needs --backend gpu or auto",
+            ));
+        }
         let fs = self.adc_sample_rate;
         let jones = sizes.jones_per_batch;
         let batch = ((jones / c) * 2 * c) as u64;
@@ -201,6 +218,7 @@ impl ArrayArgs {
             sizes,
             x_names: xbgpu_names(nx),
             dsim_names: dsim_names(dsims),
+            gpus,
             batch_samples: batch,
             dump_batches: ((self.dump_seconds * fs / batch as f64).round() as u64).max(1),
             heaps_per_stream: ((self.duration * fs) as u64).div_ceil(4096),
@@ -311,6 +329,7 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
         recv_chunk_samples = cfg.sizes.recv_chunk_samples,
         ports_per_pol = cfg.sizes.ports_per_pol,
         dsims = cfg.dsim_names.len(),
+        gpus = args.gpus,
         "starting the array"
     );
     for line in cfg.plan.lines() {
@@ -404,6 +423,7 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
         "antennas": n,
         "channels": c,
         "x_engines": nx,
+        "gpus": args.gpus,
         "adc_sample_rate": fs,
         "duration_s": args.duration,
         "dump_batches": cfg.dump_batches,
@@ -506,6 +526,17 @@ mod tests {
                 .to_string();
             assert!(e.starts_with("--dump-seconds"), "{e}");
         }
+    }
+
+    /// `--gpus`: 1..=16, GPU engines only; two GPUs alternate the engines.
+    #[test]
+    fn gpus_are_checked_and_alternate() {
+        let e = validate(&["--gpus", "2"]).unwrap_err().to_string();
+        assert!(e.starts_with("--gpus 2 spreads GPU engines"), "{e}");
+        let e = validate(&["--gpus", "0"]).unwrap_err().to_string();
+        assert!(e.starts_with("--gpus 0 must be in 1..=16"), "{e}");
+        let one = validate(&[]).unwrap();
+        assert_eq!(one.gpus.fgpu(1), None);
     }
 
     /// `--x-engines` must split the channels into powers of two of at least 64 channels;

@@ -99,8 +99,20 @@ impl Proc {
 /// summary) piped. The child is sent SIGKILL when the thread that started it (the array's
 /// main thread) ends, so no engine outlives the array.
 pub(crate) fn child(name: &str, exe: &Path, args: &[String], log: &Path) -> std::io::Result<Proc> {
+    child_env(name, exe, args, log, &[])
+}
+
+/// [`child`] with extra environment variables.
+pub(crate) fn child_env(
+    name: &str,
+    exe: &Path,
+    args: &[String],
+    log: &Path,
+    env: &[(String, String)],
+) -> std::io::Result<Proc> {
     let err = std::fs::File::create(log)?;
     let mut cmd = Command::new(exe);
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     // Child logs in the format the array was asked for.
     if crate::telemetry::log_format() == crate::telemetry::LogFormat::Json {
         cmd.args(["--log-format", "json"]);
