@@ -7,23 +7,7 @@ use std::time::Duration;
 
 use super::sensors::{SensorSet, SensorType, Status};
 
-/// The aggregate sensor's name.
-pub const DEVICE_STATUS: &str = "device-status";
-
-/// Statuses that make `device-status` degraded (unknown counts as fine, as upstream).
-pub fn is_bad(s: Status) -> bool {
-    !matches!(s, Status::Unknown | Status::Nominal)
-}
-
-/// `device-status` for the worst status among the other sensors: ok/nominal, or
-/// degraded/warn (never fail, as upstream).
-pub fn aggregate(any_bad: bool) -> (&'static str, Status) {
-    if any_bad {
-        ("degraded", Status::Warn)
-    } else {
-        ("ok", Status::Nominal)
-    }
-}
+pub use super::sensors::{aggregate, is_bad, DEVICE_STATUS};
 
 /// One reading of the kernel clock's state.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -107,6 +107,24 @@ pub fn now() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The aggregate sensor's name.
+pub const DEVICE_STATUS: &str = "device-status";
+
+/// Statuses that make `device-status` degraded (unknown counts as fine, as upstream).
+pub fn is_bad(s: Status) -> bool {
+    !matches!(s, Status::Unknown | Status::Nominal)
+}
+
+/// `device-status` for the worst status among the other sensors: ok/nominal, or
+/// degraded/warn (never fail, as upstream).
+pub fn aggregate(any_bad: bool) -> (&'static str, Status) {
+    if any_bad {
+        ("degraded", Status::Warn)
+    } else {
+        ("ok", Status::Nominal)
+    }
+}
+
 /// A function told of every sensor reading as it is set ([`SensorSet::listen`]).
 type Listener = Box<dyn Fn(&Sensor) + Send>;
 
@@ -122,7 +140,6 @@ impl Inner {
     /// Sets `device-status` (where the set has one) from every other sensor's status, when
     /// that changes its reading (timestamped with the change).
     fn aggregate(&mut self, timestamp: f64) {
-        use super::common::{aggregate, is_bad, DEVICE_STATUS};
         if !self.map.contains_key(DEVICE_STATUS) {
             return;
         }
@@ -214,7 +231,7 @@ impl SensorSet {
                     l(s);
                 }
             }
-            if name != super::common::DEVICE_STATUS {
+            if name != DEVICE_STATUS {
                 inner.aggregate(timestamp);
             }
         }
