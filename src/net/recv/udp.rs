@@ -117,11 +117,13 @@ impl UdpRecvSource {
         for port in ports {
             let eps: Vec<&SocketAddrV4> = endpoints.iter().filter(|e| e.port() == port).collect();
             let multicast = eps.iter().any(|e| e.ip().is_multicast());
-            if !multicast && eps.len() > 1 {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("several unicast addresses share port {port}"),
-                ));
+            if !multicast {
+                // Unicast addresses (127.0.0.2+7:7148, as a multicast group list reads on a
+                // loopback test): one socket bound to each.
+                for e in &eps {
+                    sockets.push(receive_socket(**e, None, interface, recv_buffer)?);
+                }
+                continue;
             }
             let group = multicast.then_some(&eps[..]);
             sockets.push(receive_socket(*eps[0], group, interface, recv_buffer)?);
