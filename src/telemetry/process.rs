@@ -66,7 +66,7 @@ pub fn read() -> Option<ProcessStats> {
         resident_bytes,
         start_time,
         open_fds,
-        max_fds: max_fds as u64,
+        max_fds,
     })
 }
 

@@ -207,8 +207,9 @@ def test_strategies_replies_and_failures(engines):
             # /regex/ patterns.
             reply, informs = await req("sensor-list", "/^input0\\./")
             got = sorted(i.arguments[0].decode() for i in informs)
-            assert got == ["input0.dig-clip-cnt", "input0.dig-rms-dbfs"], got
-            assert reply == ["2"]
+            assert got == ["input0.dig-clip-cnt", "input0.dig-rms-dbfs", "input0.rx.missing-unixtime",
+                           "input0.rx.timestamp", "input0.rx.unixtime"], got
+            assert reply == ["5"]
             reply, informs = await req("sensor-value", "/eq$/")
             assert len(informs) == 2 and all(i.arguments[2].decode().endswith(".eq") for i in informs)
             assert len((await req("sensor-value", "/^nothing-matches$/"))[1]) == 0
