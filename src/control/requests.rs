@@ -19,6 +19,9 @@ pub(crate) enum Out {
     Lines(Vec<u8>),
     /// A reading set on the device's sensors.
     Reading(Sensor),
+    /// The reader is done: write what is queued before this, then end (other senders,
+    /// such as the client list's, may still exist).
+    Close,
 }
 
 /// One connected client: id, address, and its writer's queue once it has one.

@@ -247,6 +247,9 @@ fn serve_client(
         stop,
     );
     sensors.unlisten(listener);
+    // The client list still holds a sender: the writer ends on Close, not on the queue
+    // closing (a writer stuck on a full queue ends at its write timeout).
+    let _ = tx.send(Out::Close);
     drop(tx);
     let _ = writer.join();
     res
@@ -285,8 +288,8 @@ fn write_loop(
                     out.extend(status_inform(&x));
                 }
             }
+            Ok(Out::Close) | Err(RecvTimeoutError::Disconnected) => return,
             Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return,
         }
         if let Ok(mut subs) = session.subs.lock() {
             for (name, s) in subs.iter_mut() {
