@@ -59,6 +59,11 @@ RUN apt-get update && apt-get install -y \
         dpdk libibverbs1 ibverbs-providers iproute2 \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/gpucbf /usr/local/bin/gpucbf
+# The commands katsdpcontroller runs (fgpu, xbgpu, dsim, schedrr) as links to gpucbf, which
+# dispatches on its name. The controller adds SYS_NICE to fgpu/xbgpu containers, which
+# schedrr needs; with the entry point below `schedrr ...` also works as `gpucbf schedrr ...`.
+COPY tools/install-links.sh /usr/local/share/gpucbf/install-links.sh
+RUN sh /usr/local/share/gpucbf/install-links.sh /usr/local/bin/gpucbf /usr/local/bin
 # `gpucbf bench recv` finds its spead2 peer next to the executable (or --peer-script); it
 # runs under --python, a Python with spead2 and numpy, which this image does not carry
 # (mount one, or give --python "" to skip the spead2 rows).

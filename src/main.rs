@@ -12,6 +12,7 @@ use gpucbf::telemetry::{init_logging, LogFormat};
 #[command(
     name = "gpucbf",
     version,
+    propagate_version = true,
     about = "GPU correlator-beamformer (katgpucbf wire-compatible)"
 )]
 struct Cli {
@@ -62,6 +63,31 @@ enum Command {
     /// Soak report of running engines: samples their metrics, writes soak.csv/json/png and
     /// exits non-zero when anything was lost after the warm-up.
     Soak(gpucbf::apps::soak::SoakArgs),
+    /// Runs PROGRAM [ARGS...] with the SCHED_RR real-time policy at priority 1 (katgpucbf
+    /// image's `schedrr`: needs CAP_SYS_NICE; fails with status 1 without it).
+    #[command(disable_version_flag = true)]
+    Schedrr {
+        /// The program and its arguments.
+        #[arg(required = true, num_args = 1.., trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<std::ffi::OsString>,
+    },
+}
+
+/// The command line, with the subcommand taken from the program's name when it is run as
+/// `fgpu`, `xbgpu`, `dsim` or `schedrr` (links to this binary, as katgpucbf's image has
+/// those commands on its PATH): `fgpu ARGS` is `gpucbf fgpu ARGS`.
+fn args() -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let name = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .and_then(|n| n.to_str())
+        .map(str::to_string);
+    if let Some(n) = name.filter(|n| gpucbf::engines::links::LINKS.contains(&n.as_str())) {
+        args[0] = "gpucbf".into();
+        args.insert(1, n.into());
+    }
+    args
 }
 
 /// Prints a JSON document on stdout; a closed pipe (`| head`) is not an error.
@@ -75,20 +101,24 @@ fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(args());
     init_logging(cli.log_format);
     match cli.command {
+        Command::Schedrr { command } => gpucbf::engines::links::schedrr(&command),
         Command::Fgpu(args) => {
+            args.console.log_not_applicable();
             let cfg = args.validate()?;
             let summary = gpucbf::engines::fgpu::run(&cfg)?;
             print_json(&summary)?;
         }
         Command::Xbgpu(args) => {
+            args.console.log_not_applicable();
             let cfg = args.validate()?;
             let summary = gpucbf::engines::xbgpu::run(&cfg)?;
             print_json(&summary)?;
         }
         Command::Dsim(args) => {
+            args.log_not_applicable();
             let cfg = args.validate()?;
             let summary = gpucbf::engines::dsim::run(&cfg)?;
             if args.summary {

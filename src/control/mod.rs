@@ -2,9 +2,11 @@
 //! its standard requests, sensors shared between engines and the server, and clean shutdown
 //! (signals, `?halt`).
 
+pub mod common;
 pub mod device;
 pub mod katcp;
 mod requests;
+pub mod sampling;
 pub mod sensors;
 pub mod server;
 pub mod shutdown;

@@ -9,11 +9,29 @@ use std::sync::Mutex;
 
 use super::device::Device;
 use super::katcp::{Kind, Message};
+use super::sampling::{Sampler, Session, Strategy};
+use super::sensors::{Sensor, SensorType};
 
-/// The clients connected now: (id, address), for `?client-list` and the client cap.
+/// What a client's writer thread sends: encoded lines, or a sensor reading to sample.
+#[derive(Debug)]
+pub(crate) enum Out {
+    /// Lines to write as they are.
+    Lines(Vec<u8>),
+    /// A reading set on the device's sensors.
+    Reading(Sensor),
+    /// The reader is done: write what is queued before this, then end (other senders,
+    /// such as the client list's, may still exist).
+    Close,
+}
+
+/// One connected client: id, address, and its writer's queue once it has one.
+type ClientEntry = (u64, SocketAddr, Option<std::sync::mpsc::SyncSender<Out>>);
+
+/// The clients connected now: (id, address), for `?client-list`, the client cap and
+/// `#client-connected`.
 #[derive(Debug, Default)]
 pub(crate) struct Clients {
-    list: Mutex<Vec<(u64, SocketAddr)>>,
+    list: Mutex<Vec<ClientEntry>>,
     next_id: AtomicU64,
 }
 
@@ -25,13 +43,32 @@ impl Clients {
             return None;
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        l.push((id, peer));
+        l.push((id, peer, None));
         Some(id)
+    }
+
+    /// Gives client `id` its writer's queue, and tells every other client that it came
+    /// (`#client-connected ADDR`, as aiokatcp does).
+    pub(crate) fn attach(&self, id: u64, tx: std::sync::mpsc::SyncSender<Out>) {
+        let Ok(mut l) = self.list.lock() else { return };
+        let Some(peer) = l.iter().find(|(i, _, _)| *i == id).map(|(_, p, _)| *p) else {
+            return;
+        };
+        let line = Message::with_args(Kind::Inform, "client-connected", None, &[peer.to_string()])
+            .encode();
+        for (i, _, t) in l.iter() {
+            if let (true, Some(t)) = (*i != id, t) {
+                let _ = t.try_send(Out::Lines(line.clone()));
+            }
+        }
+        if let Some(e) = l.iter_mut().find(|(i, _, _)| *i == id) {
+            e.2 = Some(tx);
+        }
     }
 
     pub(crate) fn remove(&self, id: u64) {
         if let Ok(mut l) = self.list.lock() {
-            l.retain(|(i, _)| *i != id);
+            l.retain(|(i, _, _)| *i != id);
         }
     }
 
@@ -39,7 +76,7 @@ impl Clients {
     pub(crate) fn addresses(&self) -> Vec<SocketAddr> {
         self.list
             .lock()
-            .map(|l| l.iter().map(|(_, a)| *a).collect())
+            .map(|l| l.iter().map(|(_, a, _)| *a).collect())
             .unwrap_or_default()
     }
 }
@@ -52,32 +89,142 @@ fn inform(req: &Message, args: Vec<String>) -> Message {
     Message::with_args(Kind::Inform, &req.name, req.mid, &args)
 }
 
-/// The three version informs (`#version-connect` on connect, `#version-list` on request).
+/// The three version informs (`#version-connect` on connect, `#version-list` on request):
+/// protocol 5.1 with aiokatcp's flags (M multi-client, I message ids, B bulk sensor
+/// sampling), the library and the device, each with its version and build.
 pub(crate) fn version_informs(device: &dyn Device, name: &str, mid: Option<u32>) -> Vec<Message> {
+    let version = env!("CARGO_PKG_VERSION");
+    let minor = version.rsplit_once('.').map_or(version, |(a, _)| a);
+    let build = format!("gpucbf-{version}");
     [
-        ("katcp-protocol", "5.1-M".to_string()),
-        (
-            "katcp-library",
-            format!("gpucbf-{}", env!("CARGO_PKG_VERSION")),
-        ),
-        ("katcp-device", device.api_version()),
+        vec!["katcp-protocol".to_string(), "5.1-MIB".into()],
+        vec![
+            "katcp-library".into(),
+            format!("gpucbf-{minor}"),
+            build.clone(),
+        ],
+        vec!["katcp-device".into(), device.api_version(), build],
     ]
     .iter()
-    .map(|(k, v)| Message::with_args(Kind::Inform, name, mid, &[*k, v.as_str()]))
+    .map(|a| Message::with_args(Kind::Inform, name, mid, a))
     .collect()
 }
 
+/// The sensors `?sensor-list` / `?sensor-value` name: all (no argument), those whose name a
+/// `/regex/` matches anywhere (none is no error), or the one named.
+fn select<'a>(all: &'a [Sensor], arg: Option<&String>) -> Result<Vec<&'a Sensor>, String> {
+    match arg {
+        None => Ok(all.iter().collect()),
+        Some(a) if a.len() >= 2 && a.starts_with('/') && a.ends_with('/') => {
+            let re = regex::Regex::new(&a[1..a.len() - 1])
+                .map_err(|e| format!("invalid regular expression {a}: {e}"))?;
+            Ok(all.iter().filter(|s| re.is_match(&s.name)).collect())
+        }
+        Some(a) => match all.iter().find(|s| s.name == *a) {
+            Some(s) => Ok(vec![s]),
+            None => Err(format!("Unknown sensor {a:?}")),
+        },
+    }
+}
+
+/// A `#sensor-status` (or `#sensor-value`) inform's arguments for a reading.
+pub(crate) fn reading_args(s: &Sensor) -> Vec<String> {
+    vec![
+        format!("{:.6}", s.timestamp),
+        "1".into(),
+        s.name.clone(),
+        s.status.name().into(),
+        s.value.clone(),
+    ]
+}
+
+/// `?sensor-sampling NAME[,NAME...] [STRATEGY [PARAMS...]]`: with a strategy, sets it for
+/// every named sensor (all checked first: an unknown or repeated name or a bad parameter
+/// fails and changes nothing) and sends each one's first `#sensor-status`; without one,
+/// reports the strategy of the one named sensor.
+fn sensor_sampling(
+    args: &[String],
+    sensors: &[Sensor],
+    session: &Session,
+    out: &mut Vec<Message>,
+) -> Result<Vec<String>, String> {
+    let Some(names_arg) = args.first() else {
+        return Err("?sensor-sampling needs a sensor name".into());
+    };
+    let names: Vec<&str> = names_arg.split(',').collect();
+    let mut chosen = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        if names[..i].contains(n) {
+            return Err(format!("Sensor {n:?} is listed more than once"));
+        }
+        let s = sensors
+            .iter()
+            .find(|s| s.name == *n)
+            .ok_or_else(|| format!("Unknown sensor {n:?}"))?;
+        chosen.push(s);
+    }
+    let mut subs = session
+        .subs
+        .lock()
+        .map_err(|_| "sampling state unavailable".to_string())?;
+    if args.len() == 1 {
+        if chosen.len() != 1 {
+            return Err("Only one sensor may be queried at a time".into());
+        }
+        let st = subs
+            .get(chosen[0].name.as_str())
+            .map_or(Strategy::None, |s| s.asked.clone());
+        let mut r = vec![names_arg.clone()];
+        r.extend(st.describe());
+        return Ok(r);
+    }
+    let types: Vec<&SensorType> = chosen.iter().map(|s| &s.stype).collect();
+    let strategy = Strategy::parse(&args[1..], &types)?;
+    let now = std::time::Instant::now();
+    for s in &chosen {
+        if strategy == Strategy::None {
+            subs.remove(&s.name);
+            continue;
+        }
+        let (sampler, first) = Sampler::new(strategy.clone(), s, now);
+        subs.insert(s.name.clone(), sampler);
+        if let Some(r) = first {
+            out.push(Message::with_args(
+                Kind::Inform,
+                "sensor-status",
+                None,
+                &reading_args(&r),
+            ));
+        }
+    }
+    session
+        .active
+        .store(!subs.is_empty(), std::sync::atomic::Ordering::Relaxed);
+    let mut r = vec![names_arg.clone()];
+    r.extend(strategy.describe());
+    Ok(r)
+}
+
 /// The standard requests: (name, most arguments, help text).
-const STANDARD: [(&str, usize, &str); 8] = [
+const STANDARD: [(&str, usize, &str); 9] = [
+    (
+        "sensor-sampling",
+        usize::MAX,
+        "Set or query sensor sampling: ?sensor-sampling NAME[,NAME...] [STRATEGY [PARAMS...]].",
+    ),
     ("halt", 0, "Stop the engine cleanly."),
     ("help", 1, "List requests: ?help [name]."),
     ("watchdog", 0, "Check that the server is alive."),
     ("version-list", 0, "List versions."),
-    ("sensor-list", 1, "List sensors: ?sensor-list [name]."),
+    (
+        "sensor-list",
+        1,
+        "List sensors: ?sensor-list [name or /regex/].",
+    ),
     (
         "sensor-value",
         1,
-        "Report sensor values: ?sensor-value [name].",
+        "Report sensor values: ?sensor-value [name or /regex/].",
     ),
     ("client-list", 0, "List connected clients."),
     (
@@ -93,6 +240,7 @@ pub(crate) fn handle(
     req: &Message,
     device: &dyn Device,
     clients: &Clients,
+    session: &Session,
     out: &mut Vec<Message>,
 ) -> bool {
     let args: Vec<String> = req
@@ -166,15 +314,24 @@ pub(crate) fn handle(
                 Err(e) => fail(&e.to_string()),
             },
         },
+        "sensor-sampling" => {
+            let all = sensors.all();
+            let mut informs = Vec::new();
+            match sensor_sampling(&args, &all, session, &mut informs) {
+                Ok(r) => {
+                    out.extend(informs);
+                    ok(r)
+                }
+                Err(e) => fail(&e),
+            }
+        }
         "sensor-list" | "sensor-value" => {
             let all = sensors.all();
-            let sel: Vec<_> = all
-                .iter()
-                .filter(|s| args.is_empty() || s.name == args[0])
-                .collect();
-            if sel.is_empty() && !args.is_empty() {
-                fail(&format!("Unknown sensor name: {}", args[0]))
+            let sel = select(&all, args.first());
+            if let Err(e) = &sel {
+                fail(e)
             } else {
+                let sel = sel.unwrap_or_default();
                 for s in &sel {
                     if req.name == "sensor-list" {
                         let mut a = vec![
@@ -188,16 +345,7 @@ pub(crate) fn handle(
                         }
                         out.push(inform(req, a));
                     } else {
-                        out.push(inform(
-                            req,
-                            vec![
-                                format!("{:.6}", s.timestamp),
-                                "1".into(),
-                                s.name.clone(),
-                                s.status.name().into(),
-                                s.value.clone(),
-                            ],
-                        ));
+                        out.push(inform(req, reading_args(s)));
                     }
                 }
                 ok(vec![sel.len().to_string()])

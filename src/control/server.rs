@@ -19,7 +19,8 @@ use tracing::{debug, info, warn};
 
 use super::device::Device;
 use super::katcp::{Kind, LineReader, Message};
-use super::requests::{handle, version_informs, Clients};
+use super::requests::{handle, reading_args, version_informs, Clients, Out};
+use super::sampling::Session;
 
 /// Bounds on what clients may cost the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,7 +118,7 @@ fn accept_loop(
         let spawned = std::thread::Builder::new()
             .name("katcp-client".into())
             .spawn(move || {
-                match serve_client(s, d, &cl, limits, st) {
+                match serve_client(s, id, d, &cl, limits, st) {
                     Ok(()) => debug!(%peer, "katcp client ended"),
                     Err(e) => debug!(%peer, error = %e, "katcp client ended"),
                 }
@@ -178,16 +179,23 @@ fn log_inform(level: &str, text: &str) -> Message {
     )
 }
 
-/// Tells the client why it is being disconnected (best effort: it may not be reading).
-fn disconnect(w: &mut TcpStream, peer: SocketAddr, why: &str) -> io::Result<()> {
+/// Tells the client why it is being disconnected (best effort: it may not be reading);
+/// the writer sends it before it ends.
+fn disconnect(
+    tx: &std::sync::mpsc::SyncSender<Out>,
+    peer: SocketAddr,
+    why: &str,
+) -> io::Result<()> {
     info!(%peer, reason = why, "katcp: disconnecting client");
     let mut out = log_inform("error", why).encode();
     out.extend(Message::with_args(Kind::Inform, "disconnect", None, &[why]).encode());
-    w.write_all(&out)
+    let _ = tx.try_send(Out::Lines(out));
+    Ok(())
 }
 
 fn serve_client(
     stream: TcpStream,
+    id: u64,
     device: Arc<dyn Device>,
     clients: &Clients,
     limits: Limits,
@@ -198,13 +206,131 @@ fn serve_client(
     // Short reads let the thread see the stop flag and the idle deadlines.
     stream.set_read_timeout(Some(Duration::from_millis(200)))?;
     stream.set_write_timeout(Some(limits.write_timeout))?;
-    let mut w = stream.try_clone()?;
+    let w = stream.try_clone()?;
     let mut r = stream;
     let mut hello = Vec::new();
     for m in version_informs(device.as_ref(), "version-connect", None) {
         hello.extend(m.encode());
     }
-    write_or_drop(&mut w, peer, &hello)?;
+    // Everything written to the client goes through its writer thread: replies in order,
+    // and the `#sensor-status` informs of its subscriptions as readings and clocks say.
+    let session = Arc::new(Session::default());
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Out>(WRITE_QUEUE);
+    tx.send(Out::Lines(hello))
+        .map_err(|_| io::Error::other("katcp writer gone"))?;
+    let sensors = device.sensors().clone();
+    let listener = {
+        let (tx, session) = (tx.clone(), session.clone());
+        sensors.listen(move |s| {
+            if session.active.load(Ordering::Relaxed) {
+                // A full queue (a client not reading) drops readings, never blocks the engine.
+                let _ = tx.try_send(Out::Reading(s.clone()));
+            }
+        })
+    };
+    let writer = {
+        let (session, sensors) = (session.clone(), sensors.clone());
+        let mut w = w.try_clone()?;
+        std::thread::Builder::new()
+            .name("katcp-write".into())
+            .spawn(move || write_loop(&mut w, peer, rx, &session, &sensors))?
+    };
+    clients.attach(id, tx.clone());
+    let res = read_loop(
+        &mut r,
+        peer,
+        &tx,
+        device.as_ref(),
+        clients,
+        &session,
+        limits,
+        stop,
+    );
+    sensors.unlisten(listener);
+    // The client list still holds a sender: the writer ends on Close, not on the queue
+    // closing (a writer stuck on a full queue ends at its write timeout).
+    let _ = tx.send(Out::Close);
+    drop(tx);
+    let _ = writer.join();
+    res
+}
+
+/// Queued writes per client (lines and readings) before readings are dropped and replies
+/// wait.
+const WRITE_QUEUE: usize = 4096;
+
+/// The client's writer: writes what the reader queues and the sampled sensor readings,
+/// until the reader is done or a write fails (the client is then shut down).
+fn write_loop(
+    w: &mut TcpStream,
+    peer: SocketAddr,
+    rx: std::sync::mpsc::Receiver<Out>,
+    session: &Session,
+    sensors: &super::sensors::SensorSet,
+) {
+    use std::sync::mpsc::RecvTimeoutError;
+    loop {
+        let msg = match session.due() {
+            Some(t) => rx.recv_timeout(t.saturating_duration_since(Instant::now())),
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        let now = Instant::now();
+        let mut out = Vec::new();
+        match msg {
+            Ok(Out::Lines(b)) => out = b,
+            Ok(Out::Reading(r)) => {
+                let sent = session
+                    .subs
+                    .lock()
+                    .ok()
+                    .and_then(|mut subs| subs.get_mut(&r.name)?.update(&r, now));
+                if let Some(x) = sent {
+                    out.extend(status_inform(&x));
+                }
+            }
+            Ok(Out::Close) | Err(RecvTimeoutError::Disconnected) => return,
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        if let Ok(mut subs) = session.subs.lock() {
+            for (name, s) in subs.iter_mut() {
+                if s.due().is_some_and(|d| d <= now) {
+                    let Some(cur) = sensors.get(name) else {
+                        continue;
+                    };
+                    if let Some(x) = s.tick(&cur, now) {
+                        out.extend(status_inform(&x));
+                    }
+                }
+            }
+        }
+        if !out.is_empty() && write_or_drop(w, peer, &out).is_err() {
+            let _ = w.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+    }
+}
+
+fn status_inform(s: &super::sensors::Sensor) -> Vec<u8> {
+    Message::with_args(Kind::Inform, "sensor-status", None, &reading_args(s)).encode()
+}
+
+/// Reads the client's requests and queues the replies, until it goes, breaks a limit or
+/// the server stops.
+#[allow(clippy::too_many_arguments)]
+fn read_loop(
+    r: &mut TcpStream,
+    peer: SocketAddr,
+    tx: &std::sync::mpsc::SyncSender<Out>,
+    device: &dyn Device,
+    clients: &Clients,
+    session: &Session,
+    limits: Limits,
+    stop: Arc<AtomicBool>,
+) -> io::Result<()> {
+    let queue = |out: Vec<u8>| {
+        tx.send(Out::Lines(out))
+            .map_err(|_| io::Error::other("katcp writer gone"))
+    };
     let connected = Instant::now();
     let mut requested = false;
     let mut line_started: Option<Instant> = None;
@@ -226,11 +352,11 @@ fn serve_client(
                 let idle = limits.idle_timeout;
                 if !requested && connected.elapsed() >= idle {
                     let why = format!("no request within {} s of connecting", idle.as_secs_f64());
-                    return disconnect(&mut w, peer, &why);
+                    return disconnect(tx, peer, &why);
                 }
                 if line_started.is_some_and(|t| t.elapsed() >= idle) {
                     let why = format!("a line left unfinished for {} s", idle.as_secs_f64());
-                    return disconnect(&mut w, peer, &why);
+                    return disconnect(tx, peer, &why);
                 }
                 continue;
             }
@@ -239,11 +365,11 @@ fn serve_client(
         lines.clear();
         let fed = reader.feed(&buf[..n], &mut lines);
         for line in &lines {
-            match serve_line(line, device.as_ref(), clients) {
+            match serve_line(line, device, clients, session) {
                 Line::Blank => {}
                 Line::Reply(out, halt) => {
                     requested = true;
-                    write_or_drop(&mut w, peer, &out)?;
+                    queue(out)?;
                     if halt {
                         crate::control::shutdown::request();
                         return Ok(());
@@ -252,7 +378,7 @@ fn serve_client(
             }
         }
         if let Err(e) = fed {
-            return disconnect(&mut w, peer, &format!("{e}: disconnecting"));
+            return disconnect(tx, peer, &format!("{e}: disconnecting"));
         }
         line_started = match (reader.pending(), line_started) {
             (0, _) => None,
@@ -288,7 +414,7 @@ enum Line {
 }
 
 /// One line from a client: a request's informs and reply, a `#log` for a malformed line.
-fn serve_line(line: &[u8], device: &dyn Device, clients: &Clients) -> Line {
+fn serve_line(line: &[u8], device: &dyn Device, clients: &Clients, session: &Session) -> Line {
     if line.iter().all(|c| c.is_ascii_whitespace()) {
         return Line::Blank;
     }
@@ -303,6 +429,6 @@ fn serve_line(line: &[u8], device: &dyn Device, clients: &Clients) -> Line {
         return Line::Blank;
     }
     let mut out = Vec::new();
-    let halt = handle(&msg, device, clients, &mut out);
+    let halt = handle(&msg, device, clients, session, &mut out);
     Line::Reply(out.iter().flat_map(Message::encode).collect(), halt)
 }

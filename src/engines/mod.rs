@@ -3,11 +3,13 @@
 //! * [`common`]: receive, send, shutdown and command-line pieces shared by the engines.
 //! * [`dsim`]: digitiser simulator (signal -> packed heaps -> paced send).
 //! * [`fgpu`]: F-engine (digitiser heaps -> channelised F-engine heaps).
+//! * [`links`]: the `fgpu`, `xbgpu`, `dsim` and `schedrr` names of the binary.
 //! * [`xbgpu`]: XB-engine (F-engine heaps -> correlation products and beams).
 
 pub mod common;
 pub mod dsim;
 pub mod fgpu;
+pub mod links;
 pub mod xbgpu;
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 use clap::Parser;
 
+use super::common::cli::Interfaces;
 use super::common::{Backend, EngineArgs};
 
 #[derive(Parser)]
@@ -68,11 +69,15 @@ fn engine_args_carry_the_shared_options() {
     .unwrap()
     .a;
     let want = EngineArgs {
-        recv_interface: std::net::Ipv4Addr::new(10, 0, 0, 1),
+        recv_interface: Interfaces(vec![std::net::Ipv4Addr::new(10, 0, 0, 1)]),
         recv_dpdk: None,
         recv_ibv: true,
         use_peerdirect: false,
-        send_interface: std::net::Ipv4Addr::UNSPECIFIED,
+        send_interface: Interfaces::any(),
+        send_ibv: false,
+        send_comp_vector: 0,
+        recv_comp_vector: "0".into(),
+        monitor_log: None,
         send_ttl: 7,
         send_packet_payload: 8192,
         send_pcap: Some(std::path::PathBuf::from("o.pcap")),

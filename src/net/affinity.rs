@@ -117,9 +117,43 @@ pub fn available_cores() -> CoreList {
     }
 }
 
-/// Checks that every core of `cores` is available to this process.
+/// The cores a thread of this process may be pinned to: its cgroup's cpuset (what a
+/// container was given: `docker --cpuset-cpus`), which can be more than the process's own
+/// mask — katsdpcontroller starts an engine under `taskset -c CORE` and gives its receive
+/// and send threads other cores of the container. Without a readable cpuset, the online
+/// cores; the process's mask is always included.
+pub fn permitted_cores() -> CoreList {
+    let mut cores = available_cores().0;
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("0::").map(str::to_string))
+        });
+    let candidates = [
+        cgroup.map(|p| {
+            format!(
+                "/sys/fs/cgroup{}/cpuset.cpus.effective",
+                p.trim_end_matches('/')
+            )
+        }),
+        Some("/sys/fs/cgroup/cpuset.cpus.effective".to_string()),
+        Some("/sys/devices/system/cpu/online".to_string()),
+    ];
+    let listed = candidates.iter().flatten().find_map(|f| {
+        let t = std::fs::read_to_string(f).ok()?;
+        parse_cores(t.trim()).ok().filter(|v| !v.is_empty())
+    });
+    cores.extend(listed.unwrap_or_default());
+    cores.sort_unstable();
+    cores.dedup();
+    CoreList(cores)
+}
+
+/// Checks that every core of `cores` may be given to a thread of this process
+/// ([`permitted_cores`]).
 pub fn check_cores(cores: &[usize]) -> Result<(), AffinityError> {
-    let available = available_cores();
+    let available = permitted_cores();
     match cores.iter().find(|c| !available.0.contains(c)) {
         Some(&core) => Err(AffinityError::Unavailable { core, available }),
         None => Ok(()),

@@ -79,11 +79,19 @@ impl Metrics {
         }
     }
 
-    /// The exposition text.
+    /// The exposition text, with the standard `process_*` families
+    /// ([`super::process`]) before the end marker.
     pub fn render(&self) -> String {
         let mut s = String::new();
         if let Ok(r) = self.registry.lock() {
             let _ = encode(&mut s, &r);
+        }
+        if let Some(p) = super::process::read() {
+            let text = super::process::render(&p);
+            match s.rfind("# EOF") {
+                Some(i) => s.insert_str(i, &text),
+                None => s.push_str(&text),
+            }
         }
         s
     }
@@ -124,6 +132,11 @@ mod tests {
             text.contains("fgpu_output_skipped_heaps_total{stream=\"wb\"} 2"),
             "{text}"
         );
+        // The process families, unprefixed, before the end marker.
+        let cpu = text
+            .find("\nprocess_cpu_seconds_total ")
+            .expect("process metrics");
+        assert!(cpu < text.find("# EOF").unwrap_or(usize::MAX), "{text}");
         let addr = m.serve("127.0.0.1:0".parse().unwrap()).unwrap();
         let mut s = std::net::TcpStream::connect(addr).unwrap();
         write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();

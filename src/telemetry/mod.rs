@@ -117,5 +117,6 @@ pub fn init_logging(format: LogFormat) {
 
 pub mod cpu;
 pub mod metrics;
+pub mod process;
 pub mod recv;
 pub mod stages;

@@ -22,7 +22,7 @@ pub enum RecvFlavour {
 /// be published any number of times).
 pub struct RecvMetrics {
     packets: Counter,
-    bytes: Counter,
+    bytes: Option<Counter>,
     chunks: Counter,
     incomplete: Counter,
     heaps: Option<Counter>,
@@ -71,7 +71,8 @@ impl RecvMetrics {
         let own_totals = flavour == RecvFlavour::Feng;
         RecvMetrics {
             packets: m.counter("input_packets", "Packets placed into chunks"),
-            bytes: m.counter("input_bytes", "Payload bytes placed into chunks"),
+            // fgpu counts its bytes per pol itself (`fgpu_input_bytes{pol}`): one family.
+            bytes: own_totals.then(|| m.counter("input_bytes", "Payload bytes placed into chunks")),
             chunks: m.counter("input_chunks", "Chunks received"),
             incomplete: m.counter(
                 "input_incomplete_heaps",
@@ -105,7 +106,9 @@ impl RecvMetrics {
         let d = |new: u64, old: u64| new.saturating_sub(old);
         let l = &self.last;
         self.packets.inc_by(d(s.packets, l.packets));
-        self.bytes.inc_by(d(s.bytes, l.bytes));
+        if let Some(c) = &self.bytes {
+            c.inc_by(d(s.bytes, l.bytes));
+        }
         self.chunks.inc_by(d(s.chunks, l.chunks));
         self.incomplete
             .inc_by(d(s.incomplete_heaps, l.incomplete_heaps));
@@ -180,5 +183,7 @@ mod tests {
             !t.contains("fgpu_input_heaps_total"),
             "per-pol heaps are the engine's: {t}"
         );
+        // So are its bytes: one fgpu_input_bytes family (per pol), not two.
+        assert!(!t.contains("fgpu_input_bytes"), "{t}");
     }
 }

@@ -3,15 +3,16 @@
 //! ([`Backend`]), and the options `fgpu` and `xbgpu` share ([`EngineArgs`], flattened into
 //! both).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, ValueEnum};
 
 use super::error::ConfigError;
+pub use super::iface::{parse_interface, parse_interfaces, Interfaces};
 use super::recv::RecvOptions;
-use super::send::open_sink;
+use super::send::{open_sink, RoutedSink};
 use crate::net::SharedSink;
 
 /// Splits `key=value,key=value`. Items without `=` continue the previous value when its key
@@ -102,9 +103,12 @@ impl Backend {
 /// output pcap, compute backend and Prometheus port. Flattened into each engine's options.
 #[derive(Debug, Clone, PartialEq, Args)]
 pub struct EngineArgs {
-    /// Local interface address for multicast receive.
-    #[arg(long, default_value = "0.0.0.0")]
-    pub recv_interface: Ipv4Addr,
+    /// Input interface(s) for multicast receive: names (`lo`, `ens1f0`) or IPv4 addresses,
+    /// comma-separated; a name stands for its interface's first IPv4 address. The first
+    /// one receives (katgpucbf gives each receive stream one, round-robin; gpucbf's
+    /// receive threads share one socket set).
+    #[arg(long, value_name = "IFACE[,IFACE...]", default_value = "0.0.0.0", value_parser = parse_interfaces)]
+    pub recv_interface: Interfaces,
     /// Receive through DPDK (feature `dpdk`) with these EAL arguments, e.g.
     /// "--no-huge --no-pci -m 512 --vdev net_pcap0,rx_pcap=FILE"; SRC then lists the
     /// endpoints to keep ("all": every UDP datagram).
@@ -119,9 +123,36 @@ pub struct EngineArgs {
     /// host memory (logged at start).
     #[arg(long)]
     pub use_peerdirect: bool,
-    /// Local interface address to send from.
-    #[arg(long, default_value = "0.0.0.0")]
-    pub send_interface: Ipv4Addr,
+    /// Output interface(s): names or IPv4 addresses, comma-separated. With several, each
+    /// output's destinations are divided among them in contiguous blocks (the number of an
+    /// output's destinations must be a multiple of the number of interfaces).
+    #[arg(long, value_name = "IFACE[,IFACE...]", default_value = "0.0.0.0", value_parser = parse_interfaces)]
+    pub send_interface: Interfaces,
+    /// Send through ibverbs (feature `ibverbs`; katgpucbf's option). Without an RDMA NIC
+    /// behind --send-interface the output goes through UDP sockets, with one log line.
+    #[arg(long)]
+    pub send_ibv: bool,
+    /// ibverbs completion vector of the send queue (-1: poll); used with --send-ibv.
+    #[arg(
+        long,
+        value_name = "VECTOR",
+        allow_hyphen_values = true,
+        default_value_t = 0
+    )]
+    pub send_comp_vector: i64,
+    /// ibverbs completion vector(s) of the receive queue(s) (-1: poll), one per
+    /// --recv-affinity core; used with --recv-ibv.
+    #[arg(
+        long,
+        value_name = "VECTOR[,VECTOR...]",
+        allow_hyphen_values = true,
+        default_value = "0"
+    )]
+    pub recv_comp_vector: String,
+    /// katgpucbf's JSON-lines queue monitor file: accepted; gpucbf reports its queues as
+    /// Prometheus metrics instead, and says so once in the log.
+    #[arg(long, value_name = "FILE")]
+    pub monitor_log: Option<PathBuf>,
     /// Multicast TTL.
     #[arg(long, default_value_t = 4)]
     pub send_ttl: u32,
@@ -187,12 +218,96 @@ impl EngineArgs {
     /// The output sink every output of the engine writes to: UDP from `--send-interface`
     /// with `--send-ttl`, or the `--send-pcap` file.
     pub fn open_sink(&self) -> std::io::Result<SharedSink> {
-        Ok(SharedSink::new(open_sink(
-            self.send_pcap.as_deref(),
-            self.send_interface,
-            self.send_ttl,
-            self.send_buffer,
-        )?))
+        self.open_sink_for(&[])
+    }
+
+    /// [`EngineArgs::open_sink`] for outputs with these destinations: with several
+    /// `--send-interface`s each output's destinations are divided among them in contiguous
+    /// blocks (katgpucbf's rule); a destination not listed goes out of the first.
+    pub fn open_sink_for(&self, outputs: &[&[SocketAddrV4]]) -> std::io::Result<SharedSink> {
+        let ifs = &self.send_interface.0;
+        let open = |ip: Ipv4Addr| {
+            open_sink(
+                self.send_pcap.as_deref(),
+                ip,
+                self.send_ttl,
+                self.send_buffer,
+            )
+        };
+        if ifs.len() <= 1 || self.send_pcap.is_some() {
+            return Ok(SharedSink::new(open(self.send_interface.first())?));
+        }
+        let sinks = ifs.iter().map(|&ip| open(ip)).collect::<Result<_, _>>()?;
+        let mut route = std::collections::HashMap::new();
+        for dsts in outputs {
+            for (i, d) in dsts.iter().enumerate() {
+                route.insert(*d, super::iface::interface_of(i, dsts.len(), ifs.len()));
+            }
+        }
+        Ok(SharedSink::new(Box::new(RoutedSink { sinks, route })))
+    }
+
+    /// Checks the interface options against the outputs (`n_dsts`: each output's number of
+    /// destinations) and the ibverbs options (`--recv-comp-vector`, one per
+    /// `--recv-affinity` core with `--recv-ibv`); logs once what is accepted but not used.
+    pub fn check_interfaces(&self, n_dsts: &[usize]) -> Result<(), ConfigError> {
+        let n_if = self.send_interface.0.len();
+        for &n in n_dsts {
+            if !n.is_multiple_of(n_if) {
+                return Err(ConfigError::rule(
+                    format!("--send-interface ({n_if} interfaces)"),
+                    format!("must divide every output's destinations ({n} given)"),
+                ));
+            }
+        }
+        let vectors = self
+            .recv_comp_vector
+            .split(',')
+            .map(|v| v.trim().parse::<i64>().ok().filter(|&v| v >= -1))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                ConfigError::rule(
+                    format!("--recv-comp-vector {}", self.recv_comp_vector),
+                    "must be a list of integers ≥ -1",
+                )
+            })?;
+        if self.send_comp_vector < -1 {
+            return Err(ConfigError::rule("--send-comp-vector", "must be ≥ -1"));
+        }
+        if self.recv_ibv {
+            let cores = self.recv_cores()?;
+            if !cores.is_empty() && cores.len() != vectors.len() {
+                return Err(ConfigError::rule(
+                    "--recv-comp-vector",
+                    format!(
+                        "must list as many vectors ({}) as --recv-affinity lists cores ({})",
+                        vectors.len(),
+                        cores.len()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Logs, once at start, the katgpucbf options that are accepted but have no effect here.
+    pub fn log_not_applicable(&self) {
+        if let Some(f) = &self.monitor_log {
+            tracing::info!(
+                file = %f.display(),
+                "--monitor-log: katgpucbf's JSON-lines queue monitor is not applicable; \
+                 gpucbf reports its queues and chunk counts as Prometheus metrics"
+            );
+        }
+        if self.recv_interface.0.len() > 1 {
+            tracing::info!(
+                first = %self.recv_interface.first(),
+                "--recv-interface: several interfaces given; multicast groups are joined on the first"
+            );
+        }
+        if self.send_ibv && !cfg!(feature = "ibverbs") {
+            tracing::info!("--send-ibv: built without the ibverbs feature; sending through UDP");
+        }
     }
 
     /// The send threads' cores (`--send-affinity`; one unpinned thread for -1), checked
@@ -221,7 +336,7 @@ impl EngineArgs {
     /// How the engine receives (`--recv-interface`, `--recv-dpdk`, `--recv-ibv`).
     pub fn recv_options(&self) -> RecvOptions<'_> {
         RecvOptions {
-            interface: Some(self.recv_interface),
+            interface: Some(self.recv_interface.first()),
             dpdk: self.recv_dpdk.as_deref(),
             ibv: self.recv_ibv,
             buffer: self.recv_buffer,

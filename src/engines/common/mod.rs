@@ -4,12 +4,16 @@
 //! gauge ([`lag`]).
 
 pub mod cli;
+pub mod descriptors;
 pub mod error;
+pub mod iface;
 pub mod lag;
 pub mod recv;
 pub mod send;
 pub mod send_worker;
 pub mod sizes;
+pub mod upstream;
 
 pub use cli::{Backend, EngineArgs};
 pub use error::ConfigError;
+pub use upstream::ConsoleArgs;

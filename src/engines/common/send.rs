@@ -33,6 +33,42 @@ pub fn open_sink(
     })
 }
 
+/// Sends each destination's packets out of one of several sinks (one per
+/// `--send-interface`): `route` maps a destination to its sink; others use the first.
+pub struct RoutedSink {
+    /// One sink per interface.
+    pub sinks: Vec<Box<dyn PacketSink>>,
+    /// Destination → index into `sinks`.
+    pub route: std::collections::HashMap<SocketAddrV4, usize>,
+}
+
+impl PacketSink for RoutedSink {
+    fn send(&mut self, dst: SocketAddrV4, parts: &[&[u8]]) -> std::io::Result<()> {
+        let i = self.route.get(&dst).copied().unwrap_or(0);
+        self.sinks[i].send(dst, parts)
+    }
+
+    fn send_batch(&mut self, packets: &[(SocketAddrV4, &[&[u8]])]) -> std::io::Result<()> {
+        // Runs of packets for one sink go out as one batch.
+        let mut start = 0;
+        while start < packets.len() {
+            let i = self.route.get(&packets[start].0).copied().unwrap_or(0);
+            let mut end = start + 1;
+            while end < packets.len() && self.route.get(&packets[end].0).copied().unwrap_or(0) == i
+            {
+                end += 1;
+            }
+            self.sinks[i].send_batch(&packets[start..end])?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.sinks.iter_mut().try_for_each(|s| s.flush())
+    }
+}
+
 /// Refuses an output file that is the input (`--send-pcap` naming `SRC`, through any path,
 /// symlink or hard link): creating the output would truncate the input before it is read.
 /// Paths that do not exist yet cannot be the input.

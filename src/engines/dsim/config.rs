@@ -46,9 +46,24 @@ pub struct DsimArgs {
     /// Write packets to this pcap file instead of sending them.
     #[arg(long)]
     pub pcap: Option<PathBuf>,
-    /// Local interface address to send from (multicast interface).
-    #[arg(long, default_value = "0.0.0.0")]
+    /// Output interface: a name (`lo`, `ens1f0`: its first IPv4 address) or an IPv4
+    /// address.
+    #[arg(long, default_value = "0.0.0.0", value_parser = crate::engines::common::cli::parse_interface)]
     pub interface: Ipv4Addr,
+    /// Size of the pre-computed ring in samples (katgpucbf's option; default --period).
+    /// gpucbf's ring holds one period, so a value other than --period is refused.
+    #[arg(long)]
+    pub max_period: Option<u64>,
+    /// Send through ibverbs (katgpucbf's option): accepted; gpucbf's dsim sends through UDP
+    /// sockets and says so once in the log.
+    #[arg(long)]
+    pub ibv: bool,
+    /// ibverbs completion vector (-1: poll); used with --ibv.
+    #[arg(long, allow_hyphen_values = true, default_value_t = 0)]
+    pub comp_vector: i64,
+    /// Python debugging consoles (accepted, not applicable).
+    #[command(flatten)]
+    pub console: crate::engines::common::ConsoleArgs,
     /// Multicast TTL.
     #[arg(long, default_value_t = 4)]
     pub ttl: u32,
@@ -59,7 +74,8 @@ pub struct DsimArgs {
     /// Rate multiplier (1.0 = real time; 0 = as fast as possible).
     #[arg(long, default_value_t = 1.0)]
     pub rate_factor: f64,
-    /// katcp control port (none by default).
+    /// katcp control port (default 7147 when sending live, none for --pcap or --heaps;
+    /// 0: none).
     #[arg(long)]
     pub katcp_port: Option<u16>,
     /// Prometheus metrics port (none by default).
@@ -131,6 +147,9 @@ pub struct DsimConfig {
     pub dests: Vec<Vec<SocketAddrV4>>,
     /// katcp server address, if enabled.
     pub katcp: Option<SocketAddrV4>,
+    /// True when `--katcp-port` was given: failing to serve it is then an error (the
+    /// default port only warns).
+    pub katcp_required: bool,
     /// Prometheus endpoint address, if enabled.
     pub prometheus: Option<SocketAddrV4>,
     /// One entry per send thread: the core it is pinned to, if any.
@@ -145,6 +164,17 @@ pub struct DsimConfig {
 const ITEM_SPACE: f64 = (ADDRESS_MASK as f64) + 1.0;
 
 impl DsimArgs {
+    /// Logs once the katgpucbf options that are accepted but have no effect here.
+    pub fn log_not_applicable(&self) {
+        self.console.log_not_applicable();
+        if self.ibv {
+            tracing::info!(
+                comp_vector = self.comp_vector,
+                "--ibv: the dsim sends through UDP sockets (sendmmsg); ibverbs is not used"
+            );
+        }
+    }
+
     /// Refuses digitiser ids and timestamps that would not fit the 48-bit items (they
     /// would wrap silently on the wire): `--first-id` for every stream, the first
     /// timestamp after `--sync-time`, and the last of a `--heaps` run.
@@ -222,6 +252,26 @@ impl DsimArgs {
                 ),
             ));
         }
+        if let Some(m) = self.max_period {
+            if m != self.period {
+                return Err(ConfigError::rule(
+                    format!("--max-period {m}"),
+                    format!(
+                        "must equal --period {} (gpucbf's dsim replays a ring of one period)",
+                        self.period
+                    ),
+                ));
+            }
+        }
+        if self.period < 2 * self.heap_samples as u64 {
+            return Err(ConfigError::rule(
+                format!("--period {}", self.period),
+                "must hold at least 2 heaps",
+            ));
+        }
+        if self.comp_vector < -1 {
+            return Err(ConfigError::rule("--comp-vector", "must be ≥ -1"));
+        }
         if !(self.rate_factor.is_finite() && self.rate_factor >= 0.0) {
             return Err(ConfigError::rule("--rate-factor", "must be ≥ 0"));
         }
@@ -290,9 +340,14 @@ impl DsimArgs {
             descriptor_interval,
             rate_factor: self.rate_factor,
             dests,
-            katcp: self
-                .katcp_port
-                .map(|p| SocketAddrV4::new(self.katcp_host, p)),
+            katcp: match self.katcp_port {
+                Some(0) => None,
+                Some(p) => Some(p),
+                None if bounded => None,
+                None => Some(7147),
+            }
+            .map(|p| SocketAddrV4::new(self.katcp_host, p)),
+            katcp_required: self.katcp_port.is_some(),
             prometheus: self
                 .prometheus_port
                 .map(|p| SocketAddrV4::new(self.katcp_host, p)),

@@ -88,6 +88,7 @@ impl DsimDevice {
         sync_time: f64,
     ) -> Self {
         let s = SensorSet::default();
+        crate::control::common::add_common_sensors(&s);
         s.add(
             "signals-orig",
             "User-provided signal specification",
@@ -120,7 +121,7 @@ impl DsimDevice {
             "dither-seed",
             "Seed for the dither",
             "",
-            SensorType::Integer,
+            SensorType::String,
             &ctx.dither_seed.to_string(),
         );
         s.add(

@@ -303,9 +303,14 @@ fn serve_katcp(
         n_streams: cfg.dests.len(),
     };
     let dev = DsimDevice::new(ctx, swaps, &cfg.signals_text, start.sync_time);
-    let server = Server::start(addr.into(), std::sync::Arc::new(dev))
-        .map_err(listen_error("--katcp-port", addr))?;
-    Ok(Some(server))
+    match Server::start(addr.into(), std::sync::Arc::new(dev)) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if !cfg.katcp_required => {
+            tracing::warn!(port = addr.port(), error = %e, "katcp port unavailable; running without katcp (give --katcp-port)");
+            Ok(None)
+        }
+        Err(e) => Err(listen_error("--katcp-port", addr)(e)),
+    }
 }
 
 /// Live: waits until the wall clock reaches the first timestamp (at most a second).

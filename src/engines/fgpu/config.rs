@@ -47,9 +47,27 @@ pub struct FgpuArgs {
     /// Samples per polarisation in one receive chunk.
     #[arg(long, default_value_t = 1 << 25)]
     pub recv_chunk_samples: u64,
-    /// AND mask applied to received timestamps.
-    #[arg(long, value_parser = parse_mask)]
-    pub mask_timestamp: Option<u64>,
+    /// Clear the low bits of received timestamps (katgpucbf's digitiser workaround): as a
+    /// flag, the bits below --recv-packet-samples; `--mask-timestamp=MASK` ANDs this mask
+    /// (decimal or 0x hexadecimal) instead.
+    #[arg(long, value_parser = parse_mask, require_equals = true, value_name = "MASK")]
+    pub mask_timestamp: Option<Option<u64>>,
+    /// katgpucbf's global batch size: parsed but unused there and here (each output's
+    /// `jones_per_batch=` key is used).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub jones_per_batch: u64,
+    /// Output chunk size in Jones vectors (katgpucbf's option; checked, ≥ 1). gpucbf sends
+    /// each output batch (`jones_per_batch=`) as soon as it is computed.
+    #[arg(long, default_value_t = 1 << 23)]
+    pub send_chunk_jones: u64,
+    /// Largest delay difference between the two pols, in samples (katgpucbf sizes its
+    /// chunk overlap with it; checked, ≥ 0). gpucbf's receive window keeps the samples
+    /// any delay needs.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_delay_diff: u64,
+    /// Python debugging consoles (accepted, not applicable).
+    #[command(flatten)]
+    pub console: crate::engines::common::ConsoleArgs,
     /// Output rate relative to the nominal data rate.
     #[arg(long, default_value_t = 1.1)]
     pub send_rate_factor: f64,
@@ -181,9 +199,19 @@ impl FgpuArgs {
             self.recv_chunk_samples,
         )
         .map_err(|e| ConfigError::Placement(e.to_string()))?;
-        if let Some(m) = self.mask_timestamp {
-            placement.timestamp_mask = m;
+        match self.mask_timestamp {
+            Some(Some(m)) => placement.timestamp_mask = m,
+            Some(None) => placement.timestamp_mask = !self.recv_packet_samples.saturating_sub(1),
+            None => {}
         }
+        if self.send_chunk_jones == 0 {
+            return Err(ConfigError::rule(
+                "--send-chunk-jones",
+                "must be at least 1",
+            ));
+        }
+        let n_dsts: Vec<usize> = outputs.iter().map(|o| o.dst.len()).collect();
+        self.io.check_interfaces(&n_dsts)?;
         let katcp_port = match self.katcp_port {
             Some(0) => None,
             Some(p) => Some(p),
@@ -340,7 +368,7 @@ mod tests {
             (vec!["--dig-sample-bits", "17"], "--dig-sample-bits"),
             (vec!["--send-sample-bits", "6"], "--send-sample-bits"),
             (vec!["--backend", "tpu"], "--backend"),
-            (vec!["--mask-timestamp", "zz"], "--mask-timestamp"),
+            (vec!["--mask-timestamp=zz"], "--mask-timestamp"),
             (
                 vec!["--wideband", "name=wb,channels=1000,dst=1.2.3.4:1"],
                 "channels=1000",
@@ -349,14 +377,16 @@ mod tests {
             let e = parse(&extra).expect_err("refused").to_string();
             assert!(e.contains(want), "{extra:?}: {e}");
         }
-        let a = parse(
-            &[
-                &WB[..],
-                &["--mask-timestamp", "0xff", "--send-sample-bits", "4"],
-            ]
-            .concat(),
-        )
-        .unwrap();
-        assert_eq!((a.mask_timestamp, a.send_sample_bits), (Some(255), 4));
+        let a =
+            parse(&[&WB[..], &["--mask-timestamp", "--send-sample-bits", "4"]].concat()).unwrap();
+        assert_eq!((a.mask_timestamp, a.send_sample_bits), (Some(None), 4));
+        let a = parse(&[&WB[..], &["--mask-timestamp=0xff"]].concat()).unwrap();
+        assert_eq!(a.mask_timestamp, Some(Some(255)));
+        // The flag clears the bits below the heap size.
+        let cfg = parse(&[&WB[..], &["--mask-timestamp", "--backend", "cpu"]].concat())
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(cfg.placement.timestamp_mask, !4095);
     }
 }

@@ -90,6 +90,53 @@ pub struct FgpuDevice {
     adc_rate: f64,
     sync_time: f64,
     default_gain: f64,
+    /// Delay sensor readings waiting for their model's load time: (output index, sensor
+    /// name, load timestamp, value).
+    pending_delays: std::sync::Mutex<Vec<(usize, String, u64, String)>>,
+}
+
+/// The receive sensors (katgpucbf's `recv.py`, with fgpu's `input{p}.` prefixes): the
+/// latest chunk's timestamp and UNIX time (error until data arrive), the time of the
+/// latest loss, and `rx.device-status` over them; all rate-limited (`auto` = event-rate 1 s).
+fn add_rx_sensors(s: &SensorSet) {
+    for p in 0..2 {
+        for (k, d, t, v, st) in [
+            (
+                "rx.timestamp",
+                "The timestamp (in samples) of the last chunk of data received",
+                SensorType::Integer,
+                "-1",
+                Status::Error,
+            ),
+            (
+                "rx.unixtime",
+                "The timestamp (in UNIX time) of the last chunk of data received",
+                SensorType::Timestamp,
+                "-1.0",
+                Status::Error,
+            ),
+            (
+                "rx.missing-unixtime",
+                "The timestamp (in UNIX time) when missing data was last detected",
+                SensorType::Timestamp,
+                "-1.0",
+                Status::Nominal,
+            ),
+        ] {
+            let name = format!("input{p}.{k}");
+            s.add(&name, d, if k == "rx.timestamp" { "" } else { "s" }, t, v);
+            s.rate_limit(&name, 1.0);
+            s.set(&name, v, st);
+        }
+    }
+    s.add(
+        "rx.device-status",
+        "Whether the engine is receiving data without loss",
+        "",
+        SensorType::Discrete(vec!["ok".into(), "degraded".into(), "fail".into()]),
+        "degraded",
+    );
+    s.set("rx.device-status", "degraded", Status::Warn);
 }
 
 impl FgpuDevice {
@@ -102,6 +149,7 @@ impl FgpuDevice {
         dither_seed: u64,
     ) -> Self {
         let s = SensorSet::default();
+        crate::control::common::add_common_sensors(&s);
         s.add(
             "steady-state-timestamp",
             "Data at or after this timestamp reflects all earlier requests",
@@ -110,6 +158,7 @@ impl FgpuDevice {
             "0",
         );
         s.set("steady-state-timestamp", 0, Status::Nominal);
+        add_rx_sensors(&s);
         for p in 0..2 {
             s.add(
                 &format!("input{p}.dig-clip-cnt"),
@@ -118,6 +167,7 @@ impl FgpuDevice {
                 SensorType::Integer,
                 "0",
             );
+            s.rate_limit(&format!("input{p}.dig-clip-cnt"), 1.0);
             s.add(
                 &format!("input{p}.dig-rms-dbfs"),
                 "Digitiser input power relative to a full-scale sine",
@@ -131,7 +181,7 @@ impl FgpuDevice {
                 &format!("{}.dither-seed", o.name),
                 "Dither seed",
                 "",
-                SensorType::Integer,
+                SensorType::String,
                 &dither_seed.to_string(),
             );
             s.set(
@@ -155,7 +205,7 @@ impl FgpuDevice {
                     "(loadmcnt, delay, delay-rate, phase, phase-rate)",
                     "",
                     SensorType::String,
-                    "(0, 0.0, 0.0, 0.0, 0.0)",
+                    "(-1, 0.0, 0.0, 0.0, 0.0)",
                 );
                 s.add(
                     &format!("{}.input{p}.feng-clip-cnt", o.name),
@@ -164,6 +214,7 @@ impl FgpuDevice {
                     SensorType::Integer,
                     "0",
                 );
+                s.rate_limit(&format!("{}.input{p}.feng-clip-cnt", o.name), 1.0);
             }
         }
         FgpuDevice {
@@ -172,6 +223,7 @@ impl FgpuDevice {
             adc_rate,
             sync_time,
             default_gain,
+            pending_delays: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -181,6 +233,26 @@ impl FgpuDevice {
             .iter()
             .find(|o| &o.name == name)
             .ok_or_else(|| RequestError::UnknownStream(name.clone()))
+    }
+
+    /// Sets the delay sensors whose model's load time processing has reached (the
+    /// channeliser took a batch reaching it); called as the engine's counters update.
+    pub(crate) fn apply_due_delays(&self) {
+        let Ok(mut pending) = self.pending_delays.lock() else {
+            return;
+        };
+        pending.retain(|(k, name, start, text)| {
+            let Some(o) = self.outputs.get(*k) else {
+                return false;
+            };
+            let taken = o.control.lock().map(|c| c.taken_through).unwrap_or(None);
+            if taken.is_some_and(|t| t + o.batch_step > *start) {
+                self.sensors.set(name, text, Status::Nominal);
+                false
+            } else {
+                true
+            }
+        });
     }
 
     /// Updates `steady-state-timestamp` after a change to `o`'s controls: data from the batch
@@ -300,21 +372,38 @@ impl FgpuDevice {
                     }
                 }
                 let mut ctl = o.control.lock().map_err(|_| RequestError::LockPoisoned)?;
+                let reached = |t: Option<u64>| t.is_some_and(|t| t + o.batch_step > start);
+                let now = reached(ctl.taken_through);
+                let k = self
+                    .outputs
+                    .iter()
+                    .position(|x| std::ptr::eq(x, o))
+                    .unwrap_or(0);
+                let mut pending = self
+                    .pending_delays
+                    .lock()
+                    .map_err(|_| RequestError::LockPoisoned)?;
                 for (p, m) in models.iter().enumerate() {
                     ctl.push_model(p, *m);
+                    let f = crate::control::sampling::float_repr;
                     let text = format!(
                         "({start}, {}, {}, {}, {})",
-                        m.delay / self.adc_rate,
-                        m.delay_rate,
-                        m.phase,
-                        m.phase_rate * self.adc_rate
+                        f(m.delay / self.adc_rate),
+                        f(m.delay_rate),
+                        f(m.phase),
+                        f(m.phase_rate * self.adc_rate)
                     );
-                    self.sensors.set(
-                        &format!("{}.input{p}.delay", o.name),
-                        &text,
-                        Status::Nominal,
-                    );
+                    let name = format!("{}.input{p}.delay", o.name);
+                    // A new model discards the queued ones that start at or after it.
+                    pending.retain(|(_, n, s, _)| !(*n == name && *s >= start));
+                    if now {
+                        self.sensors.set(&name, &text, Status::Nominal);
+                    } else {
+                        // The sensor shows the model from its load time, as upstream's.
+                        pending.push((k, name, start, text));
+                    }
                 }
+                drop(pending);
                 let taken = ctl.taken_through;
                 drop(ctl);
                 // The first spectrum at or after the load time is the first to use it.

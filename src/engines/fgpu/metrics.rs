@@ -35,6 +35,53 @@ pub(crate) struct FgpuMetrics {
     seen_in: InputStats,
     seen_out: Vec<OutputStats>,
     device: Arc<FgpuDevice>,
+    dbfs: DbfsWindow,
+    rx: RxState,
+}
+
+/// What the receive sensors need between updates.
+#[derive(Debug, Clone, Default)]
+struct RxState {
+    /// Samples per pol in a receive chunk.
+    chunk_samples: u64,
+    sync_time: f64,
+    adc_rate: f64,
+    /// Data time (UNIX) of the latest loss per pol, while its sensor shows error.
+    missing_at: [Option<f64>; 2],
+}
+
+/// The `input{p}.dig-rms-dbfs` window: sums since the last report, reported once a second
+/// of samples (per pol) has been seen.
+#[derive(Debug, Clone, Default)]
+struct DbfsWindow {
+    /// Samples per window (one second at the ADC rate).
+    len: u64,
+    sum_squares: [f64; 2],
+    samples: [u64; 2],
+    missing: [u64; 2],
+}
+
+/// katgpucbf's grading of `dig-rms-dbfs`: nominal from −30 to −10 dBFS inclusive, warn
+/// strictly inside (−33, −7), else error; a window with missing data is the float minimum
+/// with failure, one of zero power the minimum with error. The value as katcp writes
+/// floats.
+pub(crate) fn grade_dbfs(db: f64, missing: bool) -> (String, Status) {
+    use crate::control::sampling::float_repr;
+    let min = float_repr(f64::MIN);
+    if missing {
+        return (min, Status::Failure);
+    }
+    if !db.is_finite() {
+        return (min, Status::Error);
+    }
+    let st = if (-30.0..=-10.0).contains(&db) {
+        Status::Nominal
+    } else if db > -33.0 && db < -7.0 {
+        Status::Warn
+    } else {
+        Status::Error
+    };
+    (float_repr(db), st)
 }
 
 impl FgpuMetrics {
@@ -82,7 +129,70 @@ impl FgpuMetrics {
             seen_in: InputStats::default(),
             seen_out: vec![OutputStats::default(); outputs],
             device,
+            dbfs: DbfsWindow {
+                len: adc_rate.max(1.0) as u64,
+                ..DbfsWindow::default()
+            },
+            rx: RxState {
+                sync_time,
+                adc_rate,
+                ..RxState::default()
+            },
             registry: m,
+        }
+    }
+
+    /// Samples per pol of a receive chunk (the receive sensors report chunk starts).
+    pub(crate) fn set_chunk_samples(&mut self, n: u64) {
+        self.rx.chunk_samples = n;
+    }
+
+    /// The receive sensors after a chunk: timestamp and UNIX time of the latest chunk of a
+    /// pol that brought heaps, the data time of a loss (error for T_rx = max(1 s, 10
+    /// chunks) after it), and `rx.device-status`.
+    fn update_rx(&mut self, store: &SampleStore) {
+        let s = &store.stats;
+        let rx = &mut self.rx;
+        let sensors = &self.device.sensors;
+        let chunk_start = store.end_ts().saturating_sub(rx.chunk_samples);
+        let unix = rx.sync_time + chunk_start as f64 / rx.adc_rate;
+        let t_rx = (10.0 * rx.chunk_samples as f64 / rx.adc_rate).max(1.0);
+        let mut ok = true;
+        for p in 0..2 {
+            if s.heaps[p] > self.seen_in.heaps[p] {
+                let name = format!("input{p}.rx.timestamp");
+                sensors.set_at(&name, chunk_start, Status::Nominal, unix);
+                let name = format!("input{p}.rx.unixtime");
+                let v = crate::control::sampling::float_repr(unix);
+                sensors.set_at(&name, v, Status::Nominal, unix);
+            }
+            let name = format!("input{p}.rx.missing-unixtime");
+            if s.missing_heaps[p] > self.seen_in.missing_heaps[p] {
+                let v = crate::control::sampling::float_repr(unix);
+                sensors.set_at(&name, v, Status::Error, unix);
+                rx.missing_at[p] = Some(unix);
+            } else if rx.missing_at[p].is_some_and(|t| unix - t >= t_rx) {
+                let v = sensors.get(&name).map(|x| x.value).unwrap_or_default();
+                sensors.set_at(&name, v, Status::Nominal, unix);
+                rx.missing_at[p] = None;
+            }
+            let nominal = |n: &str| {
+                sensors
+                    .get(&format!("input{p}.{n}"))
+                    .is_some_and(|x| x.status == Status::Nominal)
+            };
+            ok &= nominal("rx.timestamp") && nominal("rx.missing-unixtime");
+        }
+        let (v, st) = if ok {
+            ("ok", Status::Nominal)
+        } else {
+            ("degraded", Status::Warn)
+        };
+        if sensors
+            .get("rx.device-status")
+            .is_some_and(|x| x.value != v || x.status != st)
+        {
+            sensors.set("rx.device-status", v, st);
         }
     }
 
@@ -99,12 +209,14 @@ impl FgpuMetrics {
     /// Counts what moved since the last call and updates the sensors.
     pub(crate) fn update(&mut self, store: &SampleStore, pipes: &[Pipeline]) {
         self.update_input(store);
+        self.device.apply_due_delays();
         for (k, pl) in pipes.iter().enumerate() {
             self.update_output(k, pl);
         }
     }
 
     fn update_input(&mut self, store: &SampleStore) {
+        self.update_rx(store);
         let s = &store.stats;
         let seen = &self.seen_in;
         for p in 0..2 {
@@ -130,17 +242,18 @@ impl FgpuMetrics {
                 s.clipped_samples[p],
                 Status::Nominal,
             );
-            let db = s.rms_dbfs(p, store.bits);
-            let status = if (-33.0..=-7.0).contains(&db) {
-                Status::Nominal
-            } else {
-                Status::Warn
-            };
-            sensors.set(
-                &format!("input{p}.dig-rms-dbfs"),
-                format!("{db:.3}"),
-                status,
-            );
+            let w = &mut self.dbfs;
+            w.sum_squares[p] += s.sum_squares[p] - seen.sum_squares[p];
+            w.samples[p] += s.stat_samples[p] - seen.stat_samples[p];
+            w.missing[p] += s.missing_heaps[p] - seen.missing_heaps[p];
+            if w.samples[p] >= w.len {
+                let full = ((1u64 << (store.bits - 1)) - 1) as f64;
+                let power = w.sum_squares[p] / w.samples[p] as f64;
+                let db = 10.0 * (power / (full * full / 2.0)).log10();
+                let (v, st) = grade_dbfs(db, w.missing[p] > 0);
+                sensors.set(&format!("input{p}.dig-rms-dbfs"), v, st);
+                (w.sum_squares[p], w.samples[p], w.missing[p]) = (0.0, 0, 0);
+            }
         }
         self.seen_in = s.clone();
     }
@@ -187,6 +300,23 @@ impl FgpuMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dig_rms_dbfs_is_graded_as_upstream() {
+        assert_eq!(grade_dbfs(-20.5, false), ("-20.5".into(), Status::Nominal));
+        assert_eq!(grade_dbfs(-30.0, false).1, Status::Nominal);
+        assert_eq!(grade_dbfs(-10.0, false).1, Status::Nominal);
+        assert_eq!(grade_dbfs(-32.9, false).1, Status::Warn);
+        assert_eq!(grade_dbfs(-7.1, false).1, Status::Warn);
+        assert_eq!(grade_dbfs(-33.0, false).1, Status::Error);
+        assert_eq!(grade_dbfs(-5.0, false).1, Status::Error);
+        let min = "-1.7976931348623157e+308".to_string();
+        assert_eq!(
+            grade_dbfs(f64::NEG_INFINITY, false),
+            (min.clone(), Status::Error)
+        );
+        assert_eq!(grade_dbfs(-20.0, true), (min, Status::Failure));
+    }
 
     /// The value of the `fgpu_output_lag_seconds{stream="wideband"}` line, if any.
     fn lag(m: &FgpuMetrics) -> Option<f64> {

@@ -24,7 +24,8 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
     crate::mem::steady_heap(true);
     crate::control::shutdown::install();
     let io = &cfg.io;
-    let sink = io.open_sink()?;
+    io.log_not_applicable();
+    let sink = io.open_sink_for(&output_dsts(cfg))?;
     let (pipelines, handles, _send_threads) = build_outputs(cfg, &sink)?;
     let device = Arc::new(FgpuDevice::new(
         handles,
@@ -34,7 +35,9 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
         cfg.dither_seed,
     ));
     let _katcp = serve_katcp(cfg, device.clone())?;
+    let _descriptors = resend_descriptors(cfg)?;
     let mut metrics = FgpuMetrics::new(device, pipelines.len(), cfg.sync_time, cfg.adc_sample_rate);
+    metrics.set_chunk_samples(cfg.placement.chunk_samples);
     serve_metrics(cfg, &metrics)?;
     let recv = io.recv_setup(&cfg.src)?;
     let _transmit = crate::net::send::peerdirect::plan(io.use_peerdirect);
@@ -47,6 +50,11 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
         &mut |store, pipes| metrics.update(store, pipes),
         monitor,
     )
+}
+
+/// Each output's destinations (several `--send-interface`s divide them).
+fn output_dsts(cfg: &FgpuConfig) -> Vec<&[std::net::SocketAddrV4]> {
+    cfg.outputs.iter().map(|o| o.dst.as_slice()).collect()
 }
 
 /// Every output: its controls, channeliser and senders (descriptors sent), as a pipeline
@@ -68,7 +76,7 @@ fn build_outputs(
         let lane_sink = if l == 0 {
             sink.clone()
         } else {
-            cfg.io.open_sink()?
+            cfg.io.open_sink_for(&output_dsts(cfg))?
         };
         let senders = cfg
             .outputs
@@ -141,6 +149,48 @@ fn output_sender(
         )?;
     }
     Ok(sender)
+}
+
+/// Re-sends every output's descriptors while the engine runs (live UDP output only):
+/// first after (feng_id + 1) × 5 s, then every array_size × 5 s, from the first send
+/// interface, as katgpucbf staggers its F-engines.
+fn resend_descriptors(
+    cfg: &FgpuConfig,
+) -> std::io::Result<Option<crate::engines::common::descriptors::DescriptorLoop>> {
+    use crate::engines::common::descriptors::{start, DescribedOutput};
+    if cfg.io.send_pcap.is_some() {
+        return Ok(None);
+    }
+    let outputs = cfg
+        .outputs
+        .iter()
+        .map(|spec| DescribedOutput {
+            dsts: spec.dst.clone(),
+            descriptors: descriptors(
+                spec.channels_per_substream(),
+                spec.spectra_per_heap(),
+                cfg.send_sample_bits,
+            ),
+        })
+        .collect();
+    let io = &cfg.io;
+    let sink = crate::engines::common::send::open_sink(
+        None,
+        io.send_interface.first(),
+        io.send_ttl,
+        io.send_buffer,
+    )?;
+    let five = std::time::Duration::from_secs(5);
+    let lp = start(
+        sink,
+        outputs,
+        five * (cfg.feng_id as u32).saturating_add(1),
+        five * (cfg.array_size.min(u32::MAX as u64) as u32),
+        cfg.feng_id,
+        cfg.array_size,
+        io.send_packet_payload,
+    )?;
+    Ok(Some(lp))
 }
 
 /// The katcp server, if one is configured; the default port only warns when it is taken.

@@ -278,3 +278,45 @@ fn delays_out_of_range_fail_and_change_nothing() {
         (281_474_976_000_000_u64.div_ceil(SBS) * SBS).to_string()
     );
 }
+
+/// The delay sensor shows a model from its load time on (katgpucbf's rule): before the
+/// channeliser reaches the load time it still shows the model in force; a model whose load
+/// time was already reached shows at once.
+#[test]
+fn delay_sensor_changes_at_the_load_time() {
+    let ctl = control(&[]);
+    let dev = FgpuDevice::new(
+        vec![OutputHandle {
+            name: "wb".into(),
+            channels: C,
+            batch_step: STEP,
+            spectrum_step: SBS,
+            control: ctl.clone(),
+        }],
+        1e6,
+        0.0,
+        1.0,
+        1,
+    );
+    let req = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        dev.request("delays", &args)
+    };
+    let sensor = |n: &str| dev.sensors().get(n).unwrap().value;
+    assert_eq!(sensor("wb.input0.delay"), "(-1, 0.0, 0.0, 0.0, 0.0)");
+    req(&["wb", "1.5", "0.5,0:0.25,0", "0,0:0,0"]).unwrap();
+    dev.apply_due_delays();
+    assert_eq!(sensor("wb.input0.delay"), "(-1, 0.0, 0.0, 0.0, 0.0)");
+    // The channeliser takes the batch before the load time: still not in force.
+    ctl.lock().unwrap().taken_through = Some(1_500_000 - STEP);
+    dev.apply_due_delays();
+    assert_eq!(sensor("wb.input0.delay"), "(-1, 0.0, 0.0, 0.0, 0.0)");
+    // The batch that reaches it.
+    ctl.lock().unwrap().taken_through = Some(1_500_000 - STEP + 1);
+    dev.apply_due_delays();
+    assert_eq!(sensor("wb.input0.delay"), "(1500000, 0.5, 0.0, 0.25, 0.0)");
+    assert_eq!(sensor("wb.input1.delay"), "(1500000, 0.0, 0.0, 0.0, 0.0)");
+    // A model whose load time is already past shows at once.
+    req(&["wb", "1.0", "0.25,0:0,0", "0,0:0,0"]).unwrap();
+    assert_eq!(sensor("wb.input0.delay"), "(1000000, 0.25, 0.0, 0.0, 0.0)");
+}

@@ -2,7 +2,6 @@
 //! [`Beamformer`] (a chunk of batches at once where it can), one heap per beam per batch
 //! (ICD §4.4), all beams sharing one heap counter sequence.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -41,7 +40,7 @@ pub struct BPipeline {
     pre_clipped: Vec<Vec<u64>>,
     pre_next: usize,
     /// Sending on or off, per beam (`?capture-start` / `?capture-stop`).
-    pub enabled: Vec<Arc<AtomicBool>>,
+    pub enabled: Vec<Arc<super::corrprod::CaptureGate>>,
     /// Counters per beam.
     pub stats: Vec<BStats>,
 }
@@ -69,7 +68,7 @@ impl BPipeline {
             pre_next: 0,
             enabled: names
                 .iter()
-                .map(|_| Arc::new(AtomicBool::new(enabled)))
+                .map(|_| Arc::new(super::corrprod::CaptureGate::new(enabled)))
                 .collect(),
             stats: names
                 .iter()
@@ -135,7 +134,7 @@ impl BPipeline {
             self.bf.beamform(ts, data, present, &mut self.outs)?
         };
         for (b, out) in self.outs.iter().enumerate() {
-            if !self.enabled[b].load(Ordering::Relaxed) {
+            if !self.enabled[b].sends(ts) {
                 continue;
             }
             let bytes: &[u8] = bytemuck_i8(out);

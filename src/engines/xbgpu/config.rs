@@ -46,18 +46,32 @@ pub struct XbgpuArgs {
     /// fgpu `--send-sample-bits 4` sends it).
     #[arg(long, default_value_t = 8, value_parser = sample_bits())]
     pub sample_bits: u32,
-    /// Correlation output: name=,dst=,heap_accumulation_threshold=
+    /// Correlation output: name=,dst=,heap_accumulation_threshold=[,send_enabled=]
     #[arg(long, value_parser = parse_corrprod)]
     pub corrprod: Vec<CorrprodSpec>,
-    /// Beam output: name=,dst=,pol=[,dither=]
+    /// Beam output: name=,dst=,pol=[,dither=,send_enabled=]
     #[arg(long, value_parser = parse_beam)]
     pub beam: Vec<BeamSpec>,
-    /// Transmit from the start (otherwise wait for ?capture-start).
+    /// Transmit from the start (otherwise wait for ?capture-start); an output's own
+    /// `send_enabled=` key overrides it.
     #[arg(long)]
     pub send_enabled: bool,
-    /// katcp control port (none by default).
+    /// Bandwidth in Hz used to turn beam delays into phases (default: ADC rate /
+    /// --samples-between-spectra × --channels).
+    #[arg(long)]
+    pub bandwidth: Option<f64>,
+    /// Output rate relative to the outputs' nominal data rate (0: unpaced).
+    #[arg(long, default_value_t = 1.1)]
+    pub send_rate_factor: f64,
+    /// katcp control port (default 7147 for network input, none for a pcap file; 0: none).
     #[arg(long)]
     pub katcp_port: Option<u16>,
+    /// katcp listening address (the Prometheus endpoint listens there too).
+    #[arg(long, default_value = "0.0.0.0")]
+    pub katcp_host: std::net::Ipv4Addr,
+    /// Python debugging consoles (accepted, not applicable).
+    #[command(flatten)]
+    pub console: crate::engines::common::ConsoleArgs,
     /// Input: a pcap file, or the multicast endpoint of F-engine heaps.
     pub src: String,
     /// Receive, send, backend and metrics options (shared with fgpu).
@@ -87,10 +101,17 @@ pub struct XbgpuConfig {
     pub corrprods: Vec<CorrprodSpec>,
     /// Beams.
     pub beams: Vec<BeamSpec>,
-    /// Transmit from the start.
-    pub send_enabled: bool,
-    /// katcp control port, if served.
-    pub katcp_port: Option<u16>,
+    /// Bandwidth in Hz for beam delay → phase.
+    pub bandwidth: f64,
+    /// Output rate relative to the nominal data rate (0: unpaced).
+    pub send_rate_factor: f64,
+    /// katcp endpoint, if served.
+    pub katcp: Option<std::net::SocketAddrV4>,
+    /// True when `--katcp-port` was given: failing to serve it is then an error (the
+    /// default port only warns).
+    pub katcp_required: bool,
+    /// katcp listening address (the Prometheus endpoint listens there too).
+    pub katcp_host: std::net::Ipv4Addr,
     /// Correlate and beamform on the GPU.
     pub use_gpu: bool,
     /// Receive, send and metrics options.
@@ -159,6 +180,36 @@ impl XbgpuArgs {
             check_output_is_not_input("--send-pcap", out, &self.src)?;
         }
         let use_gpu = self.io.backend.use_gpu(true)?;
+        let bandwidth = self.bandwidth.unwrap_or(
+            self.adc_sample_rate / self.samples_between_spectra as f64 * self.channels as f64,
+        );
+        if !(bandwidth.is_finite() && bandwidth > 0.0) {
+            return Err(ConfigError::rule("--bandwidth", "must be positive"));
+        }
+        if !(self.send_rate_factor.is_finite() && self.send_rate_factor >= 0.0) {
+            return Err(ConfigError::rule("--send-rate-factor", "must be ≥ 0"));
+        }
+        if self.io.send_interface.0.len() > 1 {
+            return Err(ConfigError::rule(
+                "--send-interface",
+                "takes one interface on xbgpu (as katgpucbf's)",
+            ));
+        }
+        self.io.check_interfaces(&[])?;
+        let katcp_port = match self.katcp_port {
+            Some(0) => None,
+            Some(p) => Some(p),
+            None if std::path::Path::new(&self.src).is_file() => None,
+            None => Some(7147),
+        };
+        let mut corrprods = self.corrprod.clone();
+        for c in &mut corrprods {
+            c.send_enabled.get_or_insert(self.send_enabled);
+        }
+        let mut beams = self.beam.clone();
+        for b in &mut beams {
+            b.send_enabled.get_or_insert(self.send_enabled);
+        }
         Ok(XbgpuConfig {
             adc_sample_rate: self.adc_sample_rate,
             sync_time: self.sync_time,
@@ -175,10 +226,13 @@ impl XbgpuArgs {
                 batches_per_chunk: self.heaps_per_fengine_per_chunk,
                 frequency: Some(self.channel_offset_value as u64),
             },
-            corrprods: self.corrprod.clone(),
-            beams: self.beam.clone(),
-            send_enabled: self.send_enabled,
-            katcp_port: self.katcp_port,
+            corrprods,
+            beams,
+            bandwidth,
+            send_rate_factor: self.send_rate_factor,
+            katcp: katcp_port.map(|p| std::net::SocketAddrV4::new(self.katcp_host, p)),
+            katcp_required: self.katcp_port.is_some(),
+            katcp_host: self.katcp_host,
             use_gpu,
             io: self.io.clone(),
             src: self.src.clone(),

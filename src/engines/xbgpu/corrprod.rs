@@ -3,7 +3,7 @@
 //! (ICD §4.3), with MISSING on baselines of absent antennas.
 
 use crate::spead::icd::n_baselines;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -51,10 +51,51 @@ pub struct XPipeline {
     present: Vec<bool>,
     out: Vec<i32>,
     bytes: Vec<u8>,
-    /// Sending on (`?capture-start`) or off (`?capture-stop`).
-    pub enabled: Arc<AtomicBool>,
+    /// Sending on (`?capture-start`, from a timestamp) or off (`?capture-stop`).
+    pub enabled: Arc<CaptureGate>,
     /// Counters.
     pub stats: XStats,
+}
+
+/// An output's capture switch (`?capture-start STREAM [TIMESTAMP]`, `?capture-stop`): data
+/// go out while it is on, from the timestamp given (0: at once); stopping resets the
+/// timestamp to 0, as katgpucbf's.
+#[derive(Debug, Default)]
+pub struct CaptureGate {
+    on: AtomicBool,
+    from: AtomicU64,
+}
+
+impl CaptureGate {
+    /// A gate, on (from timestamp 0) or off.
+    pub fn new(on: bool) -> Self {
+        CaptureGate {
+            on: AtomicBool::new(on),
+            from: AtomicU64::new(0),
+        }
+    }
+
+    /// On, for data from `ts` on.
+    pub fn start(&self, ts: u64) {
+        self.from.store(ts, Ordering::Relaxed);
+        self.on.store(true, Ordering::Release);
+    }
+
+    /// Off (and the start timestamp back to 0).
+    pub fn stop(&self) {
+        self.on.store(false, Ordering::Release);
+        self.from.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether it is on.
+    pub fn is_on(&self) -> bool {
+        self.on.load(Ordering::Acquire)
+    }
+
+    /// Whether data stamped `ts` go out.
+    pub fn sends(&self, ts: u64) -> bool {
+        self.is_on() && ts >= self.from.load(Ordering::Relaxed)
+    }
 }
 
 impl XPipeline {
@@ -86,7 +127,7 @@ impl XPipeline {
             present: vec![true; n_ants],
             out: vec![0; n],
             bytes: vec![0; n * 4],
-            enabled: Arc::new(AtomicBool::new(enabled)),
+            enabled: Arc::new(CaptureGate::new(enabled)),
             stats: XStats {
                 name: name.into(),
                 ..Default::default()
@@ -195,7 +236,9 @@ impl XPipeline {
             self.stats.skipped_accs += 1;
             return Ok(());
         }
-        if !self.enabled.load(Ordering::Relaxed) {
+        // An accumulation goes out iff capture is on and it starts at or after the capture
+        // timestamp.
+        if !self.enabled.sends(acc * self.acc_step()) {
             self.stats.unsent_accs += 1;
             return Ok(());
         }

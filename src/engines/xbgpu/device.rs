@@ -1,7 +1,7 @@
 //! xbgpu's katcp interface: `?capture-start` / `?capture-stop` per stream, and a beam's
 //! weights, delays and quantiser gain.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use super::corrprod::CaptureGate;
 use std::sync::{Arc, Mutex};
 
 use crate::compute::xengine::BeamSet;
@@ -72,7 +72,7 @@ pub struct XbDevice {
     /// The sensors.
     pub sensors: SensorSet,
     /// Every stream (correlation products and beams) and its sending switch.
-    pub outputs: Vec<(String, Arc<AtomicBool>)>,
+    pub outputs: Vec<(String, Arc<CaptureGate>)>,
     /// Beam names, in the beam set's order.
     pub beams: Vec<String>,
     /// The beam set the beamformer reads.
@@ -82,7 +82,7 @@ pub struct XbDevice {
 }
 
 impl XbDevice {
-    fn output(&self, name: Option<&String>) -> Result<&Arc<AtomicBool>, RequestError> {
+    fn output(&self, name: Option<&String>) -> Result<&Arc<CaptureGate>, RequestError> {
         let name = name.ok_or(RequestError::NoStream)?;
         self.outputs
             .iter()
@@ -133,11 +133,26 @@ impl XbDevice {
     fn handle(&self, name: &str, args: &[String]) -> Result<Vec<String>, RequestError> {
         match name {
             "capture-start" | "capture-stop" => {
-                if args.len() > 1 {
-                    return Err(RequestError::Usage(format!("?{name} stream")));
+                let most = if name == "capture-start" { 2 } else { 1 };
+                if args.len() > most {
+                    return Err(RequestError::Usage(format!(
+                        "?{name} stream{}",
+                        if most == 2 { " [timestamp]" } else { "" }
+                    )));
                 }
                 let e = self.output(args.first())?;
-                e.store(name == "capture-start", Ordering::Relaxed);
+                if name == "capture-stop" {
+                    e.stop();
+                    return Ok(vec![]);
+                }
+                // The ADC timestamp from which data go out (katgpucbf's int argument).
+                let ts = match args.get(1) {
+                    None => 0,
+                    Some(t) => t
+                        .parse::<u64>()
+                        .map_err(|_| RequestError::Usage(format!("?{name} stream [timestamp]: timestamp {t:?} is not a non-negative integer")))?,
+                };
+                e.start(ts);
                 Ok(vec![])
             }
             "beam-weights" => {
@@ -265,7 +280,7 @@ mod tests {
         };
         XbDevice {
             sensors: SensorSet::default(),
-            outputs: vec![("bcp".into(), Arc::new(AtomicBool::new(false)))],
+            outputs: vec![("bcp".into(), Arc::new(CaptureGate::new(false)))],
             beams: vec!["b0".into()],
             set: Arc::new(Mutex::new(BeamSet {
                 beams: vec![beam],
@@ -312,14 +327,26 @@ mod tests {
 
     /// `?capture-start bcp x` took the extra argument silently.
     #[test]
-    fn capture_requests_take_exactly_one_stream() {
+    fn capture_requests_take_a_stream_and_a_start_timestamp() {
         let d = device();
-        for name in ["capture-start", "capture-stop"] {
-            let e = req(&d, name, &["bcp", "x"]).unwrap_err();
-            assert_eq!(e.to_string(), format!("usage: ?{name} stream"));
+        let e = req(&d, "capture-stop", &["bcp", "x"]).unwrap_err();
+        assert_eq!(e.to_string(), "usage: ?capture-stop stream");
+        let e = req(&d, "capture-start", &["bcp", "1", "2"]).unwrap_err();
+        assert_eq!(e.to_string(), "usage: ?capture-start stream [timestamp]");
+        for bad in ["x", "-1", "1.5"] {
+            assert!(req(&d, "capture-start", &["bcp", bad]).is_err(), "{bad}");
         }
-        assert!(!d.outputs[0].1.load(Ordering::Relaxed));
+        let gate = &d.outputs[0].1;
+        assert!(!gate.is_on());
         req(&d, "capture-start", &["bcp"]).unwrap();
-        assert!(d.outputs[0].1.load(Ordering::Relaxed));
+        assert!(gate.is_on() && gate.sends(0));
+        // From a timestamp: data stamped before it stay home.
+        req(&d, "capture-start", &["bcp", "8192"]).unwrap();
+        assert!(!gate.sends(8191) && gate.sends(8192));
+        // Stop resets the timestamp: a later start without one sends at once.
+        req(&d, "capture-stop", &["bcp"]).unwrap();
+        assert!(!gate.sends(1 << 40));
+        req(&d, "capture-start", &["bcp"]).unwrap();
+        assert!(gate.sends(0));
     }
 }

@@ -2,7 +2,7 @@
 //! open the sink, build the correlation outputs and the beams, serve katcp, open the input,
 //! count, run.
 
-use std::sync::atomic::AtomicBool;
+use super::corrprod::CaptureGate;
 use std::sync::{Arc, Mutex};
 
 use tracing::info;
@@ -26,8 +26,10 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
     crate::mem::steady_heap(true);
     crate::control::shutdown::install();
     let io = &cfg.io;
+    io.log_not_applicable();
     let sink = io.open_sink()?;
     let sensors = SensorSet::default();
+    crate::control::common::add_common_sensors(&sensors);
     let mut streams = Vec::new();
     let xs = corrprod_outputs(cfg, &sink, &sensors, &mut streams)?;
     let set = Arc::new(Mutex::new(beam_set(cfg, &sensors)));
@@ -39,21 +41,17 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
         set,
         n_ants: cfg.n_ants(),
     };
-    let _katcp = match cfg.katcp_port {
-        Some(p) => Some(
-            crate::control::Server::start(([0, 0, 0, 0], p).into(), Arc::new(device))
-                .map_err(listen_error("--katcp-port", ([0, 0, 0, 0], p)))?,
-        ),
-        None => None,
-    };
+    let _katcp = serve_katcp(cfg, Arc::new(device))?;
+    let _descriptors = resend_descriptors(cfg)?;
     let recv = io.recv_setup(&cfg.src)?;
     let _transmit = crate::net::send::peerdirect::plan(io.use_peerdirect);
     let mut metrics = XbgpuMetrics::new(cfg.sync_time, cfg.adc_sample_rate);
     if let Some(p) = io.prometheus_port {
+        let addr = (cfg.katcp_host, p);
         let bound = metrics
             .registry()
-            .serve(([0, 0, 0, 0], p).into())
-            .map_err(listen_error("--prometheus-port", ([0, 0, 0, 0], p)))?;
+            .serve(addr.into())
+            .map_err(listen_error("--prometheus-port", addr))?;
         info!(%bound, "prometheus metrics at /metrics");
     }
     let monitor = metrics.take_recv_monitor();
@@ -67,13 +65,82 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
     )
 }
 
+/// Serves katcp on `--katcp-port` (7147 by default for network input: a default port
+/// that is taken only warns; an explicit one that is taken is an error).
+fn serve_katcp(
+    cfg: &XbgpuConfig,
+    device: Arc<XbDevice>,
+) -> anyhow::Result<Option<crate::control::Server>> {
+    let Some(addr) = cfg.katcp else {
+        return Ok(None);
+    };
+    match crate::control::Server::start(addr.into(), device) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if !cfg.katcp_required => {
+            tracing::warn!(port = addr.port(), error = %e, "katcp port unavailable; running without katcp (give --katcp-port)");
+            Ok(None)
+        }
+        Err(e) => Err(listen_error("--katcp-port", addr)(e).into()),
+    }
+}
+
+/// Re-sends every output's descriptors every 5 s while the engine runs (live UDP output
+/// only), whatever the capture state, as katgpucbf's xbgpu.
+fn resend_descriptors(
+    cfg: &XbgpuConfig,
+) -> std::io::Result<Option<crate::engines::common::descriptors::DescriptorLoop>> {
+    use crate::engines::common::descriptors::{start, DescribedOutput};
+    if cfg.io.send_pcap.is_some() {
+        return Ok(None);
+    }
+    let (cps, n) = (cfg.channels_per_substream(), cfg.n_ants());
+    let mut outputs: Vec<DescribedOutput> = cfg
+        .corrprods
+        .iter()
+        .map(|c| DescribedOutput {
+            dsts: vec![c.dst],
+            descriptors: x_descriptors(cps, n),
+        })
+        .collect();
+    if !cfg.beams.is_empty() {
+        outputs.push(DescribedOutput {
+            dsts: cfg.beams.iter().map(|b| b.dst).collect(),
+            descriptors: beam_descriptors(cps, cfg.spectra_per_heap()),
+        });
+    }
+    let io = &cfg.io;
+    let sink = crate::engines::common::send::open_sink(
+        None,
+        io.send_interface.first(),
+        io.send_ttl,
+        io.send_buffer,
+    )?;
+    let five = std::time::Duration::from_secs(5);
+    let lp = start(
+        sink,
+        outputs,
+        five,
+        five,
+        (cfg.channel_offset / cps) as u64,
+        (cfg.channels / cps) as u64,
+        io.send_packet_payload,
+    )?;
+    Ok(Some(lp))
+}
+
+/// The send rate for `rate` bytes/s of nominal output: × --send-rate-factor, none (unpaced)
+/// for 0.
+fn paced(cfg: &XbgpuConfig, rate: f64) -> Option<f64> {
+    (cfg.send_rate_factor > 0.0).then_some(rate * cfg.send_rate_factor)
+}
+
 /// A heap sender from this engine (heap counters step by the number of engines) to `dst`,
 /// paced at `rate` bytes/s, with `descriptors` sent.
 fn sender(
     cfg: &XbgpuConfig,
     sink: &SharedSink,
     dst: Vec<std::net::SocketAddrV4>,
-    rate: f64,
+    rate: Option<f64>,
     descriptors: &[crate::spead::Descriptor],
 ) -> std::io::Result<HeapSender> {
     let cps = cfg.channels_per_substream();
@@ -85,7 +152,7 @@ fn sender(
         cnt0,
         engines,
         cfg.io.send_packet_payload,
-        Some(rate),
+        rate,
     );
     s.send_descriptors(descriptors, 8872)?;
     Ok(s)
@@ -97,19 +164,22 @@ fn corrprod_outputs(
     cfg: &XbgpuConfig,
     sink: &SharedSink,
     sensors: &SensorSet,
-    streams: &mut Vec<(String, Arc<AtomicBool>)>,
+    streams: &mut Vec<(String, Arc<CaptureGate>)>,
 ) -> anyhow::Result<Vec<XPipeline>> {
     let mut xs = Vec::new();
     for c in &cfg.corrprods {
         let x = corrprod_output(cfg, sink, c)?;
         let (first, cps) = (cfg.channel_offset, cfg.channels_per_substream());
+        let name = format!("{}.chan-range", c.name);
+        let range = format!("({},{})", first, first + cps - 1);
         sensors.add(
-            &format!("{}.chan-range", c.name),
+            &name,
             "Channels of this engine",
             "",
             SensorType::String,
-            &format!("({},{})", first, first + cps - 1),
+            &range,
         );
+        sensors.set(&name, range, crate::control::Status::Nominal);
         streams.push((c.name.clone(), x.enabled.clone()));
         xs.push(x);
     }
@@ -127,9 +197,14 @@ fn corrprod_output(
     let (n, cps) = (cfg.n_ants(), cfg.channels_per_substream());
     let heap_bytes = shape.output_len() * 4;
     let interval = (c.heap_accumulation_threshold * batch_step) as f64 / cfg.adc_sample_rate;
-    let rate =
-        heap_bytes as f64 * (1.0 + 64.0 / cfg.io.send_packet_payload as f64) / interval * 1.1;
-    let sender = sender(cfg, sink, vec![c.dst], rate, &x_descriptors(cps, n))?;
+    let rate = heap_bytes as f64 * (1.0 + 64.0 / cfg.io.send_packet_payload as f64) / interval;
+    let sender = sender(
+        cfg,
+        sink,
+        vec![c.dst],
+        paced(cfg, rate),
+        &x_descriptors(cps, n),
+    )?;
     let corr = Box::new(Corr(make_backend(cfg.use_gpu, shape)?));
     let x = XPipeline::new(
         &c.name,
@@ -140,7 +215,7 @@ fn corrprod_output(
         cfg.channel_offset as u64,
         n,
         cps,
-        cfg.send_enabled,
+        c.send_enabled.unwrap_or(false),
     );
     info!(stream = %c.name, dump_seconds = interval, "corrprod output ready");
     Ok(x)
@@ -153,7 +228,7 @@ fn beam_set(cfg: &XbgpuConfig, sensors: &SensorSet) -> BeamSet {
         beams: Vec::new(),
         channel_offset: cfg.channel_offset,
         n_channels_total: cfg.channels,
-        bandwidth: cfg.adc_sample_rate / cfg.samples_between_spectra as f64 * cfg.channels as f64,
+        bandwidth: cfg.bandwidth,
         dither: true,
         seed: rand::random(),
     };
@@ -166,12 +241,44 @@ fn beam_set(cfg: &XbgpuConfig, sensors: &SensorSet) -> BeamSet {
             delays: vec![0.0; n],
             phases: vec![0.0; n],
         });
-        for (k, d) in [
-            ("weight", "Antenna weights"),
-            ("quantiser-gain", "Quantiser gain"),
-            ("delay", "Delays and phases"),
+        // Upstream's initial values: unit weights, gain 1, zero delays (T = 0).
+        let zeros = vec!["0.0"; 2 * n].join(", ");
+        let (first, cps) = (cfg.channel_offset, cfg.channels_per_substream());
+        for (k, d, t, v) in [
+            (
+                "weight",
+                "Antenna weights",
+                SensorType::String,
+                format!("{:?}", vec![1.0f32; n]),
+            ),
+            (
+                "quantiser-gain",
+                "Quantiser gain",
+                SensorType::Float,
+                "1.0".to_string(),
+            ),
+            (
+                "delay",
+                "Delays and phases: (T, delay0, phase0, delay1, phase1, ...)",
+                SensorType::String,
+                format!("(0, {zeros})"),
+            ),
+            (
+                "chan-range",
+                "Channels of this engine",
+                SensorType::String,
+                format!("({},{})", first, first + cps - 1),
+            ),
+            (
+                "dither-seed",
+                "Dither seed (shared by the beams of this engine)",
+                SensorType::String,
+                set.seed.to_string(),
+            ),
         ] {
-            sensors.add(&format!("{}.{k}", b.name), d, "", SensorType::String, "");
+            let name = format!("{}.{k}", b.name);
+            sensors.add(&name, d, "", t, &v);
+            sensors.set(&name, v, crate::control::Status::Nominal);
         }
     }
     set
@@ -183,7 +290,7 @@ fn beam_output(
     cfg: &XbgpuConfig,
     sink: &SharedSink,
     set: &Arc<Mutex<BeamSet>>,
-    streams: &mut Vec<(String, Arc<AtomicBool>)>,
+    streams: &mut Vec<(String, Arc<CaptureGate>)>,
 ) -> anyhow::Result<Option<BPipeline>> {
     if cfg.beams.is_empty() {
         return Ok(None);
@@ -195,9 +302,14 @@ fn beam_output(
     let beam_bytes = cps * sph * 2;
     let rate =
         names.len() as f64 * beam_bytes as f64 * (1.0 + 72.0 / cfg.io.send_packet_payload as f64)
-            / (batch_step as f64 / cfg.adc_sample_rate)
-            * 1.1;
-    let sender = sender(cfg, sink, dsts, rate, &beam_descriptors(cps, sph))?;
+            / (batch_step as f64 / cfg.adc_sample_rate);
+    let sender = sender(
+        cfg,
+        sink,
+        dsts,
+        paced(cfg, rate),
+        &beam_descriptors(cps, sph),
+    )?;
     let bf = Beams::new(
         make_backend(cfg.use_gpu, cfg.shape)?,
         set.clone(),
@@ -209,9 +321,14 @@ fn beam_output(
         sender,
         cfg.channel_offset as u64,
         beam_bytes,
-        cfg.send_enabled,
+        false,
     );
-    for (name, e) in names.iter().zip(&bp.enabled) {
+    for ((name, e), b) in names.iter().zip(&bp.enabled).zip(&cfg.beams) {
+        if b.send_enabled.unwrap_or(false) {
+            e.start(0);
+        } else {
+            e.stop();
+        }
         streams.push((name.clone(), e.clone()));
     }
     Ok(Some(bp))

@@ -14,6 +14,8 @@ pub struct CorrprodSpec {
     pub dst: SocketAddrV4,
     /// Batches per dump.
     pub heap_accumulation_threshold: u64,
+    /// `send_enabled=`: transmit from the start (`None`: as `--send-enabled` says).
+    pub send_enabled: Option<bool>,
 }
 
 /// One single-polarisation beam.
@@ -27,6 +29,22 @@ pub struct BeamSpec {
     pub pol: usize,
     /// Uniform dither before quantisation.
     pub dither: bool,
+    /// `send_enabled=`: transmit from the start (`None`: as `--send-enabled` says).
+    pub send_enabled: Option<bool>,
+}
+
+/// Parses a `send_enabled=` value as katgpucbf's per-output branch does: true/false/1/0,
+/// any case (katsdpcontroller writes Python's `True` / `False`).
+pub fn parse_send_enabled(v: &str) -> Result<bool, ConfigError> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(ConfigError::value(
+            "send_enabled",
+            v,
+            "expected true, false, 1 or 0",
+        )),
+    }
 }
 
 fn one_endpoint(v: &str) -> Result<SocketAddrV4, ConfigError> {
@@ -37,9 +55,9 @@ fn one_endpoint(v: &str) -> Result<SocketAddrV4, ConfigError> {
     Ok(e[0])
 }
 
-/// Parses a `--corrprod` value: `name=,dst=,heap_accumulation_threshold=`.
+/// Parses a `--corrprod` value: `name=,dst=,heap_accumulation_threshold=[,send_enabled=]`.
 pub fn parse_corrprod(spec: &str) -> Result<CorrprodSpec, ConfigError> {
-    let (mut name, mut dst, mut thr) = (None, None, None);
+    let (mut name, mut dst, mut thr, mut send_enabled) = (None, None, None, None);
     for (k, v) in parse_kv(spec, &[])? {
         match k.as_str() {
             "name" => name = Some(v),
@@ -50,6 +68,7 @@ pub fn parse_corrprod(spec: &str) -> Result<CorrprodSpec, ConfigError> {
                         .map_err(|_| ConfigError::value(&k, &v, "not a positive integer"))?,
                 )
             }
+            "send_enabled" => send_enabled = Some(parse_send_enabled(&v)?),
             _ => {
                 return Err(ConfigError::UnknownKey {
                     option: "corrprod",
@@ -73,12 +92,14 @@ pub fn parse_corrprod(spec: &str) -> Result<CorrprodSpec, ConfigError> {
         name: name.ok_or_else(|| missing("name"))?,
         dst: dst.ok_or_else(|| missing("dst"))?,
         heap_accumulation_threshold: thr,
+        send_enabled,
     })
 }
 
-/// Parses a `--beam` value: `name=,dst=,pol=[,dither=]`.
+/// Parses a `--beam` value: `name=,dst=,pol=[,dither=,send_enabled=]`.
 pub fn parse_beam(spec: &str) -> Result<BeamSpec, ConfigError> {
     let (mut name, mut dst, mut pol, mut dither) = (None, None, None, true);
+    let mut send_enabled = None;
     for (k, v) in parse_kv(spec, &[])? {
         match k.as_str() {
             "name" => name = Some(v),
@@ -91,6 +112,7 @@ pub fn parse_beam(spec: &str) -> Result<BeamSpec, ConfigError> {
                 })
             }
             "dither" => dither = parse_dither(&v)?,
+            "send_enabled" => send_enabled = Some(parse_send_enabled(&v)?),
             _ => {
                 return Err(ConfigError::UnknownKey {
                     option: "beam",
@@ -108,5 +130,6 @@ pub fn parse_beam(spec: &str) -> Result<BeamSpec, ConfigError> {
         dst: dst.ok_or_else(|| missing("dst"))?,
         pol: pol.ok_or_else(|| missing("pol"))?,
         dither,
+        send_enabled,
     })
 }

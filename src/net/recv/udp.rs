@@ -117,11 +117,13 @@ impl UdpRecvSource {
         for port in ports {
             let eps: Vec<&SocketAddrV4> = endpoints.iter().filter(|e| e.port() == port).collect();
             let multicast = eps.iter().any(|e| e.ip().is_multicast());
-            if !multicast && eps.len() > 1 {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("several unicast addresses share port {port}"),
-                ));
+            if !multicast {
+                // Unicast addresses (127.0.0.2+7:7148, as a multicast group list reads on a
+                // loopback test): one socket bound to each.
+                for e in &eps {
+                    sockets.push(receive_socket(**e, None, interface, recv_buffer)?);
+                }
+                continue;
             }
             let group = multicast.then_some(&eps[..]);
             sockets.push(receive_socket(*eps[0], group, interface, recv_buffer)?);
@@ -523,11 +525,9 @@ mod tests {
             SocketAddrV4::new(Ipv4Addr::LOCALHOST, 17_150),
             SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), 17_150),
         ];
-        let e = UdpRecvSource::new(&two, Ipv4Addr::UNSPECIFIED, 1 << 16)
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(e.contains("port 17150"), "{e}");
+        // Unicast addresses sharing a port: one socket bound to each.
+        let src = UdpRecvSource::new(&two, Ipv4Addr::UNSPECIFIED, 1 << 16).unwrap();
+        assert_eq!(src.sockets.len(), 2);
     }
 
     /// Sends `n` datagrams of 100 bytes (byte k of datagram i: i + k) to a fresh receive
