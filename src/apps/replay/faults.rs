@@ -308,7 +308,7 @@ impl Injector {
             return;
         }
         let k = self.log.packets_out;
-        if k % n == 0 {
+        if k.is_multiple_of(n) {
             self.burst_at = Some(k + self.rng.random_range(0..n));
         }
         if self.burst_at == Some(k) {

@@ -275,7 +275,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<ReplaySummary> {
         inj.push(index, t, d.dst, d.payload, &mut out);
         index += 1;
         send(&mut out, &mut summary)?;
-        if index % 1024 == 0 {
+        if index.is_multiple_of(1024) {
             pb.set_position(index);
         }
     }
