@@ -26,7 +26,12 @@ for t in "${targets[@]}"; do
   [ -f "fuzz/fuzz_targets/$t.rs" ] || { echo "fuzz: no target $t (${ALL[*]})" >&2; exit 2; }
 done
 
-command -v cargo >/dev/null && command -v c++ >/dev/null || tools/setup.sh
+command -v cargo >/dev/null || tools/setup.sh
+# libfuzzer-sys compiles libFuzzer's C++ sources.
+if ! command -v c++ >/dev/null; then
+  SUDO=""; [ "$(id -u)" != 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq g++
+fi
 source tools/env.sh
 CARGO_FUZZ_VERSION=0.13.2
 if [ "$(cargo fuzz --version 2>/dev/null | awk '{print $2}')" != "$CARGO_FUZZ_VERSION" ]; then
