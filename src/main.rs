@@ -60,6 +60,8 @@ enum Command {
     Image(gpucbf::apps::image::cli::ImageArgs),
     /// Loopback array: dsim → F-engines → XB-engine → visibilities, plots, dirty image.
     Array(gpucbf::apps::array::ArrayArgs),
+    /// Replay a pcap capture to UDP endpoints at a chosen rate, with seeded faults.
+    Replay(gpucbf::apps::replay::ReplayArgs),
     /// Soak report of running engines: samples their metrics, writes soak.csv/json/png and
     /// exits non-zero when anything was lost after the warm-up.
     Soak(gpucbf::apps::soak::SoakArgs),
@@ -160,6 +162,7 @@ fn main() -> anyhow::Result<()> {
             let summary = gpucbf::apps::array::run(&cfg)?;
             print_json(&summary)?;
         }
+        Command::Replay(args) => print_json(&gpucbf::apps::replay::run(&args)?)?,
         Command::Soak(args) => {
             let report = gpucbf::apps::soak::run(&args)?;
             print_json(&report.summary)?;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README, CI): set-up, layout check, release build, cargo tests (unit, integration,
-# property tests, NVRTC kernel compilation for sm_80/sm_90), two minutes of the CPU soak, then the
-# interop tests against real peers (spead2) in the venv.
+# property tests, NVRTC kernel compilation for sm_80/sm_90), 60 s of each fuzz target, two minutes of
+# the CPU soak, then the interop tests against real peers (spead2) in the venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
@@ -15,6 +15,8 @@ python3 tools/layout_check.py
 # With the kernel-bypass features (GPUCBF_FEATURES from tools/env.sh: dpdk,ibverbs).
 cargo build --release --features "$GPUCBF_FEATURES" --bin gpucbf
 cargo test --release --features "$GPUCBF_FEATURES"
+# Every fuzz target for 60 s (fuzz/, libFuzzer through cargo-fuzz; its own target dir).
+tools/fuzz.sh all 60
 # Two minutes of the CPU soak (2 antennas through the array, nothing lost after the warm-up).
 tools/cpu_soak.sh 120 "${CARGO_TARGET_DIR:-target}/cpu-soak"
 .venv/bin/python -m pytest tests/interop -q -p no:cacheprovider

@@ -4,10 +4,12 @@
 //! * [`image`]: dirty images of correlator visibilities.
 //! * [`inspect`]: `pcap-info` and `spead-dump`.
 //! * [`nufft`]: `gpucbf nufft`, NUFFTs on `.npy` files ([`crate::npy`]).
+//! * [`replay`]: `gpucbf replay`, a capture to UDP at a chosen rate with seeded faults.
 //! * [`soak`]: `gpucbf soak`, the soak report of running engines (CSV, JSON, PNG, verdict).
 
 pub mod array;
 pub mod image;
 pub mod inspect;
 pub mod nufft;
+pub mod replay;
 pub mod soak;

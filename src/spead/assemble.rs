@@ -2,7 +2,10 @@
 //!
 //! Heaps are keyed by heap counter. At most `max_partial` heaps are under assembly at
 //! once; when another one starts, the least recently touched partial heap is evicted and
-//! counted as incomplete. Duplicates and overlaps are counted and ignored.
+//! counted as incomplete. Duplicates and overlaps are counted and ignored. The payload
+//! memory of all partial heaps together is bounded too (`max_partial_bytes`): a capture of
+//! heaps that claim to be huge, or of size-less heaps written at far offsets, evicts older
+//! partial heaps rather than taking the machine's memory.
 
 use std::collections::VecDeque;
 
@@ -195,6 +198,10 @@ impl Partial {
 pub struct Assembler {
     max_partial: usize,
     max_heap_size: u64,
+    /// Payload bytes all partial heaps may hold together (at least one largest heap).
+    max_partial_bytes: u64,
+    /// Payload bytes the partial heaps hold now.
+    partial_bytes: u64,
     keep_incomplete: bool,
     partial: Vec<Partial>,
     recent: VecDeque<u64>,
@@ -215,6 +222,8 @@ impl Assembler {
         Assembler {
             max_partial: max_partial.max(1),
             max_heap_size: 1 << 30,
+            max_partial_bytes: 2 << 30,
+            partial_bytes: 0,
             keep_incomplete: false,
             partial: Vec::new(),
             recent: VecDeque::new(),
@@ -226,7 +235,45 @@ impl Assembler {
     /// Largest heap accepted (bigger ones are dropped as `HeapTooLarge`).
     pub fn with_max_heap_size(mut self, bytes: u64) -> Self {
         self.max_heap_size = bytes;
+        self.max_partial_bytes = self.max_partial_bytes.max(bytes);
         self
+    }
+
+    /// Payload bytes all heaps under assembly may hold together (default 2 GiB; never less
+    /// than the largest heap): older partial heaps are evicted to stay within it.
+    pub fn with_max_partial_bytes(mut self, bytes: u64) -> Self {
+        self.max_partial_bytes = bytes.max(self.max_heap_size);
+        self
+    }
+
+    /// Payload bytes the heaps under assembly hold now.
+    pub fn partial_bytes(&self) -> u64 {
+        self.partial_bytes
+    }
+
+    /// Evicts the least recently used partial heaps other than heap `keep` until `need`
+    /// more bytes fit the budget.
+    fn make_room(&mut self, need: u64, keep: Option<u64>, out: &mut Vec<Heap>) {
+        while self.partial_bytes + need > self.max_partial_bytes {
+            let oldest = self
+                .partial
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| Some(p.heap.cnt) != keep)
+                .min_by_key(|(_, p)| p.last_used)
+                .map(|(i, _)| i);
+            match oldest {
+                Some(i) => self.evict(i, out, false),
+                None => return,
+            }
+        }
+    }
+
+    /// Removes partial heap `idx`, releasing its bytes from the budget.
+    fn take_partial(&mut self, idx: usize) -> Partial {
+        let p = self.partial.swap_remove(idx);
+        self.partial_bytes -= p.heap.payload.len() as u64;
+        p
     }
 
     /// Deliver evicted/flushed incomplete heaps (flagged `complete = false`) instead of
@@ -258,7 +305,7 @@ impl Assembler {
     }
 
     fn evict(&mut self, idx: usize, out: &mut Vec<Heap>, flushed: bool) {
-        let p = self.partial.swap_remove(idx);
+        let p = self.take_partial(idx);
         if flushed {
             self.stats.incomplete_heaps_flushed += 1;
         } else {
@@ -335,6 +382,8 @@ impl Assembler {
                     self.evict(oldest, out, false);
                 }
                 let size = pkt.heap_size.unwrap_or(0);
+                self.make_room(size, None, out);
+                self.partial_bytes += size;
                 self.partial.push(Partial {
                     heap: Heap {
                         cnt: pkt.heap_cnt,
@@ -355,6 +404,20 @@ impl Assembler {
         self.stats.packets += 1;
         self.stats.bytes += pkt.payload_length;
         let clock = self.clock;
+        let mut idx = idx;
+        let len = self.partial[idx].heap.payload.len() as u64;
+        if pkt.heap_size.is_none() && len < b {
+            // A heap of unknown size grows to its furthest byte: within the budget.
+            let cnt = self.partial[idx].heap.cnt;
+            self.partial[idx].last_used = clock;
+            self.make_room(b - len, Some(cnt), out);
+            idx = self
+                .partial
+                .iter()
+                .position(|p| p.heap.cnt == cnt)
+                .unwrap_or(idx);
+            self.partial_bytes += b - len;
+        }
         let p = &mut self.partial[idx];
         p.last_used = clock;
         for (i, ptr) in pkt.items().enumerate() {
@@ -373,7 +436,7 @@ impl Assembler {
         p.insert(a, b);
         let done = pkt.heap_size.is_some() && p.heap.received == p.heap.size;
         if done {
-            let p = self.partial.swap_remove(idx);
+            let p = self.take_partial(idx);
             self.finish(p.into_heap(), out);
         }
         Ok(())
@@ -401,4 +464,66 @@ fn dedup(it: impl Iterator<Item = ItemPointer>) -> Vec<ItemPointer> {
         }
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A packet of heap `cnt` with no heap size: `len` bytes at `offset`.
+    fn sizeless(cnt: u64, offset: u64, len: usize) -> Vec<u8> {
+        let ptrs = [
+            ItemPointer::immediate(ids::HEAP_CNT, cnt),
+            ItemPointer::immediate(ids::HEAP_OFFSET, offset),
+            ItemPointer::immediate(ids::PAYLOAD_LENGTH, len as u64),
+        ];
+        let mut b = vec![0x53, 4, 2, 6, 0, 0, 0, ptrs.len() as u8];
+        for p in ptrs {
+            b.extend_from_slice(&p.to_raw().to_be_bytes());
+        }
+        b.extend(std::iter::repeat_n(7u8, len));
+        b
+    }
+
+    /// Size-less heaps written at far offsets (each packet would grow its heap to 1 MiB)
+    /// stay within the partial-heap budget: older ones are evicted and counted, not kept.
+    #[test]
+    fn partial_heaps_stay_within_the_byte_budget() {
+        let mut a = Assembler::new(64)
+            .with_max_heap_size(1 << 20)
+            .with_max_partial_bytes(3 << 20);
+        let mut out = Vec::new();
+        for cnt in 1..=10 {
+            a.push(&sizeless(cnt, (1 << 20) - 8, 8), &mut out).unwrap();
+            assert!(a.partial_bytes() <= 3 << 20, "{}", a.partial_bytes());
+        }
+        assert_eq!(a.n_partial(), 3);
+        assert_eq!(a.stats.incomplete_heaps_evicted, 7);
+        // A heap growing past the budget evicts the others, never itself.
+        a.push(&sizeless(5000, 0, 8), &mut out).unwrap();
+        a.push(&sizeless(5000, (1 << 20) - 8, 8), &mut out).unwrap();
+        assert!(a.partial_bytes() <= 3 << 20);
+        a.flush(&mut out);
+        assert_eq!(a.partial_bytes(), 0);
+        // Heaps that claim a size count it whole: two of 1 MiB fit a budget of 2 MiB.
+        let mut a = Assembler::new(64)
+            .with_max_heap_size(1 << 20)
+            .with_max_partial_bytes(2 << 20);
+        for cnt in 1..=5u64 {
+            let ptrs = [
+                ItemPointer::immediate(ids::HEAP_CNT, cnt),
+                ItemPointer::immediate(ids::HEAP_SIZE, 1 << 20),
+                ItemPointer::immediate(ids::HEAP_OFFSET, 0),
+                ItemPointer::immediate(ids::PAYLOAD_LENGTH, 8),
+            ];
+            let mut b = vec![0x53, 4, 2, 6, 0, 0, 0, 4];
+            for p in ptrs {
+                b.extend_from_slice(&p.to_raw().to_be_bytes());
+            }
+            b.extend([1u8; 8]);
+            a.push(&b, &mut out).unwrap();
+        }
+        assert_eq!((a.n_partial(), a.partial_bytes()), (2, 2 << 20));
+        assert_eq!(a.stats.incomplete_heaps_evicted, 3);
+    }
 }
