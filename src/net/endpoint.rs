@@ -23,7 +23,15 @@ pub enum EndpointError {
     /// The list names no endpoint at all.
     #[error("no endpoints in {0:?}")]
     Empty(String),
+    /// More endpoints than any engine uses ([`MAX_ENDPOINTS`]).
+    #[error("endpoint list {0:?} names more than {MAX_ENDPOINTS} endpoints")]
+    TooMany(String),
 }
+
+/// Most endpoints one list may name: far above any product's (a MeerKAT X-engine has one
+/// substream per GPU; 80 antennas × 2 pols of digitiser groups), far below what would
+/// exhaust memory (`0.0.0.0+4294967294:1` asked for 4 × 10^9 of them).
+pub const MAX_ENDPOINTS: usize = 65536;
 
 /// The message, for validation code that still collects errors as strings (the engines'
 /// argument checks).
@@ -52,6 +60,9 @@ pub fn parse_endpoints(spec: &str) -> Result<Vec<SocketAddrV4>, EndpointError> {
         let last = base
             .checked_add(extra)
             .ok_or_else(|| EndpointError::Overflow(part.into()))?;
+        if out.len() + extra as usize >= MAX_ENDPOINTS {
+            return Err(EndpointError::TooMany(spec.into()));
+        }
         out.extend((base..=last).map(|a| SocketAddrV4::new(Ipv4Addr::from(a), port)));
     }
     if out.is_empty() {
@@ -73,6 +84,15 @@ mod tests {
         assert!(parse_endpoints("1.2.3.4").is_err());
         assert!(parse_endpoints("1.2.3.4+x:1").is_err());
         assert!(parse_endpoints("255.255.255.255+1:1").is_err());
+        // A huge range is refused before anything is allocated (found by fuzzing: it
+        // aborted on a 24 GB allocation); the largest allowed list parses.
+        let e = parse_endpoints("0.0.0.0+4294967294:1").unwrap_err();
+        assert!(matches!(e, EndpointError::TooMany(_)), "{e}");
+        assert_eq!(
+            parse_endpoints("10.0.0.0+65535:1").map(|v| v.len()),
+            Ok(65536)
+        );
+        assert!(parse_endpoints("10.0.0.0+65535:1,1.2.3.4:5").is_err());
         // The messages users see.
         let msg = |s: &str| parse_endpoints(s).unwrap_err().to_string();
         assert_eq!(msg("1.2.3.4"), r#"endpoint "1.2.3.4" has no :PORT"#);
