@@ -221,6 +221,17 @@ impl EngineArgs {
         self.open_sink_for(&[])
     }
 
+    /// The UDP sink of the engine's periodic SPEAD descriptors (never the pcap file: the
+    /// descriptors go to the network only), out of the first `--send-interface`.
+    pub fn open_descriptor_sink(&self) -> std::io::Result<Box<dyn crate::net::PacketSink>> {
+        open_sink(
+            None,
+            self.send_interface.first(),
+            self.send_ttl,
+            self.send_buffer,
+        )
+    }
+
     /// [`EngineArgs::open_sink`] for outputs with these destinations: with several
     /// `--send-interface`s each output's destinations are divided among them in contiguous
     /// blocks (katgpucbf's rule); a destination not listed goes out of the first.

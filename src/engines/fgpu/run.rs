@@ -173,13 +173,7 @@ fn resend_descriptors(
             ),
         })
         .collect();
-    let io = &cfg.io;
-    let sink = crate::engines::common::send::open_sink(
-        None,
-        io.send_interface.first(),
-        io.send_ttl,
-        io.send_buffer,
-    )?;
+    let sink = cfg.io.open_descriptor_sink()?;
     let five = std::time::Duration::from_secs(5);
     let lp = start(
         sink,
@@ -188,7 +182,7 @@ fn resend_descriptors(
         five * (cfg.array_size.min(u32::MAX as u64) as u32),
         cfg.feng_id,
         cfg.array_size,
-        io.send_packet_payload,
+        cfg.io.send_packet_payload,
     )?;
     Ok(Some(lp))
 }

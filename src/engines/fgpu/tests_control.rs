@@ -219,13 +219,10 @@ fn steady_state_timestamp_follows_the_copied_batches() {
     assert_eq!(steady(), (1 << 30) + STEP);
 }
 
-/// `?delays` with a delay the engine cannot buffer (-1e6 s stalled the output) or a load
-/// time past the 48-bit timestamps (1e300 saturated the load count and wrapped
-/// `steady-state-timestamp` to 0) fails, naming the limit, and changes nothing.
-#[test]
-fn delays_out_of_range_fail_and_change_nothing() {
-    let ctl = control(&[]);
-    let dev = FgpuDevice::new(
+/// An F-engine device of one wideband output `wb` on `ctl` at 1 MS/s with
+/// `default_gain`.
+fn wideband_device(ctl: &SharedControl, default_gain: f64) -> FgpuDevice {
+    FgpuDevice::new(
         vec![OutputHandle {
             name: "wb".into(),
             channels: C,
@@ -235,13 +232,25 @@ fn delays_out_of_range_fail_and_change_nothing() {
         }],
         1e6,
         0.0,
-        0.5,
+        default_gain,
         1,
-    );
-    let req = |args: &[&str]| {
-        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        dev.request("delays", &args)
-    };
+    )
+}
+
+/// `?delays ARGS…` on `dev`.
+fn delays(dev: &FgpuDevice, args: &[&str]) -> Result<Vec<String>, crate::control::RequestError> {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    dev.request("delays", &args)
+}
+
+/// `?delays` with a delay the engine cannot buffer (-1e6 s stalled the output) or a load
+/// time past the 48-bit timestamps (1e300 saturated the load count and wrapped
+/// `steady-state-timestamp` to 0) fails, naming the limit, and changes nothing.
+#[test]
+fn delays_out_of_range_fail_and_change_nothing() {
+    let ctl = control(&[]);
+    let dev = wideband_device(&ctl, 0.5);
+    let req = |args: &[&str]| delays(&dev, args);
     let sensor = |n: &str| dev.sensors().get(n).unwrap().value;
     req(&["wb", "1.5", "0.5,0:0,0", "-0.5,0:0,0"]).unwrap();
     let (steady, d0) = (sensor("steady-state-timestamp"), sensor("wb.input0.delay"));
@@ -285,23 +294,8 @@ fn delays_out_of_range_fail_and_change_nothing() {
 #[test]
 fn delay_sensor_changes_at_the_load_time() {
     let ctl = control(&[]);
-    let dev = FgpuDevice::new(
-        vec![OutputHandle {
-            name: "wb".into(),
-            channels: C,
-            batch_step: STEP,
-            spectrum_step: SBS,
-            control: ctl.clone(),
-        }],
-        1e6,
-        0.0,
-        1.0,
-        1,
-    );
-    let req = |args: &[&str]| {
-        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        dev.request("delays", &args)
-    };
+    let dev = wideband_device(&ctl, 1.0);
+    let req = |args: &[&str]| delays(&dev, args);
     let sensor = |n: &str| dev.sensors().get(n).unwrap().value;
     assert_eq!(sensor("wb.input0.delay"), "(-1, 0.0, 0.0, 0.0, 0.0)");
     req(&["wb", "1.5", "0.5,0:0.25,0", "0,0:0,0"]).unwrap();

@@ -108,13 +108,7 @@ fn resend_descriptors(
             descriptors: beam_descriptors(cps, cfg.spectra_per_heap()),
         });
     }
-    let io = &cfg.io;
-    let sink = crate::engines::common::send::open_sink(
-        None,
-        io.send_interface.first(),
-        io.send_ttl,
-        io.send_buffer,
-    )?;
+    let sink = cfg.io.open_descriptor_sink()?;
     let five = std::time::Duration::from_secs(5);
     let lp = start(
         sink,
@@ -123,7 +117,7 @@ fn resend_descriptors(
         five,
         (cfg.channel_offset / cps) as u64,
         (cfg.channels / cps) as u64,
-        io.send_packet_payload,
+        cfg.io.send_packet_payload,
     )?;
     Ok(Some(lp))
 }
