@@ -90,7 +90,7 @@ pub(super) fn start_engines(
             exe,
             &xb_args,
             &logs.join(format!("{name}.log")),
-            &cfg.gpus.env(cfg.gpus.xbgpu(k)),
+            &cfg.gpus.env(cfg.gpus.engine(k)),
         )?);
     }
     for a in 0..n {
@@ -128,7 +128,7 @@ pub(super) fn start_engines(
             .chain([src])
             .collect::<Vec<_>>(),
             &logs.join(format!("{name}.log")),
-            &cfg.gpus.env(cfg.gpus.fgpu(a)),
+            &cfg.gpus.env(cfg.gpus.engine(a)),
         )?);
     }
     // Start the digitisers only once every engine has built its outputs (the GPU engines
@@ -163,7 +163,6 @@ fn start_dsim(
 ) -> anyhow::Result<Proc> {
     let args = &cfg.args;
     let name = &cfg.dsim_names[d];
-    let per = args.antennas / cfg.dsim_names.len();
     let s = |v: &str| v.to_string();
     let mut dsim_args = vec![
         s("dsim"),
@@ -185,7 +184,7 @@ fn start_dsim(
     ];
     dsim_args.extend(cfg.plan.args(name));
     dsim_args.extend(cfg.prometheus_args(args.x_engines + args.antennas + d));
-    for a in d * per..(d + 1) * per {
+    for a in cfg.dsim_antennas(d) {
         dsim_args.push(cfg.pol_endpoints(a, 0));
         dsim_args.push(cfg.pol_endpoints(a, 1));
     }
@@ -208,25 +207,22 @@ pub(super) fn run_dsim(
 ) -> anyhow::Result<Streamed> {
     let args = &cfg.args;
     let t0 = Instant::now();
-    let mut dsims: Vec<Proc> = Vec::new();
-    for (d, program) in signals.iter().enumerate() {
-        match start_dsim(cfg, exe, sync, d, program) {
-            Ok(p) => dsims.push(p),
-            Err(e) => {
-                stop_all(
-                    &mut dsims.iter_mut().collect::<Vec<_>>(),
-                    Duration::from_secs(10),
-                );
-                return Err(e);
-            }
-        }
-    }
     let stop_dsims = |dsims: &mut [Proc]| {
         stop_all(
             &mut dsims.iter_mut().collect::<Vec<_>>(),
             Duration::from_secs(10),
         );
     };
+    let mut dsims: Vec<Proc> = Vec::new();
+    for (d, program) in signals.iter().enumerate() {
+        match start_dsim(cfg, exe, sync, d, program) {
+            Ok(p) => dsims.push(p),
+            Err(e) => {
+                stop_dsims(&mut dsims);
+                return Err(e);
+            }
+        }
+    }
     let mut soak = match start_soak(cfg, engines, &dsims) {
         Ok(s) => s,
         Err(e) => {

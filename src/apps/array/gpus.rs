@@ -44,14 +44,10 @@ impl GpuPlan {
         Ok(GpuPlan { gpus, visible })
     }
 
-    /// The GPU index of F-engine `a` (`None` with one GPU).
-    pub fn fgpu(&self, a: usize) -> Option<usize> {
-        (self.gpus > 1).then_some(a % self.gpus)
-    }
-
-    /// The GPU index of XB-engine `k` (`None` with one GPU).
-    pub fn xbgpu(&self, k: usize) -> Option<usize> {
-        (self.gpus > 1).then_some(k % self.gpus)
+    /// The GPU index of F-engine `i` or XB-engine `i` (each kind counted on its own;
+    /// `None` with one GPU).
+    pub fn engine(&self, i: usize) -> Option<usize> {
+        (self.gpus > 1).then_some(i % self.gpus)
     }
 
     /// The environment that puts a child on GPU `gpu` (empty for `None`).
@@ -70,18 +66,18 @@ mod tests {
     #[test]
     fn engines_alternate_over_the_gpus() {
         let one = GpuPlan::new(1, None).unwrap();
-        assert_eq!((one.fgpu(3), one.xbgpu(1)), (None, None));
-        assert!(one.env(one.fgpu(0)).is_empty());
+        assert_eq!((one.engine(3), one.engine(1)), (None, None));
+        assert!(one.env(one.engine(0)).is_empty());
         let two = GpuPlan::new(2, None).unwrap();
-        let f: Vec<_> = (0..4).map(|a| two.fgpu(a)).collect();
+        let f: Vec<_> = (0..4).map(|a| two.engine(a)).collect();
         assert_eq!(f, [Some(0), Some(1), Some(0), Some(1)]);
-        assert_eq!(two.xbgpu(1), Some(1));
+        assert_eq!(two.engine(1), Some(1));
         assert_eq!(
             two.env(Some(1)),
             [("CUDA_VISIBLE_DEVICES".to_string(), "1".to_string())]
         );
         let listed = GpuPlan::new(2, Some("3, 5")).unwrap();
-        assert_eq!(listed.env(listed.fgpu(1))[0].1, "5");
+        assert_eq!(listed.env(listed.engine(1))[0].1, "5");
         for (n, vis) in [(0, None), (17, None), (3, Some("0,1"))] {
             let e = GpuPlan::new(n, vis).unwrap_err().to_string();
             assert!(e.starts_with(&format!("--gpus {n} ")), "{e}");

@@ -1,6 +1,6 @@
 //! `gpucbf array`: a small loopback array in one command. One dsim (all antennas' streams,
-//! a sky of point sources plus noise and a tone; at real rates one per antenna), one F-engine process per antenna, one or
-//! more XB-engines (each a channel range, the F-engines sending a channel substream to
+//! a sky of point sources plus noise and a tone; at real rates one per antenna), one
+//! F-engine process per antenna, one or more XB-engines (each a channel range, the F-engines sending a channel substream to
 //! each, as MeerKAT does), all over real UDP on 127.0.0.x with the same subcommands a
 //! telescope runs; this process receives the correlation products ([`receive`]) and writes
 //! visibilities, plots, a dirty image ([`image`]) and a summary. The sky is [`sky`]'s; the
@@ -269,6 +269,12 @@ impl ArrayConfig {
         self.port(self.x_port_offset() + 1 + k as u16)
     }
 
+    /// The antennas dsim `d` feeds (each dsim as many).
+    fn dsim_antennas(&self, d: usize) -> std::ops::Range<usize> {
+        let per = self.args.antennas / self.dsim_names.len();
+        d * per..(d + 1) * per
+    }
+
     /// The F-engines' wideband destinations: every XB-engine's input, one channel
     /// substream each (`127.0.0.1+N:PORT`).
     fn fgpu_dst(&self) -> String {
@@ -313,9 +319,8 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
     let signals = model.dsim_signals(&positions, fs);
     std::fs::write(dir.join("signals.txt"), &signals)?;
     // Each dsim's program: its antennas' streams.
-    let per_dsim = n / cfg.dsim_names.len();
     let signals: Vec<String> = (0..cfg.dsim_names.len())
-        .map(|d| model.dsim_signals_for(&positions, fs, d * per_dsim..(d + 1) * per_dsim))
+        .map(|d| model.dsim_signals_for(&positions, fs, cfg.dsim_antennas(d)))
         .collect();
     // Timestamps count from the start of the run.
     let sync = unix_now()?.floor().to_string();
@@ -536,7 +541,7 @@ mod tests {
         let e = validate(&["--gpus", "0"]).unwrap_err().to_string();
         assert!(e.starts_with("--gpus 0 must be in 1..=16"), "{e}");
         let one = validate(&[]).unwrap();
-        assert_eq!(one.gpus.fgpu(1), None);
+        assert_eq!(one.gpus.engine(1), None);
     }
 
     /// `--x-engines` must split the channels into powers of two of at least 64 channels;
