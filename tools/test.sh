@@ -12,6 +12,8 @@ fi
 export GPUCBF_REQUIRE_NVRTC=1
 # The tree's shape: no import cycle between sibling modules, no source file over 800 lines.
 python3 tools/layout_check.py
+# The fuzz targets use the library's API: a change there must not break them late in the run.
+cargo check --manifest-path fuzz/Cargo.toml --bins
 # With the kernel-bypass features (GPUCBF_FEATURES from tools/env.sh: dpdk,ibverbs).
 cargo build --release --features "$GPUCBF_FEATURES" --bin gpucbf
 cargo test --release --features "$GPUCBF_FEATURES"

@@ -4,7 +4,6 @@
 //! requests that succeed or fail without a panic; a failed request changes no sensor.
 #![no_main]
 
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use gpucbf::compute::xengine::{Beam, BeamSet};
@@ -12,6 +11,7 @@ use gpucbf::control::katcp::LineReader;
 use gpucbf::control::{Device, Kind, Message, SensorSet};
 use gpucbf::engines::fgpu::control::OutputControl;
 use gpucbf::engines::fgpu::device::{FgpuDevice, OutputHandle};
+use gpucbf::engines::xbgpu::corrprod::CaptureGate;
 use gpucbf::engines::xbgpu::device::XbDevice;
 use libfuzzer_sys::fuzz_target;
 
@@ -39,7 +39,7 @@ fn xbgpu() -> XbDevice {
         sensors: SensorSet::default(),
         outputs: ["bl", "b0", "b1"]
             .iter()
-            .map(|s| (s.to_string(), Arc::new(AtomicBool::new(false))))
+            .map(|s| (s.to_string(), Arc::new(CaptureGate::new(false))))
             .collect(),
         beams: vec!["b0".into(), "b1".into()],
         set: Arc::new(Mutex::new(BeamSet {
