@@ -32,6 +32,8 @@ fn engine_args_carry_the_shared_options() {
         "cpu",
         "--prometheus-port",
         "9100",
+        "--prometheus-host",
+        "127.0.0.3",
         "--recv-interface",
         "10.0.0.1",
         "--send-affinity",
@@ -91,6 +93,7 @@ fn engine_args_carry_the_shared_options() {
         send_buffer: 4 << 20,
         backend: Backend::Cpu,
         prometheus_port: Some(9100),
+        prometheus_host: Some(std::net::Ipv4Addr::new(127, 0, 0, 3)),
     };
     assert_eq!(f.io, want);
     assert_eq!(x.io, want);

@@ -212,9 +212,19 @@ pub struct EngineArgs {
     /// Prometheus metrics port (none by default).
     #[arg(long)]
     pub prometheus_port: Option<u16>,
+    /// Address the Prometheus endpoint listens on (default: the `--katcp-host` address,
+    /// which is every interface unless given).
+    #[arg(long, value_name = "ADDR")]
+    pub prometheus_host: Option<Ipv4Addr>,
 }
 
 impl EngineArgs {
+    /// Where `--prometheus-port` listens: `--prometheus-host`, else the katcp host.
+    pub fn prometheus_addr(&self, katcp_host: Ipv4Addr) -> Option<SocketAddrV4> {
+        let host = self.prometheus_host.unwrap_or(katcp_host);
+        self.prometheus_port.map(|p| SocketAddrV4::new(host, p))
+    }
+
     /// The output sink every output of the engine writes to: UDP from `--send-interface`
     /// with `--send-ttl`, or the `--send-pcap` file.
     pub fn open_sink(&self) -> std::io::Result<SharedSink> {

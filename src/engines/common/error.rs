@@ -98,6 +98,21 @@ pub fn endpoints(spec: &str) -> Result<Vec<std::net::SocketAddrV4>, ConfigError>
     crate::net::parse_endpoints(spec).map_err(|e| ConfigError::Endpoints(e.to_string()))
 }
 
+/// Serves `metrics` at `addr` (`--prometheus-port` on `--prometheus-host`), if given; a
+/// port that cannot be opened is an error naming the option.
+pub fn serve_prometheus(
+    metrics: &crate::telemetry::metrics::Metrics,
+    addr: Option<std::net::SocketAddrV4>,
+) -> std::io::Result<()> {
+    if let Some(addr) = addr {
+        let bound = metrics
+            .serve(addr.into())
+            .map_err(listen_error("--prometheus-port", addr))?;
+        tracing::info!(%bound, "prometheus metrics at /metrics");
+    }
+    Ok(())
+}
+
 /// A listening socket that could not be opened, named by its option and address
 /// (`--prometheus-port 9100: listening on TCP 0.0.0.0:9100: Address already in use`): the
 /// operating system's message alone names no port.

@@ -84,6 +84,9 @@ pub struct DsimArgs {
     /// katcp listening address.
     #[arg(long, default_value = "0.0.0.0")]
     pub katcp_host: Ipv4Addr,
+    /// Address the Prometheus endpoint listens on (default: the `--katcp-host` address).
+    #[arg(long, value_name = "ADDR")]
+    pub prometheus_host: Option<Ipv4Addr>,
     /// Print a JSON summary on stdout at the end.
     #[arg(long)]
     pub summary: bool,
@@ -350,7 +353,7 @@ impl DsimArgs {
             katcp_required: self.katcp_port.is_some(),
             prometheus: self
                 .prometheus_port
-                .map(|p| SocketAddrV4::new(self.katcp_host, p)),
+                .map(|p| SocketAddrV4::new(self.prometheus_host.unwrap_or(self.katcp_host), p)),
         })
     }
 }

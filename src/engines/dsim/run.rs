@@ -2,7 +2,7 @@
 //! function: open the sink, place the first heap, generate the signal windows, serve katcp
 //! and metrics, wait for the first timestamp, send.
 
-use crate::engines::common::error::listen_error;
+use crate::engines::common::error::{listen_error, serve_prometheus};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,12 +34,7 @@ pub fn run(cfg: &DsimConfig) -> anyhow::Result<DsimSummary> {
     let metrics = Metrics::new("dsim");
     crate::telemetry::stages::register(&metrics);
     let send_metrics = SendMetrics::new(&metrics);
-    if let Some(addr) = cfg.prometheus {
-        let bound = metrics
-            .serve(addr.into())
-            .map_err(listen_error("--prometheus-port", addr))?;
-        info!(%bound, "prometheus metrics at /metrics");
-    }
+    serve_prometheus(&metrics, cfg.prometheus)?;
     let (sent, packet_size) = if cfg.send_cores.len() > 1 {
         drop(sink); // every send thread opens its own socket
         send_threads(cfg, &start, windows, &swap_rx, &send_metrics)?

@@ -14,7 +14,7 @@ use super::metrics::FgpuMetrics;
 use super::pipeline::{descriptors, Pipeline};
 use super::spec::WidebandSpec;
 use crate::control::Server;
-use crate::engines::common::error::listen_error;
+use crate::engines::common::error::serve_prometheus;
 use crate::engines::common::send_worker::SendWorker;
 use crate::net::send::heap::HeapSender;
 use crate::net::SharedSink;
@@ -38,7 +38,7 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
     let _descriptors = resend_descriptors(cfg)?;
     let mut metrics = FgpuMetrics::new(device, pipelines.len(), cfg.sync_time, cfg.adc_sample_rate);
     metrics.set_chunk_samples(cfg.placement.chunk_samples);
-    serve_metrics(cfg, &metrics)?;
+    serve_prometheus(metrics.registry(), cfg.io.prometheus_addr(cfg.katcp_host))?;
     let recv = io.recv_setup(&cfg.src)?;
     let _transmit = crate::net::send::peerdirect::plan(io.use_peerdirect);
     let monitor = metrics.take_recv_monitor();
@@ -200,17 +200,4 @@ fn serve_katcp(cfg: &FgpuConfig, device: Arc<FgpuDevice>) -> anyhow::Result<Opti
         }
         Err(e) => Err(anyhow::anyhow!("katcp port {}: {e}", addr.port())),
     }
-}
-
-/// Serves the metrics on `--prometheus-port` (on the katcp host address), if given.
-fn serve_metrics(cfg: &FgpuConfig, metrics: &FgpuMetrics) -> anyhow::Result<()> {
-    if let Some(p) = cfg.io.prometheus_port {
-        let addr = (cfg.katcp_host, p);
-        let bound = metrics
-            .registry()
-            .serve(addr.into())
-            .map_err(listen_error("--prometheus-port", addr))?;
-        info!(%bound, "prometheus metrics at /metrics");
-    }
-    Ok(())
 }

@@ -17,7 +17,7 @@ use super::metrics::XbgpuMetrics;
 use super::spec::CorrprodSpec;
 use crate::compute::xengine::{Beam, BeamSet};
 use crate::control::{SensorSet, SensorType};
-use crate::engines::common::error::listen_error;
+use crate::engines::common::error::{listen_error, serve_prometheus};
 use crate::net::send::heap::HeapSender;
 use crate::net::SharedSink;
 
@@ -46,14 +46,7 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
     let recv = io.recv_setup(&cfg.src)?;
     let _transmit = crate::net::send::peerdirect::plan(io.use_peerdirect);
     let mut metrics = XbgpuMetrics::new(cfg.sync_time, cfg.adc_sample_rate);
-    if let Some(p) = io.prometheus_port {
-        let addr = (cfg.katcp_host, p);
-        let bound = metrics
-            .registry()
-            .serve(addr.into())
-            .map_err(listen_error("--prometheus-port", addr))?;
-        info!(%bound, "prometheus metrics at /metrics");
-    }
+    serve_prometheus(metrics.registry(), io.prometheus_addr(cfg.katcp_host))?;
     let monitor = metrics.take_recv_monitor();
     run_pipelines(
         recv,
