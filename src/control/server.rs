@@ -5,13 +5,16 @@
 //! while they are read (the client is told and disconnected), a client that sends no
 //! request or leaves a line unfinished for the idle timeout is disconnected, at most
 //! [`Limits::max_clients`] are served at once (more are refused with a log line), and a
-//! client that does not read its replies is disconnected when a write times out. Each
-//! client has its own thread and holds no lock while it writes, so none of this stalls the
-//! engine or the other clients.
+//! client that does not read its replies is disconnected when a write times out. Memory is
+//! bounded too: the lines of all clients together (unfinished or being served) stay within
+//! [`Limits::max_pending_total`], and a client's unwritten replies within
+//! [`Limits::max_queued`] (past it the server stops reading that client's requests until
+//! it reads). Each client has its own thread and holds no lock while it writes, so none of
+//! this stalls the engine or the other clients.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +41,14 @@ pub struct Limits {
     /// A client whose replies cannot be written within this long (it does not read them)
     /// is disconnected.
     pub write_timeout: Duration,
+    /// Bytes of lines held for all clients together (unfinished lines and the lines being
+    /// served); the client whose line would pass it is disconnected (64 clients at
+    /// `max_line` would otherwise hold 1 GiB).
+    pub max_pending_total: usize,
+    /// Bytes of replies queued for one client and not yet written; past it the server
+    /// reads no more of that client's requests until the client reads its replies (or
+    /// the write timeout drops it).
+    pub max_queued: usize,
 }
 
 impl Default for Limits {
@@ -47,6 +58,8 @@ impl Default for Limits {
             max_clients: 64,
             idle_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(10),
+            max_pending_total: 64 << 20,
+            max_queued: 4 << 20,
         }
     }
 }
@@ -96,6 +109,7 @@ fn accept_loop(
     stop: Arc<AtomicBool>,
 ) {
     let clients = Arc::new(Clients::default());
+    let pending = Arc::new(AtomicUsize::new(0));
     let mut refusals = Refusals::default();
     while !stop.load(Ordering::Relaxed) {
         let (s, peer) = match listener.accept() {
@@ -115,10 +129,17 @@ fn accept_loop(
             continue;
         };
         let (d, st, cl) = (device.clone(), stop.clone(), clients.clone());
+        let pending = pending.clone();
         let spawned = std::thread::Builder::new()
             .name("katcp-client".into())
             .spawn(move || {
-                match serve_client(s, id, d, &cl, limits, st) {
+                let shared = Shared {
+                    clients: &cl,
+                    pending: &pending,
+                    limits,
+                    stop: st,
+                };
+                match serve_client(s, id, d, &shared) {
                     Ok(()) => debug!(%peer, "katcp client ended"),
                     Err(e) => debug!(%peer, error = %e, "katcp client ended"),
                 }
@@ -193,14 +214,30 @@ fn disconnect(
     Ok(())
 }
 
+/// What the clients' threads share: the client list, the line memory held for all
+/// clients, the limits and the stop flag.
+struct Shared<'a> {
+    clients: &'a Clients,
+    pending: &'a AtomicUsize,
+    limits: Limits,
+    stop: Arc<AtomicBool>,
+}
+
+/// Bytes of replies a client's reader has queued and its writer not yet written, and
+/// whether the writer has ended.
+#[derive(Default)]
+struct Queued {
+    bytes: AtomicUsize,
+    writer_done: AtomicBool,
+}
+
 fn serve_client(
     stream: TcpStream,
     id: u64,
     device: Arc<dyn Device>,
-    clients: &Clients,
-    limits: Limits,
-    stop: Arc<AtomicBool>,
+    shared: &Shared,
 ) -> io::Result<()> {
+    let (clients, limits) = (shared.clients, shared.limits);
     let peer = stream.peer_addr()?;
     stream.set_nonblocking(false)?;
     // Short reads let the thread see the stop flag and the idle deadlines.
@@ -228,24 +265,30 @@ fn serve_client(
             }
         })
     };
+    let queued = Arc::new(Queued::default());
     let writer = {
-        let (session, sensors) = (session.clone(), sensors.clone());
+        let (session, sensors, queued) = (session.clone(), sensors.clone(), queued.clone());
         let mut w = w.try_clone()?;
         std::thread::Builder::new()
             .name("katcp-write".into())
-            .spawn(move || write_loop(&mut w, peer, rx, &session, &sensors))?
+            .spawn(move || {
+                write_loop(&mut w, peer, rx, &session, &sensors, &queued.bytes);
+                queued.writer_done.store(true, Ordering::Relaxed);
+            })?
     };
     clients.attach(id, tx.clone());
+    let mut held = 0;
     let res = read_loop(
         &mut r,
         peer,
         &tx,
         device.as_ref(),
-        clients,
+        shared,
         &session,
-        limits,
-        stop,
+        &queued,
+        &mut held,
     );
+    shared.pending.fetch_sub(held, Ordering::Relaxed);
     sensors.unlisten(listener);
     // The client list still holds a sender: the writer ends on Close, not on the queue
     // closing (a writer stuck on a full queue ends at its write timeout).
@@ -267,6 +310,7 @@ fn write_loop(
     rx: std::sync::mpsc::Receiver<Out>,
     session: &Session,
     sensors: &super::sensors::SensorSet,
+    queued: &AtomicUsize,
 ) {
     use std::sync::mpsc::RecvTimeoutError;
     loop {
@@ -276,8 +320,12 @@ fn write_loop(
         };
         let now = Instant::now();
         let mut out = Vec::new();
+        let mut taken = 0;
         match msg {
-            Ok(Out::Lines(b)) => out = b,
+            Ok(Out::Lines(b)) => {
+                taken = b.len();
+                out = b;
+            }
             Ok(Out::Reading(r)) => {
                 let sent = session
                     .subs
@@ -307,6 +355,11 @@ fn write_loop(
             let _ = w.shutdown(std::net::Shutdown::Both);
             return;
         }
+        // Lines queued elsewhere (the greeting, informs to every client) were never
+        // counted: saturate rather than wrap.
+        let _ = queued.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
+            Some(q.saturating_sub(taken))
+        });
     }
 }
 
@@ -315,19 +368,22 @@ fn status_inform(s: &super::sensors::Sensor) -> Vec<u8> {
 }
 
 /// Reads the client's requests and queues the replies, until it goes, breaks a limit or
-/// the server stops.
+/// the server stops. `held` is what this client's unfinished line counts in the shared
+/// line memory (the caller gives it back).
 #[allow(clippy::too_many_arguments)]
 fn read_loop(
     r: &mut TcpStream,
     peer: SocketAddr,
     tx: &std::sync::mpsc::SyncSender<Out>,
     device: &dyn Device,
-    clients: &Clients,
+    shared: &Shared,
     session: &Session,
-    limits: Limits,
-    stop: Arc<AtomicBool>,
+    queued: &Queued,
+    held: &mut usize,
 ) -> io::Result<()> {
+    let (clients, limits, stop) = (shared.clients, shared.limits, &shared.stop);
     let queue = |out: Vec<u8>| {
+        queued.bytes.fetch_add(out.len(), Ordering::Relaxed);
         tx.send(Out::Lines(out))
             .map_err(|_| io::Error::other("katcp writer gone"))
     };
@@ -338,6 +394,15 @@ fn read_loop(
     let mut buf = vec![0u8; 64 << 10];
     let mut lines = Vec::new();
     while !stop.load(Ordering::Relaxed) {
+        if queued.bytes.load(Ordering::Relaxed) > limits.max_queued {
+            // The client does not read its replies: read no more requests until it does;
+            // the writer drops it at its write timeout.
+            if queued.writer_done.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
         let n = match r.read(&mut buf) {
             Ok(0) => return Ok(()),
             Ok(n) => n,
@@ -364,6 +429,16 @@ fn read_loop(
         };
         lines.clear();
         let fed = reader.feed(&buf[..n], &mut lines);
+        // The line memory this client holds (its unfinished line and the lines it is about
+        // to be served) is its share of the budget of all clients.
+        let taking = reader.capacity() + lines.iter().map(Vec::capacity).sum::<usize>();
+        if !account(shared.pending, held, taking, limits.max_pending_total) {
+            let why = format!(
+                "the server's memory for lines ({} MiB over all clients) is full: disconnecting",
+                limits.max_pending_total >> 20
+            );
+            return disconnect(tx, peer, &why);
+        }
         for line in &lines {
             match serve_line(line, device, clients, session) {
                 Line::Blank => {}
@@ -377,6 +452,8 @@ fn read_loop(
                 }
             }
         }
+        lines.clear();
+        account(shared.pending, held, reader.capacity(), usize::MAX);
         if let Err(e) = fed {
             return disconnect(tx, peer, &format!("{e}: disconnecting"));
         }
@@ -387,6 +464,20 @@ fn read_loop(
         };
     }
     Ok(())
+}
+
+/// Moves this client's share of the shared line memory from `*held` to `now`; false when
+/// that grows the total past `max` (the share is still recorded, for the caller to give
+/// back).
+fn account(total: &AtomicUsize, held: &mut usize, now: usize, max: usize) -> bool {
+    let before = std::mem::replace(held, now);
+    if now >= before {
+        let grown = now - before;
+        grown == 0 || total.fetch_add(grown, Ordering::Relaxed) + grown <= max
+    } else {
+        total.fetch_sub(before - now, Ordering::Relaxed);
+        true
+    }
 }
 
 /// Writes `out`; a client that does not take it within the write timeout is dropped.

@@ -304,3 +304,52 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     }
     panic!("{what}: did not happen");
 }
+
+/// The lines of all clients together stay within `max_pending_total`: of four
+/// clients each holding a 900 kB unfinished line (1 MiB of reader memory each) under a
+/// 3 MiB budget, one is told why and disconnected; the other three stay, and finishing
+/// their lines frees the memory for a new client.
+#[test]
+fn unfinished_lines_share_one_memory_budget() {
+    let limits = Limits {
+        max_line: 1 << 20,
+        max_pending_total: 3 << 20,
+        ..Limits::default()
+    };
+    let server = start(limits);
+    let mut held: Vec<Client> = (0..4).map(|_| Client::connect(server.addr)).collect();
+    for c in held.iter_mut() {
+        c.until("#version-connect katcp-device");
+        // A request first, so the idle rule for silent clients does not apply.
+        assert_eq!(c.ask("?watchdog"), "!watchdog ok");
+        // The server may hang up on this one while it writes.
+        let _ = c.w.write_all(&vec![b'z'; 900_000]);
+    }
+    // Exactly one is disconnected (which one depends on the order the server reads them);
+    // a client still connected answers once its line is finished.
+    let mut dropped = 0;
+    for c in held.iter_mut() {
+        let _ = c.w.write_all(b"\n?watchdog[9]\n");
+        let mut lines = Vec::new();
+        while let Some(l) = c.line() {
+            let done = l.starts_with("!watchdog[9]");
+            lines.push(l);
+            if done {
+                break;
+            }
+        }
+        if lines.last().map(String::as_str) == Some("!watchdog[9] ok") {
+            continue;
+        }
+        dropped += 1;
+        assert!(
+            lines.iter().any(|l| l.contains("memory\\_for\\_lines")),
+            "{lines:?}"
+        );
+    }
+    assert_eq!(dropped, 1);
+    let mut fresh = Client::connect(server.addr);
+    fresh.send(&vec![b'z'; 900_000]);
+    fresh.send(b"\n?watchdog\n");
+    assert_eq!(fresh.until("!watchdog").last().unwrap(), "!watchdog ok");
+}
