@@ -1,8 +1,10 @@
 //! Classic libpcap files as a sink: UDP/IPv4/Ethernet frames with valid checksums, written
-//! instead of sent.
+//! instead of sent. The file only ever receives whole records: a write that fails part-way
+//! (a full disk, a file-size limit) is cut back to the last whole record, so the file stays
+//! readable whatever stops the engine.
 
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::net::SocketAddrV4;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -15,10 +17,130 @@ use pcap_file::{DataLink, PcapError};
 use super::PacketSink;
 use crate::net::frame::dest_mac;
 
-/// A buffered file shared between the pcap writer and the sink, so the sink can flush it
-/// (pcap-file's writer does not expose its inner writer).
+/// Where a pcap file's bytes land: appended to, measured and cut back.
+trait Store: Write + Send {
+    /// Bytes stored.
+    fn len(&self) -> io::Result<u64>;
+    /// Cuts the store back to `n` bytes.
+    fn truncate(&mut self, n: u64) -> io::Result<()>;
+}
+
+impl Store for File {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+
+    fn truncate(&mut self, n: u64) -> io::Result<()> {
+        self.set_len(n)
+    }
+}
+
+/// The file's bytes, buffered and written out only in whole records. When a write fails
+/// part-way, the store is cut back to the last whole record that landed, and every later
+/// write fails (the file then ends cleanly at that record).
+struct Records<S: Store> {
+    store: S,
+    buf: Vec<u8>,
+    /// Ends of the whole records in `buf`.
+    ends: Vec<usize>,
+    /// `buf` is written out once it holds this many bytes of whole records.
+    cap: usize,
+    /// Bytes of whole records in the store.
+    on_disk: u64,
+    broken: bool,
+}
+
+impl<S: Store> Records<S> {
+    fn new(store: S, cap: usize) -> Self {
+        Records {
+            store,
+            buf: Vec::with_capacity(cap),
+            ends: Vec::new(),
+            cap,
+            on_disk: 0,
+            broken: false,
+        }
+    }
+
+    /// The bytes written since the last call are one whole record.
+    fn end_record(&mut self) -> io::Result<()> {
+        if self.ends.last() != Some(&self.buf.len()) {
+            self.ends.push(self.buf.len());
+        }
+        if self.buf.len() >= self.cap {
+            self.write_out()?;
+        }
+        Ok(())
+    }
+
+    fn write_out(&mut self) -> io::Result<()> {
+        let whole = self.ends.last().copied().unwrap_or(0);
+        if whole == 0 {
+            return Ok(());
+        }
+        if let Err(e) = self.store.write_all(&self.buf[..whole]) {
+            // Keep the records that landed whole; cut off the one that landed in part.
+            let landed = self.store.len().unwrap_or(self.on_disk);
+            let landed = landed.saturating_sub(self.on_disk);
+            let keep = self
+                .ends
+                .iter()
+                .rev()
+                .find(|&&end| end as u64 <= landed)
+                .copied()
+                .unwrap_or(0);
+            if landed > keep as u64 {
+                let _ = self.store.truncate(self.on_disk + keep as u64);
+            }
+            self.on_disk += keep as u64;
+            self.buf.clear();
+            self.ends.clear();
+            self.broken = true;
+            return Err(e);
+        }
+        self.on_disk += whole as u64;
+        self.buf.drain(..whole);
+        self.ends.clear();
+        Ok(())
+    }
+
+    fn check(&self) -> io::Result<()> {
+        if self.broken {
+            return Err(io::Error::other(
+                "an earlier write failed; the file ends at the last whole record",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<S: Store> Write for Records<S> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.check()?;
+        self.buf.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.check()?;
+        self.write_out()?;
+        self.store.flush()
+    }
+}
+
+/// The records shared between the pcap writer and the sink, so the sink can mark record
+/// ends and flush (pcap-file's writer does not expose its inner writer).
 #[derive(Clone)]
-struct SharedFile(Arc<Mutex<BufWriter<File>>>);
+struct SharedFile(Arc<Mutex<Records<File>>>);
+
+impl SharedFile {
+    fn end_record(&self) -> io::Result<()> {
+        self.0
+            .lock()
+            .map_err(|_| io::Error::other("poisoned"))?
+            .end_record()
+    }
+}
 
 impl Write for SharedFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -73,18 +195,23 @@ pub struct PcapSink {
 impl PcapSink {
     /// Creates `path`; frames come from `src` (address and UDP port) with the given TTL.
     pub fn create(path: &Path, src: SocketAddrV4, ttl: u8) -> io::Result<Self> {
+        // A file-size limit (RLIMIT_FSIZE) then fails the write with EFBIG, handled as a full
+        // disk, instead of killing the process with the file cut mid-record.
+        // SAFETY: setting a signal's disposition to SIG_IGN has no preconditions.
+        unsafe {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+        }
         let file = File::create(path).map_err(|e| io_named(path, "creating", e))?;
         let header = PcapHeader {
             datalink: DataLink::ETHERNET,
             snaplen: 65535,
             ..Default::default()
         };
-        let file = SharedFile(Arc::new(Mutex::new(BufWriter::with_capacity(
-            1 << 20,
-            file,
-        ))));
+        let file = SharedFile(Arc::new(Mutex::new(Records::new(file, 1 << 20))));
         let writer = PcapWriter::with_header(file.clone(), header)
             .map_err(|e| named(path, "writing the header of", e))?;
+        file.end_record()
+            .map_err(|e| io_named(path, "writing the header of", e))?;
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
@@ -122,10 +249,13 @@ impl PacketSink for PcapSink {
         let len = self.frame.len() as u32;
         self.writer
             .write_packet(&PcapPacket::new(self.time, len, &self.frame))
-            .map_err(|e| {
-                self.failed = true;
-                named(&self.path, "writing", e)
-            })?;
+            .map_err(|e| named(&self.path, "writing", e))
+            .and_then(|_| {
+                self.file
+                    .end_record()
+                    .map_err(|e| io_named(&self.path, "writing", e))
+            })
+            .inspect_err(|_| self.failed = true)?;
         self.time += self.tick;
         self.packets += 1;
         self.bytes += self.scratch.len() as u64;
@@ -231,5 +361,95 @@ mod tests {
             e.contains("creating pcap") && e.contains("directory"),
             "{e}"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests_records {
+    use super::*;
+
+    /// A disk with `room` bytes left: writes take what fits, then fail with ENOSPC.
+    struct Disk {
+        data: Vec<u8>,
+        room: usize,
+    }
+
+    impl Write for Disk {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            let n = b.len().min(self.room - self.data.len());
+            if n == 0 {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            self.data.extend_from_slice(&b[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Store for Disk {
+        fn len(&self) -> io::Result<u64> {
+            Ok(self.data.len() as u64)
+        }
+        fn truncate(&mut self, n: u64) -> io::Result<()> {
+            self.data.truncate(n as usize);
+            Ok(())
+        }
+    }
+
+    /// Records of 10 bytes written in two parts each, 25-byte buffer (written out every
+    /// three records), 37 bytes of room: the second write-out lands 7 bytes and fails, the
+    /// disk is cut back to the three whole records of the first (30 bytes), and every later
+    /// write or flush fails without adding a byte.
+    #[test]
+    fn a_full_disk_keeps_only_whole_records() {
+        let mut r = Records::new(
+            Disk {
+                data: Vec::new(),
+                room: 37,
+            },
+            25,
+        );
+        let mut err = None;
+        for i in 0..10u8 {
+            r.write_all(&[i; 4]).unwrap();
+            r.write_all(&[i; 6]).unwrap();
+            if let Err(e) = r.end_record() {
+                err = Some((i, e));
+                break;
+            }
+        }
+        let (at, e) = err.expect("the disk fills");
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        assert_eq!(
+            at, 5,
+            "records 3-5 are the second write-out, which fills the disk"
+        );
+        let want: Vec<u8> = (0..3u8).flat_map(|i| [i; 10]).collect();
+        assert_eq!(r.store.data, want);
+        assert!(r.write_all(&[9; 10]).is_err());
+        assert!(r.flush().is_err());
+        assert_eq!(r.store.data.len(), 30);
+    }
+
+    /// Nothing fails: every record reaches the store, in order, by the flush.
+    #[test]
+    fn records_reach_the_store_whole() {
+        let mut r = Records::new(
+            Disk {
+                data: Vec::new(),
+                room: 1000,
+            },
+            25,
+        );
+        for i in 0..7u8 {
+            r.write_all(&[i; 10]).unwrap();
+            r.end_record().unwrap();
+        }
+        assert_eq!(r.store.data.len(), 60, "two write-outs of 30 bytes so far");
+        r.flush().unwrap();
+        let want: Vec<u8> = (0..7u8).flat_map(|i| [i; 10]).collect();
+        assert_eq!(r.store.data, want);
     }
 }
