@@ -54,11 +54,14 @@ fn xbgpu() -> XbDevice {
     }
 }
 
+/// The sensors a request may change: not the clock's (`time.*`, read every 10 s by a
+/// thread of their own) nor `device-status`, which follows them.
 fn snapshot(d: &dyn Device) -> Vec<(String, String)> {
     let mut v: Vec<_> = d
         .sensors()
         .all()
         .into_iter()
+        .filter(|s| !s.name.starts_with("time.") && s.name != "device-status")
         .map(|s| (s.name, s.value))
         .collect();
     v.sort();

@@ -71,8 +71,8 @@ pub fn grade(c: ClockState) -> [(String, Status); 4] {
     ]
 }
 
-/// Adds the common sensors to `s` and starts the thread that reads the clock every 10 s
-/// (it ends with the process).
+/// Adds the common sensors to `s`, read from the clock now and then every 10 s by the
+/// process's one clock thread (which ends once no set is left).
 pub fn add_common_sensors(s: &SensorSet) {
     s.add(
         DEVICE_STATUS,
@@ -110,16 +110,40 @@ pub fn add_common_sensors(s: &SensorSet) {
         SensorType::Boolean,
         "0",
     );
-    let weak = s.downgrade();
-    let _ = std::thread::Builder::new()
-        .name("time-sensors".into())
-        .spawn(move || {
-            while let Some(set) = SensorSet::upgrade(&weak) {
-                update_time_sensors(&set, read_clock());
-                drop(set);
-                std::thread::sleep(Duration::from_secs(10));
-            }
-        });
+    // Valid from the start; then the one clock thread of the process updates every set.
+    update_time_sensors(s, read_clock());
+    let mut sets = CLOCK_WATCHED.lock().unwrap_or_else(|e| e.into_inner());
+    sets.push(s.downgrade());
+    if sets.len() == 1 {
+        let _ = std::thread::Builder::new()
+            .name("time-sensors".into())
+            .spawn(clock_loop);
+    }
+}
+
+type WeakSet = std::sync::Weak<std::sync::Mutex<super::sensors::Inner>>;
+
+/// The sensor sets the clock thread updates (weak: a dropped set leaves the list).
+static CLOCK_WATCHED: std::sync::Mutex<Vec<WeakSet>> = std::sync::Mutex::new(Vec::new());
+
+/// Every 10 s: one clock reading for every live sensor set; ends when none is left (the
+/// next set added starts it again).
+fn clock_loop() {
+    loop {
+        std::thread::sleep(Duration::from_secs(10));
+        let mut sets = CLOCK_WATCHED.lock().unwrap_or_else(|e| e.into_inner());
+        let live: Vec<SensorSet> = sets.iter().filter_map(SensorSet::upgrade).collect();
+        sets.retain(|w| w.strong_count() > 0);
+        if live.is_empty() {
+            sets.clear();
+            return;
+        }
+        drop(sets);
+        let clock = read_clock();
+        for set in &live {
+            update_time_sensors(set, clock);
+        }
+    }
 }
 
 /// Sets the time sensors from one clock reading (`None`: adjtimex unavailable, all
