@@ -48,7 +48,37 @@ pub struct UdpSink {
     pub gso_sends: u64,
     /// Times the kernel refused a GSO send (the packets then went out plainly).
     pub gso_refused: u64,
+    /// Datagrams dropped because their destination could not be reached (no route, the
+    /// interface down, refused): the engine goes on, and sends again once it is back.
+    pub unreachable_packets: u64,
+    unreachable: Unreachable,
     gso: bool,
+}
+
+/// The log of unreachable destinations: the first drop at once, then at most one line every
+/// 10 s with the count since, and a line when sending works again.
+#[derive(Default)]
+struct Unreachable {
+    logged_at: Option<std::time::Instant>,
+    unlogged: u64,
+    /// Dropping since the last successful send.
+    active: bool,
+}
+
+/// Send errors that mean the destination cannot be reached now (it may come back): the
+/// packets are dropped and counted, not the engine stopped.
+fn is_unreachable(code: i32) -> bool {
+    matches!(
+        code,
+        libc::ENETUNREACH
+            | libc::EHOSTUNREACH
+            | libc::ENETDOWN
+            | libc::EHOSTDOWN
+            | libc::ECONNREFUSED
+            | libc::EPERM
+            | libc::EACCES
+            | libc::EADDRNOTAVAIL
+    )
 }
 
 impl UdpSink {
@@ -85,6 +115,8 @@ impl UdpSink {
             bytes: 0,
             gso_sends: 0,
             gso_refused: 0,
+            unreachable_packets: 0,
+            unreachable: Unreachable::default(),
             gso: true,
         })
     }
@@ -316,6 +348,15 @@ impl UdpSink {
                         self.count_sent(lens, &order[..msgs[done].start], &msgs[..done]);
                         return Ok(Some(msgs[done].start));
                     }
+                    Some(code) if is_unreachable(code) => {
+                        // This message cannot go now: drop it (counted, logged) and go on.
+                        let m = msgs[done];
+                        let dropped = &order[m.start..m.start + m.count];
+                        self.unreachable_drop(batch[dropped[0]].0, dropped, &e);
+                        msgs[done].count = 0;
+                        done += 1;
+                        continue;
+                    }
                     _ => return Err(e),
                 }
             }
@@ -326,9 +367,44 @@ impl UdpSink {
     }
 
     fn count_sent(&mut self, lens: &[usize], sent: &[usize], msgs: &[Message]) {
-        self.packets += sent.len() as u64;
-        self.bytes += sent.iter().map(|&p| lens[p] as u64).sum::<u64>();
+        let sent = msgs
+            .iter()
+            .flat_map(|m| &sent[m.start.min(sent.len())..(m.start + m.count).min(sent.len())]);
+        for &p in sent {
+            self.packets += 1;
+            self.bytes += lens[p] as u64;
+        }
         self.gso_sends += msgs.iter().filter(|m| m.count > 1).count() as u64;
+        if self.unreachable.active && msgs.iter().any(|m| m.count > 0) {
+            self.unreachable.active = false;
+            tracing::info!(
+                dropped = self.unreachable.unlogged,
+                "UDP send: destinations reachable again"
+            );
+            self.unreachable.unlogged = 0;
+        }
+    }
+
+    /// Counts the packets `dropped` (indices into the batch) whose destination `dst` cannot
+    /// be reached, with a rate-limited log line.
+    fn unreachable_drop(&mut self, dst: SocketAddrV4, dropped: &[usize], e: &io::Error) {
+        self.unreachable_packets += dropped.len() as u64;
+        self.unreachable.unlogged += dropped.len() as u64;
+        self.unreachable.active = true;
+        let u = &mut self.unreachable;
+        if u.logged_at
+            .is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(10))
+        {
+            tracing::warn!(
+                destination = %dst,
+                error = %e,
+                dropped = u.unlogged,
+                total_dropped = self.unreachable_packets,
+                "UDP send: destination unreachable; dropping its packets until it is back"
+            );
+            u.logged_at = Some(std::time::Instant::now());
+            u.unlogged = 0;
+        }
     }
 }
 
