@@ -44,10 +44,6 @@ pub(crate) struct FgpuMetrics {
 struct RxState {
     /// Samples per pol in a receive chunk.
     chunk_samples: u64,
-    sync_time: f64,
-    adc_rate: f64,
-    /// Data time (UNIX) of the latest loss per pol, while its sensor shows error.
-    missing_at: [Option<f64>; 2],
 }
 
 /// The `input{p}.dig-rms-dbfs` window: sums since the last report, reported once a second
@@ -133,11 +129,7 @@ impl FgpuMetrics {
                 len: adc_rate.max(1.0) as u64,
                 ..DbfsWindow::default()
             },
-            rx: RxState {
-                sync_time,
-                adc_rate,
-                ..RxState::default()
-            },
+            rx: RxState::default(),
             registry: m,
         }
     }
@@ -147,52 +139,17 @@ impl FgpuMetrics {
         self.rx.chunk_samples = n;
     }
 
-    /// The receive sensors after a chunk: timestamp and UNIX time of the latest chunk of a
-    /// pol that brought heaps, the data time of a loss (error for T_rx = max(1 s, 10
-    /// chunks) after it), and `rx.device-status`.
+    /// The receive sensors after a chunk: a pol whose chunk brought heaps updates its
+    /// `rx.timestamp` and `rx.unixtime` (the chunk's start, data time), a loss its
+    /// `rx.missing-unixtime` ([`crate::engines::common::rx_sensors`]).
     fn update_rx(&mut self, store: &SampleStore) {
         let s = &store.stats;
-        let rx = &mut self.rx;
-        let sensors = &self.device.sensors;
-        let chunk_start = store.end_ts().saturating_sub(rx.chunk_samples);
-        let unix = rx.sync_time + chunk_start as f64 / rx.adc_rate;
-        let t_rx = (10.0 * rx.chunk_samples as f64 / rx.adc_rate).max(1.0);
-        let mut ok = true;
+        let chunk_start = store.end_ts().saturating_sub(self.rx.chunk_samples);
+        let now = std::time::Instant::now();
         for p in 0..2 {
-            if s.heaps[p] > self.seen_in.heaps[p] {
-                let name = format!("input{p}.rx.timestamp");
-                sensors.set_at(&name, chunk_start, Status::Nominal, unix);
-                let name = format!("input{p}.rx.unixtime");
-                let v = crate::control::sampling::float_repr(unix);
-                sensors.set_at(&name, v, Status::Nominal, unix);
-            }
-            let name = format!("input{p}.rx.missing-unixtime");
-            if s.missing_heaps[p] > self.seen_in.missing_heaps[p] {
-                let v = crate::control::sampling::float_repr(unix);
-                sensors.set_at(&name, v, Status::Error, unix);
-                rx.missing_at[p] = Some(unix);
-            } else if rx.missing_at[p].is_some_and(|t| unix - t >= t_rx) {
-                let v = sensors.get(&name).map(|x| x.value).unwrap_or_default();
-                sensors.set_at(&name, v, Status::Nominal, unix);
-                rx.missing_at[p] = None;
-            }
-            let nominal = |n: &str| {
-                sensors
-                    .get(&format!("input{p}.{n}"))
-                    .is_some_and(|x| x.status == Status::Nominal)
-            };
-            ok &= nominal("rx.timestamp") && nominal("rx.missing-unixtime");
-        }
-        let (v, st) = if ok {
-            ("ok", Status::Nominal)
-        } else {
-            ("degraded", Status::Warn)
-        };
-        if sensors
-            .get("rx.device-status")
-            .is_some_and(|x| x.value != v || x.status != st)
-        {
-            sensors.set("rx.device-status", v, st);
+            let heaps = s.heaps[p] > self.seen_in.heaps[p];
+            let lost = s.missing_heaps[p] > self.seen_in.missing_heaps[p];
+            self.device.rx.chunk(p, chunk_start, heaps, lost, now);
         }
     }
 
@@ -329,7 +286,14 @@ mod tests {
 
     #[test]
     fn output_lag_gauge_per_stream_after_the_first_heap() {
-        let device = Arc::new(FgpuDevice::new(Vec::new(), 1712e6, 1_000.0, 1.0, 0));
+        let device = Arc::new(FgpuDevice::new(
+            Vec::new(),
+            1712e6,
+            1_000.0,
+            1.0,
+            0,
+            1 << 20,
+        ));
         let m = FgpuMetrics::new(device, 1, 1_000.0, 1712e6);
         // No sample before a heap is sent (prometheus-client leaves the empty family out).
         assert!(!m.registry().render().contains("fgpu_output_lag_seconds"));
