@@ -326,7 +326,8 @@ fn beam_output(
         make_backend(cfg.use_gpu, cfg.shape)?,
         set.clone(),
         batch_step,
-    );
+    )
+    .with_dither(cfg.beams.iter().map(|b| b.dither).collect());
     let bp = BPipeline::new(
         &names,
         Box::new(bf),
