@@ -40,6 +40,9 @@ pub struct XbgpuSummary {
     pub recv_window_moves: u64,
 }
 
+/// What the engine calls after each chunk: the outputs and the chunk (metrics, sensors).
+pub type ChunkHook<'a> = dyn FnMut(&[XPipeline], Option<&BPipeline>, &ChunkInfo) + 'a;
+
 /// Drives the engine until the input ends or a stop is requested; `monitor` receives the
 /// receive threads' counters as they move; `recv` sets up the receive threads and window;
 /// `hook` sees the outputs and the chunk after each chunk.
@@ -48,7 +51,7 @@ pub fn run_pipelines(
     placement: FengPlacement,
     mut xs: Vec<XPipeline>,
     mut beams: Option<BPipeline>,
-    hook: &mut dyn FnMut(&[XPipeline], Option<&BPipeline>, &ChunkInfo),
+    hook: &mut ChunkHook<'_>,
     monitor: RecvMonitor,
 ) -> anyhow::Result<XbgpuSummary> {
     let (tx, rx) = crossbeam_channel::bounded::<Chunk>(4);
