@@ -162,6 +162,17 @@ fn killing_the_array_kills_its_engines() {
     let mut array = start_array(&out, 27510, "60");
     let kids = wait_for_dsim(&mut array);
     assert!(kids.len() >= 3, "xbgpu, fgpu0 and dsim: {kids:?}");
+    // The engines serve no katcp (an engine or another array on 7147 cannot clash with
+    // them): the option on their command lines, no katcp server in their logs.
+    for (name, sub) in [("xbgpu", " xbgpu "), ("fgpu0", " fgpu ")] {
+        let (_, cmd) = kids
+            .iter()
+            .find(|k| k.1.contains(sub))
+            .expect("the engine runs");
+        assert!(cmd.contains(" --katcp-port 0 "), "{cmd}");
+        let log = std::fs::read_to_string(out.join(format!("run/logs/{name}.log"))).unwrap();
+        assert!(!log.contains("katcp"), "{name}: {log}");
+    }
     sigkill(array.id());
     array.wait().unwrap();
     let t0 = Instant::now();

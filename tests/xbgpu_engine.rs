@@ -115,7 +115,7 @@ fn only_batches_inside_the_received_span_are_fed() {
         pl,
         vec![x],
         Some(b),
-        &mut |_, _| {},
+        &mut |_, _, _| {},
         Box::new(|_, _| {}),
     )
     .unwrap();
@@ -166,7 +166,7 @@ fn a_lone_far_heap_before_the_feed_does_not_wreck_it() {
         pl,
         vec![x],
         None,
-        &mut |_, _| {},
+        &mut |_, _, _| {},
         Box::new(|_, _| {}),
     )
     .unwrap();
@@ -245,7 +245,7 @@ fn beam_run(
         pl.clone(),
         vec![],
         Some(bp),
-        &mut |_, _| {},
+        &mut |_, _, _| {},
         Box::new(|_, _| {}),
     )
     .unwrap();

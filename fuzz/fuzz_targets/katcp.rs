@@ -23,7 +23,7 @@ fn fgpu() -> FgpuDevice {
         spectrum_step: 64,
         control: Arc::new(Mutex::new(OutputControl::new(channels, 1.0))),
     };
-    FgpuDevice::new(vec![out("wb", 8), out("nb", 4)], 1712e6, 1e9, 1.0, 7)
+    FgpuDevice::new(vec![out("wb", 8), out("nb", 4)], 1712e6, 1e9, 1.0, 7, 1 << 20)
 }
 
 fn xbgpu() -> XbDevice {
@@ -51,6 +51,7 @@ fn xbgpu() -> XbDevice {
             seed: 1,
         })),
         n_ants: n,
+        steady: Default::default(),
     }
 }
 

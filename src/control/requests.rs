@@ -72,6 +72,23 @@ impl Clients {
         }
     }
 
+    /// `?halt` was accepted: every client (the one that asked, after its reply) is told
+    /// `#disconnect "server shutting down"`, as aiokatcp's server does before it closes.
+    pub(crate) fn halt(&self) {
+        let line = Message::with_args(
+            Kind::Inform,
+            "disconnect",
+            None,
+            &["server shutting down".to_string()],
+        )
+        .encode();
+        if let Ok(l) = self.list.lock() {
+            for t in l.iter().filter_map(|(_, _, t)| t.as_ref()) {
+                let _ = t.try_send(Out::Lines(line.clone()));
+            }
+        }
+    }
+
     /// The connected clients' addresses, oldest first.
     pub(crate) fn addresses(&self) -> Vec<SocketAddr> {
         self.list

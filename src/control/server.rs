@@ -446,6 +446,7 @@ fn read_loop(
                     requested = true;
                     queue(out)?;
                     if halt {
+                        clients.halt();
                         crate::control::shutdown::request();
                         return Ok(());
                     }

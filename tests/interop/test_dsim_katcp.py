@@ -50,8 +50,11 @@ def test_signals_time_sensors_halt(gpucbf):
     async def drive():
         client = await katcp_connect(kport, "dsim")
         try:
+            reply, informs = await client.request("sensor-value", "signals-orig")
+            assert informs[0].arguments[4] == b"cw(0.2, 10e6);"
+            # The canonical form, numbers as Python's repr.
             reply, informs = await client.request("sensor-value", "signals")
-            assert informs[0].arguments[2] == b"signals" and informs[0].arguments[4] == b"cw(0.2, 10e6);"
+            assert informs[0].arguments[2] == b"signals" and informs[0].arguments[4] == b"cw(0.2, 10000000.0);"
             reply, _ = await client.request("sensor-value", "dither-seed")
             _, informs = await client.request("sensor-list")
             names = {i.arguments[0].decode() for i in informs}
@@ -63,7 +66,20 @@ def test_signals_time_sensors_halt(gpucbf):
             with pytest.raises(aiokatcp.FailReply):
                 await client.request("signals", "cw(0.1, 1e6); cw(0.1, 1e6);")  # two specs, one stream
             with pytest.raises(aiokatcp.FailReply):
-                await client.request("signals", "cw(0.1, 1e6);", "12345")  # other period
+                await client.request("signals", "cw(0.1, 1e6);", "12345")  # does not divide max-period
+            reply, informs = await client.request("sensor-value", "period")
+            assert informs[0].arguments[4] == str(PERIOD).encode()
+            # A period dividing max-period is taken; wgn gets its entropy in the sensor. The
+            # cosine snaps to the same frequency with either period.
+            await client.request("signals", "cw(0.2, 10e6) + wgn(0.0);", str(PERIOD // 2))
+            reply, informs = await client.request("sensor-value", "period")
+            assert informs[0].arguments[4] == str(PERIOD // 2).encode()
+            reply, informs = await client.request("sensor-value", "signals")
+            text = informs[0].arguments[4].decode()
+            assert text.startswith("cw(0.2, 10000000.0) + wgn(0.0, ") and text.endswith(");"), text
+            assert int(text[len("cw(0.2, 10000000.0) + wgn(0.0, "):-2]) >= 0, text
+            # A second client is told the server is going away on ?halt.
+            r2, w2 = await asyncio.open_connection("127.0.0.1", kport)
             with pytest.raises(aiokatcp.InvalidReply):
                 await client.request("no-such-request")
             reply, _ = await client.request("signals", "nodither(cw(0.5, 20e6));")
@@ -71,8 +87,17 @@ def test_signals_time_sensors_halt(gpucbf):
             assert ts % 4096 == 0
             reply, informs = await client.request("sensor-value", "steady-state-timestamp")
             assert int(informs[0].arguments[4]) == ts
+            reply, informs = await client.request("sensor-value", "period")
+            assert informs[0].arguments[4] == str(PERIOD).encode()
             await asyncio.sleep(0.5)
             await client.request("halt")
+            lines = []
+            while not any(l.startswith(b"#disconnect") for l in lines):
+                line = await asyncio.wait_for(r2.readline(), 10)
+                assert line, lines
+                lines.append(line)
+            assert lines[-1].rstrip() == rb"#disconnect server\_shutting\_down", lines
+            w2.close()
         finally:
             client.close()
             await client.wait_closed()

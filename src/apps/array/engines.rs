@@ -79,6 +79,11 @@ pub(super) fn start_engines(
             s("--send-enabled"),
             s("--backend"),
             backend.clone(),
+            // No katcp server: the array drives its engines by their command lines and
+            // reads their metrics, so an engine (or another array) already on 7147 does
+            // not clash with these.
+            s("--katcp-port"),
+            s("0"),
         ])
         .chain(sizes.xbgpu_recv.iter().cloned())
         .chain(cfg.plan.args(name))
@@ -120,6 +125,8 @@ pub(super) fn start_engines(
                 gain.to_string(),
                 s("--backend"),
                 backend.clone(),
+                s("--katcp-port"),
+                s("0"),
             ]
             .into_iter()
             .chain(sizes.fgpu_recv.iter().cloned())

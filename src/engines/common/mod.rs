@@ -9,6 +9,7 @@ pub mod error;
 pub mod iface;
 pub mod lag;
 pub mod recv;
+pub mod rx_sensors;
 pub mod send;
 pub mod send_worker;
 pub mod sizes;

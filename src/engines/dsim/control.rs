@@ -18,15 +18,18 @@ pub enum RequestError {
     /// A period that is not an integer.
     #[error("period {0:?} is not an integer")]
     Period(String),
-    /// A period other than the one running.
+    /// A period that does not divide the ring (`--max-period`) into whole heaps.
     #[error(
-        "period {given} differs from the running period {running}: restart dsim with --period"
+        "period {given} must divide max-period {max} and be a multiple of the heap size \
+         {heap_samples}"
     )]
-    OtherPeriod {
+    BadPeriod {
         /// The period asked for.
         given: u64,
-        /// The running period.
-        running: u64,
+        /// The ring's period (`--max-period`).
+        max: u64,
+        /// Samples per heap.
+        heap_samples: usize,
     },
     /// A signal program that does not parse.
     #[error(transparent)]
@@ -81,10 +84,13 @@ pub struct DsimDevice {
 
 impl DsimDevice {
     /// The device of a running dsim: new signals go to the send loop through `tx`.
+    /// `signals` is the program as given, `canonical` its canonical text (entropies filled
+    /// in, [`signal::canonical`]).
     pub fn new(
         ctx: GenContext,
         tx: crossbeam_channel::Sender<SignalSwap>,
         signals: &str,
+        canonical: &str,
         sync_time: f64,
     ) -> Self {
         let s = SensorSet::default();
@@ -101,7 +107,7 @@ impl DsimDevice {
             "Signal specification (with noise entropy filled in)",
             "",
             SensorType::String,
-            signals,
+            canonical,
         );
         s.add(
             "period",
@@ -179,26 +185,38 @@ impl DsimDevice {
         if args.len() > 2 {
             return Err(RequestError::Usage);
         }
-        if let Some(p) = args.get(1) {
-            let p: u64 = p.parse().map_err(|_| RequestError::Period(p.clone()))?;
-            if p != self.ctx.tb.period {
-                return Err(RequestError::OtherPeriod {
-                    given: p,
-                    running: self.ctx.tb.period,
-                });
-            }
-        }
-        let mut next = || signal::mix64(self.entropy.fetch_add(1, Ordering::Relaxed));
-        let parsed = signal::parse(spec, &mut next)?;
-        let sigs = signal::per_stream(parsed, self.ctx.n_streams)?;
         let c = &self.ctx;
+        // The ring holds max-period samples: a signal of a period dividing it into whole
+        // heaps repeats seamlessly in it.
+        let (max, hs) = (c.tb.period, c.fmt.heap_samples);
+        let period = match args.get(1) {
+            None => max,
+            Some(p) => {
+                let p: u64 = p.parse().map_err(|_| RequestError::Period(p.clone()))?;
+                if p == 0 || !max.is_multiple_of(p) || !p.is_multiple_of(hs as u64) {
+                    return Err(RequestError::BadPeriod {
+                        given: p,
+                        max,
+                        heap_samples: hs,
+                    });
+                }
+                p
+            }
+        };
+        let tb = Timebase { period, ..c.tb };
+        // Entropies within f64's exact integers, so that the canonical text read back
+        // gives the same noise.
+        let mut next = || signal::mix64(self.entropy.fetch_add(1, Ordering::Relaxed)) >> 11;
+        let parsed = signal::parse(spec, &mut next)?;
+        let canonical = signal::canonical(&parsed);
+        let sigs = signal::per_stream(parsed, c.n_streams)?;
         let windows = sigs
             .iter()
             .enumerate()
             .map(|(s, sig)| {
                 generate(
                     sig,
-                    &c.tb,
+                    &tb,
                     c.fmt,
                     c.first_heap,
                     c.window_heaps,
@@ -219,7 +237,8 @@ impl DsimDevice {
             .recv_timeout(Duration::from_secs(60))
             .map_err(|_| RequestError::NotTaken)?;
         self.sensors.set("signals-orig", spec, Status::Nominal);
-        self.sensors.set("signals", spec, Status::Nominal);
+        self.sensors.set("signals", canonical, Status::Nominal);
+        self.sensors.set("period", period, Status::Nominal);
         self.sensors
             .set("steady-state-timestamp", ts, Status::Nominal);
         Ok(vec![ts.to_string()])
@@ -276,7 +295,10 @@ mod tests {
             n_streams: 2,
         };
         let (tx, rx) = crossbeam_channel::bounded(1);
-        (DsimDevice::new(ctx, tx, "cw(0.5, 1e8);", 0.0), rx)
+        (
+            DsimDevice::new(ctx, tx, "cw(0.5, 1e8);", "cw(0.5, 100000000.0);", 0.0),
+            rx,
+        )
     }
 
     /// Hostile `?signals` specs get a `fail` reply naming the limit and reach neither the
@@ -307,7 +329,7 @@ mod tests {
                 .expect_err("a hostile spec must fail");
             assert!(err.to_string().contains(why), "{err}");
             assert!(swaps.try_recv().is_err(), "nothing may reach the sender");
-            let s = dev.sensors().get("signals").unwrap();
+            let s = dev.sensors().get("signals-orig").unwrap();
             assert_eq!(s.value, "cw(0.5, 1e8);");
         }
         // The device still takes a good signal afterwards.
@@ -321,7 +343,62 @@ mod tests {
         assert_eq!(reply, vec!["8192".to_string()]);
         assert_eq!(
             dev.sensors().get("signals").unwrap().value,
-            "cw(0.25, 2e8);"
+            "cw(0.25, 200000000.0);"
         );
+    }
+
+    /// `?signals SPEC PERIOD`: any period dividing max-period into whole heaps is taken
+    /// (the signal then repeats with it in the ring), others fail and change nothing; the
+    /// `signals` sensor holds the canonical text with the wgn entropies filled in, which
+    /// read back gives the same program.
+    #[test]
+    fn signals_with_a_period_dividing_max_period_and_canonical_sensor() {
+        let (dev, swaps) = device();
+        for bad in ["3", "4096x", "0", "12288", "32768", "2048"] {
+            assert!(
+                dev.request("signals", &["1.0;".into(), bad.into()])
+                    .is_err(),
+                "{bad}"
+            );
+            assert!(swaps.try_recv().is_err());
+        }
+        assert_eq!(dev.sensors().get("period").unwrap().value, "16384");
+        let sender = std::thread::spawn(move || {
+            let sw = swaps.recv().unwrap();
+            sw.reply.send(4096).unwrap();
+            sw.windows
+        });
+        let spec = "a = wgn(0.1); nodither(cw(0.25, 2e8) - a * 0.5); a + 1e-3 * (a + 2) ;";
+        dev.request("signals", &[spec.into(), "8192".into()])
+            .unwrap();
+        let windows = sender.join().unwrap();
+        assert_eq!(dev.sensors().get("period").unwrap().value, "8192");
+        // A period of 2 heaps in a ring of 4: heaps 2 and 3 repeat heaps 0 and 1.
+        for w in &windows {
+            assert_eq!(w.n_heaps(), 4);
+            assert_eq!(w.heap(0), w.heap(2));
+            assert_eq!(w.heap(1), w.heap(3));
+            assert_ne!(w.heap(0), w.heap(1));
+        }
+        let text = dev.sensors().get("signals").unwrap().value;
+        // The variable is one noise source: one entropy, filled in at all three uses.
+        let e = text
+            .split("wgn(0.1, ")
+            .nth(1)
+            .and_then(|r| r.split(')').next())
+            .unwrap();
+        let n: u64 = e.parse().unwrap();
+        assert!(n < 1 << 53, "{text}");
+        assert_eq!(
+            text,
+            format!(
+                "nodither(cw(0.25, 200000000.0) - wgn(0.1, {n}) * 0.5); \
+                 wgn(0.1, {n}) + 0.001 * (wgn(0.1, {n}) + 2.0);"
+            )
+        );
+        let reparsed = signal::parse(&text, &mut || panic!("entropies are filled in")).unwrap();
+        assert_eq!(signal::canonical(&reparsed), text);
+        let mut same = || n;
+        assert_eq!(reparsed, signal::parse(spec, &mut same).unwrap());
     }
 }

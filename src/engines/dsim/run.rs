@@ -297,7 +297,14 @@ fn serve_katcp(
         dither_seed: cfg.dither_seed,
         n_streams: cfg.dests.len(),
     };
-    let dev = DsimDevice::new(ctx, swaps, &cfg.signals_text, start.sync_time);
+    // One expression for every stream reads as the program that gave it.
+    let distinct = if cfg.signals.windows(2).all(|w| w[0] == w[1]) {
+        &cfg.signals[..cfg.signals.len().min(1)]
+    } else {
+        &cfg.signals[..]
+    };
+    let canonical = super::signal::canonical(distinct);
+    let dev = DsimDevice::new(ctx, swaps, &cfg.signals_text, &canonical, start.sync_time);
     match Server::start(addr.into(), std::sync::Arc::new(dev)) {
         Ok(s) => Ok(Some(s)),
         Err(e) if !cfg.katcp_required => {

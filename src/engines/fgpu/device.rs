@@ -2,6 +2,7 @@
 
 use super::control::{format_complex, parse_complex, parse_delay, SharedControl, ValueError};
 use crate::control::{Device, SensorSet, SensorType, Status};
+use crate::engines::common::rx_sensors::RxSensors;
 
 /// Why a katcp request failed (its text is the `!fail` message).
 #[derive(Debug, thiserror::Error)]
@@ -90,63 +91,23 @@ pub struct FgpuDevice {
     adc_rate: f64,
     sync_time: f64,
     default_gain: f64,
+    /// The receive sensors (`input{p}.rx.*`, `rx.device-status`).
+    pub rx: std::sync::Arc<RxSensors>,
     /// Delay sensor readings waiting for their model's load time: (output index, sensor
     /// name, load timestamp, value).
     pending_delays: std::sync::Mutex<Vec<(usize, String, u64, String)>>,
 }
 
-/// The receive sensors (katgpucbf's `recv.py`, with fgpu's `input{p}.` prefixes): the
-/// latest chunk's timestamp and UNIX time (error until data arrive), the time of the
-/// latest loss, and `rx.device-status` over them; all rate-limited (`auto` = event-rate 1 s).
-fn add_rx_sensors(s: &SensorSet) {
-    for p in 0..2 {
-        for (k, d, t, v, st) in [
-            (
-                "rx.timestamp",
-                "The timestamp (in samples) of the last chunk of data received",
-                SensorType::Integer,
-                "-1",
-                Status::Error,
-            ),
-            (
-                "rx.unixtime",
-                "The timestamp (in UNIX time) of the last chunk of data received",
-                SensorType::Timestamp,
-                "-1.0",
-                Status::Error,
-            ),
-            (
-                "rx.missing-unixtime",
-                "The timestamp (in UNIX time) when missing data was last detected",
-                SensorType::Timestamp,
-                "-1.0",
-                Status::Nominal,
-            ),
-        ] {
-            let name = format!("input{p}.{k}");
-            s.add(&name, d, if k == "rx.timestamp" { "" } else { "s" }, t, v);
-            s.rate_limit(&name, 1.0);
-            s.set(&name, v, st);
-        }
-    }
-    s.add(
-        "rx.device-status",
-        "Whether the engine is receiving data without loss",
-        "",
-        SensorType::Discrete(vec!["ok".into(), "degraded".into(), "fail".into()]),
-        "degraded",
-    );
-    s.set("rx.device-status", "degraded", Status::Warn);
-}
-
 impl FgpuDevice {
-    /// The device of `outputs`, with every sensor at its initial value.
+    /// The device of `outputs`, with every sensor at its initial value; receive chunks
+    /// span `chunk_samples` ADC samples (the receive sensors' T_rx).
     pub fn new(
         outputs: Vec<OutputHandle>,
         adc_rate: f64,
         sync_time: f64,
         default_gain: f64,
         dither_seed: u64,
+        chunk_samples: u64,
     ) -> Self {
         let s = SensorSet::default();
         crate::control::common::add_common_sensors(&s);
@@ -158,7 +119,13 @@ impl FgpuDevice {
             "0",
         );
         s.set("steady-state-timestamp", 0, Status::Nominal);
-        add_rx_sensors(&s);
+        let rx = RxSensors::add(
+            &s,
+            &["input0.", "input1."],
+            sync_time,
+            adc_rate,
+            chunk_samples,
+        );
         for p in 0..2 {
             s.add(
                 &format!("input{p}.dig-clip-cnt"),
@@ -219,6 +186,7 @@ impl FgpuDevice {
         }
         FgpuDevice {
             sensors: s,
+            rx,
             outputs,
             adc_rate,
             sync_time,

@@ -37,6 +37,7 @@ pub(crate) struct FgpuMetrics {
     device: Arc<FgpuDevice>,
     dbfs: DbfsWindow,
     rx: RxState,
+    adc_rate: f64,
 }
 
 /// What the receive sensors need between updates.
@@ -44,21 +45,72 @@ pub(crate) struct FgpuMetrics {
 struct RxState {
     /// Samples per pol in a receive chunk.
     chunk_samples: u64,
-    sync_time: f64,
-    adc_rate: f64,
-    /// Data time (UNIX) of the latest loss per pol, while its sensor shows error.
-    missing_at: [Option<f64>; 2],
 }
 
-/// The `input{p}.dig-rms-dbfs` window: sums since the last report, reported once a second
-/// of samples (per pol) has been seen.
-#[derive(Debug, Clone, Default)]
+/// The `input{p}.dig-rms-dbfs` window, as upstream's: about a second of whole receive
+/// chunks, aligned to multiples of its length in ADC time; sums since its start. A window
+/// the data began inside of is not reported.
+#[derive(Debug, Clone, Default, PartialEq)]
 struct DbfsWindow {
-    /// Samples per window (one second at the ADC rate).
+    /// ADC samples per window.
     len: u64,
+    /// Start of the window being summed (`None`: none started at its boundary).
+    start: Option<u64>,
     sum_squares: [f64; 2],
     samples: [u64; 2],
     missing: [u64; 2],
+}
+
+/// One finished window: its end (ADC) and, per pol, sum of squares, samples and missing
+/// heaps.
+type DbfsSums = (u64, [f64; 2], [u64; 2], [u64; 2]);
+
+impl DbfsWindow {
+    /// Windows of round(`adc_rate` / chunk) chunks of `chunk` samples (at least one).
+    fn new(adc_rate: f64, chunk: u64) -> Self {
+        let chunk = chunk.max(1);
+        let chunks = (adc_rate / chunk as f64).round().max(1.0) as u64;
+        DbfsWindow {
+            len: chunks * chunk,
+            ..DbfsWindow::default()
+        }
+    }
+
+    /// Adds the chunk `[start, end)` (its sums per pol); the window's sums once the chunk
+    /// reaches its end.
+    fn add(
+        &mut self,
+        start: u64,
+        end: u64,
+        sq: [f64; 2],
+        n: [u64; 2],
+        missing: [u64; 2],
+    ) -> Option<DbfsSums> {
+        let len = self.len.max(1);
+        let ws = start / len * len;
+        if self.start != Some(ws) {
+            *self = DbfsWindow {
+                len,
+                start: (start == ws).then_some(ws),
+                ..DbfsWindow::default()
+            };
+        }
+        self.start?;
+        for p in 0..2 {
+            self.sum_squares[p] += sq[p];
+            self.samples[p] += n[p];
+            self.missing[p] += missing[p];
+        }
+        if end < ws + len {
+            return None;
+        }
+        let out = (ws + len, self.sum_squares, self.samples, self.missing);
+        *self = DbfsWindow {
+            len,
+            ..DbfsWindow::default()
+        };
+        Some(out)
+    }
 }
 
 /// katgpucbf's grading of `dig-rms-dbfs`: nominal from −30 to −10 dBFS inclusive, warn
@@ -129,15 +181,9 @@ impl FgpuMetrics {
             seen_in: InputStats::default(),
             seen_out: vec![OutputStats::default(); outputs],
             device,
-            dbfs: DbfsWindow {
-                len: adc_rate.max(1.0) as u64,
-                ..DbfsWindow::default()
-            },
-            rx: RxState {
-                sync_time,
-                adc_rate,
-                ..RxState::default()
-            },
+            dbfs: DbfsWindow::new(adc_rate, 1),
+            rx: RxState::default(),
+            adc_rate,
             registry: m,
         }
     }
@@ -145,54 +191,20 @@ impl FgpuMetrics {
     /// Samples per pol of a receive chunk (the receive sensors report chunk starts).
     pub(crate) fn set_chunk_samples(&mut self, n: u64) {
         self.rx.chunk_samples = n;
+        self.dbfs = DbfsWindow::new(self.adc_rate, n);
     }
 
-    /// The receive sensors after a chunk: timestamp and UNIX time of the latest chunk of a
-    /// pol that brought heaps, the data time of a loss (error for T_rx = max(1 s, 10
-    /// chunks) after it), and `rx.device-status`.
+    /// The receive sensors after a chunk: a pol whose chunk brought heaps updates its
+    /// `rx.timestamp` and `rx.unixtime` (the chunk's start, data time), a loss its
+    /// `rx.missing-unixtime` ([`crate::engines::common::rx_sensors`]).
     fn update_rx(&mut self, store: &SampleStore) {
         let s = &store.stats;
-        let rx = &mut self.rx;
-        let sensors = &self.device.sensors;
-        let chunk_start = store.end_ts().saturating_sub(rx.chunk_samples);
-        let unix = rx.sync_time + chunk_start as f64 / rx.adc_rate;
-        let t_rx = (10.0 * rx.chunk_samples as f64 / rx.adc_rate).max(1.0);
-        let mut ok = true;
+        let chunk_start = store.end_ts().saturating_sub(self.rx.chunk_samples);
+        let now = std::time::Instant::now();
         for p in 0..2 {
-            if s.heaps[p] > self.seen_in.heaps[p] {
-                let name = format!("input{p}.rx.timestamp");
-                sensors.set_at(&name, chunk_start, Status::Nominal, unix);
-                let name = format!("input{p}.rx.unixtime");
-                let v = crate::control::sampling::float_repr(unix);
-                sensors.set_at(&name, v, Status::Nominal, unix);
-            }
-            let name = format!("input{p}.rx.missing-unixtime");
-            if s.missing_heaps[p] > self.seen_in.missing_heaps[p] {
-                let v = crate::control::sampling::float_repr(unix);
-                sensors.set_at(&name, v, Status::Error, unix);
-                rx.missing_at[p] = Some(unix);
-            } else if rx.missing_at[p].is_some_and(|t| unix - t >= t_rx) {
-                let v = sensors.get(&name).map(|x| x.value).unwrap_or_default();
-                sensors.set_at(&name, v, Status::Nominal, unix);
-                rx.missing_at[p] = None;
-            }
-            let nominal = |n: &str| {
-                sensors
-                    .get(&format!("input{p}.{n}"))
-                    .is_some_and(|x| x.status == Status::Nominal)
-            };
-            ok &= nominal("rx.timestamp") && nominal("rx.missing-unixtime");
-        }
-        let (v, st) = if ok {
-            ("ok", Status::Nominal)
-        } else {
-            ("degraded", Status::Warn)
-        };
-        if sensors
-            .get("rx.device-status")
-            .is_some_and(|x| x.value != v || x.status != st)
-        {
-            sensors.set("rx.device-status", v, st);
+            let heaps = s.heaps[p] > self.seen_in.heaps[p];
+            let lost = s.missing_heaps[p] > self.seen_in.missing_heaps[p];
+            self.device.rx.chunk(p, chunk_start, heaps, lost, now);
         }
     }
 
@@ -236,23 +248,35 @@ impl FgpuMetrics {
             self.input_bytes
                 .get_or_create(&l)
                 .inc_by(new_samples * store.bits as u64 / 8);
-            let sensors = &self.device.sensors;
-            sensors.set(
+            // Data time of the chunk's end.
+            let unix = self.device.rx.unix(store.end_ts());
+            self.device.sensors.set_at(
                 &format!("input{p}.dig-clip-cnt"),
                 s.clipped_samples[p],
                 Status::Nominal,
+                unix,
             );
-            let w = &mut self.dbfs;
-            w.sum_squares[p] += s.sum_squares[p] - seen.sum_squares[p];
-            w.samples[p] += s.stat_samples[p] - seen.stat_samples[p];
-            w.missing[p] += s.missing_heaps[p] - seen.missing_heaps[p];
-            if w.samples[p] >= w.len {
-                let full = ((1u64 << (store.bits - 1)) - 1) as f64;
-                let power = w.sum_squares[p] / w.samples[p] as f64;
+        }
+        let d = |f: fn(&InputStats, usize) -> u64| [0, 1].map(|p| f(s, p) - f(seen, p));
+        let sq = [0, 1].map(|p| s.sum_squares[p] - seen.sum_squares[p]);
+        let end = store.end_ts();
+        let start = end.saturating_sub(self.rx.chunk_samples);
+        let done = self.dbfs.add(
+            start,
+            end,
+            sq,
+            d(|x, p| x.stat_samples[p]),
+            d(|x, p| x.missing_heaps[p]),
+        );
+        if let Some((wend, sq, n, missing)) = done {
+            let full = ((1u64 << (store.bits - 1)) - 1) as f64;
+            for p in 0..2 {
+                let power = sq[p] / n[p].max(1) as f64;
                 let db = 10.0 * (power / (full * full / 2.0)).log10();
-                let (v, st) = grade_dbfs(db, w.missing[p] > 0);
-                sensors.set(&format!("input{p}.dig-rms-dbfs"), v, st);
-                (w.sum_squares[p], w.samples[p], w.missing[p]) = (0.0, 0, 0);
+                let (v, st) = grade_dbfs(db, missing[p] > 0);
+                let unix = self.device.rx.unix(wend);
+                let name = format!("input{p}.dig-rms-dbfs");
+                self.device.sensors.set_at(&name, v, st, unix);
             }
         }
         self.seen_in = s.clone();
@@ -318,6 +342,45 @@ mod tests {
         assert_eq!(grade_dbfs(-20.0, true), (min, Status::Failure));
     }
 
+    /// Windows of whole chunks (1000 samples/s, chunks of 300: 3 chunks, 900 samples)
+    /// aligned to multiples of their length: the first, begun inside, is not reported;
+    /// each later one is reported when a chunk reaches its end, with its sums and losses.
+    #[test]
+    fn dbfs_windows_are_whole_chunks_aligned_in_adc_time() {
+        let mut w = DbfsWindow::new(1000.0, 300);
+        assert_eq!(w.len, 900);
+        let one = |w: &mut DbfsWindow, start: u64, miss: u64| {
+            w.add(start, start + 300, [2.0, 3.0], [300, 300], [0, miss])
+        };
+        // Data from 600: window [0, 900) began before it.
+        assert_eq!(one(&mut w, 600, 0), None);
+        assert_eq!(one(&mut w, 900, 0), None);
+        assert_eq!(one(&mut w, 1200, 1), None);
+        assert_eq!(
+            one(&mut w, 1500, 0),
+            Some((1800, [6.0, 9.0], [900, 900], [0, 1]))
+        );
+        // A chunk lost inside a window: its sums cover what came (the loss is in the
+        // store's missing count), reported at the window's end.
+        assert_eq!(one(&mut w, 1800, 0), None);
+        assert_eq!(
+            one(&mut w, 2400, 2),
+            Some((2700, [4.0, 6.0], [600, 600], [0, 2]))
+        );
+        // A jump into the middle of a later window: not reported.
+        assert_eq!(one(&mut w, 3000, 0), None);
+        assert_eq!(one(&mut w, 3300, 0), None);
+        assert_eq!(one(&mut w, 3600, 0), None);
+        assert!(one(&mut w, 4200, 0).is_some());
+        // Under a chunk per second: one chunk per window.
+        let mut w = DbfsWindow::new(10.0, 300);
+        assert_eq!(w.len, 300);
+        assert_eq!(
+            one(&mut w, 300, 0),
+            Some((600, [2.0, 3.0], [300, 300], [0, 0]))
+        );
+    }
+
     /// The value of the `fgpu_output_lag_seconds{stream="wideband"}` line, if any.
     fn lag(m: &FgpuMetrics) -> Option<f64> {
         let text = m.registry().render();
@@ -329,7 +392,14 @@ mod tests {
 
     #[test]
     fn output_lag_gauge_per_stream_after_the_first_heap() {
-        let device = Arc::new(FgpuDevice::new(Vec::new(), 1712e6, 1_000.0, 1.0, 0));
+        let device = Arc::new(FgpuDevice::new(
+            Vec::new(),
+            1712e6,
+            1_000.0,
+            1.0,
+            0,
+            1 << 20,
+        ));
         let m = FgpuMetrics::new(device, 1, 1_000.0, 1712e6);
         // No sample before a heap is sent (prometheus-client leaves the empty family out).
         assert!(!m.registry().render().contains("fgpu_output_lag_seconds"));

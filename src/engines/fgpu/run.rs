@@ -33,7 +33,9 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
         cfg.sync_time,
         cfg.gain,
         cfg.dither_seed,
+        cfg.placement.chunk_samples,
     ));
+    crate::engines::common::rx_sensors::RxSensors::spawn_watchdog(&device.rx)?;
     let _katcp = serve_katcp(cfg, device.clone())?;
     let _descriptors = resend_descriptors(cfg)?;
     let mut metrics = FgpuMetrics::new(device, pipelines.len(), cfg.sync_time, cfg.adc_sample_rate);

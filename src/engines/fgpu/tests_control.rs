@@ -186,6 +186,7 @@ fn steady_state_timestamp_follows_the_copied_batches() {
         0.0,
         0.5,
         1,
+        1 << 20,
     );
     let steady = || -> u64 {
         dev.sensors()
@@ -234,6 +235,7 @@ fn wideband_device(ctl: &SharedControl, default_gain: f64) -> FgpuDevice {
         0.0,
         default_gain,
         1,
+        1 << 20,
     )
 }
 

@@ -155,6 +155,8 @@ pub struct Beams {
     set: Arc<Mutex<BeamSet>>,
     batch_step: u64,
     flat: Vec<i8>,
+    /// Per beam: dithered (`--beam ... dither=`); `None`: the set's own flag for all.
+    dither: Option<Vec<bool>>,
 }
 
 impl Beams {
@@ -169,7 +171,90 @@ impl Beams {
             set,
             batch_step: batch_step.max(1),
             flat: Vec::new(),
+            dither: None,
         }
+    }
+
+    /// Dithers beam b iff `flags[b]` (katgpucbf's per-beam `dither=`): where the flags
+    /// differ, the dithered and the undithered beams are formed in two back-end calls, each
+    /// beam keyed for dither by its index in its group; where they agree (or their count is
+    /// not the set's), one call with the set's beams, dithered as the flags say.
+    pub fn with_dither(mut self, flags: Vec<bool>) -> Self {
+        self.dither = Some(flags);
+        self
+    }
+
+    /// The beams grouped by dither: (dithered, beam indices, the group's set). One group of
+    /// every beam unless the per-beam flags differ.
+    fn groups(&self, set: &BeamSet) -> Vec<(Vec<usize>, BeamSet)> {
+        let nb = set.beams.len();
+        let all = |dither: bool| {
+            vec![(
+                (0..nb).collect(),
+                BeamSet {
+                    dither,
+                    ..set.clone()
+                },
+            )]
+        };
+        let Some(d) = self.dither.as_ref().filter(|d| d.len() == nb && nb > 0) else {
+            return all(set.dither);
+        };
+        if d.iter().all(|&x| x == d[0]) {
+            return all(d[0]);
+        }
+        [true, false]
+            .into_iter()
+            .map(|flag| {
+                let idx: Vec<usize> = (0..nb).filter(|&b| d[b] == flag).collect();
+                let sub = BeamSet {
+                    beams: idx.iter().map(|&b| set.beams[b].clone()).collect(),
+                    dither: flag,
+                    ..set.clone()
+                };
+                (idx, sub)
+            })
+            .collect()
+    }
+
+    /// Forms the beams of batches `idx` (dither keys) back to back in `data` by dither group
+    /// ([`Beams::groups`]) into `out` (`[batch][beam]`); saturation `[batch][beam]`.
+    fn form_groups(
+        &mut self,
+        groups: Vec<(Vec<usize>, BeamSet)>,
+        data: &[i8],
+        present: &[bool],
+        idx: &[u64],
+        out: &mut [Vec<i8>],
+    ) -> Result<Vec<Vec<u64>>, BackendError> {
+        let nb: usize = groups.iter().map(|g| g.0.len()).sum();
+        if out.len() != idx.len() * nb {
+            return Err(BackendError::ChunkOutputs {
+                outputs: out.len(),
+                batches: idx.len(),
+                beams: nb,
+            });
+        }
+        let mut saturated = vec![vec![0u64; nb]; idx.len()];
+        for (beams, sub) in groups {
+            let ng = beams.len();
+            let per = self.backend.shape().beam_output_len(ng);
+            self.flat.resize(idx.len() * per, 0);
+            let stats = self
+                .backend
+                .beamform_batches(data, present, &sub, idx, &mut self.flat)?;
+            let each = per / ng.max(1);
+            for (k, st) in stats.iter().enumerate().take(idx.len()) {
+                for (j, &b) in beams.iter().enumerate() {
+                    let at = (k * ng + j) * each;
+                    let o = &mut out[k * nb + b];
+                    o.clear();
+                    o.extend_from_slice(&self.flat[at..at + each]);
+                    saturated[k][b] = st.saturated.get(j).copied().unwrap_or(0);
+                }
+            }
+        }
+        Ok(saturated)
     }
 
     fn beam_set(&self) -> Result<BeamSet, BackendError> {
@@ -190,6 +275,12 @@ impl Beamformer for Beams {
         out: &mut [Vec<i8>],
     ) -> Result<Vec<Vec<u64>>, BackendError> {
         let set = self.beam_set()?;
+        let mut groups = self.groups(&set);
+        if groups.len() > 1 {
+            let idx: Vec<u64> = ts.iter().map(|&t| t / self.batch_step).collect();
+            return self.form_groups(groups, data, present, &idx, out);
+        }
+        let set = groups.pop().map_or(set, |g| g.1);
         let per = self.backend.shape().beam_output_len(set.beams.len());
         let nb = set.beams.len();
         if out.len() != ts.len() * nb {
@@ -220,6 +311,13 @@ impl Beamformer for Beams {
         out: &mut [Vec<i8>],
     ) -> Result<Vec<u64>, BackendError> {
         let set = self.beam_set()?;
+        let mut groups = self.groups(&set);
+        if groups.len() > 1 {
+            let idx = [batch_ts / self.batch_step];
+            let mut sat = self.form_groups(groups, batch, present, &idx, out)?;
+            return Ok(sat.pop().unwrap_or_default());
+        }
+        let set = groups.pop().map_or(set, |g| g.1);
         self.flat
             .resize(self.backend.shape().beam_output_len(set.beams.len()), 0);
         let stats = self.backend.beamform(
@@ -251,4 +349,84 @@ pub fn make_backend(
     } else {
         Box::new(CpuX::new(shape))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compute::xengine::Beam;
+
+    /// Two identical beams (same pol, weights, gain) on the CPU reference, over 3 batches
+    /// of pseudo-random samples; `dither` the set's flag.
+    fn setup(dither: bool) -> (XShape, Arc<Mutex<BeamSet>>, Vec<i8>) {
+        let shape = XShape::new(2, 4, 16).unwrap();
+        let beam = Beam {
+            pol: 0,
+            quant_gain: 0.37,
+            weights: vec![1.0, 0.7],
+            delays: vec![0.0, 1e-10],
+            phases: vec![0.0, 0.4],
+        };
+        let set = BeamSet {
+            beams: vec![beam.clone(), beam],
+            channel_offset: 0,
+            n_channels_total: 4,
+            bandwidth: 856e6,
+            dither,
+            seed: 5,
+        };
+        let mut x = 1u64;
+        let data = (0..3 * shape.batch_bytes())
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                (((x >> 33) % 255) as i16 - 127) as i8
+            })
+            .collect();
+        (shape, Arc::new(Mutex::new(set)), data)
+    }
+
+    /// Beam outputs `[batch][beam]` of `bf` over the 3 batches, chunked and batch by batch.
+    fn form(bf: &mut Beams, shape: XShape, data: &[i8]) -> (Vec<Vec<i8>>, Vec<Vec<i8>>) {
+        let ts = [0, 64, 128];
+        let present = vec![true; 6];
+        let mut chunk = vec![Vec::new(); 6];
+        bf.beamform_chunk(&ts, data, &present, &mut chunk).unwrap();
+        let bb = shape.batch_bytes();
+        let mut single = Vec::new();
+        for (k, &t) in ts.iter().enumerate() {
+            let mut out = vec![vec![0; shape.beam_output_len(1)]; 2];
+            bf.beamform(t, &data[k * bb..(k + 1) * bb], &present[..2], &mut out)
+                .unwrap();
+            single.extend(out);
+        }
+        (chunk, single)
+    }
+
+    /// `dither=none` on one beam: its output is exactly the undithered quantisation, while
+    /// the other beam (identical but for dither) differs from it.
+    #[test]
+    fn per_beam_dither_leaves_the_other_beams_dithered() {
+        let (shape, plain, data) = setup(false);
+        let backend = || Box::new(CpuX::new(shape)) as Box<dyn XBackend + Send>;
+        let (want, want1) = form(&mut Beams::new(backend(), plain, 64), shape, &data);
+        assert_eq!(want, want1);
+        let (_, set, _) = setup(true);
+        let mut mixed = Beams::new(backend(), set, 64).with_dither(vec![true, false]);
+        let (chunk, single) = form(&mut mixed, shape, &data);
+        assert_eq!(chunk, single, "chunked and batch-by-batch agree");
+        for k in 0..3 {
+            assert!(want[2 * k + 1].iter().any(|&v| v != 0));
+            assert_eq!(
+                chunk[2 * k + 1],
+                want[2 * k + 1],
+                "batch {k}: beam 1 undithered"
+            );
+        }
+        let differ = (0..3).filter(|k| chunk[2 * k] != want[2 * k]).count();
+        assert_eq!(differ, 3, "beam 0 is dithered in every batch");
+        // Flags that agree: one call, as the set without flags.
+        let (_, set, _) = setup(true);
+        let mut none = Beams::new(backend(), set, 64).with_dither(vec![false, false]);
+        assert_eq!(form(&mut none, shape, &data).0, want);
+    }
 }

@@ -2,6 +2,7 @@
 //! [`Beamformer`] (a chunk of batches at once where it can), one heap per beam per batch
 //! (ICD §4.4), all beams sharing one heap counter sequence.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -25,6 +26,9 @@ pub struct BStats {
     pub skipped_heaps: u64,
     /// Timestamp of the latest heap sent (the output-lag gauge follows it).
     pub last_timestamp: Option<u64>,
+    /// Beam values that saturated, sent or not (the `beng-clip-cnt` sensor).
+    #[serde(skip)]
+    pub clipped_formed: u64,
 }
 
 /// All beams of one engine, sharing one heap counter sequence.
@@ -43,6 +47,9 @@ pub struct BPipeline {
     pub enabled: Vec<Arc<super::corrprod::CaptureGate>>,
     /// Counters per beam.
     pub stats: Vec<BStats>,
+    /// ADC timestamp just past the input chunk most recently taken for beamforming: beam
+    /// parameters set before it is read apply from it on (`steady-state-timestamp`).
+    pub steady: Arc<AtomicU64>,
 }
 
 impl BPipeline {
@@ -77,7 +84,16 @@ impl BPipeline {
                     ..Default::default()
                 })
                 .collect(),
+            steady: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Notes that the input chunk ending at `end` is taken for beamforming: a beam request
+    /// that reads [`BPipeline::steady`] after this and still sees the previous value changed
+    /// the parameters before this chunk's beams read them (sequentially consistent, against
+    /// the beam set's lock).
+    pub fn taken(&self, end: u64) {
+        self.steady.fetch_max(end, Ordering::SeqCst);
     }
 
     /// Forms the beams of several batches (timestamps `ts`, back to back in `data`, `present`
@@ -133,6 +149,9 @@ impl BPipeline {
         } else {
             self.bf.beamform(ts, data, present, &mut self.outs)?
         };
+        for (s, c) in self.stats.iter_mut().zip(&clipped) {
+            s.clipped_formed += c;
+        }
         for (b, out) in self.outs.iter().enumerate() {
             if !self.enabled[b].sends(ts) {
                 continue;

@@ -35,6 +35,24 @@ pub struct XStats {
     pub first_timestamp: Option<u64>,
     /// Timestamp of the latest heap sent (the output-lag gauge follows it).
     pub last_timestamp: Option<u64>,
+    /// The latest accumulation flushed, sent or not (the sensors follow it).
+    #[serde(skip)]
+    pub last_acc: Option<AccSummary>,
+}
+
+/// One flushed accumulation, as the corrprod sensors report it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AccSummary {
+    /// Flushed accumulations so far (this one included).
+    pub seq: u64,
+    /// ADC timestamp of its start.
+    pub start: u64,
+    /// ADC timestamp just past its end.
+    pub end: u64,
+    /// Every antenna was present in every batch.
+    pub synchronised: bool,
+    /// Some antenna was present (an accumulation without any is skipped).
+    pub processed: bool,
 }
 
 /// One correlation output.
@@ -232,6 +250,14 @@ impl XPipeline {
         }
         let clipped = self.corr.dump(&self.present, &mut self.out)?;
         self.acc = None;
+        let start = acc * self.acc_step();
+        self.stats.last_acc = Some(AccSummary {
+            seq: self.stats.last_acc.map_or(1, |a| a.seq + 1),
+            start,
+            end: start + self.acc_step(),
+            synchronised: self.present.iter().all(|&p| p),
+            processed: self.present.iter().any(|&p| p),
+        });
         if !self.present.iter().any(|&p| p) {
             self.stats.skipped_accs += 1;
             return Ok(());

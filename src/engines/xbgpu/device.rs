@@ -2,9 +2,11 @@
 //! weights, delays and quantiser gain.
 
 use super::corrprod::CaptureGate;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::compute::xengine::BeamSet;
+use crate::control::sampling::float_repr;
 use crate::control::{Device, SensorSet, Status};
 
 /// Why a katcp request failed (its text is the `!fail` message).
@@ -79,6 +81,9 @@ pub struct XbDevice {
     pub set: Arc<Mutex<BeamSet>>,
     /// Antennas.
     pub n_ants: usize,
+    /// ADC timestamp just past the input chunk most recently taken for beamforming
+    /// ([`super::beams::BPipeline::steady`]).
+    pub steady: Arc<AtomicU64>,
 }
 
 impl XbDevice {
@@ -129,6 +134,31 @@ impl XbDevice {
         self.set.lock().map_err(|_| RequestError::LockPoisoned)
     }
 
+    /// After a change to the beam set (its lock released): T, the end of the input chunk
+    /// most recently taken for beamforming (0 before any), from which the beams have the
+    /// change; `steady-state-timestamp` moves to it if that is later. The chunk after the one
+    /// seen here reads the set after the change (see [`super::beams::BPipeline::taken`]).
+    fn steady_after_change(&self) -> u64 {
+        let t = self.steady.load(Ordering::SeqCst);
+        let name = super::sensors::STEADY_STATE;
+        let old = self
+            .sensors
+            .get(name)
+            .and_then(|s| s.value.parse::<u64>().ok())
+            .unwrap_or(0);
+        if t > old {
+            self.sensors.set(name, t, Status::Nominal);
+        }
+        t
+    }
+
+    /// Sets beam `b`'s sensor `key` to `value` with upstream's timestamp quirk: the katcp
+    /// timestamp is T, the steady-state ADC sample count, not UNIX seconds.
+    fn beam_sensor(&self, b: usize, key: &str, value: String, t: u64) {
+        let name = format!("{}.{key}", self.beams[b]);
+        self.sensors.set_at(&name, value, Status::Nominal, t as f64);
+    }
+
     /// Serves one request.
     fn handle(&self, name: &str, args: &[String]) -> Result<Vec<String>, RequestError> {
         match name {
@@ -165,13 +195,9 @@ impl XbDevice {
                         n_ants: self.n_ants,
                     });
                 }
-                let mut set = self.set()?;
-                set.beams[b].weights = w;
-                self.sensors.set(
-                    &format!("{}.weight", self.beams[b]),
-                    format!("{:?}", set.beams[b].weights),
-                    Status::Nominal,
-                );
+                self.set()?.beams[b].weights = w.clone();
+                let t = self.steady_after_change();
+                self.beam_sensor(b, "weight", float_list(&w), t);
                 Ok(vec![])
             }
             "beam-quant-gains" => {
@@ -181,11 +207,8 @@ impl XbDevice {
                     return Err(RequestError::OneGain);
                 }
                 self.set()?.beams[b].quant_gain = g[0];
-                self.sensors.set(
-                    &format!("{}.quantiser-gain", self.beams[b]),
-                    g[0],
-                    Status::Nominal,
-                );
+                let t = self.steady_after_change();
+                self.beam_sensor(b, "quantiser-gain", float_repr(g[0]), t);
                 Ok(vec![])
             }
             "beam-delays" => {
@@ -207,19 +230,36 @@ impl XbDevice {
                     d.push(v[0]);
                     p.push(v[1]);
                 }
-                let mut set = self.set()?;
-                set.beams[b].delays = d;
-                set.beams[b].phases = p;
-                self.sensors.set(
-                    &format!("{}.delay", self.beams[b]),
-                    args[1..].join(" "),
-                    Status::Nominal,
-                );
+                let value = delay_value(&d, &p);
+                {
+                    let mut set = self.set()?;
+                    set.beams[b].delays = d;
+                    set.beams[b].phases = p;
+                }
+                let t = self.steady_after_change();
+                self.beam_sensor(b, "delay", format!("({t}, {value})"), t);
                 Ok(vec![])
             }
             _ => Err(RequestError::Unknown(name.to_string())),
         }
     }
+}
+
+/// A list of floats as Python's `str(list)` writes it: `[1.0, 0.5, 1e-09]`.
+pub fn float_list(v: &[f64]) -> String {
+    let items: Vec<String> = v.iter().map(|&x| float_repr(x)).collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// The `delay` sensor's fields after T: `d0, p0, d1, p1, ...` as Python's `str()` writes
+/// floats.
+pub fn delay_value(delays: &[f64], phases: &[f64]) -> String {
+    let items: Vec<String> = delays
+        .iter()
+        .zip(phases)
+        .flat_map(|(&d, &p)| [float_repr(d), float_repr(p)])
+        .collect();
+    items.join(", ")
 }
 
 impl Device for XbDevice {
@@ -291,6 +331,7 @@ mod tests {
                 seed: 1,
             })),
             n_ants: 2,
+            steady: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -348,5 +389,48 @@ mod tests {
         assert!(!gate.sends(1 << 40));
         req(&d, "capture-start", &["bcp"]).unwrap();
         assert!(gate.sends(0));
+    }
+
+    /// A beam request moves `steady-state-timestamp` to the end of the chunk most recently
+    /// taken (never back), and sets the beam sensor in upstream's format with katcp
+    /// timestamp T (ADC samples); a failed request moves nothing.
+    #[test]
+    fn beam_requests_set_steady_state_and_upstream_formats() {
+        let d = device();
+        for n in [
+            "steady-state-timestamp",
+            "b0.delay",
+            "b0.weight",
+            "b0.quantiser-gain",
+        ] {
+            d.sensors
+                .add(n, "", "", crate::control::SensorType::String, "");
+        }
+        d.sensors.set("steady-state-timestamp", 0, Status::Nominal);
+        let get = |n: &str| {
+            let s = d.sensors.get(n).unwrap();
+            (s.value, s.timestamp)
+        };
+        // Before any data: T = 0.
+        req(&d, "beam-quant-gains", &["b0", "2"]).unwrap();
+        assert_eq!(get("b0.quantiser-gain"), ("2.0".into(), 0.0));
+        assert_eq!(get("steady-state-timestamp").0, "0");
+        d.steady.store(1 << 21, Ordering::SeqCst);
+        req(&d, "beam-delays", &["b0", "1e-9:0.5", "-2.5e-10:0"]).unwrap();
+        let t = (1u64 << 21) as f64;
+        assert_eq!(
+            get("b0.delay"),
+            ("(2097152, 1e-09, 0.5, -2.5e-10, 0.0)".into(), t)
+        );
+        assert_eq!(get("steady-state-timestamp").0, "2097152");
+        assert_eq!(d.set.lock().unwrap().beams[0].delays, vec![1e-9, -2.5e-10]);
+        req(&d, "beam-weights", &["b0", "1", "0.25"]).unwrap();
+        assert_eq!(get("b0.weight"), ("[1.0, 0.25]".into(), t));
+        // Malformed: nothing moves.
+        d.steady.store(1 << 22, Ordering::SeqCst);
+        assert!(req(&d, "beam-delays", &["b0", "1e-9", "0:0"]).is_err());
+        assert!(req(&d, "beam-weights", &["b0", "1"]).is_err());
+        assert_eq!(get("steady-state-timestamp").0, "2097152");
+        assert_eq!(get("b0.weight").0, "[1.0, 0.25]");
     }
 }

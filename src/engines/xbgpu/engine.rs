@@ -11,7 +11,7 @@ use tracing::info;
 
 use super::beams::{BPipeline, BStats};
 use super::corrprod::{XPipeline, XStats};
-use super::feed::ChunkFeed;
+use super::feed::{ChunkFeed, ChunkInfo};
 use crate::chunk::placement::FengPlacement;
 use crate::chunk::{Chunk, RecvMonitor};
 use crate::engines::common::recv::{rejected_counts, spawn_receivers, RecvSetup};
@@ -40,14 +40,18 @@ pub struct XbgpuSummary {
     pub recv_window_moves: u64,
 }
 
+/// What the engine calls after each chunk: the outputs and the chunk (metrics, sensors).
+pub type ChunkHook<'a> = dyn FnMut(&[XPipeline], Option<&BPipeline>, &ChunkInfo) + 'a;
+
 /// Drives the engine until the input ends or a stop is requested; `monitor` receives the
-/// receive threads' counters as they move; `recv` sets up the receive threads and window.
+/// receive threads' counters as they move; `recv` sets up the receive threads and window;
+/// `hook` sees the outputs and the chunk after each chunk.
 pub fn run_pipelines(
     recv: RecvSetup,
     placement: FengPlacement,
     mut xs: Vec<XPipeline>,
     mut beams: Option<BPipeline>,
-    hook: &mut dyn FnMut(&[XPipeline], Option<&BPipeline>),
+    hook: &mut ChunkHook<'_>,
     monitor: RecvMonitor,
 ) -> anyhow::Result<XbgpuSummary> {
     let (tx, rx) = crossbeam_channel::bounded::<Chunk>(4);
@@ -65,7 +69,7 @@ pub fn run_pipelines(
             let _ = back_tx.try_send(c);
         })?;
         t = outputs.since(t);
-        hook(&xs, beams.as_ref());
+        hook(&xs, beams.as_ref(), &feed.last);
         t = metrics.since(t);
     }
     let recv = receiver

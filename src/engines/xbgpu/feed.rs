@@ -41,6 +41,21 @@ pub struct ChunkFeed {
     /// A batch of zeros and its presence (no antenna): batches without data.
     zeros: Vec<i8>,
     absent: Vec<bool>,
+    /// The latest chunk fed, as the receive sensors see it.
+    pub last: ChunkInfo,
+}
+
+/// One received chunk as the receive sensors see it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChunkInfo {
+    /// ADC timestamp of its first batch.
+    pub start: u64,
+    /// ADC timestamp just past its last batch.
+    pub end: u64,
+    /// Some heap of it arrived.
+    pub heaps: bool,
+    /// Heaps missing from it (from the first heap of the stream on).
+    pub missing: u64,
 }
 
 impl ChunkFeed {
@@ -60,6 +75,7 @@ impl ChunkFeed {
             pending_empty: Vec::new(),
             zeros: vec![0; n * placement.slot_bytes()],
             absent: vec![false; n],
+            last: ChunkInfo::default(),
         }
     }
 
@@ -99,6 +115,9 @@ impl ChunkFeed {
         mut beams: Option<&mut BPipeline>,
     ) -> Result<(), PipelineError> {
         self.scan(chunk);
+        if let Some(bp) = beams.as_deref() {
+            bp.taken(self.last.end);
+        }
         let data = as_i8(&chunk.data);
         let bpc = self.batches_per_chunk;
         let mut b = 0;
@@ -132,10 +151,13 @@ impl ChunkFeed {
         Ok(())
     }
 
-    /// Presence, timestamps and which batches arrived; zeroes the slots of absent antennas
-    /// in batches with an antenna present (the only ones whose bytes are read).
+    /// Presence, timestamps and which batches arrived ([`ChunkFeed::last`]); zeroes the
+    /// slots of absent antennas in batches with an antenna present (the only ones whose
+    /// bytes are read).
     fn scan(&mut self, chunk: &mut Chunk) {
         let (n, slot) = (self.n_ants, self.slot_bytes);
+        let mut counting = self.started;
+        let mut missing = 0;
         for b in 0..self.batches_per_chunk {
             let slots = b * n..(b + 1) * n;
             self.ts[b] =
@@ -145,12 +167,23 @@ impl ChunkFeed {
                 self.present[s] = chunk.present(s);
             }
             self.any_present[b] = self.present[slots.clone()].iter().any(|&p| p);
+            counting |= self.received[b];
+            if counting {
+                missing += self.present[slots.clone()].iter().filter(|&&p| !p).count() as u64;
+            }
             if self.any_present[b] {
                 for s in slots.filter(|&s| !self.present[s]) {
                     chunk.data[s * slot..(s + 1) * slot].fill(0);
                 }
             }
         }
+        let step = self.batch_step * self.batches_per_chunk as u64;
+        self.last = ChunkInfo {
+            start: chunk.chunk_id * step,
+            end: (chunk.chunk_id + 1) * step,
+            heaps: self.received.iter().any(|&r| r),
+            missing,
+        };
     }
 
     /// Batches `b..end` of the chunk, each with an antenna present: the beams of all of them

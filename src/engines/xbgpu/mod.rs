@@ -13,6 +13,7 @@ pub mod engine;
 pub mod feed;
 mod metrics;
 mod run;
+mod sensors;
 pub mod spec;
 
 pub use backend::{BackendError, Beamformer, Beams, Correlator, PipelineError};

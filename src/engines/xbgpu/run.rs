@@ -14,10 +14,12 @@ use super::corrprod::{x_descriptors, XPipeline};
 use super::device::XbDevice;
 use super::engine::{run_pipelines, XbgpuSummary};
 use super::metrics::XbgpuMetrics;
+use super::sensors::XbSensors;
 use super::spec::CorrprodSpec;
 use crate::compute::xengine::{Beam, BeamSet};
 use crate::control::{SensorSet, SensorType};
 use crate::engines::common::error::{listen_error, serve_prometheus};
+use crate::engines::common::rx_sensors::RxSensors;
 use crate::net::send::heap::HeapSender;
 use crate::net::SharedSink;
 
@@ -34,12 +36,25 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
     let xs = corrprod_outputs(cfg, &sink, &sensors, &mut streams)?;
     let set = Arc::new(Mutex::new(beam_set(cfg, &sensors)));
     let beams = beam_output(cfg, &sink, &set, &mut streams)?;
+    let x_names: Vec<String> = cfg.corrprods.iter().map(|c| c.name.clone()).collect();
+    let b_names: Vec<String> = cfg.beams.iter().map(|b| b.name.clone()).collect();
+    let chunk_ticks = cfg.placement.batch_step() * cfg.placement.batches_per_chunk as u64;
+    let mut data_sensors = XbSensors::add(
+        &sensors,
+        &x_names,
+        &b_names,
+        cfg.sync_time,
+        cfg.adc_sample_rate,
+        chunk_ticks,
+    );
+    RxSensors::spawn_watchdog(&data_sensors.rx)?;
     let device = XbDevice {
         sensors,
         outputs: streams,
-        beams: cfg.beams.iter().map(|b| b.name.clone()).collect(),
+        beams: b_names,
         set,
         n_ants: cfg.n_ants(),
+        steady: beams.as_ref().map(|b| b.steady.clone()).unwrap_or_default(),
     };
     let _katcp = serve_katcp(cfg, Arc::new(device))?;
     let _descriptors = resend_descriptors(cfg)?;
@@ -53,7 +68,10 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
         cfg.placement.clone(),
         xs,
         beams,
-        &mut |xs, bp| metrics.update(xs, bp),
+        &mut |xs, bp, chunk| {
+            metrics.update(xs, bp);
+            data_sensors.update(xs, bp, chunk);
+        },
         monitor,
     )
 }
@@ -301,7 +319,8 @@ fn beam_output(
         make_backend(cfg.use_gpu, cfg.shape)?,
         set.clone(),
         batch_step,
-    );
+    )
+    .with_dither(cfg.beams.iter().map(|b| b.dither).collect());
     let bp = BPipeline::new(
         &names,
         Box::new(bf),

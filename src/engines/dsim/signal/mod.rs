@@ -91,6 +91,81 @@ pub struct StreamSignal {
     pub dither: bool,
 }
 
+impl Signal {
+    /// Writes the expression as the language reads it, with the parentheses its tree needs
+    /// (`prec`: 0 inside a sum, 1 as a product's or a difference's operand, 2 as a
+    /// product's right operand), numbers as Python's `repr` (katgpucbf's canonical form).
+    fn write(&self, f: &mut std::fmt::Formatter<'_>, prec: u8) -> std::fmt::Result {
+        use crate::control::sampling::float_repr as n;
+        let bin = |f: &mut std::fmt::Formatter<'_>, a: &Signal, op: char, b: &Signal, mine: u8| {
+            let paren = prec > mine;
+            if paren {
+                write!(f, "(")?;
+            }
+            a.write(f, mine)?;
+            write!(f, " {op} ")?;
+            b.write(f, mine + 1)?;
+            if paren {
+                write!(f, ")")?;
+            }
+            Ok(())
+        };
+        match self {
+            Signal::Const(c) if *c < 0.0 => write!(f, "(0.0 - {})", n(-c)),
+            Signal::Const(c) => write!(f, "{}", n(*c)),
+            Signal::Cw { amp, freq } => write!(f, "cw({}, {})", n(*amp), n(*freq)),
+            Signal::MultiCw {
+                m,
+                amp0,
+                amp_step,
+                freq0,
+                freq_step,
+            } => write!(
+                f,
+                "multicw({m}, {}, {}, {}, {})",
+                n(*amp0),
+                n(*amp_step),
+                n(*freq0),
+                n(*freq_step)
+            ),
+            Signal::Comb { amp, freq } => write!(f, "comb({}, {})", n(*amp), n(*freq)),
+            Signal::Wgn { std, entropy } => write!(f, "wgn({}, {entropy})", n(*std)),
+            Signal::Delay(inner, d) => {
+                write!(f, "delay(")?;
+                inner.write(f, 0)?;
+                write!(f, ", {d})")
+            }
+            Signal::Add(a, b) => bin(f, a, '+', b, 0),
+            Signal::Sub(a, b) => bin(f, a, '-', b, 0),
+            Signal::Mul(a, b) => bin(f, a, '*', b, 1),
+        }
+    }
+}
+
+impl std::fmt::Display for Signal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.write(f, 0)
+    }
+}
+
+impl std::fmt::Display for StreamSignal {
+    /// `expr;`, or `nodither(expr);` for an undithered stream.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.dither {
+            write!(f, "{};", self.signal)
+        } else {
+            write!(f, "nodither({});", self.signal)
+        }
+    }
+}
+
+/// A program's canonical text (katgpucbf's `signals` sensor): each output `expr;`, joined
+/// by spaces, every `wgn` with its entropy.
+pub fn canonical(outs: &[StreamSignal]) -> String {
+    let v: Vec<String> = outs.iter().map(|s| s.to_string()).collect();
+    v.join(" ")
+}
+
 /// Evaluation context: the replay period and sample rate that frequencies snap to.
 #[derive(Debug, Clone, Copy)]
 pub struct Timebase {

@@ -105,7 +105,9 @@ pub enum SignalError {
 
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
-    Num(f64),
+    /// A number, and its exact value when written as a plain decimal integer (`wgn`
+    /// entropies are 64-bit: beyond 2^53 an f64 would round them).
+    Num(f64, Option<u64>),
     Name(String),
     Sym(char),
 }
@@ -144,7 +146,12 @@ fn tokenize(s: &str) -> Result<Vec<(usize, Tok)>, SignalError> {
                 text: text.to_string(),
                 column: start + 1,
             })?;
-            out.push((start, Tok::Num(v)));
+            let exact = text
+                .bytes()
+                .all(|c| c.is_ascii_digit())
+                .then(|| text.parse::<u64>().ok())
+                .flatten();
+            out.push((start, Tok::Num(v, exact)));
         } else if c.is_ascii_alphabetic() || c == '_' {
             let start = i;
             while i < b.len() && ((b[i] as char).is_ascii_alphanumeric() || b[i] == b'_') {
@@ -184,6 +191,8 @@ struct Parser<'a> {
     nesting: usize,
     vars: HashMap<String, Value>,
     entropy: &'a mut dyn FnMut() -> u64,
+    /// Exact integer values of the current call's arguments ([`Tok::Num`]).
+    exact: Vec<Option<u64>>,
 }
 
 impl Parser<'_> {
@@ -259,8 +268,9 @@ impl Parser<'_> {
             false
         };
         match self.peek().cloned() {
-            Some(Tok::Num(v)) => {
+            Some(Tok::Num(v, exact)) => {
                 self.pos += 1;
+                self.exact.push(if neg { None } else { exact });
                 Ok(if neg { -v } else { v })
             }
             _ => Err(self.expected("a literal number")),
@@ -338,6 +348,7 @@ impl Parser<'_> {
         max: usize,
     ) -> Result<Vec<f64>, SignalError> {
         self.expect('(')?;
+        self.exact.clear();
         let mut v = vec![self.number()?];
         while self.peek() == Some(&Tok::Sym(',')) {
             self.pos += 1;
@@ -361,7 +372,7 @@ impl Parser<'_> {
     fn atom(&mut self) -> Result<Node, SignalError> {
         let tok = self.peek().cloned();
         match tok {
-            Some(Tok::Num(v)) => {
+            Some(Tok::Num(v, _)) => {
                 self.pos += 1;
                 self.leaf(Signal::Const(v), 1)
             }
@@ -421,6 +432,9 @@ impl Parser<'_> {
                             return Err(SignalError::Invalid("wgn: std must be non-negative"));
                         }
                         let entropy = match a.get(1) {
+                            Some(_) if self.exact.get(1).copied().flatten().is_some() => {
+                                self.exact[1].unwrap_or(0)
+                            }
                             Some(&e) if e >= 0.0 && e.fract() == 0.0 && e < 1.8e19 => e as u64,
                             Some(_) => {
                                 return Err(SignalError::Invalid(
@@ -478,6 +492,7 @@ pub fn parse(
         nesting: 0,
         vars: HashMap::new(),
         entropy,
+        exact: Vec::new(),
     };
     let mut outs = Vec::new();
     while p.pos < p.toks.len() {
