@@ -39,6 +39,18 @@ pub enum ValueError {
     Model(#[from] FError),
 }
 
+/// Test-only faults (`fgpu --debug-flip-delay-sign`, `--debug-ignore-gains`, hidden
+/// options) that `gpucbf qualify --debug-break` uses to show its checks catch a broken
+/// product. Applied where the channeliser copies the controls, so the katcp requests and
+/// sensors behave as usual.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DebugBreak {
+    /// Every delay model applied with the opposite sign (delay, rate, phase, phase rate).
+    pub flip_delay_sign: bool,
+    /// The gains stay at their initial value (`--gain`).
+    pub ignore_gains: bool,
+}
+
 /// Gains and delay models of one output.
 #[derive(Debug, Clone)]
 pub struct OutputControl {
@@ -50,6 +62,10 @@ pub struct OutputControl {
     /// Latest batch timestamp whose controls the channeliser has copied: a change made now
     /// reaches every batch after it.
     pub taken_through: Option<u64>,
+    /// Test-only faults (none by default).
+    pub debug: DebugBreak,
+    /// The initial gain, kept for [`DebugBreak::ignore_gains`].
+    initial_gain: f32,
 }
 
 /// An output's controls, shared by the katcp server and the channeliser.
@@ -75,7 +91,29 @@ impl OutputControl {
             ],
             delays: [vec![zero_model()], vec![zero_model()]],
             taken_through: None,
+            debug: DebugBreak::default(),
+            initial_gain: gain,
         }
+    }
+
+    /// The controls as the channeliser applies them: a copy, with the test-only faults of
+    /// [`OutputControl::debug`] (none by default: an exact copy).
+    pub fn applied(&self) -> OutputControl {
+        let mut c = self.clone();
+        if c.debug.ignore_gains {
+            for g in c.gains.iter_mut().flatten() {
+                *g = Complex32::new(self.initial_gain, 0.0);
+            }
+        }
+        if c.debug.flip_delay_sign {
+            for m in c.delays.iter_mut().flatten() {
+                m.delay = -m.delay;
+                m.delay_rate = -m.delay_rate;
+                m.phase = -m.phase;
+                m.phase_rate = -m.phase_rate;
+            }
+        }
+        c
     }
 
     /// Start of the first model of input `pol` that begins after timestamp `t`.
