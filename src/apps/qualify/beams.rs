@@ -232,8 +232,7 @@ fn capture_start(h: &mut Harness, c: &Check, what: Before) -> anyhow::Result<Che
             BEAMS[other].0, bo.heaps[0].0
         ));
     }
-    let measured;
-    match what {
+    let measured = match what {
         Before::QuantGain | Before::Weights => {
             let nz0 = x0.iter().filter(|&&v| v != 0).count();
             if nz0 > 0 {
@@ -250,7 +249,7 @@ fn capture_start(h: &mut Harness, c: &Check, what: Before) -> anyhow::Result<Che
                     f * 100.0
                 ));
             }
-            measured = nz0 as f64;
+            nz0 as f64
         }
         Before::Delays => {
             let worst = x0
@@ -273,9 +272,9 @@ fn capture_start(h: &mut Harness, c: &Check, what: Before) -> anyhow::Result<Che
                     f * 100.0
                 ));
             }
-            measured = f64::from(worst);
+            f64::from(worst)
         }
-    }
+    };
     let passed = problems.is_empty();
     let unit = match what {
         Before::Delays => "max |b0 + b2|",

@@ -169,9 +169,9 @@ impl<'a> Harness<'a> {
 
     /// `?sensor-value steady-state-timestamp` of `c`.
     fn steady_of(c: &mut Client) -> anyhow::Result<u64> {
-        Ok(c.sensor("steady-state-timestamp", REQUEST_TIMEOUT)?
+        c.sensor("steady-state-timestamp", REQUEST_TIMEOUT)?
             .parse()
-            .map_err(|e| anyhow::anyhow!("steady-state-timestamp: {e}"))?)
+            .map_err(|e| anyhow::anyhow!("steady-state-timestamp: {e}"))
     }
 
     /// `?signals spec`: the dsim's new signal; data from its first timestamp on, past the

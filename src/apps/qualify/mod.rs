@@ -69,7 +69,7 @@ pub struct QualifyArgs {
     #[arg(long, default_value_t = 0.5)]
     pub int_time: f64,
     /// First UDP/TCP port used on 127.0.0.1.
-    #[arg(long, default_value_t = 17400)]
+    #[arg(long, default_value_t = 18400)]
     pub base_port: u16,
     /// Seed of the random gains, delays and tones.
     #[arg(long, default_value_t = 1)]

@@ -333,6 +333,19 @@ impl XbgpuArgs {
     }
 }
 
+/// `A,B`: two baseline indices.
+fn parse_baseline_pair(s: &str) -> Result<(usize, usize), String> {
+    let (a, b) = s
+        .split_once(',')
+        .ok_or_else(|| format!("{s:?}: expected A,B"))?;
+    let n = |x: &str| {
+        x.trim()
+            .parse::<usize>()
+            .map_err(|_| format!("{x:?} is not a baseline index"))
+    };
+    Ok((n(a)?, n(b)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -431,17 +444,4 @@ mod tests {
             assert!(e.contains(want), "{extra:?}: {e}");
         }
     }
-}
-
-/// `A,B`: two baseline indices.
-fn parse_baseline_pair(s: &str) -> Result<(usize, usize), String> {
-    let (a, b) = s
-        .split_once(',')
-        .ok_or_else(|| format!("{s:?}: expected A,B"))?;
-    let n = |x: &str| {
-        x.trim()
-            .parse::<usize>()
-            .map_err(|_| format!("{x:?} is not a baseline index"))
-    };
-    Ok((n(a)?, n(b)?))
 }
