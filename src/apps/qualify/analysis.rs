@@ -4,9 +4,9 @@
 
 use serde_json::json;
 
-use super::checks::{Check, CheckResult, Plot};
 use super::harness::Harness;
 use super::launch::{NB_CENTRE_FRACTION, NB_DECIMATION};
+use super::result::{Check, CheckResult, Plot};
 use crate::compute::fengine::MixerFrequency;
 
 /// Standard normal quantile of the upper tail probability 1e-4.

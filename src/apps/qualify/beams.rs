@@ -5,9 +5,9 @@ use rand::{RngExt, SeedableRng};
 use serde_json::json;
 
 use super::channel::{noise_gain, tone_freq, tone_gain};
-use super::checks::{Check, CheckResult, Plot};
 use super::harness::{BeamData, Harness};
 use super::launch::BEAMS;
+use super::result::{Check, CheckResult, Plot};
 
 /// The beams of pol 0 (`0x`, `1x`, `2x`).
 const POL0: [usize; 3] = [0, 1, 2];

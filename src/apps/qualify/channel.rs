@@ -4,8 +4,8 @@
 
 use serde_json::json;
 
-use super::checks::{Check, CheckResult, Plot};
 use super::harness::{Dump, Harness};
+use super::result::{Check, CheckResult, Plot};
 use crate::compute::fengine::{pfb_weights, Window};
 
 /// Target tone magnitude in the F-engine output (of 127).

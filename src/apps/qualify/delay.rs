@@ -7,9 +7,9 @@ use rand::{RngExt, SeedableRng};
 use serde_json::json;
 
 use super::channel::noise_gain;
-use super::checks::{Check, CheckResult, Plot};
 use super::harness::{Dump, Harness};
 use super::launch::unix_now;
+use super::result::{Check, CheckResult, Plot};
 
 /// Wraps an angle into (−π, π].
 pub fn wrap(a: f64) -> f64 {

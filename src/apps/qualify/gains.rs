@@ -8,8 +8,8 @@ use rand::{RngExt, SeedableRng};
 use serde_json::json;
 
 use super::channel::noise_gain;
-use super::checks::{Check, CheckResult, Plot};
 use super::harness::Harness;
+use super::result::{Check, CheckResult, Plot};
 
 fn fmt_gain(g: Complex64) -> String {
     format!("{}{:+}j", g.re, g.im)

@@ -4,14 +4,13 @@
 //! the narrowband output) run as real processes over UDP ([`launch`]); the checks drive
 //! them only through katcp as the telescope's controller does ([`harness`]), take the real
 //! correlation-product and beam heaps off loopback ([`recv`]) and compute each check's
-//! number from them ([`checks`]). The result is `report.json` and a self-contained
+//! number from them ([`suite`], [`result`]). The result is `report.json` and a self-contained
 //! `report.html` with plots ([`report`], [`plot`]); the exit status is 0 only when every
 //! selected check passed.
 
 pub mod analysis;
 pub mod beams;
 pub mod channel;
-pub mod checks;
 pub mod delay;
 pub mod gains;
 pub mod harness;
@@ -20,13 +19,15 @@ pub mod launch;
 pub mod plot;
 pub mod recv;
 pub mod report;
+pub mod result;
+pub mod suite;
 
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
 use crate::engines::common::{Backend, ConfigError};
-pub use checks::{CheckResult, Plot, Series};
+pub use result::{CheckResult, Plot, Series};
 
 /// A fault `--debug-break` injects into the engines (test only: the checks must catch it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -133,7 +134,7 @@ impl QualifyArgs {
 pub fn run(args: &QualifyArgs) -> anyhow::Result<Vec<CheckResult>> {
     args.validate()?;
     crate::control::shutdown::install();
-    let selected = checks::select(args.only.as_deref(), args.narrowband)?;
+    let selected = suite::select(args.only.as_deref(), args.narrowband)?;
     std::fs::create_dir_all(args.output.join("logs"))?;
     let launch::Array { mut procs, io } = launch::Array::start(args)?;
     let result = (|| -> anyhow::Result<Vec<CheckResult>> {

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use anyhow::anyhow;
 use plotters::prelude::*;
 
-use super::checks::Plot;
+use super::result::Plot;
 
 /// Image size in pixels.
 const W: u32 = 900;

@@ -7,8 +7,8 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::checks::{fmt_value, CheckResult};
 use super::plot;
+use super::result::{fmt_value, CheckResult};
 use super::QualifyArgs;
 
 /// Escapes text for HTML.
