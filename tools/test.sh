@@ -21,4 +21,6 @@ cargo test --release --features "$GPUCBF_FEATURES"
 tools/fuzz.sh all 60
 # Two minutes of the CPU soak (2 antennas through the array, nothing lost after the warm-up).
 tools/cpu_soak.sh 120 "${CARGO_TARGET_DIR:-target}/cpu-soak"
+# The qualification checks' quick subset on the CPU backend (about a minute on 2 cores).
+"${CARGO_TARGET_DIR:-target}/release/gpucbf" qualify --backend cpu --antennas 2 --channels 256 --only quick --output "${CARGO_TARGET_DIR:-target}/qualify"
 .venv/bin/python -m pytest tests/interop -q -p no:cacheprovider
