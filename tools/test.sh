@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README, CI): set-up, layout check, release build, cargo tests (unit, integration,
 # property tests, NVRTC kernel compilation for sm_80/sm_90), 60 s of each fuzz target, two minutes of
-# the CPU soak, then the interop tests against real peers (spead2) in the venv.
+# the CPU soak, the qualification quick subset, then the interop tests against real peers (spead2) in the venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
