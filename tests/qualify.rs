@@ -182,6 +182,58 @@ fn quick_subset_passes_with_a_full_report() {
         !html.contains("src=\"http"),
         "the report must be self-contained"
     );
+    screenshot(&run.dir.join("report/report.html"));
+}
+
+/// Where a Chromium is installed: a headless screenshot of the report (skipped, saying so,
+/// where none is).
+fn screenshot(html: &Path) {
+    let Some(browser) = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| {
+            Command::new(b)
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+    else {
+        eprintln!("no Chromium installed: report screenshot skipped");
+        return;
+    };
+    let png = html.with_file_name("report.png");
+    let mut child = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+        ])
+        .args(["--window-size=1000,3000", "--virtual-time-budget=5000"])
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", html.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{browser} did not finish the screenshot within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{browser} failed: {status}");
+    let img = std::fs::read(&png).unwrap();
+    assert_eq!(&img[..8], b"\x89PNG\r\n\x1a\n");
+    // A rendered page (text, tables, plots), not a blank one.
+    assert!(img.len() > 50_000, "screenshot of {} bytes", img.len());
 }
 
 /// A flipped delay sign in the F-engines fails the delay checks, naming the error; the

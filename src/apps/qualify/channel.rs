@@ -8,6 +8,9 @@ use super::harness::{Dump, Harness};
 use super::result::{Check, CheckResult, Plot};
 use crate::compute::fengine::{pfb_weights, Window};
 
+/// Lowest dB drawn (an exactly zero cross-power would be −300 dB).
+const PLOT_FLOOR_DB: f64 = -120.0;
+
 /// Target tone magnitude in the F-engine output (of 127).
 const TONE_LEVEL: f64 = 100.0;
 
@@ -115,7 +118,7 @@ fn channelisation(h: &mut Harness, c: &Check, s: usize) -> anyhow::Result<CheckR
             &format!("tone in channel {k}: SFDR {sfdr:.1} dB"),
             p.iter()
                 .enumerate()
-                .map(|(j, &v)| (j as f64, db(v) - ref_db))
+                .map(|(j, &v)| (j as f64, (db(v) - ref_db).max(PLOT_FLOOR_DB)))
                 .collect(),
             false,
         );
@@ -195,7 +198,10 @@ fn test_channel_shape(h: &mut Harness) -> anyhow::Result<CheckResult> {
         }
     }
     let peak = pts.iter().map(|p| p.1).fold(0.0, f64::max);
-    let mut pts: Vec<(f64, f64)> = pts.into_iter().map(|(x, v)| (x, db(v / peak))).collect();
+    let mut pts: Vec<(f64, f64)> = pts
+        .into_iter()
+        .map(|(x, v)| (x, db(v / peak).max(PLOT_FLOOR_DB)))
+        .collect();
     pts.sort_by(|a, b| a.0.total_cmp(&b.0));
     let w3 = width_at(&pts, -3.0);
     let w53 = width_at(&pts, -53.0);

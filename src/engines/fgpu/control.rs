@@ -242,4 +242,34 @@ mod tests {
             assert!(parse_delay(bad, 0, 1e6).is_err(), "{bad}");
         }
     }
+
+    /// The test-only faults: none by default (an exact copy); with them, the applied gains
+    /// stay at the initial gain and every model term changes sign, while the requested
+    /// values stay as they were.
+    #[test]
+    fn debug_breaks_change_only_what_is_applied() {
+        let mut c = OutputControl::new(4, 0.5);
+        c.gains[1][2] = Complex32::new(0.0, 2.0);
+        c.push_model(0, parse_delay("1e-6,1e-9:0.5,2", 100, 1e6).unwrap());
+        let a = c.applied();
+        assert_eq!(a.gains, c.gains);
+        assert_eq!(a.delays, c.delays);
+        c.debug = DebugBreak {
+            flip_delay_sign: true,
+            ignore_gains: true,
+        };
+        let a = c.applied();
+        assert!(a
+            .gains
+            .iter()
+            .flatten()
+            .all(|g| *g == Complex32::new(0.5, 0.0)));
+        let (m, r) = (a.model_at(0, 200), c.model_at(0, 200));
+        assert_eq!(m.start, r.start);
+        assert_eq!(
+            [m.delay, m.delay_rate, m.phase, m.phase_rate],
+            [-r.delay, -r.delay_rate, -r.phase, -r.phase_rate]
+        );
+        assert_eq!(c.gains[1][2], Complex32::new(0.0, 2.0));
+    }
 }

@@ -397,6 +397,24 @@ mod tests {
     /// Rules across options fail in `validate`, a single bad value in clap; both name the
     /// option.
     #[test]
+    fn debug_permute_baselines_is_hidden_and_checked() {
+        let cfg = parse(&["--debug-permute-baselines", "1,2"])
+            .validate()
+            .unwrap();
+        assert_eq!(cfg.debug_permute_baselines, Some((1, 2)));
+        assert_eq!(parse(&[]).validate().unwrap().debug_permute_baselines, None);
+        let e = parse(&["--debug-permute-baselines", "0,99"])
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--debug-permute-baselines 0,99 must name baselines below"),
+            "{e}"
+        );
+        assert!(parse_baseline_pair("1").is_err() && parse_baseline_pair("a,1").is_err());
+    }
+
+    #[test]
     fn invalid_options_are_refused_by_name() {
         let bc = "name=bc,dst=127.0.0.1:7162,heap_accumulation_threshold=2";
         let beam = |n: &str| format!("name={n},dst=127.0.0.1:7161,pol=0");
