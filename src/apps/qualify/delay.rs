@@ -297,6 +297,115 @@ fn test_delay_application_time(h: &mut Harness) -> anyhow::Result<CheckResult> {
     Ok(CheckResult::new(c, err.abs(), "s", passed, msg).details(json!({"attempts": attempts})))
 }
 
+fn test_delay_enable_disable(h: &mut Harness) -> anyhow::Result<CheckResult> {
+    let c = &checks()[4];
+    let sh = h.shape(0).clone();
+    let out = sh.output.clone();
+    let sync = h.sync_time();
+    // A tone at 3/4 of the band, the same on every input.
+    let k = 3 * sh.channels / 4;
+    let f = super::channel::tone_freq(h, 0, k as f64);
+    let amp = 0.2;
+    h.gain_all_real(&out, super::channel::tone_gain(h, 0, amp, 60.0))?;
+    h.signal_all(&format!("cw({amp}, {f})"))?;
+    let fc = h.fs / 4.0;
+    let half_cycle = 1.0 / (2.0 * f);
+    let steps = [
+        ("90° phase", format!("0,0:{},0", PI / 2.0), -PI / 2.0),
+        ("½-cycle delay", format!("{half_cycle:e},0:0,0"), PI * (f - fc) / f),
+        ("zeros", "0,0:0,0".to_string(), 0.0),
+    ];
+    let mut worst: f64 = 0.0;
+    let mut slowest: f64 = 0.0;
+    let mut trials = Vec::new();
+    let mut pts = Vec::new();
+    for (i, (what, set, want)) in steps.iter().enumerate() {
+        let took = h.delays(&out, 0, sync, ["0,0:0,0", set])?;
+        slowest = slowest.max(took.as_secs_f64());
+        let d = h.dump()?;
+        let got = d.vis(k, 0, 1).arg();
+        let e = wrap(got - want).abs().to_degrees();
+        worst = worst.max(e);
+        trials.push(json!({"step": what, "measured_deg": got.to_degrees(), "expected_deg": want.to_degrees(), "error_deg": e, "request_s": took.as_secs_f64()}));
+        pts.push((i as f64, got.to_degrees()));
+    }
+    let expected: Vec<(f64, f64)> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (i as f64, s.2.to_degrees()))
+        .collect();
+    let passed = worst <= 1.0 && slowest < 1.0 / 0.167;
+    let mut msg = Vec::new();
+    if worst > 1.0 {
+        msg.push(format!("phase error {worst:.2}° exceeds 1°"));
+    }
+    if slowest >= 1.0 / 0.167 {
+        msg.push(format!("?delays took {slowest:.2} s"));
+    }
+    Ok(CheckResult::new(c, worst, "°", passed, msg.join("; "))
+        .details(json!({"channel": k, "frequency_hz": f, "steps": trials, "slowest_request_s": slowest}))
+        .plot(
+            Plot::line(
+                "Tone phase: 90° phase, ½-cycle delay, zeros",
+                "step",
+                "phase of V(0,1) (°)",
+                "expected",
+                expected,
+            )
+            .with("measured", pts, true),
+        ))
+}
+
+fn test_delay_rate(h: &mut Harness) -> anyhow::Result<CheckResult> {
+    let c = &checks()[5];
+    let sh = h.shape(0).clone();
+    let out = sh.output.clone();
+    let n = sh.channels;
+    let sync = h.sync_time();
+    let step = sh.acc_step() as f64;
+    noise_with_delay(h, 0)?;
+    let mut worst: f64 = 0.0;
+    let mut trials = Vec::new();
+    let mut curve = Vec::new();
+    for rate in [2.56e-9, -2.56e-9, 2.5e-12] {
+        h.delays(&out, 0, sync, ["0,0:0,0", &format!("0,{rate:e}:0,0")])?;
+        let d = h.dumps(0, 2)?;
+        // Between consecutive dumps the delay grows by rate × one dump of samples.
+        let dd = rate * step;
+        let (k0, k1) = (n / 16, n - n / 16);
+        let mut e_max: f64 = 0.0;
+        for k in k0..k1 {
+            let got = (d[1].vis(k, 0, 1) * d[0].vis(k, 0, 1).conj()).arg();
+            let want = PI * (k as f64 - n as f64 / 2.0) * dd / n as f64;
+            let e = wrap(got - want).abs().to_degrees();
+            e_max = e_max.max(e);
+            if rate > 1e-10 {
+                curve.push((k as f64, got.to_degrees()));
+            }
+        }
+        worst = worst.max(e_max);
+        trials.push(json!({"rate": rate, "delay_change_samples": dd, "max_error_deg": e_max}));
+    }
+    let passed = worst <= 2.0;
+    let msg = if passed {
+        String::new()
+    } else {
+        format!("phase change between dumps off by {worst:.2}°")
+    };
+    Ok(CheckResult::new(c, worst, "°", passed, msg)
+        .details(json!({"trials": trials}))
+        .plot(
+            Plot::line(
+                "Phase change between two dumps, rate 2.56e-9",
+                "channel",
+                "Δphase (°)",
+                "measured",
+                curve,
+            )
+            .hline(2.0, "±2° (about expected)"),
+        ))
+}
+
 /// The delay checks.
 pub fn checks() -> Vec<Check> {
     vec![
@@ -339,6 +448,26 @@ pub fn checks() -> Vec<Check> {
             quick: true,
             narrowband: false,
             run: test_delay_application_time,
+        },
+        Check {
+            name: "test_delay_enable_disable",
+            requirement: "CBF-REQ-0066, CBF-REQ-0110, CBF-REQ-0187, CBF-REQ-0188",
+            text: "Delay compensation can be set and removed; requests are fast enough.",
+            method: "Tone at 3/4 band on every input; on input 1: 90° phase, then a ½-cycle delay, then zeros; phase of V(0,1) in the tone's channel; time of each ?delays.",
+            threshold: "within 1° of −90°, π(f−fc)/f, 0; slowest ?delays < 1/0.167 s",
+            quick: false,
+            narrowband: false,
+            run: test_delay_enable_disable,
+        },
+        Check {
+            name: "test_delay_rate",
+            requirement: "CBF-REQ-0128, CBF-REQ-0185",
+            text: "Delay rates are applied: the phase moves as the delay model says.",
+            method: "Correlated noise; delay rates ±2.56e-9, 2.5e-12 on input 1; per-channel phase change of V(0,1) between two consecutive dumps vs π(k−N/2)·rate·dump/N.",
+            threshold: "≤ 2°",
+            quick: false,
+            narrowband: false,
+            run: test_delay_rate,
         },
     ]
 }
