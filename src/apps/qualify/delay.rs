@@ -312,7 +312,11 @@ fn test_delay_enable_disable(h: &mut Harness) -> anyhow::Result<CheckResult> {
     let half_cycle = 1.0 / (2.0 * f);
     let steps = [
         ("90° phase", format!("0,0:{},0", PI / 2.0), -PI / 2.0),
-        ("½-cycle delay", format!("{half_cycle:e},0:0,0"), PI * (f - fc) / f),
+        (
+            "½-cycle delay",
+            format!("{half_cycle:e},0:0,0"),
+            PI * (f - fc) / f,
+        ),
         ("zeros", "0,0:0,0".to_string(), 0.0),
     ];
     let mut worst: f64 = 0.0;
@@ -343,7 +347,9 @@ fn test_delay_enable_disable(h: &mut Harness) -> anyhow::Result<CheckResult> {
         msg.push(format!("?delays took {slowest:.2} s"));
     }
     Ok(CheckResult::new(c, worst, "°", passed, msg.join("; "))
-        .details(json!({"channel": k, "frequency_hz": f, "steps": trials, "slowest_request_s": slowest}))
+        .details(
+            json!({"channel": k, "frequency_hz": f, "steps": trials, "slowest_request_s": slowest}),
+        )
         .plot(
             Plot::line(
                 "Tone phase: 90° phase, ½-cycle delay, zeros",

@@ -12,7 +12,7 @@ use super::katcp::Client;
 use super::launch::{Io, StreamShape, BCP, BEAMS, WIDEBAND};
 use super::recv::{i32s, Stream};
 use super::QualifyArgs;
-use crate::spead::icd::{baseline_index, n_baselines};
+use crate::spead::icd::{baseline_index, n_baselines, MISSING};
 
 /// Timeout of one katcp request (the controller's longest is 10 s; the CPU engines of a
 /// loaded host answer later).
@@ -37,6 +37,8 @@ pub struct Harness<'a> {
     /// How long to wait for data.
     pub data_timeout: Duration,
     int_time: f64,
+    /// Dumps skipped for MISSING markers so far.
+    pub incomplete_dumps: u64,
 }
 
 /// One dump of a correlator stream.
@@ -140,6 +142,7 @@ impl<'a> Harness<'a> {
             seed: args.seed,
             data_timeout: Duration::from_secs_f64(30.0 + 6.0 * acc),
             int_time: args.int_time,
+            incomplete_dumps: 0,
         })
     }
 
@@ -363,16 +366,22 @@ impl<'a> Harness<'a> {
         self.dumps_from(s, from, count)
     }
 
-    /// `count` dumps of stream `s` stamped at or after `from`.
+    /// `count` complete dumps of stream `s` stamped at or after `from`. A dump with
+    /// MISSING markers (an antenna's data lost for part of it) is skipped and counted in
+    /// [`Harness::incomplete_dumps`]; ten in a row are an error (the engines do not keep up).
     pub fn dumps_from(&mut self, s: usize, from: u64, count: usize) -> anyhow::Result<Vec<Dump>> {
         let channels = self.shape(s).channels;
         let len = channels * n_baselines(self.n) * 8;
-        let got = self.array.corrprods[s]
-            .stream
-            .wait(from, count, self.data_timeout)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", self.shape(s).corrprod))?;
-        got.into_iter()
-            .map(|(timestamp, b)| {
+        let mut out = Vec::new();
+        let mut from = from;
+        let mut skipped = 0;
+        while out.len() < count {
+            let got = self.array.corrprods[s]
+                .stream
+                .wait(from, count - out.len(), self.data_timeout)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", self.shape(s).corrprod))?;
+            for (timestamp, b) in got {
+                from = timestamp + 1;
                 let raw = i32s(&b);
                 if raw.len() != len {
                     anyhow::bail!(
@@ -380,14 +389,27 @@ impl<'a> Harness<'a> {
                         raw.len()
                     );
                 }
-                Ok(Dump {
+                if raw.chunks_exact(2).any(|p| p == MISSING) {
+                    self.incomplete_dumps += 1;
+                    skipped += 1;
+                    tracing::warn!(timestamp, "dump with MISSING markers skipped");
+                    if skipped >= 10 {
+                        anyhow::bail!(
+                            "{skipped} dumps in a row had MISSING markers (an antenna's data \
+                             lost): the engines do not keep up at this rate"
+                        );
+                    }
+                    continue;
+                }
+                out.push(Dump {
                     timestamp,
                     raw,
                     n: self.n,
                     channels,
-                })
-            })
-            .collect()
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// One dump of the wideband stream after every request so far.

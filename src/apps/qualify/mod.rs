@@ -137,9 +137,10 @@ pub fn run(args: &QualifyArgs) -> anyhow::Result<Vec<CheckResult>> {
     let selected = suite::select(args.only.as_deref(), args.narrowband)?;
     std::fs::create_dir_all(args.output.join("logs"))?;
     let launch::Array { mut procs, io } = launch::Array::start(args)?;
-    let result = (|| -> anyhow::Result<Vec<CheckResult>> {
+    let result = (|| -> anyhow::Result<(Vec<CheckResult>, u64)> {
         let mut h = harness::Harness::connect(&io, args)?;
         let mut results = Vec::new();
+        let mut incomplete = 0;
         for check in &selected {
             if crate::control::shutdown::requested() {
                 anyhow::bail!("interrupted");
@@ -153,13 +154,17 @@ pub fn run(args: &QualifyArgs) -> anyhow::Result<Vec<CheckResult>> {
             let r = r.with_seconds(t0.elapsed().as_secs_f64());
             println!("{}", r.line());
             results.push(r);
+            incomplete = h.incomplete_dumps;
             procs.check_alive()?;
         }
-        Ok(results)
+        if incomplete > 0 {
+            tracing::warn!(incomplete, "dumps with MISSING markers were skipped");
+        }
+        Ok((results, incomplete))
     })();
     let engines = procs.stop();
     drop(io);
-    let results = result?;
-    report::write(&args.output, args, &results, &engines)?;
+    let (results, incomplete) = result?;
+    report::write(&args.output, args, &results, &engines, incomplete)?;
     Ok(results)
 }

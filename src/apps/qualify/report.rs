@@ -48,6 +48,7 @@ pub fn write(
     args: &QualifyArgs,
     results: &[CheckResult],
     engines: &[serde_json::Value],
+    incomplete_dumps: u64,
 ) -> anyhow::Result<()> {
     let passed = results.iter().all(|r| r.passed);
     let doc = json!({
@@ -56,6 +57,8 @@ pub fn write(
         "checks": results,
         "config": config(args),
         "engines": engines,
+        // Dumps skipped because an antenna's data were lost for part of them.
+        "incomplete_dumps_skipped": incomplete_dumps,
     });
     std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&doc)?)?;
     std::fs::write(dir.join("report.html"), html(args, results, engines)?)?;
