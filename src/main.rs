@@ -60,6 +60,9 @@ enum Command {
     Image(gpucbf::apps::image::cli::ImageArgs),
     /// Loopback array: dsim → F-engines → XB-engine → visibilities, plots, dirty image.
     Array(gpucbf::apps::array::ArrayArgs),
+    /// Qualification: the telescope's acceptance tests against a live loopback array,
+    /// with report.json and report.html.
+    Qualify(gpucbf::apps::qualify::QualifyArgs),
     /// Replay a pcap capture to UDP endpoints at a chosen rate, with seeded faults.
     Replay(gpucbf::apps::replay::ReplayArgs),
     /// Soak report of running engines: samples their metrics, writes soak.csv/json/png and
@@ -161,6 +164,13 @@ fn main() -> anyhow::Result<()> {
             let cfg = args.validate()?;
             let summary = gpucbf::apps::array::run(&cfg)?;
             print_json(&summary)?;
+        }
+        Command::Qualify(args) => {
+            let results = gpucbf::apps::qualify::run(&args)?;
+            let failed = results.iter().filter(|r| !r.passed).count();
+            if failed > 0 {
+                anyhow::bail!("{failed} of {} checks failed", results.len());
+            }
         }
         Command::Replay(args) => print_json(&gpucbf::apps::replay::run(&args)?)?,
         Command::Soak(args) => {

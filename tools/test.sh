@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README, CI): set-up, layout check, release build, cargo tests (unit, integration,
 # property tests, NVRTC kernel compilation for sm_80/sm_90), 60 s of each fuzz target, two minutes of
-# the CPU soak, then the interop tests against real peers (spead2) in the venv.
+# the CPU soak, the qualification quick subset, then the interop tests against real peers (spead2) in the venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
@@ -21,4 +21,6 @@ cargo test --release --features "$GPUCBF_FEATURES"
 tools/fuzz.sh all 60
 # Two minutes of the CPU soak (2 antennas through the array, nothing lost after the warm-up).
 tools/cpu_soak.sh 120 "${CARGO_TARGET_DIR:-target}/cpu-soak"
+# The qualification checks' quick subset on the CPU backend (about a minute on 2 cores).
+"${CARGO_TARGET_DIR:-target}/release/gpucbf" qualify --backend cpu --antennas 2 --channels 256 --only quick --output "${CARGO_TARGET_DIR:-target}/qualify"
 .venv/bin/python -m pytest tests/interop -q -p no:cacheprovider

@@ -4,6 +4,7 @@
 //! * [`image`]: dirty images of correlator visibilities.
 //! * [`inspect`]: `pcap-info` and `spead-dump`.
 //! * [`nufft`]: `gpucbf nufft`, NUFFTs on `.npy` files ([`crate::npy`]).
+//! * [`qualify`]: `gpucbf qualify`, the acceptance tests against a live loopback array.
 //! * [`replay`]: `gpucbf replay`, a capture to UDP at a chosen rate with seeded faults.
 //! * [`soak`]: `gpucbf soak`, the soak report of running engines (CSV, JSON, PNG, verdict).
 
@@ -11,5 +12,6 @@ pub mod array;
 pub mod image;
 pub mod inspect;
 pub mod nufft;
+pub mod qualify;
 pub mod replay;
 pub mod soak;

@@ -12,7 +12,7 @@ pub mod gpus;
 pub mod image;
 mod losses;
 pub mod plan;
-mod procs;
+pub(crate) mod procs;
 pub mod receive;
 pub mod sky;
 

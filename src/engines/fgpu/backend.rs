@@ -218,7 +218,7 @@ impl<B: FBackend + Send> BackendChannelizer<B> {
                 .lock()
                 .map_err(|_| ChannelizerError::LockPoisoned)?;
             c.mark_taken(batch_ts);
-            c.clone()
+            c.applied()
         };
         let segs = [
             self.segments(&ctl, 0, batch_ts)?,

@@ -83,6 +83,14 @@ pub struct FgpuArgs {
     /// Dither seed (random if absent).
     #[arg(long)]
     pub dither_seed: Option<u64>,
+    /// Test only (`gpucbf qualify --debug-break delay-sign`): applies every delay model
+    /// with the opposite sign (the sensors still show the requested one).
+    #[arg(long, hide = true)]
+    pub debug_flip_delay_sign: bool,
+    /// Test only (`gpucbf qualify --debug-break gains`): keeps `--gain` on every channel
+    /// whatever `?gain` and `?gain-all` set (the sensors still show the requested gains).
+    #[arg(long, hide = true)]
+    pub debug_ignore_gains: bool,
     /// Input: a pcap file, or digitiser endpoints ADDR[+N]:PORT[,...].
     pub src: String,
     /// Receive, send, backend and metrics options (shared with xbgpu).
@@ -132,6 +140,8 @@ pub struct FgpuConfig {
     pub katcp_required: bool,
     /// Dither seed (drawn at random when not given).
     pub dither_seed: u64,
+    /// Test-only faults (hidden options), off by default.
+    pub debug: super::control::DebugBreak,
     /// Channelise on the GPU.
     pub use_gpu: bool,
     /// Receive, send and metrics options.
@@ -233,6 +243,10 @@ impl FgpuArgs {
             katcp_host: self.katcp_host,
             katcp_required: self.katcp_port.is_some(),
             dither_seed: self.dither_seed.unwrap_or_else(rand::random),
+            debug: super::control::DebugBreak {
+                flip_delay_sign: self.debug_flip_delay_sign,
+                ignore_gains: self.debug_ignore_gains,
+            },
             use_gpu,
             io: self.io.clone(),
             src: self.src.clone(),

@@ -39,6 +39,18 @@ pub enum ValueError {
     Model(#[from] FError),
 }
 
+/// Test-only faults (`fgpu --debug-flip-delay-sign`, `--debug-ignore-gains`, hidden
+/// options) that `gpucbf qualify --debug-break` uses to show its checks catch a broken
+/// product. Applied where the channeliser copies the controls, so the katcp requests and
+/// sensors behave as usual.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DebugBreak {
+    /// Every delay model applied with the opposite sign (delay, rate, phase, phase rate).
+    pub flip_delay_sign: bool,
+    /// The gains stay at their initial value (`--gain`).
+    pub ignore_gains: bool,
+}
+
 /// Gains and delay models of one output.
 #[derive(Debug, Clone)]
 pub struct OutputControl {
@@ -50,6 +62,10 @@ pub struct OutputControl {
     /// Latest batch timestamp whose controls the channeliser has copied: a change made now
     /// reaches every batch after it.
     pub taken_through: Option<u64>,
+    /// Test-only faults (none by default).
+    pub debug: DebugBreak,
+    /// The initial gain, kept for [`DebugBreak::ignore_gains`].
+    initial_gain: f32,
 }
 
 /// An output's controls, shared by the katcp server and the channeliser.
@@ -75,7 +91,29 @@ impl OutputControl {
             ],
             delays: [vec![zero_model()], vec![zero_model()]],
             taken_through: None,
+            debug: DebugBreak::default(),
+            initial_gain: gain,
         }
+    }
+
+    /// The controls as the channeliser applies them: a copy, with the test-only faults of
+    /// [`OutputControl::debug`] (none by default: an exact copy).
+    pub fn applied(&self) -> OutputControl {
+        let mut c = self.clone();
+        if c.debug.ignore_gains {
+            for g in c.gains.iter_mut().flatten() {
+                *g = Complex32::new(self.initial_gain, 0.0);
+            }
+        }
+        if c.debug.flip_delay_sign {
+            for m in c.delays.iter_mut().flatten() {
+                m.delay = -m.delay;
+                m.delay_rate = -m.delay_rate;
+                m.phase = -m.phase;
+                m.phase_rate = -m.phase_rate;
+            }
+        }
+        c
     }
 
     /// Start of the first model of input `pol` that begins after timestamp `t`.
@@ -203,5 +241,35 @@ mod tests {
         for bad in ["1,0", "a,0:0,0", "1,2:0,0", "nan,0:0,0", "1,0:0"] {
             assert!(parse_delay(bad, 0, 1e6).is_err(), "{bad}");
         }
+    }
+
+    /// The test-only faults: none by default (an exact copy); with them, the applied gains
+    /// stay at the initial gain and every model term changes sign, while the requested
+    /// values stay as they were.
+    #[test]
+    fn debug_breaks_change_only_what_is_applied() {
+        let mut c = OutputControl::new(4, 0.5);
+        c.gains[1][2] = Complex32::new(0.0, 2.0);
+        c.push_model(0, parse_delay("1e-6,1e-9:0.5,2", 100, 1e6).unwrap());
+        let a = c.applied();
+        assert_eq!(a.gains, c.gains);
+        assert_eq!(a.delays, c.delays);
+        c.debug = DebugBreak {
+            flip_delay_sign: true,
+            ignore_gains: true,
+        };
+        let a = c.applied();
+        assert!(a
+            .gains
+            .iter()
+            .flatten()
+            .all(|g| *g == Complex32::new(0.5, 0.0)));
+        let (m, r) = (a.model_at(0, 200), c.model_at(0, 200));
+        assert_eq!(m.start, r.start);
+        assert_eq!(
+            [m.delay, m.delay_rate, m.phase, m.phase_rate],
+            [-r.delay, -r.delay_rate, -r.phase, -r.phase_rate]
+        );
+        assert_eq!(c.gains[1][2], Complex32::new(0.0, 2.0));
     }
 }

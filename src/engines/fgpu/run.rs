@@ -90,10 +90,9 @@ fn build_outputs(
     let mut parts = Vec::new();
     let mut handles = Vec::new();
     for spec in &cfg.outputs {
-        let control = Arc::new(Mutex::new(OutputControl::new(
-            spec.channels,
-            cfg.gain as f32,
-        )));
+        let mut ctl = OutputControl::new(spec.channels, cfg.gain as f32);
+        ctl.debug = cfg.debug;
+        let control = Arc::new(Mutex::new(ctl));
         let chan = make_channelizer(spec, cfg, control.clone())?;
         info!(output = %spec.name, channels = spec.channels, destinations = spec.dst.len(), "output ready");
         handles.push(OutputHandle {

@@ -69,6 +69,10 @@ pub struct XbgpuArgs {
     /// katcp listening address (the Prometheus endpoint listens there too).
     #[arg(long, default_value = "0.0.0.0")]
     pub katcp_host: std::net::Ipv4Addr,
+    /// Test only (`gpucbf qualify --debug-break baselines`): swaps the data of baselines
+    /// A and B (ICD baseline indices) in every correlation product dump.
+    #[arg(long, hide = true, value_name = "A,B", value_parser = parse_baseline_pair)]
+    pub debug_permute_baselines: Option<(usize, usize)>,
     /// Python debugging consoles (accepted, not applicable).
     #[command(flatten)]
     pub console: crate::engines::common::ConsoleArgs,
@@ -110,6 +114,8 @@ pub struct XbgpuConfig {
     /// True when `--katcp-port` was given: failing to serve it is then an error (the
     /// default port only warns).
     pub katcp_required: bool,
+    /// Test only: baselines whose data are swapped in every dump (`None`: none).
+    pub debug_permute_baselines: Option<(usize, usize)>,
     /// katcp listening address (the Prometheus endpoint listens there too).
     pub katcp_host: std::net::Ipv4Addr,
     /// Correlate and beamform on the GPU.
@@ -202,6 +208,15 @@ impl XbgpuArgs {
             None if std::path::Path::new(&self.src).is_file() => None,
             None => Some(7147),
         };
+        if let Some((a, b)) = self.debug_permute_baselines {
+            let nbl = crate::spead::icd::n_baselines(self.array_size);
+            if a >= nbl || b >= nbl {
+                return Err(ConfigError::rule(
+                    format!("--debug-permute-baselines {a},{b}"),
+                    format!("must name baselines below {nbl}"),
+                ));
+            }
+        }
         let mut corrprods = self.corrprod.clone();
         for c in &mut corrprods {
             c.send_enabled.get_or_insert(self.send_enabled);
@@ -232,6 +247,7 @@ impl XbgpuArgs {
             send_rate_factor: self.send_rate_factor,
             katcp: katcp_port.map(|p| std::net::SocketAddrV4::new(self.katcp_host, p)),
             katcp_required: self.katcp_port.is_some(),
+            debug_permute_baselines: self.debug_permute_baselines,
             katcp_host: self.katcp_host,
             use_gpu,
             io: self.io.clone(),
@@ -317,6 +333,19 @@ impl XbgpuArgs {
     }
 }
 
+/// `A,B`: two baseline indices.
+fn parse_baseline_pair(s: &str) -> Result<(usize, usize), String> {
+    let (a, b) = s
+        .split_once(',')
+        .ok_or_else(|| format!("{s:?}: expected A,B"))?;
+    let n = |x: &str| {
+        x.trim()
+            .parse::<usize>()
+            .map_err(|_| format!("{x:?} is not a baseline index"))
+    };
+    Ok((n(a)?, n(b)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,6 +396,24 @@ mod tests {
 
     /// Rules across options fail in `validate`, a single bad value in clap; both name the
     /// option.
+    #[test]
+    fn debug_permute_baselines_is_hidden_and_checked() {
+        let cfg = parse(&["--debug-permute-baselines", "1,2"])
+            .validate()
+            .unwrap();
+        assert_eq!(cfg.debug_permute_baselines, Some((1, 2)));
+        assert_eq!(parse(&[]).validate().unwrap().debug_permute_baselines, None);
+        let e = parse(&["--debug-permute-baselines", "0,99"])
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--debug-permute-baselines 0,99 must name baselines below"),
+            "{e}"
+        );
+        assert!(parse_baseline_pair("1").is_err() && parse_baseline_pair("a,1").is_err());
+    }
+
     #[test]
     fn invalid_options_are_refused_by_name() {
         let bc = "name=bc,dst=127.0.0.1:7162,heap_accumulation_threshold=2";

@@ -73,6 +73,8 @@ pub struct XPipeline {
     pub enabled: Arc<CaptureGate>,
     /// Counters.
     pub stats: XStats,
+    /// Test only: baselines whose data are swapped in every dump.
+    pub debug_permute: Option<(usize, usize)>,
 }
 
 /// An output's capture switch (`?capture-start STREAM [TIMESTAMP]`, `?capture-stop`): data
@@ -150,6 +152,7 @@ impl XPipeline {
                 name: name.into(),
                 ..Default::default()
             },
+            debug_permute: None,
         }
     }
 
@@ -270,6 +273,16 @@ impl XPipeline {
         }
         if self.present.iter().any(|&p| !p) {
             self.stats.incomplete_accs += 1;
+        }
+        if let Some((a, b)) = self.debug_permute {
+            // Per channel: n_baselines × 4 products × (re, im).
+            let per_bl = 8;
+            let per_chan = n_baselines(self.present.len()) * per_bl;
+            for chan in self.out.chunks_exact_mut(per_chan) {
+                for k in 0..per_bl {
+                    chan.swap(a * per_bl + k, b * per_bl + k);
+                }
+            }
         }
         for (b, v) in self.bytes.chunks_exact_mut(4).zip(&self.out) {
             b.copy_from_slice(&v.to_le_bytes());

@@ -211,7 +211,7 @@ fn corrprod_output(
         &x_descriptors(cps, n),
     )?;
     let corr = Box::new(Corr(make_backend(cfg.use_gpu, shape)?));
-    let x = XPipeline::new(
+    let mut x = XPipeline::new(
         &c.name,
         corr,
         sender,
@@ -222,6 +222,7 @@ fn corrprod_output(
         cps,
         c.send_enabled.unwrap_or(false),
     );
+    x.debug_permute = cfg.debug_permute_baselines;
     info!(stream = %c.name, dump_seconds = interval, "corrprod output ready");
     Ok(x)
 }

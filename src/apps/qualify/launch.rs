@@ -1,0 +1,373 @@
+//! The loopback array the checks run against: the XB-engine(s) (correlation products and
+//! beams, sending only after `?capture-start`, as the controller starts them), one
+//! F-engine per antenna, one dsim for every antenna, each a `gpucbf` process with its katcp
+//! port on 127.0.0.1, started and stopped with the array's process helpers.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::Path;
+use std::time::Duration;
+
+use crate::apps::array::plan::Sizes;
+use crate::apps::array::procs::{child, stop_all, wait_json, wait_ready, Proc};
+use crate::spead::ids;
+
+use super::recv::Receiver;
+use super::{DebugBreak, QualifyArgs};
+
+/// Beams: three of pol 0 and one of pol 1 (katgpucbf's `tied-array-channelised-voltage`
+/// names).
+pub const BEAMS: [(&str, usize); 4] = [
+    ("tied-array-channelised-voltage-0x", 0),
+    ("tied-array-channelised-voltage-1x", 0),
+    ("tied-array-channelised-voltage-2x", 0),
+    ("tied-array-channelised-voltage-0y", 1),
+];
+
+/// The wideband output's name and correlation-product stream.
+pub const WIDEBAND: &str = "wideband";
+/// The correlation-product stream of the wideband output.
+pub const BCP: &str = "baseline-correlation-products";
+/// The narrowband output's name.
+pub const NARROWBAND: &str = "narrowband";
+/// katgpucbf's narrowband centre as a fraction of the ADC rate (3456789 / 2^24).
+pub const NB_CENTRE_FRACTION: f64 = 3456789.0 / 16777216.0;
+/// Narrowband decimation.
+pub const NB_DECIMATION: usize = 8;
+/// dsim replay period (samples): tone frequencies are multiples of adc_rate / period.
+pub const DSIM_PERIOD: u64 = 1 << 20;
+
+/// Shape of one correlator stream.
+#[derive(Debug, Clone)]
+pub struct StreamShape {
+    /// fgpu output name.
+    pub output: String,
+    /// Its correlation-product stream name.
+    pub corrprod: String,
+    /// Channels.
+    pub channels: usize,
+    /// ADC samples between spectra.
+    pub spectrum_step: u64,
+    /// Spectra per batch (per heap).
+    pub spectra_per_heap: u64,
+    /// Batches per dump.
+    pub dump_batches: u64,
+    /// Frequency of channel k: `f0 + k · df` (Hz, baseband).
+    pub f0: f64,
+    /// Channel spacing (Hz).
+    pub df: f64,
+    /// Decimation (1: wideband).
+    pub decimation: usize,
+    /// Batches per XB-engine input chunk.
+    pub chunk_batches: u64,
+}
+
+impl StreamShape {
+    /// ADC samples per dump.
+    pub fn acc_step(&self) -> u64 {
+        self.dump_batches * self.spectra_per_heap * self.spectrum_step
+    }
+
+    /// Spectra accumulated per dump.
+    pub fn acc_len(&self) -> u64 {
+        self.dump_batches * self.spectra_per_heap
+    }
+
+    /// Centre frequency of channel k.
+    pub fn freq(&self, k: f64) -> f64 {
+        self.f0 + k * self.df
+    }
+}
+
+/// The running array: its processes, and what the checks use.
+pub struct Array {
+    /// The XB-engine(s), F-engines and dsim.
+    pub procs: Procs,
+    /// Addresses, receivers, shapes.
+    pub io: Io,
+}
+
+/// The array's processes.
+pub struct Procs(Vec<Proc>);
+
+/// The array's katcp addresses, receivers and stream shapes.
+pub struct Io {
+    /// katcp addresses: dsim, the F-engines, the XB-engines.
+    pub dsim_katcp: SocketAddr,
+    /// The F-engines' katcp addresses.
+    pub fgpu_katcp: Vec<SocketAddr>,
+    /// The XB-engines' katcp addresses (wideband, then narrowband).
+    pub xb_katcp: Vec<SocketAddr>,
+    /// Correlation-product receivers (wideband, then narrowband).
+    pub corrprods: Vec<Receiver>,
+    /// Beam receivers, in [`BEAMS`] order.
+    pub beams: Vec<Receiver>,
+    /// The correlator streams' shapes (wideband, then narrowband).
+    pub shapes: Vec<StreamShape>,
+    /// Sync time (UNIX s).
+    pub sync_time: f64,
+    /// Beam heaps: spectra per heap.
+    pub beam_spectra_per_heap: usize,
+}
+
+fn local(port: u16) -> SocketAddrV4 {
+    SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)
+}
+
+impl Array {
+    /// Starts the array (the receivers first, then the XB-engines, the F-engines, and once
+    /// they are ready the dsim).
+    pub fn start(args: &QualifyArgs) -> anyhow::Result<Array> {
+        let (n, c, fs) = (args.antennas, args.channels, args.adc_sample_rate);
+        let exe = std::env::current_exe()?;
+        let sizes = Sizes::for_rate(fs, c);
+        // At the scaled rate, smaller batches than the array's give an integration time
+        // within 4 % of the requested one.
+        let jones = if sizes.real_rate {
+            sizes.jones_per_batch
+        } else {
+            (1usize << 16).max(c * 32)
+        };
+        let recv_chunk = if sizes.real_rate {
+            sizes.recv_chunk_samples
+        } else {
+            (4 * jones) as u64
+        };
+        let base = args.base_port;
+        // UDP: the F-engines' inputs (2 per antenna), the XB-engines' inputs, their
+        // outputs, the beams. TCP: katcp of the dsim, the XB-engines, the F-engines.
+        let f_in = |a: usize, p: usize| local(base + (2 * a + p) as u16);
+        let x_in = |k: usize| local(base + 40 + k as u16);
+        let x_out = |k: usize| local(base + 42 + k as u16);
+        let beam_out = |b: usize| local(base + 44 + b as u16);
+        let dsim_katcp = local(base + 60);
+        let xb_katcp = |k: usize| local(base + 61 + k as u16);
+        let f_katcp = |a: usize| local(base + 70 + a as u16);
+        let sync = (unix_now()? - 1.0).floor();
+        let logs = args.output.join("logs");
+        let s = |v: &str| v.to_string();
+        let backend = args.backend.name().to_string();
+        let mut shapes = vec![StreamShape {
+            output: WIDEBAND.into(),
+            corrprod: BCP.into(),
+            channels: c,
+            spectrum_step: 2 * c as u64,
+            spectra_per_heap: (jones / c) as u64,
+            dump_batches: 0,
+            f0: 0.0,
+            df: fs / (2 * c) as f64,
+            decimation: 1,
+            chunk_batches: sizes.heaps_per_fengine_per_chunk as u64,
+        }];
+        if args.narrowband {
+            let d = NB_DECIMATION;
+            let bw = fs / 2.0 / d as f64;
+            shapes.push(StreamShape {
+                output: NARROWBAND.into(),
+                corrprod: format!("{NARROWBAND}-{BCP}"),
+                channels: c,
+                spectrum_step: (2 * c * d) as u64,
+                spectra_per_heap: (jones / c) as u64,
+                dump_batches: 0,
+                f0: fs * NB_CENTRE_FRACTION - bw / 2.0,
+                df: bw / c as f64,
+                decimation: d,
+                chunk_batches: sizes.heaps_per_fengine_per_chunk as u64,
+            });
+        }
+        for sh in &mut shapes {
+            let batch = (sh.spectra_per_heap * sh.spectrum_step) as f64 / fs;
+            sh.dump_batches = ((args.int_time / batch).round() as u64).max(1);
+        }
+        let mut corrprods = Vec::new();
+        for k in 0..shapes.len() {
+            corrprods.push(Receiver::start(x_out(k), ids::XENG_RAW)?);
+        }
+        let beams = (0..BEAMS.len())
+            .map(|b| Receiver::start(beam_out(b), ids::BF_RAW))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let mut procs = Vec::new();
+        let started = (|| -> anyhow::Result<()> {
+            for (k, sh) in shapes.iter().enumerate() {
+                let name = if k == 0 { "xbgpu" } else { "xbgpu-nb" };
+                let mut a = vec![
+                    s("xbgpu"),
+                    s("--adc-sample-rate"),
+                    fs.to_string(),
+                    s("--sync-time"),
+                    sync.to_string(),
+                    s("--array-size"),
+                    n.to_string(),
+                    s("--channels"),
+                    c.to_string(),
+                    s("--channels-per-substream"),
+                    c.to_string(),
+                    s("--samples-between-spectra"),
+                    sh.spectrum_step.to_string(),
+                    s("--jones-per-batch"),
+                    jones.to_string(),
+                    s("--heaps-per-fengine-per-chunk"),
+                    sizes.heaps_per_fengine_per_chunk.to_string(),
+                    s("--corrprod"),
+                    format!(
+                        "name={},dst={},heap_accumulation_threshold={}",
+                        sh.corrprod,
+                        x_out(k),
+                        sh.dump_batches
+                    ),
+                    s("--katcp-host"),
+                    s("127.0.0.1"),
+                    s("--katcp-port"),
+                    xb_katcp(k).port().to_string(),
+                    s("--backend"),
+                    backend.clone(),
+                ];
+                if k == 0 {
+                    for (b, (bname, pol)) in BEAMS.iter().enumerate() {
+                        a.push(s("--beam"));
+                        a.push(format!("name={bname},dst={},pol={pol}", beam_out(b)));
+                    }
+                    if args.debug_break == Some(DebugBreak::Baselines) {
+                        a.push(s("--debug-permute-baselines"));
+                        a.push(s("1,2"));
+                    }
+                }
+                a.extend(sizes.xbgpu_recv.iter().cloned());
+                a.push(x_in(k).to_string());
+                procs.push(child(name, &exe, &a, &logs.join(format!("{name}.log")))?);
+            }
+            for ant in 0..n {
+                let name = format!("fgpu{ant}");
+                let mut a = vec![
+                    s("fgpu"),
+                    s("--adc-sample-rate"),
+                    fs.to_string(),
+                    s("--sync-time"),
+                    sync.to_string(),
+                    s("--feng-id"),
+                    ant.to_string(),
+                    s("--array-size"),
+                    n.to_string(),
+                    s("--wideband"),
+                    format!(
+                        "name={WIDEBAND},channels={c},dst={},jones_per_batch={jones}",
+                        x_in(0)
+                    ),
+                ];
+                if args.narrowband {
+                    a.push(s("--narrowband"));
+                    a.push(format!(
+                        "name={NARROWBAND},channels={c},centre_frequency={},decimation={},\
+                         dst={},jones_per_batch={jones}",
+                        fs * NB_CENTRE_FRACTION,
+                        NB_DECIMATION,
+                        x_in(1)
+                    ));
+                }
+                a.extend([
+                    s("--recv-chunk-samples"),
+                    recv_chunk.to_string(),
+                    s("--katcp-host"),
+                    s("127.0.0.1"),
+                    s("--katcp-port"),
+                    f_katcp(ant).port().to_string(),
+                    s("--backend"),
+                    backend.clone(),
+                ]);
+                match args.debug_break {
+                    Some(DebugBreak::DelaySign) => a.push(s("--debug-flip-delay-sign")),
+                    Some(DebugBreak::Gains) => a.push(s("--debug-ignore-gains")),
+                    _ => {}
+                }
+                a.extend(sizes.fgpu_recv.iter().cloned());
+                a.push(format!("{},{}", f_in(ant, 0), f_in(ant, 1)));
+                procs.push(child(&name, &exe, &a, &logs.join(format!("{name}.log")))?);
+            }
+            let mut all: Vec<&mut Proc> = procs.iter_mut().collect();
+            wait_ready(&mut all, "output ready", Duration::from_secs(120))?;
+            let mut a = vec![
+                s("dsim"),
+                s("--adc-sample-rate"),
+                fs.to_string(),
+                s("--sync-time"),
+                sync.to_string(),
+                s("--period"),
+                DSIM_PERIOD.to_string(),
+                s("--signals"),
+                s("0;"),
+                s("--katcp-host"),
+                s("127.0.0.1"),
+                s("--katcp-port"),
+                dsim_katcp.port().to_string(),
+            ];
+            for ant in 0..n {
+                a.push(f_in(ant, 0).to_string());
+                a.push(f_in(ant, 1).to_string());
+            }
+            procs.push(child("dsim", &exe, &a, &logs.join("dsim.log"))?);
+            Ok(())
+        })();
+        if let Err(e) = started {
+            stop_all(
+                &mut procs.iter_mut().collect::<Vec<_>>(),
+                Duration::from_secs(10),
+            );
+            return Err(e);
+        }
+        Ok(Array {
+            procs: Procs(procs),
+            io: Io {
+                dsim_katcp: dsim_katcp.into(),
+                fgpu_katcp: (0..n).map(|a| f_katcp(a).into()).collect(),
+                xb_katcp: (0..shapes.len()).map(|k| xb_katcp(k).into()).collect(),
+                corrprods,
+                beams,
+                shapes,
+                sync_time: sync,
+                beam_spectra_per_heap: jones / c,
+            },
+        })
+    }
+}
+
+impl Procs {
+    /// An error naming the first engine that has exited.
+    pub fn check_alive(&mut self) -> anyhow::Result<()> {
+        for p in &mut self.0 {
+            if let Some(status) = p.try_wait()? {
+                return Err(p.exited("during the checks", status).into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops every engine (the dsim first) and returns how each exited, with its log.
+    pub fn stop(mut self) -> Vec<serde_json::Value> {
+        let mut out = Vec::new();
+        for p in self.0.iter_mut().rev() {
+            if matches!(p.try_wait(), Ok(None)) {
+                crate::apps::array::procs::stop(p);
+            }
+            let (_, mut j) = wait_json(p, Duration::from_secs(30));
+            if let Some(o) = j.as_object_mut() {
+                o.remove("summary");
+                o.insert("log".into(), log_name(&p.log).into());
+            }
+            out.push(j);
+        }
+        out.reverse();
+        out
+    }
+}
+
+fn log_name(p: &Path) -> String {
+    p.file_name()
+        .map(|f| format!("logs/{}", f.to_string_lossy()))
+        .unwrap_or_default()
+}
+
+/// Seconds since the UNIX epoch.
+pub fn unix_now() -> anyhow::Result<f64> {
+    Ok(std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64())
+}

@@ -1,0 +1,150 @@
+//! Receivers of the array's outputs: a thread per correlation-product stream and per beam
+//! takes the real heaps off loopback UDP (the X-engine's `xeng_raw`, the beams' `bf_raw`)
+//! into a [`Store`] keyed by timestamp, from which the checks wait for data stamped at or
+//! after a timestamp.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::net::recv::udp::UdpRecvSource;
+use crate::net::recv::{PacketSource, Poll};
+use crate::spead::{ids, Assembler, ItemValue};
+
+/// Most heaps kept per stream (the oldest are dropped).
+const KEEP: usize = 256;
+
+/// Heaps of one stream by timestamp.
+#[derive(Default)]
+pub struct Stream {
+    heaps: Mutex<BTreeMap<u64, Vec<u8>>>,
+    arrived: Condvar,
+    /// Heaps received that had no timestamp or payload (counted, not kept).
+    pub malformed: std::sync::atomic::AtomicU64,
+}
+
+impl Stream {
+    fn push(&self, ts: u64, data: Vec<u8>) {
+        let Ok(mut m) = self.heaps.lock() else { return };
+        m.insert(ts, data);
+        while m.len() > KEEP {
+            m.pop_first();
+        }
+        self.arrived.notify_all();
+    }
+
+    /// Forgets every heap received so far.
+    pub fn clear(&self) {
+        if let Ok(mut m) = self.heaps.lock() {
+            m.clear();
+        }
+    }
+
+    /// Waits (at most `timeout`) for `count` heaps stamped at or after `from`, and returns
+    /// the first `count` of them in timestamp order; an error says how many came.
+    pub fn wait(
+        &self,
+        from: u64,
+        count: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<Vec<(u64, Vec<u8>)>> {
+        let t0 = Instant::now();
+        let mut m = self
+            .heaps
+            .lock()
+            .map_err(|_| anyhow::anyhow!("receiver lock poisoned"))?;
+        loop {
+            let got: Vec<_> = m.range(from..).take(count).collect();
+            if got.len() == count {
+                return Ok(got.into_iter().map(|(t, d)| (*t, d.clone())).collect());
+            }
+            let left = timeout.saturating_sub(t0.elapsed());
+            if left.is_zero() || crate::control::shutdown::requested() {
+                anyhow::bail!(
+                    "{} of {count} heaps stamped at or after {from} arrived within {timeout:?} \
+                     (latest received: {:?})",
+                    got.len(),
+                    m.last_key_value().map(|(t, _)| *t)
+                );
+            }
+            m = self
+                .arrived
+                .wait_timeout(m, left.min(Duration::from_millis(200)))
+                .map_err(|_| anyhow::anyhow!("receiver lock poisoned"))?
+                .0;
+        }
+    }
+
+    /// The latest timestamp received.
+    pub fn latest(&self) -> Option<u64> {
+        self.heaps
+            .lock()
+            .ok()
+            .and_then(|m| m.last_key_value().map(|(t, _)| *t))
+    }
+}
+
+/// A running receiver.
+pub struct Receiver {
+    /// What it received.
+    pub stream: Arc<Stream>,
+    handle: Option<JoinHandle<std::io::Result<()>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Receiver {
+    /// Receives heaps of item `item` (`XENG_RAW`, `BF_RAW`) on `addr`.
+    pub fn start(addr: SocketAddrV4, item: u16) -> std::io::Result<Receiver> {
+        let mut src = UdpRecvSource::new(&[addr], Ipv4Addr::UNSPECIFIED, 64 << 20)?;
+        let stream = Arc::new(Stream::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s2, stop2) = (stream.clone(), stop.clone());
+        let handle = std::thread::spawn(move || {
+            let mut asm = Assembler::new(8);
+            let mut heaps = Vec::new();
+            while !stop2.load(Ordering::Relaxed) {
+                let r = src.recv_batch(&mut |p| {
+                    let _ = asm.push(p, &mut heaps);
+                })?;
+                for h in heaps.drain(..) {
+                    match (h.u64_item(ids::TIMESTAMP), h.item(item)) {
+                        (Some(ts), Some(ItemValue::Bytes(b))) => s2.push(ts, b.to_vec()),
+                        // Descriptor and stop heaps carry neither.
+                        (None, None) => {}
+                        _ => {
+                            s2.malformed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                if matches!(r, Poll::Idle) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            Ok(())
+        });
+        Ok(Receiver {
+            stream,
+            handle: Some(handle),
+            stop,
+        })
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// A correlation-product dump as int32 (channel, baseline, product, re/im).
+pub fn i32s(raw: &[u8]) -> Vec<i32> {
+    raw.chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
