@@ -53,11 +53,11 @@ async def katcp_connect(port, what="engine"):
     raise AssertionError(f"{what} katcp server did not come up")
 
 
-def scrape(port):
+def scrape(port, host="127.0.0.1"):
     """Prometheus text exposition → {series: value}."""
     import urllib.request
 
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    text = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5).read().decode()
     out = {}
     for line in text.splitlines():
         if line and not line.startswith("#"):

@@ -76,19 +76,7 @@ def start_engine(gpucbf, kport, mport, seconds):
 
 
 def output_heaps(mport):
-    return scrape_at("127.0.0.2", mport).get('fgpu_output_heaps_total{stream="wb"}', 0)
-
-
-def scrape_at(host, port):
-    import urllib.request
-
-    text = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            k, v = line.rsplit(" ", 1)
-            out[k] = float(v)
-    return out
+    return scrape(mport, host="127.0.0.2").get('fgpu_output_heaps_total{stream="wb"}', 0)
 
 
 def flood(kport, control, mport, before):

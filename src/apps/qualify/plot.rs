@@ -1,8 +1,6 @@
 //! A check's plots as PNG images (plotters' bitmap backend, the embedded DejaVu Sans font,
 //! encoded with `png`), base64-encoded for `report.html`'s data URIs.
 
-use std::sync::OnceLock;
-
 use anyhow::anyhow;
 use plotters::prelude::*;
 
@@ -11,30 +9,6 @@ use super::result::Plot;
 /// Image size in pixels.
 const W: u32 = 900;
 const H: u32 = 420;
-
-/// Curve colours (matplotlib's tab10).
-const PALETTE: [RGBColor; 10] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-    RGBColor(188, 189, 34),
-    RGBColor(23, 190, 207),
-];
-
-fn register_font() -> anyhow::Result<()> {
-    static LOADED: OnceLock<bool> = OnceLock::new();
-    let ok = *LOADED.get_or_init(|| {
-        plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
-            .is_ok()
-    });
-    ok.then_some(())
-        .ok_or_else(|| anyhow!("the embedded DejaVu Sans font did not load"))
-}
 
 /// The x and y ranges of every finite point and threshold line, padded.
 fn ranges(p: &Plot) -> Option<((f64, f64), (f64, f64))> {
@@ -75,7 +49,7 @@ pub fn png(p: &Plot) -> anyhow::Result<Option<Vec<u8>>> {
     let Some(((x0, x1), (y0, y1))) = ranges(p) else {
         return Ok(None);
     };
-    register_font()?;
+    crate::apps::soak::plot::register_font()?;
     let mut buf = vec![0u8; (W * H * 3) as usize];
     {
         let root = BitMapBackend::with_buffer(&mut buf, (W, H)).into_drawing_area();
@@ -117,7 +91,7 @@ fn draw(
         .label_style(("sans-serif", 13))
         .draw()?;
     for (i, s) in p.series.iter().enumerate() {
-        let colour = PALETTE[i % PALETTE.len()];
+        let colour = crate::apps::soak::plot::colour(i);
         let pts: Vec<(f64, f64)> = s
             .points
             .iter()

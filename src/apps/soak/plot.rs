@@ -46,12 +46,14 @@ const FAIL: RGBColor = RGBColor(200, 0, 0);
 
 type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
 
-fn colour(k: usize) -> RGBColor {
+/// Colour `k` of the palette (wrapping).
+pub(crate) fn colour(k: usize) -> RGBColor {
     PALETTE[k % PALETTE.len()]
 }
 
-/// Registers the embedded font as plotters' `sans-serif` (once per process).
-fn register_font() -> anyhow::Result<()> {
+/// Registers the embedded font as plotters' `sans-serif` (once per process; the
+/// qualification report's plots use it too).
+pub(crate) fn register_font() -> anyhow::Result<()> {
     static LOADED: OnceLock<bool> = OnceLock::new();
     let ok = *LOADED.get_or_init(|| {
         let font = dejavu::sans::regular();
