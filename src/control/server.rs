@@ -467,18 +467,26 @@ fn read_loop(
     Ok(())
 }
 
-/// Moves this client's share of the shared line memory from `*held` to `now`; false when
-/// that grows the total past `max` (the share is still recorded, for the caller to give
-/// back).
+/// Moves this client's share of the shared line memory from `*held` to `now`; false (and
+/// nothing moved) when growing to `now` would take the total past `max`. Growth is added
+/// only when it fits, so a client refused never counts against the others.
 fn account(total: &AtomicUsize, held: &mut usize, now: usize, max: usize) -> bool {
-    let before = std::mem::replace(held, now);
-    if now >= before {
-        let grown = now - before;
-        grown == 0 || total.fetch_add(grown, Ordering::Relaxed) + grown <= max
-    } else {
+    let before = *held;
+    if now <= before {
         total.fetch_sub(before - now, Ordering::Relaxed);
-        true
+        *held = now;
+        return true;
     }
+    let grown = now - before;
+    let fits = total
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+            (t + grown <= max).then_some(t + grown)
+        })
+        .is_ok();
+    if fits {
+        *held = now;
+    }
+    fits
 }
 
 /// Writes `out`; a client that does not take it within the write timeout is dropped.

@@ -326,8 +326,20 @@ fn unfinished_lines_share_one_memory_budget() {
         // The server may hang up on this one while it writes.
         let _ = c.w.write_all(&vec![b'z'; 900_000]);
     }
-    // Exactly one is disconnected (which one depends on the order the server reads them);
-    // a client still connected answers once its line is finished.
+    // The server refuses one once it has read enough (which one depends on the order it
+    // reads them): that client has a `#disconnect` waiting (the others at most
+    // `#client-connected` informs). Only then are lines finished (which frees memory that
+    // could otherwise let the fourth line fit).
+    let told = |c: &Client| {
+        let mut buf = vec![0u8; 1 << 16];
+        c.w.set_nonblocking(true).unwrap();
+        let n = c.w.peek(&mut buf).unwrap_or(0);
+        c.w.set_nonblocking(false).unwrap();
+        buf[..n].windows(11).any(|w| w == b"#disconnect")
+    };
+    eventually("a client is refused", || held.iter().any(told));
+    // Exactly one is disconnected; a client still connected answers once its line is
+    // finished.
     let mut dropped = 0;
     for c in held.iter_mut() {
         let _ = c.w.write_all(b"\n?watchdog[9]\n");
