@@ -345,7 +345,7 @@ impl UdpSink {
                     Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP | libc::ENOPROTOOPT)
                         if msgs[done].count > 1 =>
                     {
-                        self.count_sent(lens, &order[..msgs[done].start], &msgs[..done]);
+                        self.count_sent(lens, order, &msgs[..done]);
                         return Ok(Some(msgs[done].start));
                     }
                     Some(code) if is_unreachable(code) => {
@@ -366,13 +366,14 @@ impl UdpSink {
         Ok(None)
     }
 
-    fn count_sent(&mut self, lens: &[usize], sent: &[usize], msgs: &[Message]) {
-        let sent = msgs
-            .iter()
-            .flat_map(|m| &sent[m.start.min(sent.len())..(m.start + m.count).min(sent.len())]);
-        for &p in sent {
-            self.packets += 1;
-            self.bytes += lens[p] as u64;
+    /// Counts the packets of `msgs` (ranges of `order`) as sent; a message dropped as
+    /// unreachable has count 0.
+    fn count_sent(&mut self, lens: &[usize], order: &[usize], msgs: &[Message]) {
+        for m in msgs {
+            for &p in &order[m.start..m.start + m.count] {
+                self.packets += 1;
+                self.bytes += lens[p] as u64;
+            }
         }
         self.gso_sends += msgs.iter().filter(|m| m.count > 1).count() as u64;
         if self.unreachable.active && msgs.iter().any(|m| m.count > 0) {
