@@ -149,7 +149,8 @@ fn test_precision(h: &mut Harness) -> anyhow::Result<CheckResult> {
     let std = 0.1;
     // Strong noise: 60 levels rms in the F-engine output, a single-input beam.
     h.gain_all_real(&sh.output, noise_gain(h, std, 60.0))?;
-    h.signal_all(&format!("wgn({std})"))?;
+    let noise = h.noise(std);
+    h.signal_all(&noise)?;
     let mut w = vec![0.0; h.n];
     w[0] = 1.0;
     h.beam_weights(0, &w)?;
@@ -304,7 +305,8 @@ fn test_weight_mapping(h: &mut Harness) -> anyhow::Result<CheckResult> {
     let sh = h.shape(0).clone();
     let std = 0.1;
     let g = noise_gain(h, std, 20.0);
-    h.signal_all(&format!("wgn({std})"))?;
+    let noise = h.noise(std);
+    h.signal_all(&noise)?;
     // Antenna a's pol 0 is on in channel ch(a) only; pol 1 is off.
     let ch = |a: usize| sh.channels / 8 + 8 * a;
     for a in 0..h.n {

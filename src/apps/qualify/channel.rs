@@ -346,7 +346,8 @@ fn test_accum_power(h: &mut Harness) -> anyhow::Result<CheckResult> {
     let std = 0.1;
     let level = 32.0;
     h.gain_all_real(&sh.output, noise_gain(h, std, level))?;
-    h.signal_all(&format!("wgn({std})"))?;
+    let noise = h.noise(std);
+    h.signal_all(&noise)?;
     let d = h.dumps(0, 2)?;
     let spacing = (d[1].timestamp - d[0].timestamp) as f64;
     let step = sh.acc_step() as f64;

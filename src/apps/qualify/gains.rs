@@ -102,7 +102,8 @@ fn test_gains_capture_start(h: &mut Harness) -> anyhow::Result<CheckResult> {
     let sh = h.shape(0).clone();
     let std = 0.1;
     let g = noise_gain(h, std, 6.0);
-    h.signal_all(&format!("wgn({std})"))?;
+    let noise = h.noise(std);
+    h.signal_all(&noise)?;
     h.capture_stop(0, &sh.corrprod)?;
     h.corrprod_stream(0).clear();
     // Upper half zero, lower half g, set just before capture-start.

@@ -21,7 +21,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 /// The array under test, as the checks see it.
 pub struct Harness<'a> {
     array: &'a Io,
-    dsim: Client,
+    /// One dsim per antenna.
+    dsims: Vec<Client>,
     fgpu: Vec<Client>,
     xb: Vec<Client>,
     /// Antennas.
@@ -39,6 +40,8 @@ pub struct Harness<'a> {
     int_time: f64,
     /// Dumps skipped for MISSING markers so far.
     pub incomplete_dumps: u64,
+    /// Noise seeds handed out so far.
+    noise_seeds: u64,
 }
 
 /// One dump of a correlator stream.
@@ -118,7 +121,11 @@ impl<'a> Harness<'a> {
     /// Connects to every engine's katcp server.
     pub fn connect(array: &'a Io, args: &QualifyArgs) -> anyhow::Result<Harness<'a>> {
         let t = Duration::from_secs(60);
-        let dsim = Client::connect(array.dsim_katcp, t)?;
+        let dsims = array
+            .dsim_katcp
+            .iter()
+            .map(|a| Client::connect(*a, t))
+            .collect::<std::io::Result<Vec<_>>>()?;
         let fgpu = array
             .fgpu_katcp
             .iter()
@@ -132,7 +139,7 @@ impl<'a> Harness<'a> {
         let acc = array.shapes[0].acc_step() as f64 / args.adc_sample_rate;
         Ok(Harness {
             array,
-            dsim,
+            dsims,
             fgpu,
             xb,
             n: args.antennas,
@@ -143,6 +150,7 @@ impl<'a> Harness<'a> {
             data_timeout: Duration::from_secs_f64(30.0 + 6.0 * acc),
             int_time: args.int_time,
             incomplete_dumps: 0,
+            noise_seeds: 0,
         })
     }
 
@@ -177,15 +185,21 @@ impl<'a> Harness<'a> {
             .map_err(|e| anyhow::anyhow!("steady-state-timestamp: {e}"))
     }
 
-    /// `?signals spec`: the dsim's new signal; data from its first timestamp on, past the
-    /// longest PFB window, reflect it.
+    /// `?signals spec` on every antenna's dsim (each gets the spec's assignments and its
+    /// antenna's two outputs, or the one output meant for every input): data from the last
+    /// first timestamp on, past the longest PFB window, reflect it.
     pub fn signals(&mut self, spec: &str) -> anyhow::Result<u64> {
-        let r = self.dsim.request("signals", &[spec], REQUEST_TIMEOUT)?;
-        let t: u64 = r
-            .args
-            .first()
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| anyhow::anyhow!("?signals replied {:?}", r.args))?;
+        let specs = split_signals(spec, self.dsims.len())?;
+        let mut t = 0;
+        for (dsim, spec) in self.dsims.iter_mut().zip(&specs) {
+            let r = dsim.request("signals", &[spec.as_str()], REQUEST_TIMEOUT)?;
+            let first: u64 = r
+                .args
+                .first()
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| anyhow::anyhow!("?signals replied {:?}", r.args))?;
+            t = t.max(first);
+        }
         // 16 taps of the widest window (narrowband: the DDC filter too).
         let window = self
             .array
@@ -196,6 +210,15 @@ impl<'a> Harness<'a> {
             .unwrap_or(0);
         self.raise(t + window);
         Ok(t)
+    }
+
+    /// White noise of standard deviation `std` (full scale 1), the same on every input
+    /// (seeded, so that every antenna's dsim draws the same samples).
+    pub fn noise(&mut self, std: f64) -> String {
+        self.noise_seeds += 1;
+        let seed =
+            crate::engines::dsim::signal::mix64(self.seed ^ (0x9015E << 20) ^ self.noise_seeds);
+        format!("wgn({std}, {})", seed >> 12)
     }
 
     /// The same signal expression on every input.
@@ -463,5 +486,55 @@ impl<'a> Harness<'a> {
     /// The wideband output name and corrprod stream (for the checks' messages).
     pub fn names() -> (&'static str, &'static str) {
         (WIDEBAND, BCP)
+    }
+}
+
+/// Splits a dsim program over `dsims` dsims of two inputs each: every dsim gets the
+/// program's assignments, then either its two outputs (a program of `2 · dsims` outputs) or
+/// the program's one output (meant for every input).
+pub fn split_signals(spec: &str, dsims: usize) -> anyhow::Result<Vec<String>> {
+    let mut assigns = String::new();
+    let mut outputs = Vec::new();
+    for stmt in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        let is_assign = stmt.split_once('=').is_some_and(|(lhs, _)| {
+            let lhs = lhs.trim();
+            !lhs.is_empty() && lhs.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        });
+        if is_assign {
+            assigns += &format!("{stmt}; ");
+        } else {
+            outputs.push(stmt);
+        }
+    }
+    match outputs.len() {
+        1 => Ok(vec![format!("{assigns}{};", outputs[0]); dsims]),
+        k if k == 2 * dsims => Ok((0..dsims)
+            .map(|d| format!("{assigns}{}; {};", outputs[2 * d], outputs[2 * d + 1]))
+            .collect()),
+        k => anyhow::bail!(
+            "a program for {dsims} dsims needs 1 or {} outputs, not {k}",
+            2 * dsims
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_signals;
+
+    #[test]
+    fn programs_split_over_per_antenna_dsims() {
+        let one = split_signals("n = wgn(0.1, 21); n;", 3).unwrap();
+        assert_eq!(one, vec!["n = wgn(0.1, 21); n;".to_string(); 3]);
+        let each = split_signals("n = wgn(0.1, 21); n; delay(n, -3); cw(0.2, 5e6); 0;", 2).unwrap();
+        assert_eq!(
+            each,
+            vec![
+                "n = wgn(0.1, 21); n; delay(n, -3);".to_string(),
+                "n = wgn(0.1, 21); cw(0.2, 5e6); 0;".to_string()
+            ]
+        );
+        let err = split_signals("0; 0; 0;", 2).unwrap_err().to_string();
+        assert!(err.contains("1 or 4 outputs, not 3"), "{err}");
     }
 }

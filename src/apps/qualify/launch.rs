@@ -1,6 +1,7 @@
 //! The loopback array the checks run against: the XB-engine(s) (correlation products and
 //! beams, sending only after `?capture-start`, as the controller starts them), one
-//! F-engine per antenna, one dsim for every antenna, each a `gpucbf` process with its katcp
+//! F-engine per antenna and one dsim per antenna (a digitiser's two pols, as a telescope
+//! has them, so that each sending thread carries one antenna's rate), each a `gpucbf` process with its katcp
 //! port on 127.0.0.1, started and stopped with the array's process helpers.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -80,7 +81,7 @@ impl StreamShape {
 
 /// The running array: its processes, and what the checks use.
 pub struct Array {
-    /// The XB-engine(s), F-engines and dsim.
+    /// The XB-engine(s), F-engines and dsims.
     pub procs: Procs,
     /// Addresses, receivers, shapes.
     pub io: Io,
@@ -91,8 +92,8 @@ pub struct Procs(Vec<Proc>);
 
 /// The array's katcp addresses, receivers and stream shapes.
 pub struct Io {
-    /// katcp addresses: dsim, the F-engines, the XB-engines.
-    pub dsim_katcp: SocketAddr,
+    /// The dsims' katcp addresses (one per antenna).
+    pub dsim_katcp: Vec<SocketAddr>,
     /// The F-engines' katcp addresses.
     pub fgpu_katcp: Vec<SocketAddr>,
     /// The XB-engines' katcp addresses (wideband, then narrowband).
@@ -134,12 +135,12 @@ impl Array {
         };
         let base = args.base_port;
         // UDP: the F-engines' inputs (2 per antenna), the XB-engines' inputs, their
-        // outputs, the beams. TCP: katcp of the dsim, the XB-engines, the F-engines.
+        // outputs, the beams. TCP: katcp of the XB-engines, the F-engines, the dsims.
         let f_in = |a: usize, p: usize| local(base + (2 * a + p) as u16);
         let x_in = |k: usize| local(base + 40 + k as u16);
         let x_out = |k: usize| local(base + 42 + k as u16);
         let beam_out = |b: usize| local(base + 44 + b as u16);
-        let dsim_katcp = local(base + 60);
+        let dsim_katcp = |a: usize| local(base + 100 + a as u16);
         let xb_katcp = |k: usize| local(base + 61 + k as u16);
         let f_katcp = |a: usize| local(base + 70 + a as u16);
         let sync = (unix_now()? - 1.0).floor();
@@ -284,26 +285,27 @@ impl Array {
             }
             let mut all: Vec<&mut Proc> = procs.iter_mut().collect();
             wait_ready(&mut all, "output ready", Duration::from_secs(120))?;
-            let mut a = vec![
-                s("dsim"),
-                s("--adc-sample-rate"),
-                fs.to_string(),
-                s("--sync-time"),
-                sync.to_string(),
-                s("--period"),
-                DSIM_PERIOD.to_string(),
-                s("--signals"),
-                s("0;"),
-                s("--katcp-host"),
-                s("127.0.0.1"),
-                s("--katcp-port"),
-                dsim_katcp.port().to_string(),
-            ];
             for ant in 0..n {
-                a.push(f_in(ant, 0).to_string());
-                a.push(f_in(ant, 1).to_string());
+                let name = format!("dsim{ant}");
+                let a = vec![
+                    s("dsim"),
+                    s("--adc-sample-rate"),
+                    fs.to_string(),
+                    s("--sync-time"),
+                    sync.to_string(),
+                    s("--period"),
+                    DSIM_PERIOD.to_string(),
+                    s("--signals"),
+                    s("0;"),
+                    s("--katcp-host"),
+                    s("127.0.0.1"),
+                    s("--katcp-port"),
+                    dsim_katcp(ant).port().to_string(),
+                    f_in(ant, 0).to_string(),
+                    f_in(ant, 1).to_string(),
+                ];
+                procs.push(child(&name, &exe, &a, &logs.join(format!("{name}.log")))?);
             }
-            procs.push(child("dsim", &exe, &a, &logs.join("dsim.log"))?);
             Ok(())
         })();
         if let Err(e) = started {
@@ -316,7 +318,7 @@ impl Array {
         Ok(Array {
             procs: Procs(procs),
             io: Io {
-                dsim_katcp: dsim_katcp.into(),
+                dsim_katcp: (0..n).map(|a| dsim_katcp(a).into()).collect(),
                 fgpu_katcp: (0..n).map(|a| f_katcp(a).into()).collect(),
                 xb_katcp: (0..shapes.len()).map(|k| xb_katcp(k).into()).collect(),
                 corrprods,
@@ -340,7 +342,7 @@ impl Procs {
         Ok(())
     }
 
-    /// Stops every engine (the dsim first) and returns how each exited, with its log.
+    /// Stops every engine (the dsims first) and returns how each exited, with its log.
     pub fn stop(mut self) -> Vec<serde_json::Value> {
         let mut out = Vec::new();
         for p in self.0.iter_mut().rev() {

@@ -1,6 +1,6 @@
 //! `gpucbf qualify`: the telescope's acceptance tests (katgpucbf's `qualification/`,
-//! katgpucbf-compat.md §6) run against a live loopback array on one host. A dsim, one
-//! F-engine per antenna and an XB-engine (and with `--narrowband` a second XB-engine for
+//! katgpucbf-compat.md §6) run against a live loopback array on one host. A dsim and
+//! an F-engine per antenna, an XB-engine (and with `--narrowband` a second XB-engine for
 //! the narrowband output) run as real processes over UDP ([`launch`]); the checks drive
 //! them only through katcp as the telescope's controller does ([`harness`]), take the real
 //! correlation-product and beam heaps off loopback ([`recv`]) and compute each check's
