@@ -20,6 +20,7 @@ use gpucbf::gpu::gpu_test_guard;
 use gpucbf::net::recv::pcap::{PcapFileSource, PcapSource};
 use gpucbf::net::send::heap::HeapSender;
 use gpucbf::net::send::pcap::PcapSink;
+use gpucbf::net::send::PacketSink;
 use gpucbf::spead::{ids, Assembler, Heap};
 
 struct Counting;
@@ -220,18 +221,36 @@ impl Beamformer for Chunked {
     }
 }
 
+/// A file sink that says it is live, so that the engine sends its beams from their own
+/// thread as it does to a network.
+struct Live(Box<dyn PacketSink>);
+
+impl PacketSink for Live {
+    fn send(&mut self, dst: SocketAddrV4, parts: &[&[u8]]) -> std::io::Result<()> {
+        self.0.send(dst, parts)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
 /// The beam heaps of an engine run on F-engine heaps with 2 chunks of 4 batches (antenna 3
-/// misses batch 5), through `bf`.
+/// misses batch 5), through `bf`; `live`: sent from the beams' own send thread.
 fn beam_run(
     dir: &Path,
     fpcap: &Path,
     pl: &FengPlacement,
     bf: Box<dyn Beamformer>,
     name: &str,
+    live: bool,
 ) -> Vec<Heap> {
     let bpcap = dir.join(name);
+    let mut sink = open_sink(Some(&bpcap), Ipv4Addr::UNSPECIFIED, 4, 1 << 20).unwrap();
+    if live {
+        sink = Box::new(Live(sink));
+    }
     let sender = HeapSender::new(
-        open_sink(Some(&bpcap), Ipv4Addr::UNSPECIFIED, 4, 1 << 20).unwrap(),
+        sink,
         vec![SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7161); 3],
         0,
         1,
@@ -239,7 +258,10 @@ fn beam_run(
         None,
     );
     let names: Vec<String> = (0..3).map(|b| format!("b{b}")).collect();
-    let bp = BPipeline::new(&names, bf, sender, 0, 4 * 16 * 2, true);
+    let bp = BPipeline::new(&names, bf, sender, 0, 4 * 16 * 2, true)
+        .with_send_thread(None)
+        .unwrap();
+    assert_eq!(bp.sends_from_own_thread(), live);
     let summary = run_pipelines(
         RecvSetup::single(Box::new(PcapFileSource::open(fpcap, vec![]).unwrap())),
         pl.clone(),
@@ -262,7 +284,8 @@ fn beam_run(
 
 /// The engine hands the beamformer whole chunks (a multi-batch chunk with an antenna missing in
 /// one batch): the heaps equal those of the per-batch CPU path, payloads equal on the CPU back
-/// end and within 1 LSB on the GPU (one launch per chunk), same items and order.
+/// end and within 1 LSB on the GPU (one launch per chunk), same items and order
+/// (the chunked CPU run sends from the beams' own send thread, as to a network).
 #[test]
 fn chunked_beams_match_the_per_batch_cpu_path() {
     let dir = scratch_dir("xbgpu-beam-chunks");
@@ -331,6 +354,7 @@ fn chunked_beams_match_the_per_batch_cpu_path() {
         &pl,
         Box::new(PerBatch(cpu())),
         "per-batch.pcap",
+        false,
     );
     assert_eq!(want.len(), 24);
     let most = Arc::new(AtomicUsize::new(0));
@@ -340,6 +364,7 @@ fn chunked_beams_match_the_per_batch_cpu_path() {
         &pl,
         Box::new(Chunked(cpu(), most.clone())),
         "chunk.pcap",
+        true,
     );
     assert_eq!(chunked.len(), want.len());
     assert_eq!(
@@ -380,6 +405,7 @@ fn chunked_beams_match_the_per_batch_cpu_path() {
         &pl,
         Box::new(Chunked(gpu, most.clone())),
         "gpu.pcap",
+        false,
     );
     assert_eq!(most.load(Ordering::Relaxed), 4);
     assert_eq!(got.len(), want.len());

@@ -8,7 +8,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::Path;
 use std::time::Duration;
 
-use crate::apps::array::plan::Sizes;
+use crate::apps::array::plan::{EngineCores, Placement, Sizes};
 use crate::apps::array::procs::{child, stop_all, wait_json, wait_ready, Proc};
 use crate::spead::ids;
 
@@ -186,6 +186,15 @@ impl Array {
         let beams = (0..BEAMS.len())
             .map(|b| Receiver::start(beam_out(b), ids::BF_RAW))
             .collect::<std::io::Result<Vec<_>>>()?;
+        let pins = Pins::new(
+            sizes.real_rate,
+            &crate::net::affinity::available_cores().0,
+            n,
+            shapes.len(),
+        );
+        for line in pins.lines() {
+            tracing::info!("{line}");
+        }
         let mut procs = Vec::new();
         let started = (|| -> anyhow::Result<()> {
             for (k, sh) in shapes.iter().enumerate() {
@@ -233,6 +242,7 @@ impl Array {
                     }
                 }
                 a.extend(sizes.xbgpu_recv.iter().cloned());
+                a.extend(pins.args(&pins.xb, k));
                 a.push(x_in(k).to_string());
                 procs.push(child(name, &exe, &a, &logs.join(format!("{name}.log")))?);
             }
@@ -287,7 +297,7 @@ impl Array {
             wait_ready(&mut all, "output ready", Duration::from_secs(120))?;
             for ant in 0..n {
                 let name = format!("dsim{ant}");
-                let a = vec![
+                let mut a = vec![
                     s("dsim"),
                     s("--adc-sample-rate"),
                     fs.to_string(),
@@ -301,9 +311,9 @@ impl Array {
                     s("127.0.0.1"),
                     s("--katcp-port"),
                     dsim_katcp(ant).port().to_string(),
-                    f_in(ant, 0).to_string(),
-                    f_in(ant, 1).to_string(),
                 ];
+                a.extend(pins.args(&pins.dsims, ant));
+                a.extend([f_in(ant, 0).to_string(), f_in(ant, 1).to_string()]);
                 procs.push(child(&name, &exe, &a, &logs.join(format!("{name}.log")))?);
             }
             Ok(())
@@ -328,6 +338,84 @@ impl Array {
                 beam_spectra_per_heap: jones / c,
             },
         })
+    }
+}
+
+/// Where the threads that must keep up run at real rates: each XB-engine's receive thread
+/// on a core of its own (the last cores available: one thread takes every F-engine's
+/// output) and each dsim's two send threads on two more (the first cores); the F-engines'
+/// threads float over the rest. The array's core plan gives every thread a core, which
+/// 4 antennas with their dsims and 2 XB-engines (26 threads) do not find on a 16-core host.
+/// Nothing is pinned below the real rate or where the cores do not suffice.
+struct Pins {
+    /// The XB-engines' placements (wideband, then narrowband).
+    xb: Vec<EngineCores>,
+    /// The dsims' placements, by antenna.
+    dsims: Vec<EngineCores>,
+    /// Why nothing is pinned.
+    unpinned: Option<String>,
+}
+
+impl Pins {
+    fn new(real_rate: bool, available: &[usize], antennas: usize, xbs: usize) -> Pins {
+        let need = 2 * antennas + xbs;
+        let unpinned = if !real_rate {
+            Some("below the real rate the engines keep up unpinned".to_string())
+        } else if available.len() < need + 2 {
+            Some(format!(
+                "{need} threads to pin and 2 cores for the F-engines, but {} cores available",
+                available.len()
+            ))
+        } else {
+            None
+        };
+        if unpinned.is_some() {
+            return Pins {
+                xb: Vec::new(),
+                dsims: Vec::new(),
+                unpinned,
+            };
+        }
+        let xb = (0..xbs)
+            .map(|k| EngineCores {
+                name: if k == 0 { "xbgpu" } else { "xbgpu-nb" }.to_string(),
+                place: Placement::Xbgpu {
+                    recv: vec![available[available.len() - 1 - k]],
+                },
+            })
+            .collect();
+        let dsims = (0..antennas)
+            .map(|a| EngineCores {
+                name: format!("dsim{a}"),
+                place: Placement::Dsim {
+                    send: available[2 * a..2 * a + 2].to_vec(),
+                    main: available[2 * a + 1],
+                },
+            })
+            .collect();
+        Pins {
+            xb,
+            dsims,
+            unpinned: None,
+        }
+    }
+
+    /// The options of engine `k` of `engines` (none when unpinned).
+    fn args(&self, engines: &[EngineCores], k: usize) -> Vec<String> {
+        engines.get(k).map(EngineCores::args).unwrap_or_default()
+    }
+
+    /// The plan as the log prints it.
+    fn lines(&self) -> Vec<String> {
+        match &self.unpinned {
+            Some(why) => vec![format!("core plan: engines unpinned: {why}")],
+            None => self
+                .dsims
+                .iter()
+                .chain(&self.xb)
+                .map(|e| format!("core plan: {} (F-engines unpinned)", e.describe()))
+                .collect(),
+        }
     }
 }
 
@@ -372,4 +460,27 @@ pub fn unix_now() -> anyhow::Result<f64> {
     Ok(std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Pins;
+
+    #[test]
+    fn real_rate_pins_the_dsims_and_xb_receive_threads_on_disjoint_cores() {
+        let cores: Vec<usize> = (0..16).collect();
+        let p = Pins::new(true, &cores, 4, 2);
+        assert!(p.unpinned.is_none());
+        assert_eq!(p.args(&p.xb, 0), ["--recv-affinity", "15"]);
+        assert_eq!(p.args(&p.xb, 1), ["--recv-affinity", "14"]);
+        assert_eq!(
+            p.args(&p.dsims, 3),
+            ["--affinity", "6-7", "--main-affinity", "7"]
+        );
+        // 4 antennas need 10 pinned cores and 2 to float on.
+        let few = Pins::new(true, &cores[..11], 4, 2);
+        assert!(few.unpinned.as_deref().unwrap().contains("11 cores"));
+        assert!(few.args(&few.xb, 0).is_empty());
+        assert!(Pins::new(false, &cores, 4, 2).unpinned.is_some());
+    }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::backend::{Beamformer, PipelineError};
+use crate::engines::common::send_worker::{HeapPart, OutBuf, QueuedSender, SendWorker};
 use crate::net::send::heap::HeapSender;
 use crate::spead::{ids, Descriptor};
 
@@ -31,10 +32,24 @@ pub struct BStats {
     pub clipped_formed: u64,
 }
 
+/// Where the beam heaps are sent from.
+enum BeamTx {
+    /// The thread that forms them (a pcap file keeps the order of every output's packets).
+    Inline(HeapSender),
+    /// A send thread of their own (live outputs: pacing and the socket calls, about half
+    /// a core per GB/s on loopback, stay off the thread that feeds the GPU).
+    Queued {
+        /// The beams' queue.
+        q: QueuedSender,
+        /// Its thread (kept for as long as the queue).
+        _worker: SendWorker,
+    },
+}
+
 /// All beams of one engine, sharing one heap counter sequence.
 pub struct BPipeline {
     bf: Box<dyn Beamformer>,
-    sender: HeapSender,
+    tx: BeamTx,
     channel_offset: u64,
     outs: Vec<Vec<i8>>,
     /// Beams formed ahead by [`BPipeline::prepare`]: timestamps, outputs (`[batch][beam]`),
@@ -66,7 +81,7 @@ impl BPipeline {
     ) -> Self {
         BPipeline {
             bf,
-            sender,
+            tx: BeamTx::Inline(sender),
             channel_offset,
             outs: vec![vec![0; beam_bytes]; names.len()],
             pre_ts: Vec::new(),
@@ -86,6 +101,28 @@ impl BPipeline {
                 .collect(),
             steady: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Sends the beam heaps from a thread of their own (pinned to `core` if given) when the
+    /// sender's sink is live; a file sink keeps them on the forming thread.
+    pub fn with_send_thread(mut self, core: Option<usize>) -> std::io::Result<Self> {
+        if let BeamTx::Inline(s) = self.tx {
+            self.tx = if s.is_offline() {
+                BeamTx::Inline(s)
+            } else {
+                let (worker, mut q) = SendWorker::spawn(vec![s], core)?;
+                let q = q
+                    .pop()
+                    .ok_or_else(|| std::io::Error::other("no beam sender"))?;
+                BeamTx::Queued { q, _worker: worker }
+            };
+        }
+        Ok(self)
+    }
+
+    /// Whether the beams are sent from a thread of their own.
+    pub fn sends_from_own_thread(&self) -> bool {
+        matches!(self.tx, BeamTx::Queued { .. })
     }
 
     /// Notes that the input chunk ending at `end` is taken for beamforming: a beam request
@@ -152,20 +189,44 @@ impl BPipeline {
         for (s, c) in self.stats.iter_mut().zip(&clipped) {
             s.clipped_formed += c;
         }
-        for (b, out) in self.outs.iter().enumerate() {
-            if !self.enabled[b].sends(ts) {
-                continue;
+        let items = [
+            (ids::TIMESTAMP, ts),
+            (ids::FREQUENCY, self.channel_offset),
+            (ids::BEAM_ANTS, n_present),
+        ];
+        let sending: Vec<usize> = (0..self.outs.len())
+            .filter(|&b| self.enabled[b].sends(ts))
+            .collect();
+        match &mut self.tx {
+            BeamTx::Inline(sender) => {
+                for &b in &sending {
+                    sender.send_heap(b, &items, ids::BF_RAW, bytemuck_i8(&self.outs[b]))?;
+                }
             }
-            let bytes: &[u8] = bytemuck_i8(out);
-            let items = [
-                (ids::TIMESTAMP, ts),
-                (ids::FREQUENCY, self.channel_offset),
-                (ids::BEAM_ANTS, n_present),
-            ];
-            self.sender.send_heap(b, &items, ids::BF_RAW, bytes)?;
+            BeamTx::Queued { q, .. } if !sending.is_empty() => {
+                // one job: the sending beams back to back in one buffer
+                let len: usize = sending.iter().map(|&b| self.outs[b].len()).sum();
+                let mut buf = q.buffer(len);
+                let mut heaps = Vec::with_capacity(sending.len());
+                let mut at = 0;
+                for &b in &sending {
+                    let bytes = bytemuck_i8(&self.outs[b]);
+                    buf[at..at + bytes.len()].copy_from_slice(bytes);
+                    heaps.push(HeapPart {
+                        dst: b,
+                        items: items.to_vec(),
+                        payload: at..at + bytes.len(),
+                    });
+                    at += bytes.len();
+                }
+                q.send(ids::BF_RAW, heaps, OutBuf::Owned(buf))?;
+            }
+            BeamTx::Queued { .. } => {}
+        }
+        for &b in &sending {
             let s = &mut self.stats[b];
             s.heaps += 1;
-            s.bytes += bytes.len() as u64;
+            s.bytes += self.outs[b].len() as u64;
             s.clipped_samples += clipped.get(b).copied().unwrap_or(0);
             s.last_timestamp = Some(ts);
         }
@@ -178,9 +239,12 @@ impl BPipeline {
         Ok(self.bf.fence_input()?)
     }
 
-    /// Flushes the sender.
+    /// Flushes the sender (after the send thread has sent everything queued).
     pub fn finish(&mut self) -> std::io::Result<()> {
-        self.sender.flush()
+        match &mut self.tx {
+            BeamTx::Inline(s) => s.flush(),
+            BeamTx::Queued { q, .. } => q.flush(),
+        }
     }
 }
 

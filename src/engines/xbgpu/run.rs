@@ -322,6 +322,7 @@ fn beam_output(
         batch_step,
     )
     .with_dither(cfg.beams.iter().map(|b| b.dither).collect());
+    let core = cfg.io.send_cores()?.first().copied().flatten();
     let bp = BPipeline::new(
         &names,
         Box::new(bf),
@@ -329,7 +330,8 @@ fn beam_output(
         cfg.channel_offset as u64,
         beam_bytes,
         false,
-    );
+    )
+    .with_send_thread(core)?;
     for ((name, e), b) in names.iter().zip(&bp.enabled).zip(&cfg.beams) {
         if b.send_enabled.unwrap_or(false) {
             e.start(0);

@@ -67,6 +67,12 @@ impl HeapSender {
         }
     }
 
+    /// True if the sink has its own notion of time (a file): the packets' order there is
+    /// the output, so the heaps are best sent from the thread that makes them.
+    pub fn is_offline(&self) -> bool {
+        self.sink.is_offline()
+    }
+
     /// Counts the time of this sender's data heaps on thread `thread`'s stages
     /// `build`, `pace` and `sink`.
     pub fn time_stages(&mut self, thread: &str) {
