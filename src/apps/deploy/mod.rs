@@ -44,7 +44,8 @@ pub struct DeployArgs {
     /// Hosts file (JSON; see the README's "Deployment on Kubernetes").
     #[arg(long)]
     pub hosts: PathBuf,
-    /// XB-engines, each correlating an equal channel range (a power of two).
+    /// XB-engines, each correlating an equal channel range (a power of two, at least 32
+    /// channels each).
     #[arg(long, default_value_t = 4)]
     pub x_engines: usize,
     /// ADC sample rate (Hz).

@@ -146,10 +146,10 @@ impl Plan {
                 "must be a power of two, 64..=65536",
             ));
         }
-        if nx == 0 || !nx.is_power_of_two() || c / nx < 64 {
+        if nx == 0 || !nx.is_power_of_two() || c / nx < 32 {
             return Err(bad(
                 format!("--x-engines {nx}"),
-                "must be a power of two leaving at least 64 channels per XB-engine",
+                "must be a power of two leaving at least 32 channels per XB-engine",
             ));
         }
         if !(args.adc_sample_rate.is_finite() && args.adc_sample_rate > 0.0) {
@@ -530,7 +530,7 @@ mod tests {
             (&["--antennas", "0", "--channels", "1024"][..], "--antennas"),
             (&["--antennas", "2", "--channels", "1000"][..], "--channels"),
             (
-                &["--antennas", "2", "--channels", "1024", "--x-engines", "32"][..],
+                &["--antennas", "2", "--channels", "1024", "--x-engines", "64"][..],
                 "--x-engines",
             ),
             (

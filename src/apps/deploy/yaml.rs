@@ -101,28 +101,29 @@ mod tests {
                      "volumes": [], "x": {}},
             "list": [[1, 2], "s"],
         });
+        // serde_json's maps keep their keys sorted.
         let want = "---
 apiVersion: \"v1\"
-metadata:
-  name: \"a\"
-  labels:
-    app.kubernetes.io/name: \"gpucbf\"
-spec:
-  containers:
-    - name: \"c\"
-      command:
-        - \"gpucbf\"
-        - \"fgpu\"
-        - \"--gain\"
-        - \"0.5\"
-      ports:
-        - containerPort: 7200
-  volumes: []
-  x: {}
 list:
   - - 1
     - 2
   - \"s\"
+metadata:
+  labels:
+    app.kubernetes.io/name: \"gpucbf\"
+  name: \"a\"
+spec:
+  containers:
+    - command:
+        - \"gpucbf\"
+        - \"fgpu\"
+        - \"--gain\"
+        - \"0.5\"
+      name: \"c\"
+      ports:
+        - containerPort: 7200
+  volumes: []
+  x: {}
 ";
         assert_eq!(document(&v), want);
     }
