@@ -154,7 +154,8 @@ CAPTURE = r"""
 import json, sys, time
 import numpy as np
 import spead2, spead2.recv
-out, iface, groups = sys.argv[1], sys.argv[2], sys.argv[3:]
+out, full, iface, groups = sys.argv[1], sys.argv[2] == "full", sys.argv[3], sys.argv[4:]
+MISSING = -(2 ** 31)
 cfg = spead2.recv.StreamConfig(max_heaps=8, memory_allocator=spead2.MemoryPool(16384, 8 << 20, 16, 8))
 stream = spead2.recv.Stream(spead2.ThreadPool(), cfg)
 for g in groups:
@@ -167,8 +168,13 @@ with open(out, "w") as f:
         if 0x1800 not in items:
             continue
         raw = np.frombuffer(items[0x1800], "<i4")
-        f.write(json.dumps({"t": time.time(), "ts": items[0x1600].immediate_value,
-                            "chan": items[0x4103].immediate_value, "data": raw.tobytes().hex()}) + "\n")
+        rec = {"t": time.time(), "ts": items[0x1600].immediate_value, "chan": items[0x4103].immediate_value}
+        if full:
+            rec["data"] = raw.tobytes().hex()
+        else:
+            v = raw.reshape(-1, 2)
+            rec["missing"] = int(((v[:, 0] == MISSING) & (v[:, 1] == 1)).sum())
+        f.write(json.dumps(rec) + "\n")
         f.flush()
 """
 
@@ -232,11 +238,12 @@ class Array:
                     raise RuntimeError(f"{n} not live after {timeout} s")
                 time.sleep(0.3)
 
-    def start_capture(self, path, sink):
-        """Capture in host `sink`'s namespace of every XB-engine's correlation products."""
+    def start_capture(self, path, sink, full=True):
+        """Capture in host `sink`'s namespace of every XB-engine's correlation products:
+        each heap's data (`full`), or only its count of MISSING values."""
         groups = [g for e in self.plan["engines"] if e["kind"] == "xbgpu" for g in e["sends"]]
         self.capture_path = Path(path)
-        cmd = [self.python, "-c", CAPTURE, str(path), address(sink), *groups]
+        cmd = [self.python, "-c", CAPTURE, str(path), "full" if full else "count", address(sink), *groups]
         self.capture = subprocess.Popen(self.net.wrap(sink, cmd), stdout=subprocess.DEVNULL,
                                         stderr=open(self.logs / "capture.log", "w"))
         deadline = time.time() + 30
@@ -295,7 +302,8 @@ class Array:
 
 
 def read_capture(path):
-    """[(arrival time, timestamp, first channel, int32 array)] in arrival order."""
+    """[(arrival time, timestamp, first channel, int32 array or count of MISSING values)]
+    in arrival order."""
     import numpy as np
     out = []
     for line in Path(path).read_text().splitlines():
@@ -303,7 +311,8 @@ def read_capture(path):
             d = json.loads(line)
         except ValueError:
             continue  # the line being written when the capture was killed
-        out.append((d["t"], d["ts"], d["chan"], np.frombuffer(bytes.fromhex(d["data"]), "<i4")))
+        data = np.frombuffer(bytes.fromhex(d["data"]), "<i4") if "data" in d else d["missing"]
+        out.append((d["t"], d["ts"], d["chan"], data))
     return out
 
 
@@ -337,9 +346,11 @@ def simulate(argv):
     ap.add_argument("--channels", type=int, default=256)
     ap.add_argument("--adc-sample-rate", type=float, default=1712e6 / 2048)
     ap.add_argument("--jones-per-batch", type=int, default=32768)
+    ap.add_argument("--int-time", type=float, default=0.3)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--warm-up", type=float, default=3)
     ap.add_argument("--no-snooping", action="store_true")
+    ap.add_argument("--full", action="store_true", help="capture the products, not only MISSING counts")
     ap.add_argument("--out", default="/tmp/g26-sim")
     a = ap.parse_args(argv)
     out = Path(a.out)
@@ -347,13 +358,13 @@ def simulate(argv):
     n_engines = 2 * a.antennas + a.x_engines
     hf = hosts_file(out / "hosts.json", n_engines)
     plan = deploy(a.gpucbf, hf, "--antennas", a.antennas, "--channels", a.channels, "--x-engines", a.x_engines,
-                  "--adc-sample-rate", a.adc_sample_rate, "--jones-per-batch", a.jones_per_batch, "--int-time", 0.3,
+                  "--adc-sample-rate", a.adc_sample_rate, "--jones-per-batch", a.jones_per_batch, "--int-time", a.int_time,
                   "--backend", "cpu", "--dsims", "--gain", 0.14, "--sync-time", int(time.time()),
                   "--fgpu-cores", 1, "--xbgpu-cores", 1, "--dsim-cores", 1, "--dsim-period", 1 << 20)
     net = Net(n_engines + 1, snooping=not a.no_snooping)
     arr = Array(a.gpucbf, plan, net, out / "logs")
     try:
-        arr.start_capture(out / "capture.jsonl", n_engines)
+        arr.start_capture(out / "capture.jsonl", n_engines, full=a.full)
         t_start = time.time()
         arr.start_all()
         started = time.time() - t_start
@@ -388,8 +399,9 @@ def simulate(argv):
         "adc_sample_rate": a.adc_sample_rate, "igmp_snooping": not a.no_snooping,
         "dump_seconds": plan["dump_seconds"], "start_seconds": round(started, 1), "measured_seconds": round(span, 1),
         "dumps_received": len(heaps), "dumps_expected": round(span / plan["dump_seconds"] * a.x_engines),
-        "dumps_with_missing": sum(any_missing(d) for _, _, _, d in heaps),
+        "dumps_with_missing": sum(any_missing(d) if a.full else d > 0 for _, _, _, d in heaps),
         "by_kind": by_kind,
+        "load_average_1min_at_end": round(os.getloadavg()[0], 1),
     }, indent=1))
 
 

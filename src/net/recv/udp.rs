@@ -568,8 +568,9 @@ mod tests {
         }
         a.poll_ms = 20;
         b.poll_ms = 20;
-        let tx = crate::net::send::udp::UdpSink::new(lo, 1, 1 << 16).unwrap();
-        let tx = tx.socket();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket2::SockRef::from(&tx).set_multicast_if_v4(&lo).unwrap();
+        tx.set_multicast_loop_v4(true).unwrap();
         tx.send_to(b"to-a", ga).unwrap();
         tx.send_to(b"to-b", gb).unwrap();
         let read = |src: &mut UdpRecvSource| {
