@@ -163,7 +163,7 @@ impl Plan {
         check_groups("--corrprod-groups", args.corrprod_groups, nx)?;
         let sizes = Sizes::for_rate(args.adc_sample_rate, c);
         let jones = args.jones_per_batch.unwrap_or(sizes.jones_per_batch);
-        if jones % c != 0 || jones / c == 0 {
+        if !jones.is_multiple_of(c) || jones / c == 0 {
             return Err(bad(
                 format!("--jones-per-batch {jones}"),
                 "must be a multiple of --channels",

@@ -569,7 +569,9 @@ mod tests {
         a.poll_ms = 20;
         b.poll_ms = 20;
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        socket2::SockRef::from(&tx).set_multicast_if_v4(&lo).unwrap();
+        socket2::SockRef::from(&tx)
+            .set_multicast_if_v4(&lo)
+            .unwrap();
         tx.set_multicast_loop_v4(true).unwrap();
         tx.send_to(b"to-a", ga).unwrap();
         tx.send_to(b"to-b", gb).unwrap();
