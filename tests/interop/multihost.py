@@ -350,6 +350,7 @@ def simulate(argv):
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--warm-up", type=float, default=3)
     ap.add_argument("--no-snooping", action="store_true")
+    ap.add_argument("--one-host", action="store_true", help="every engine in one namespace")
     ap.add_argument("--full", action="store_true", help="capture the products, not only MISSING counts")
     ap.add_argument("--out", default="/tmp/g26-sim")
     a = ap.parse_args(argv)
@@ -362,7 +363,7 @@ def simulate(argv):
                   "--backend", "cpu", "--dsims", "--gain", 0.14, "--sync-time", int(time.time()),
                   "--fgpu-cores", 1, "--xbgpu-cores", 1, "--dsim-cores", 1, "--dsim-period", 1 << 20)
     net = Net(n_engines + 1, snooping=not a.no_snooping)
-    arr = Array(a.gpucbf, plan, net, out / "logs")
+    arr = Array(a.gpucbf, plan, net, out / "logs", one_host=a.one_host)
     try:
         arr.start_capture(out / "capture.jsonl", n_engines, full=a.full)
         t_start = time.time()
@@ -396,7 +397,7 @@ def simulate(argv):
             d["cpu_cores"] = {"total": round(sum(cpu), 3), "max": round(max(cpu), 3)}
     print(json.dumps({
         "hosts": n_engines + 1, "antennas": a.antennas, "x_engines": a.x_engines, "channels": a.channels,
-        "adc_sample_rate": a.adc_sample_rate, "igmp_snooping": not a.no_snooping,
+        "adc_sample_rate": a.adc_sample_rate, "igmp_snooping": not a.no_snooping, "one_host": a.one_host,
         "dump_seconds": plan["dump_seconds"], "start_seconds": round(started, 1), "measured_seconds": round(span, 1),
         "dumps_received": len(heaps), "dumps_expected": round(span / plan["dump_seconds"] * a.x_engines),
         "dumps_with_missing": sum(any_missing(d) if a.full else d > 0 for _, _, _, d in heaps),
