@@ -12,6 +12,7 @@ substream per XB-engine group, the capture joins the XB-engines' correlation-pro
   product of exactly that antenna's baselines, nothing else; after it restarts from the same
   command line the dumps are whole again.
 * Killing one XB-engine loses its channel range only: the other's heaps keep coming, whole.
+* Each host's bridge port carries only the groups its engine joined (IGMP snooping).
 * The manifests of the same `gpucbf deploy` validate against the Kubernetes schemas
   (kubernetes-validate, strict), and their probe commands run against the engines here.
 """
@@ -27,7 +28,7 @@ REASON = mh.unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"multi-host harness: {REASON}")
 
 ANTS, NX, C = 4, 2, 256
-ADC = 1712e6 / 2048
+ADC = 1712e6 / 4096
 N_ENGINES = 2 * ANTS + NX
 SYNC = int(time.time()) - 1
 DEPLOY = ["--antennas", ANTS, "--channels", C, "--x-engines", NX, "--adc-sample-rate", ADC,
@@ -76,7 +77,9 @@ def runs(gpucbf, plan):
                     a.start(n)
             for a in (one, arr):
                 a.wait_live(a.names("dsim"))
+            l0 = nets[1].link_bytes()
             time.sleep(8)
+            out["links"] = (l0, nets[1].link_bytes(), {e["name"]: arr.where[e["name"]] for e in p["engines"]})
             for key, a in (("one", one), ("multi", arr)):
                 out[key + "_ready"] = {n: a.probe(n, "ready") for n in ("xbgpu0", "fgpu0", "dsim0")}
                 out[key + "_rx"] = {n: a.request(n, "sensor-value", "rx.device-status", "--expect-status", "nominal")
@@ -122,6 +125,21 @@ def test_one_host_and_multi_host_give_identical_products(runs):
     # Real products: autocorrelations of correlated noise, well above zero.
     v = one[clean[-1]].reshape(C // NX, ANTS * (ANTS + 1) // 2, 4, 2)
     assert (v[:, 0, 0, 0] > 0).all()
+
+
+def test_each_host_link_carries_only_the_groups_its_engine_joined(runs):
+    """IGMP snooping on the bridge: a dsim's port receives (almost) nothing, an F-engine's
+    its own digitiser's two groups, an XB-engine's its share of every F-engine's output."""
+    l0, l1, where = runs["links"]
+    sent = {n: l1[i][0] - l0[i][0] for n, i in where.items()}
+    got = {n: l1[i][1] - l0[i][1] for n, i in where.items()}
+    for a in range(ANTS):
+        assert sent[f"dsim{a}"] > 100_000, sent
+        assert got[f"dsim{a}"] < 0.02 * sent[f"dsim{a}"], (a, got[f"dsim{a}"])
+        assert 0.9 < got[f"fgpu{a}"] / sent[f"dsim{a}"] < 1.1, (a, got[f"fgpu{a}"], sent[f"dsim{a}"])
+    f_out = sum(sent[f"fgpu{a}"] for a in range(ANTS))
+    for k in range(NX):
+        assert 0.9 < got[f"xbgpu{k}"] / (f_out / NX) < 1.1, (k, got[f"xbgpu{k}"], f_out)
 
 
 def test_readiness_and_liveness_probes_pass_on_running_engines(runs):
