@@ -68,6 +68,12 @@ enum Command {
     /// Soak report of running engines: samples their metrics, writes soak.csv/json/png and
     /// exits non-zero when anything was lost after the warm-up.
     Soak(gpucbf::apps::soak::SoakArgs),
+    /// Kubernetes manifests (or the engines' command lines) for a whole array on a list of
+    /// hosts: one pod per engine, multicast groups, ports and resources planned.
+    Deploy(gpucbf::apps::deploy::DeployArgs),
+    /// One katcp request to an engine (`watchdog`, `sensor-value NAME`): prints the informs
+    /// and reply, exits non-zero on failure (the deploy manifests' probes).
+    KatcpRequest(gpucbf::apps::deploy::probe::KatcpRequestArgs),
     /// Runs PROGRAM [ARGS...] with the SCHED_RR real-time policy at priority 1 (katgpucbf
     /// image's `schedrr`: needs CAP_SYS_NICE; fails with status 1 without it).
     #[command(disable_version_flag = true)]
@@ -171,6 +177,11 @@ fn main() -> anyhow::Result<()> {
             if failed > 0 {
                 anyhow::bail!("{failed} of {} checks failed", results.len());
             }
+        }
+        Command::Deploy(args) => gpucbf::apps::deploy::run(&args)?,
+        Command::KatcpRequest(args) => {
+            let reply = gpucbf::apps::deploy::probe::run(&args)?;
+            print!("{}", gpucbf::apps::deploy::probe::format(&reply));
         }
         Command::Replay(args) => print_json(&gpucbf::apps::replay::run(&args)?)?,
         Command::Soak(args) => {

@@ -1,6 +1,8 @@
 //! Tools built on the engines and compute stages.
 //!
 //! * [`array`](mod@array): a loopback array (dsim -> F-engines -> XB-engine) in one command.
+//! * [`deploy`]: `gpucbf deploy`, the array as Kubernetes manifests or command lines, and
+//!   `gpucbf katcp-request` (the probes' request).
 //! * [`image`]: dirty images of correlator visibilities.
 //! * [`inspect`]: `pcap-info` and `spead-dump`.
 //! * [`nufft`]: `gpucbf nufft`, NUFFTs on `.npy` files ([`crate::npy`]).
@@ -9,6 +11,7 @@
 //! * [`soak`]: `gpucbf soak`, the soak report of running engines (CSV, JSON, PNG, verdict).
 
 pub mod array;
+pub mod deploy;
 pub mod image;
 pub mod inspect;
 pub mod nufft;

@@ -224,6 +224,16 @@ fn receive_socket(
             let any = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
             s.bind(&any.into())
                 .map_err(|e| named(e, format_args!("binding UDP port {port} (for {addr})")))?;
+            // Only the groups this socket joins: Linux otherwise delivers every group that
+            // any socket of the host (network namespace) joined on this port, so engines
+            // sharing a host and a port (one per antenna, or fgpu and xbgpu on 7148) would
+            // read each other's streams.
+            s.set_multicast_all_v4(false).map_err(|e| {
+                named(
+                    e,
+                    format_args!("setting IP_MULTICAST_ALL off for UDP port {port}"),
+                )
+            })?;
             for g in groups.iter().filter(|g| g.ip().is_multicast()) {
                 s.join_multicast_v4(g.ip(), &interface).map_err(|e| {
                     named(
@@ -528,6 +538,52 @@ mod tests {
         // Unicast addresses sharing a port: one socket bound to each.
         let src = UdpRecvSource::new(&two, Ipv4Addr::UNSPECIFIED, 1 << 16).unwrap();
         assert_eq!(src.sockets.len(), 2);
+    }
+
+    /// Two receive sources on one port, each joined to its own group on lo: each gets only
+    /// its group's datagrams (IP_MULTICAST_ALL off), as two engines sharing a host and a
+    /// port must. Skipped (said on stderr) where lo takes no multicast membership.
+    #[test]
+    fn a_multicast_source_reads_only_the_groups_it_joined() {
+        let port = UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let ga = SocketAddrV4::new(Ipv4Addr::new(239, 254, 77, 1), port);
+        let gb = SocketAddrV4::new(Ipv4Addr::new(239, 254, 77, 2), port);
+        let lo = Ipv4Addr::LOCALHOST;
+        let (mut a, mut b) = match (
+            UdpRecvSource::new(&[ga], lo, 1 << 16),
+            UdpRecvSource::new(&[gb], lo, 1 << 16),
+        ) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => {
+                eprintln!("skipped: no multicast membership on lo here: {e}");
+                return;
+            }
+        };
+        for s in a.sockets.iter().chain(&b.sockets) {
+            assert!(!socket2::SockRef::from(s).multicast_all_v4().unwrap());
+        }
+        a.poll_ms = 20;
+        b.poll_ms = 20;
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket2::SockRef::from(&tx)
+            .set_multicast_if_v4(&lo)
+            .unwrap();
+        tx.set_multicast_loop_v4(true).unwrap();
+        tx.send_to(b"to-a", ga).unwrap();
+        tx.send_to(b"to-b", gb).unwrap();
+        let read = |src: &mut UdpRecvSource| {
+            let mut got = Vec::new();
+            for _ in 0..3 {
+                src.recv_batch(&mut |p| got.push(p.to_vec())).unwrap();
+            }
+            got
+        };
+        assert_eq!(read(&mut a), [b"to-a".to_vec()]);
+        assert_eq!(read(&mut b), [b"to-b".to_vec()]);
     }
 
     /// Sends `n` datagrams of 100 bytes (byte k of datagram i: i + k) to a fresh receive
