@@ -104,9 +104,9 @@ impl Backend {
 #[derive(Debug, Clone, PartialEq, Args)]
 pub struct EngineArgs {
     /// Input interface(s) for multicast receive: names (`lo`, `ens1f0`) or IPv4 addresses,
-    /// comma-separated; a name stands for its interface's first IPv4 address. The first
-    /// one receives (katgpucbf gives each receive stream one, round-robin; gpucbf's
-    /// receive threads share one socket set).
+    /// comma-separated; a name stands for its interface's first IPv4 address. Kernel UDP
+    /// receive joins every multicast group of SRC on each of them; --recv-ibv uses the
+    /// first (its RDMA port).
     #[arg(long, value_name = "IFACE[,IFACE...]", default_value = "0.0.0.0", value_parser = parse_interfaces)]
     pub recv_interface: Interfaces,
     /// Receive through DPDK (feature `dpdk`) with these EAL arguments, e.g.
@@ -320,10 +320,10 @@ impl EngineArgs {
                  gpucbf reports its queues and chunk counts as Prometheus metrics"
             );
         }
-        if self.recv_interface.0.len() > 1 {
+        if self.recv_interface.0.len() > 1 && (self.recv_ibv || self.recv_dpdk.is_some()) {
             tracing::info!(
                 first = %self.recv_interface.first(),
-                "--recv-interface: several interfaces given; multicast groups are joined on the first"
+                "--recv-interface: several interfaces given; --recv-ibv/--recv-dpdk receive on the first"
             );
         }
         if self.send_ibv && !cfg!(feature = "ibverbs") {
@@ -358,6 +358,7 @@ impl EngineArgs {
     pub fn recv_options(&self) -> RecvOptions<'_> {
         RecvOptions {
             interface: Some(self.recv_interface.first()),
+            join: &self.recv_interface.0,
             dpdk: self.recv_dpdk.as_deref(),
             ibv: self.recv_ibv,
             buffer: self.recv_buffer,
