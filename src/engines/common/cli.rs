@@ -149,8 +149,9 @@ pub struct EngineArgs {
         default_value = "0"
     )]
     pub recv_comp_vector: String,
-    /// katgpucbf's JSON-lines queue monitor file: accepted; gpucbf reports its queues as
-    /// Prometheus metrics instead, and says so once in the log.
+    /// Write katgpucbf's JSON-lines queue and event monitor to FILE: the receive queues'
+    /// depths every 0.25 s, receive counts that moved, the engine's state changes; each line
+    /// flushed, the file closed cleanly on exit (SIGINT/SIGTERM too).
     #[arg(long, value_name = "FILE")]
     pub monitor_log: Option<PathBuf>,
     /// Multicast TTL.
@@ -313,13 +314,6 @@ impl EngineArgs {
 
     /// Logs, once at start, the katgpucbf options that are accepted but have no effect here.
     pub fn log_not_applicable(&self) {
-        if let Some(f) = &self.monitor_log {
-            tracing::info!(
-                file = %f.display(),
-                "--monitor-log: katgpucbf's JSON-lines queue monitor is not applicable; \
-                 gpucbf reports its queues and chunk counts as Prometheus metrics"
-            );
-        }
         if self.recv_interface.0.len() > 1 && (self.recv_ibv || self.recv_dpdk.is_some()) {
             tracing::info!(
                 first = %self.recv_interface.first(),
@@ -329,6 +323,21 @@ impl EngineArgs {
         if self.send_ibv && !cfg!(feature = "ibverbs") {
             tracing::info!("--send-ibv: built without the ibverbs feature; sending through UDP");
         }
+    }
+
+    /// Opens `--monitor-log`, if given (its sampler runs until the monitor is dropped).
+    pub fn open_monitor_log(
+        &self,
+    ) -> std::io::Result<Option<crate::telemetry::monitor::MonitorLog>> {
+        self.monitor_log
+            .as_deref()
+            .map(|f| {
+                crate::telemetry::monitor::MonitorLog::create(
+                    f,
+                    crate::control::shutdown::requested,
+                )
+            })
+            .transpose()
     }
 
     /// The send threads' cores (`--send-affinity`; one unpinned thread for -1), checked

@@ -43,7 +43,12 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
     serve_prometheus(metrics.registry(), cfg.io.prometheus_addr(cfg.katcp_host))?;
     let recv = io.recv_setup(&cfg.src)?;
     let _transmit = crate::net::send::peerdirect::plan(io.use_peerdirect);
+    let monitor_log = io.open_monitor_log()?;
     let monitor = metrics.take_recv_monitor();
+    let monitor = match &monitor_log {
+        Some(log) => log.recv_monitor(monitor),
+        None => monitor,
+    };
     run_pipelines_monitored(
         recv,
         cfg.placement.clone(),
