@@ -311,9 +311,20 @@ fn sizes_past_memory_are_refused_by_name() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.starts_with("--recv-chunk-samples 1099511627776 needs at least 7.5 TiB")
-            && e.contains("3 receive chunks of 2.5 TiB")
+        e.starts_with("--recv-chunk-samples 1099511627776 needs at least 10.")
+            && e.contains("4 receive chunks of 2.5 TiB (1 for --max-delay-diff 1048576")
             && e.contains("this host's 64.0 GiB (MemTotal)"),
+        "{e}"
+    );
+    // An overlap (--max-delay-diff) of 2^40 samples: 2^15 more chunks of 2^25 held.
+    let a = fgpu(&["--max-delay-diff", "1099511627776"], src);
+    let e = a
+        .check_sizes(&a.wideband, HOST_64G)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("32772 receive chunks of ")
+            && e.contains("(32769 for --max-delay-diff 1099511627776"),
         "{e}"
     );
     let e = fgpu(&["--recv-chunk-samples", &(1u64 << 56).to_string()], src)

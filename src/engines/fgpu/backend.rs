@@ -217,8 +217,7 @@ impl<B: FBackend + Send> BackendChannelizer<B> {
                 .control
                 .lock()
                 .map_err(|_| ChannelizerError::LockPoisoned)?;
-            c.mark_taken(batch_ts);
-            c.applied()
+            c.take_for_batch(batch_ts)
         };
         let segs = [
             self.segments(&ctl, 0, batch_ts)?,

@@ -27,14 +27,17 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
     io.log_not_applicable();
     let sink = io.open_sink_for(&output_dsts(cfg))?;
     let (pipelines, handles, _send_threads) = build_outputs(cfg, &sink)?;
-    let device = Arc::new(FgpuDevice::new(
-        handles,
-        cfg.adc_sample_rate,
-        cfg.sync_time,
-        cfg.gain,
-        cfg.dither_seed,
-        cfg.placement.chunk_samples,
-    ));
+    let device = Arc::new(
+        FgpuDevice::new(
+            handles,
+            cfg.adc_sample_rate,
+            cfg.sync_time,
+            cfg.gain,
+            cfg.dither_seed,
+            cfg.placement.chunk_samples,
+        )
+        .with_max_delay(cfg.sizing.max_delay_diff),
+    );
     crate::engines::common::rx_sensors::RxSensors::spawn_watchdog(&device.rx)?;
     let _katcp = serve_katcp(cfg, device.clone())?;
     let _descriptors = resend_descriptors(cfg)?;
@@ -97,6 +100,7 @@ fn build_outputs(
     for spec in &cfg.outputs {
         let mut ctl = OutputControl::new(spec.channels, cfg.gain as f32);
         ctl.debug = cfg.debug;
+        ctl.gain_step = cfg.sizing.chunk_step(spec);
         let control = Arc::new(Mutex::new(ctl));
         let chan = make_channelizer(spec, cfg, control.clone())?;
         info!(output = %spec.name, channels = spec.channels, destinations = spec.dst.len(), "output ready");
