@@ -245,7 +245,7 @@ fn engines_write_the_monitor_log() {
         assert_eq!(ready["maxsize"], 4);
         assert!(find("qsize", "recv-free").count() >= 2);
         assert_eq!(find("state", "recv").next().unwrap()["state"], "receiving");
-        let chunks = find("count", "chunks").last().expect("chunks counted");
+        let chunks = find("count", "chunks").next_back().expect("chunks counted");
         assert!(chunks["value"].as_u64().unwrap() >= 2, "{chunks}");
         let last = recs.last().unwrap();
         assert_eq!(
