@@ -350,6 +350,14 @@ fn sizes_past_memory_are_refused_by_name() {
     });
     let a = fgpu(&[], src);
     assert!(a.check_sizes(&a.wideband, small).is_ok());
+    // Two output chunks of 2^30 Jones (2^14 batches each) are 8 GiB: not on that host.
+    let a = fgpu(&["--send-chunk-jones", "1073741824"], src);
+    let e = a.check_sizes(&a.wideband, small).unwrap_err().to_string();
+    assert!(
+        e.starts_with("--send-chunk-jones 1073741824 needs at least 8.0 GiB")
+            && e.contains("two output chunks"),
+        "{e}"
+    );
 
     // xbgpu: a million batches per chunk.
     let x = xbgpu(&["--heaps-per-fengine-per-chunk", "1000000"], src);

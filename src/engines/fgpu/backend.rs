@@ -217,7 +217,8 @@ impl<B: FBackend + Send> BackendChannelizer<B> {
                 .control
                 .lock()
                 .map_err(|_| ChannelizerError::LockPoisoned)?;
-            c.take_for_batch(batch_ts)
+            c.mark_taken(batch_ts);
+            c.applied()
         };
         let segs = [
             self.segments(&ctl, 0, batch_ts)?,

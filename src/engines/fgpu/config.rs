@@ -58,8 +58,8 @@ pub struct FgpuArgs {
     #[arg(long, default_value_t = 1 << 20)]
     pub jones_per_batch: u64,
     /// Output chunk size in Jones vectors, rounded up to a multiple of every output's
-    /// `jones_per_batch=`: each output's gains are copied once per output chunk, so a gain
-    /// change lands on a chunk boundary (batches are still sent as computed).
+    /// `jones_per_batch=`: the send queue holds two output chunks of every output (batches
+    /// are still sent as computed).
     #[arg(long, default_value_t = 1 << 23)]
     pub send_chunk_jones: u64,
     /// Largest delay, in samples, the input overlap is sized for: `?delays` takes delays
@@ -300,14 +300,25 @@ impl FgpuArgs {
         }
         let slots = 2 * (self.recv_chunk_samples / self.recv_packet_samples.max(1)) as u128;
         let chunks = chunks_held(slots, self.recv_packet_samples as u128 * bits / 8);
-        // The chunks the store keeps for the overlap (--max-delay-diff and the windows).
-        let overlap = ChunkSizing::new(
+        // The chunks the store keeps for the overlap (--max-delay-diff and the windows), and
+        // the two output chunks of every output the send queue holds (--send-chunk-jones).
+        let sizing = ChunkSizing::new(
             self.send_chunk_jones,
             self.max_delay_diff,
             self.recv_chunk_samples,
             outputs,
         )
-        .map_or(0, |s| s.overlap_chunks) as u128;
+        .ok();
+        let overlap = sizing.map_or(0, |s| s.overlap_chunks) as u128;
+        let out_chunks = sizing.map_or(0, |s| {
+            2 * s.chunk_jones as u128 * 2 * bytes_per_value * outputs.len() as u128
+        });
+        check_memory(
+            host,
+            format!("--send-chunk-jones {}", self.send_chunk_jones),
+            out_chunks,
+            "two output chunks of every output (the send queue)",
+        )?;
         let held = MIN_CHUNKS_HELD + overlap;
         let chunks = chunks / MIN_CHUNKS_HELD * held;
         let what = format!(
@@ -320,8 +331,8 @@ impl FgpuArgs {
         check_memory(
             host,
             format!("{subject} with these outputs"),
-            chunks + outputs_need,
-            &format!("{what} and the outputs' batches"),
+            chunks + outputs_need + out_chunks,
+            &format!("{what}, the outputs' batches and output chunks"),
         )
     }
 }

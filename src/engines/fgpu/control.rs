@@ -3,11 +3,8 @@
 //! the channeliser.
 //!
 //! When changes apply (katgpucbf semantics):
-//! * gains are copied once per output chunk (`--send-chunk-jones`,
-//!   [`OutputControl::gain_step`]): a change applies from the first output chunk whose first
-//!   batch the channeliser copies after the request, never inside a chunk
-//!   ([`OutputControl::gains_apply_from`]); with no output chunk (step 0), from the first
-//!   batch copied after the request (every batch after [`OutputControl::taken_through`]);
+//! * gains apply immediately: from the first batch whose controls the channeliser copies
+//!   after the request (every batch after [`OutputControl::taken_through`]);
 //! * a delay model applies from its load time: each output spectrum uses the model in force
 //!   at its own timestamp, so a model starting inside a batch changes the spectra from the
 //!   first one whose timestamp is at or after its start (a model loaded too late for a batch
@@ -67,10 +64,6 @@ pub struct OutputControl {
     pub taken_through: Option<u64>,
     /// Test-only faults (none by default).
     pub debug: DebugBreak,
-    /// ADC samples per output chunk: the gains are copied once per chunk (0: per batch).
-    pub gain_step: u64,
-    /// The gains copied for the output chunk being filled, with the chunk's index.
-    latched: Option<(u64, [Vec<Complex32>; 2])>,
     /// The initial gain, kept for [`DebugBreak::ignore_gains`].
     initial_gain: f32,
 }
@@ -99,8 +92,6 @@ impl OutputControl {
             delays: [vec![zero_model()], vec![zero_model()]],
             taken_through: None,
             debug: DebugBreak::default(),
-            gain_step: 0,
-            latched: None,
             initial_gain: gain,
         }
     }
@@ -123,36 +114,6 @@ impl OutputControl {
             }
         }
         c
-    }
-
-    /// The controls for the batch at `batch_ts`, as the channeliser applies them: marks the
-    /// batch taken, and with output chunks ([`OutputControl::gain_step`]) the gains copied
-    /// at the chunk's first batch taken (copied anew when a batch of another chunk comes).
-    pub fn take_for_batch(&mut self, batch_ts: u64) -> OutputControl {
-        self.mark_taken(batch_ts);
-        if self.gain_step == 0 {
-            return self.applied();
-        }
-        let chunk = batch_ts / self.gain_step;
-        if self.latched.as_ref().is_none_or(|(c, _)| *c != chunk) {
-            self.latched = Some((chunk, self.gains.clone()));
-        }
-        let mut c = self.clone();
-        if let Some((_, g)) = &self.latched {
-            c.gains = g.clone();
-        }
-        c.applied()
-    }
-
-    /// The first timestamp whose batches get gains changed now: the next output chunk after
-    /// the latest batch taken (the next batch with no output chunks; 0 before any batch).
-    pub fn gains_apply_from(&self, batch_step: u64) -> u64 {
-        let step = if self.gain_step > 0 {
-            self.gain_step
-        } else {
-            batch_step.max(1)
-        };
-        self.taken_through.map_or(0, |t| (t / step + 1) * step)
     }
 
     /// Start of the first model of input `pol` that begins after timestamp `t`.

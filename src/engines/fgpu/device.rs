@@ -285,9 +285,9 @@ impl FgpuDevice {
                 Status::Nominal,
             );
         }
-        let (taken, from) = (ctl.taken_through, ctl.gains_apply_from(o.batch_step));
+        let taken = ctl.taken_through;
         drop(ctl);
-        self.steady(o, taken, from);
+        self.steady(o, taken, 0);
         Ok(vec![])
     }
 

@@ -100,7 +100,6 @@ fn build_outputs(
     for spec in &cfg.outputs {
         let mut ctl = OutputControl::new(spec.channels, cfg.gain as f32);
         ctl.debug = cfg.debug;
-        ctl.gain_step = cfg.sizing.chunk_step(spec);
         let control = Arc::new(Mutex::new(ctl));
         let chan = make_channelizer(spec, cfg, control.clone())?;
         info!(output = %spec.name, channels = spec.channels, destinations = spec.dst.len(), "output ready");
@@ -113,8 +112,9 @@ fn build_outputs(
         });
         parts.push((spec.clone(), chan));
     }
-    let (worker, queued) = SendWorker::spawn_lanes(lanes)?;
-    info!(cores = ?cores, "send threads started");
+    let queue = cfg.sizing.send_queue(&cfg.outputs);
+    let (worker, queued) = SendWorker::spawn_lanes_sized(lanes, queue)?;
+    info!(cores = ?cores, queue_batches = queue, "send threads started");
     let pipelines = parts
         .into_iter()
         .zip(queued)

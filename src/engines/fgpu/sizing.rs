@@ -3,10 +3,10 @@
 //!
 //! * an output chunk holds `--send-chunk-jones` Jones vectors rounded up to a multiple of
 //!   every output's `jones_per_batch` (their least common multiple), so it is whole batches
-//!   of every output; its spectra are `chunk_jones / channels`. gpucbf sends each batch as
-//!   it is computed, and copies an output's gains once per output chunk: a gain change lands
-//!   on the next output-chunk boundary, never inside one (katgpucbf copies them when it
-//!   flushes an output chunk);
+//!   of every output; its spectra are `chunk_jones / channels`. gpucbf hands each batch to
+//!   the send thread as it is computed; the send queue holds two output chunks of every
+//!   output ([`ChunkSizing::send_queue`], katgpucbf keeps a ring of output chunks), and
+//!   those chunks count in the memory check;
 //! * the input overlap is `--max-delay-diff` plus the longest input window of the outputs
 //!   (the samples one spectrum reads: taps × samples per spectrum, plus the DDC filter for a
 //!   narrowband output). katgpucbf copies that many samples from each receive chunk onto
@@ -20,6 +20,9 @@ use crate::engines::common::ConfigError;
 
 /// Largest `--max-delay-diff` (2^47 samples: half the 48-bit timestamp space).
 pub const MAX_DELAY_DIFF: u64 = 1 << 47;
+
+/// Most batches the send queue holds (two output chunks of every output).
+pub const MAX_SEND_QUEUE: u64 = 1 << 15;
 
 /// The chunk sizes of an fgpu run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +113,20 @@ impl ChunkSizing {
                     format!("rounded up to a multiple of {lcm} (jones_per_batch) is past 2^64"),
                 )
             })?;
+        let batches: u64 = outputs
+            .iter()
+            .map(|o| chunk_jones / o.jones_per_batch as u64)
+            .sum();
+        if 2 * batches > MAX_SEND_QUEUE {
+            return Err(ConfigError::rule(
+                format!("--send-chunk-jones {send_chunk_jones}"),
+                format!(
+                    "makes output chunks of {chunk_jones} Jones vectors, {batches} batches of \
+                     the outputs: the send queue holds two chunks, at most {MAX_SEND_QUEUE} \
+                     batches"
+                ),
+            ));
+        }
         let window = outputs.iter().map(input_window).max().unwrap_or(0);
         let overlap = max_delay_diff + window;
         Ok(ChunkSizing {
@@ -130,9 +147,15 @@ impl ChunkSizing {
         self.chunk_jones / o.jones_per_batch as u64
     }
 
-    /// ADC samples an output chunk of `o` spans (its gain step).
+    /// ADC samples an output chunk of `o` spans.
     pub fn chunk_step(&self, o: &WidebandSpec) -> u64 {
         self.batches_per_chunk(o) * o.batch_step()
+    }
+
+    /// Batches the send queue holds: two output chunks of every output (at least 2).
+    pub fn send_queue(&self, outputs: &[WidebandSpec]) -> usize {
+        let per: u64 = outputs.iter().map(|o| self.batches_per_chunk(o)).sum();
+        (2 * per).clamp(2, MAX_SEND_QUEUE) as usize
     }
 }
 
@@ -167,6 +190,10 @@ mod tests {
         );
         assert_eq!(s.batches_per_chunk(&w), 8);
         assert_eq!(s.chunk_step(&w), 2048 * 8192);
+        // Two chunks of both outputs: 2 × (8 + 8) batches, katgpucbf's default queue of 16
+        // for one output.
+        assert_eq!(s.send_queue(&[w.clone(), n.clone()]), 32);
+        assert_eq!(s.send_queue(std::slice::from_ref(&w)), 16);
         assert_eq!(input_window(&w), 16 * 8192);
         // Narrowband (discard mode): 16 taps of 2 × 32768 complex samples, subsampled by
         // the decimation, plus the DDC filter.
@@ -203,5 +230,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("past 2^64"), "{e}");
+        // 2^15 batches of 2^16 Jones in a chunk: two chunks exceed the send queue.
+        let e = ChunkSizing::new(1 << 31, 0, 1 << 18, &o)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--send-chunk-jones 2147483648") && e.contains("32768 batches"),
+            "{e}"
+        );
+        assert!(ChunkSizing::new(1 << 30, 0, 1 << 18, &o).is_ok());
     }
 }

@@ -317,52 +317,6 @@ fn delay_sensor_changes_at_the_load_time() {
     assert_eq!(sensor("wb.input0.delay"), "(1000000, 0.25, 0.0, 0.0, 0.0)");
 }
 
-/// With output chunks of 4 batches (`--send-chunk-jones`), the gains are copied at a
-/// chunk's first batch: a change while chunk 1 is being filled leaves the rest of chunk 1
-/// alone and reaches chunk 2 on, which `steady-state-timestamp` says. Through the
-/// channeliser (CPU), as the engine prepares its batches.
-#[test]
-fn gains_land_on_output_chunk_boundaries() {
-    let make = || CpuBackend::new(cfg()).unwrap();
-    let none = |_: &SharedControl| {};
-    let ctl = control(&[]);
-    ctl.lock().unwrap().gain_step = 4 * STEP;
-    let dev = FgpuDevice::new(
-        vec![OutputHandle {
-            name: "wb".into(),
-            channels: C,
-            batch_step: STEP,
-            spectrum_step: SBS,
-            control: ctl.clone(),
-        }],
-        1e6,
-        0.0,
-        0.5,
-        1,
-        1 << 20,
-    );
-    let old = |ts| channelise(make(), control(&[]), ts, &none);
-    // Chunk 1 starts (its gains copied), then the gain changes.
-    let first = channelise(make(), ctl.clone(), 4 * STEP, &none);
-    assert_eq!(first, old(4 * STEP));
-    dev.request("gain-all", &["wb".into(), "2".into()]).unwrap();
-    let steady = dev.sensors().get("steady-state-timestamp").unwrap().value;
-    assert_eq!(steady, (8 * STEP).to_string());
-    for ts in [5 * STEP, 7 * STEP] {
-        let got = channelise(make(), ctl.clone(), ts, &none);
-        assert_eq!(got, old(ts), "batch {ts} is still in chunk 1");
-    }
-    let next = channelise(make(), ctl.clone(), 8 * STEP, &none);
-    assert!(
-        max_diff(&next, &old(8 * STEP)) > 8,
-        "chunk 2 has the new gain"
-    );
-    // Without output chunks (step 0) the next batch has it.
-    let c = control(&[]);
-    c.lock().unwrap().take_for_batch(5 * STEP);
-    assert_eq!(c.lock().unwrap().gains_apply_from(STEP), 6 * STEP);
-}
-
 /// `?delays` takes delays up to `--max-delay-diff` samples (here 1000 at 1 MS/s).
 #[test]
 fn delays_are_bounded_by_max_delay_diff() {
