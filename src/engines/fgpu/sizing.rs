@@ -21,7 +21,8 @@ use crate::engines::common::ConfigError;
 /// Largest `--max-delay-diff` (2^47 samples: half the 48-bit timestamp space).
 pub const MAX_DELAY_DIFF: u64 = 1 << 47;
 
-/// Most batches the send queue holds (two output chunks of every output).
+/// Most batches the send queue holds (two output chunks of every output, up to this; the
+/// memory check counts the chunks whole).
 pub const MAX_SEND_QUEUE: u64 = 1 << 15;
 
 /// The chunk sizes of an fgpu run.
@@ -113,20 +114,6 @@ impl ChunkSizing {
                     format!("rounded up to a multiple of {lcm} (jones_per_batch) is past 2^64"),
                 )
             })?;
-        let batches: u64 = outputs
-            .iter()
-            .map(|o| chunk_jones / o.jones_per_batch as u64)
-            .sum();
-        if 2 * batches > MAX_SEND_QUEUE {
-            return Err(ConfigError::rule(
-                format!("--send-chunk-jones {send_chunk_jones}"),
-                format!(
-                    "makes output chunks of {chunk_jones} Jones vectors, {batches} batches of \
-                     the outputs: the send queue holds two chunks, at most {MAX_SEND_QUEUE} \
-                     batches"
-                ),
-            ));
-        }
         let window = outputs.iter().map(input_window).max().unwrap_or(0);
         let overlap = max_delay_diff + window;
         Ok(ChunkSizing {
@@ -152,10 +139,11 @@ impl ChunkSizing {
         self.batches_per_chunk(o) * o.batch_step()
     }
 
-    /// Batches the send queue holds: two output chunks of every output (at least 2).
+    /// Batches the send queue holds: two output chunks of every output (at least 2, at
+    /// most [`MAX_SEND_QUEUE`]).
     pub fn send_queue(&self, outputs: &[WidebandSpec]) -> usize {
         let per: u64 = outputs.iter().map(|o| self.batches_per_chunk(o)).sum();
-        (2 * per).clamp(2, MAX_SEND_QUEUE) as usize
+        2u64.saturating_mul(per).clamp(2, MAX_SEND_QUEUE) as usize
     }
 }
 
@@ -230,14 +218,8 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("past 2^64"), "{e}");
-        // 2^15 batches of 2^16 Jones in a chunk: two chunks exceed the send queue.
-        let e = ChunkSizing::new(1 << 31, 0, 1 << 18, &o)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.starts_with("--send-chunk-jones 2147483648") && e.contains("32768 batches"),
-            "{e}"
-        );
-        assert!(ChunkSizing::new(1 << 30, 0, 1 << 18, &o).is_ok());
+        // 2^15 batches of 2^16 Jones in a chunk: the queue stops at 2^15 batches.
+        let s = ChunkSizing::new(1 << 31, 0, 1 << 18, &o).unwrap();
+        assert_eq!(s.send_queue(&o), 1 << 15);
     }
 }
