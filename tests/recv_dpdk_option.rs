@@ -33,6 +33,7 @@ fn ibv(src: &str, interface: Ipv4Addr) -> String {
 fn ibv_threads(src: &str, interface: Ipv4Addr, threads: usize) -> String {
     let opts = RecvOptions {
         interface: Some(interface),
+        join: &[],
         dpdk: None,
         ibv: true,
         buffer: 0,
@@ -95,6 +96,7 @@ fn recv_ibv_needs_endpoints_and_excludes_dpdk() {
     assert!(m.contains("not endpoints"), "{m}");
     let both = RecvOptions {
         interface: None,
+        join: &[],
         dpdk: Some("--no-huge"),
         ibv: true,
         buffer: 0,

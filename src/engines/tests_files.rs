@@ -186,6 +186,78 @@ fn engines_process_a_capture_with_a_cut_last_record() {
     }
 }
 
+/// `--monitor-log FILE` on fgpu and xbgpu: a run writes JSON lines as katgpucbf's monitor
+/// (`time`, `type`, `name`): the receive queues with their bounds, the first chunk, the
+/// chunks counted, and a last `engine stopped` line (the file is complete when the engine
+/// returns).
+#[test]
+fn engines_write_the_monitor_log() {
+    let (dig, feng) = (tmp("mon-dsim.pcap"), tmp("mon-fgpu.pcap"));
+    let (flog, xlog) = (tmp("mon-f.jsonl"), tmp("mon-x.jsonl"));
+    let d = D::try_parse_from([
+        "dsim",
+        "--adc-sample-rate",
+        "1712e6",
+        "--heaps",
+        "256",
+        "--dither-seed",
+        "1",
+        "--pcap",
+        &dig.to_string_lossy(),
+        "127.0.0.1:7148",
+        "127.0.0.1:7149",
+    ])
+    .unwrap()
+    .a;
+    crate::engines::dsim::run(&d.validate().unwrap()).unwrap();
+    let (feng_s, flog_s, xlog_s) = (
+        feng.to_string_lossy(),
+        flog.to_string_lossy(),
+        xlog.to_string_lossy(),
+    );
+    let extra = [
+        "--recv-chunk-samples",
+        "262144",
+        "--send-pcap",
+        &feng_s,
+        "--monitor-log",
+        &flog_s,
+    ];
+    crate::engines::fgpu::run(&fgpu(&extra, &dig).validate().unwrap()).unwrap();
+    let cfg = xbgpu(&["--monitor-log", &xlog_s], &feng)
+        .validate()
+        .unwrap();
+    crate::engines::xbgpu::run(&cfg).unwrap();
+    for log in [&flog, &xlog] {
+        let text = std::fs::read_to_string(log).unwrap();
+        let recs: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
+            .collect();
+        let find = |ty: &'static str, name: &'static str| {
+            recs.iter()
+                .filter(move |r| r["type"] == ty && r["name"] == name)
+        };
+        assert!(recs
+            .iter()
+            .all(|r| r["time"].as_f64().is_some_and(|t| t >= 0.0)));
+        let ready = find("qsize", "recv-ready").next().expect("recv-ready");
+        assert_eq!(ready["maxsize"], 4);
+        assert!(find("qsize", "recv-free").count() >= 2);
+        assert_eq!(find("state", "recv").next().unwrap()["state"], "receiving");
+        let chunks = find("count", "chunks").next_back().expect("chunks counted");
+        assert!(chunks["value"].as_u64().unwrap() >= 2, "{chunks}");
+        let last = recs.last().unwrap();
+        assert_eq!(
+            (&last["name"], &last["state"]),
+            (&"engine".into(), &"stopped".into())
+        );
+    }
+    for p in [&dig, &feng, &flog, &xlog] {
+        std::fs::remove_file(p).ok();
+    }
+}
+
 /// A directory given as the input is named as such, not parsed as endpoints.
 #[test]
 fn a_directory_input_is_named() {
@@ -239,9 +311,20 @@ fn sizes_past_memory_are_refused_by_name() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.starts_with("--recv-chunk-samples 1099511627776 needs at least 7.5 TiB")
-            && e.contains("3 receive chunks of 2.5 TiB")
+        e.starts_with("--recv-chunk-samples 1099511627776 needs at least 10.")
+            && e.contains("4 receive chunks of 2.5 TiB (1 for --max-delay-diff 1048576")
             && e.contains("this host's 64.0 GiB (MemTotal)"),
+        "{e}"
+    );
+    // An overlap (--max-delay-diff) of 2^40 samples: 2^15 more chunks of 2^25 held.
+    let a = fgpu(&["--max-delay-diff", "1099511627776"], src);
+    let e = a
+        .check_sizes(&a.wideband, HOST_64G)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("32772 receive chunks of ")
+            && e.contains("(32769 for --max-delay-diff 1099511627776"),
         "{e}"
     );
     let e = fgpu(&["--recv-chunk-samples", &(1u64 << 56).to_string()], src)
@@ -267,6 +350,14 @@ fn sizes_past_memory_are_refused_by_name() {
     });
     let a = fgpu(&[], src);
     assert!(a.check_sizes(&a.wideband, small).is_ok());
+    // Two output chunks of 2^30 Jones (2^14 batches each) are 8 GiB: not on that host.
+    let a = fgpu(&["--send-chunk-jones", "1073741824"], src);
+    let e = a.check_sizes(&a.wideband, small).unwrap_err().to_string();
+    assert!(
+        e.starts_with("--send-chunk-jones 1073741824 needs at least 8.0 GiB")
+            && e.contains("two output chunks"),
+        "{e}"
+    );
 
     // xbgpu: a million batches per chunk.
     let x = xbgpu(&["--heaps-per-fengine-per-chunk", "1000000"], src);

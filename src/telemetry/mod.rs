@@ -3,6 +3,7 @@
 //! * Logging set-up (human or JSON lines on stderr) shared by every subcommand, here.
 //! * [`metrics`]: an engine's Prometheus registry and its `/metrics` endpoint.
 //! * [`recv`]: the receive thread's chunk counters and queue depths as Prometheus metrics.
+//! * [`monitor`]: `--monitor-log`, katgpucbf's JSON-lines queue and event monitor.
 //! * [`stages`]: wall-clock seconds per thread and stage of the engines' loops.
 
 use tracing_subscriber::EnvFilter;
@@ -117,6 +118,7 @@ pub fn init_logging(format: LogFormat) {
 
 pub mod cpu;
 pub mod metrics;
+pub mod monitor;
 pub mod process;
 pub mod recv;
 pub mod stages;

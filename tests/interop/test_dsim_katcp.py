@@ -172,3 +172,45 @@ def test_two_send_threads_switch_signals_together(gpucbf):
             t = h[0x1600] + np.arange(4096)
             amp = abs(np.dot(x, np.exp(-2j * np.pi * f / ADC * t))) * 2 / x.size
             assert abs(amp - a * 511) < 2, (did, h[0x1600], amp)
+
+
+def test_max_period_ring(gpucbf):
+    """--max-period sizes the ring: the sensors show --period and --max-period; ?signals with
+    no period takes the whole ring, with one dividing it that one, else fails and changes
+    nothing; a --max-period that is not a multiple of --period is a usage error."""
+    bad = subprocess.run(
+        [gpucbf, "dsim", "--adc-sample-rate", str(ADC), "--period", "8192", "--max-period", "20480",
+         "--heaps", "1", "--pcap", "/dev/null", "127.0.0.1:7148"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+    assert bad.returncode != 0 and "--max-period 20480" in bad.stderr, bad.stderr
+    kport, uport = free_tcp_port(), free_udp_port()
+    proc = subprocess.Popen(
+        [gpucbf, "dsim", "--adc-sample-rate", str(ADC), "--period", str(PERIOD // 4), "--max-period", str(PERIOD),
+         "--katcp-port", str(kport), "--katcp-host", "127.0.0.1", "--dither-seed", "5", "--rate-factor", "0.05",
+         f"127.0.0.1:{uport}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    async def drive():
+        client = await katcp_connect(kport, "dsim")
+
+        async def value(name):
+            _, informs = await client.request("sensor-value", name)
+            return int(informs[0].arguments[4])
+
+        try:
+            assert (await value("period"), await value("max-period")) == (PERIOD // 4, PERIOD)
+            await client.request("signals", "cw(0.1, 1e6);")
+            assert await value("period") == PERIOD
+            await client.request("signals", "cw(0.1, 1e6);", str(PERIOD // 8))
+            assert await value("period") == PERIOD // 8
+            with pytest.raises(aiokatcp.FailReply):
+                await client.request("signals", "cw(0.1, 1e6);", str(2 * PERIOD))
+            assert await value("period") == PERIOD // 8
+            await client.request("halt")
+        finally:
+            client.close()
+            await client.wait_closed()
+
+    asyncio.run(drive())
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err

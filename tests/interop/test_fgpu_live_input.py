@@ -22,27 +22,32 @@ def dig(ts, pol):
     return spead_packet({0x1600: ts, 0x3101: pol, 0x3102: 0}, bytes(5120), heap_cnt=2 * (ts // 4096) + pol + 2)
 
 
-def run_engine(gpucbf, tmp_path, packets, extra=()):
+def run_engine(gpucbf, tmp_path, packets, extra=(), groups=None):
     """Starts fgpu, sends `packets` (ts, pol) paced to the loopback socket buffer (a ts of None:
-    a pause), stops it with SIGTERM;
+    a pause), stops it with SIGTERM; `groups` (one multicast address per pol): the input is
+    those groups, sent to out of `lo`.
     returns (seconds from SIGTERM to exit, summary)."""
     import socket
 
     p0, p1 = free_udp_port(), free_udp_port()
+    hosts = groups or ("127.0.0.1", "127.0.0.1")
     feng = subprocess.Popen(
         [gpucbf, "fgpu", "--adc-sample-rate", str(ADC), "--sync-time", str(int(time.time()) - 1),
          "--array-size", "1", "--wideband", f"name=wb,channels={C},dst=127.0.0.1:7150,jones_per_batch={JONES}",
          "--recv-chunk-samples", str(1 << 19), "--dither-seed", "1",
-         "--send-pcap", str(tmp_path / "f.pcap"), "--backend", "cpu", *extra, f"127.0.0.1:{p0},127.0.0.1:{p1}"],
+         "--send-pcap", str(tmp_path / "f.pcap"), "--backend", "cpu", *extra, f"{hosts[0]}:{p0},{hosts[1]}:{p1}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(1.0)  # the sockets are bound
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            if groups:
+                s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
+                s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
             for k, (ts, pol) in enumerate(packets):
                 if ts is None:
                     time.sleep(0.2)  # the packets before are received first (two sockets)
                     continue
-                s.sendto(dig(ts, pol), ("127.0.0.1", p1 if pol else p0))
+                s.sendto(dig(ts, pol), (hosts[pol], p1 if pol else p0))
                 if k % 64 == 63:
                     time.sleep(0.002)
         time.sleep(1.0)
@@ -98,3 +103,23 @@ def test_two_pinned_receive_threads_take_the_whole_feed(gpucbf, tmp_path):
     assert summary["recv_rejected"] == {}, summary
     wb = summary["outputs"][0]
     assert wb["batches"] == 15 and wb["skipped_heaps"] == 0, wb
+
+
+def test_multicast_on_every_recv_interface_and_the_monitor_log(gpucbf, tmp_path):
+    """Two --recv-interface names (both loopback: tests stay on lo): the groups are joined and
+    the feed arrives whole; --monitor-log has the queue depths and counts, and ends cleanly
+    after SIGTERM (stop-requested, then stopped)."""
+    log = tmp_path / "monitor.jsonl"
+    groups = ("239.200.23.10", "239.200.23.11")
+    extra = ["--recv-interface", "lo,127.0.0.1", "--monitor-log", str(log)]
+    dt, summary, err = run_engine(gpucbf, tmp_path, feed(0, 2048), extra, groups=groups)
+    assert dt < 2.0, f"SIGTERM took {dt:.2f} s"
+    assert summary["input_heaps"] == [2048, 2048], summary
+    recs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert all({"time", "type", "name"} <= r.keys() for r in recs), recs[:3]
+    ready = [r for r in recs if r["type"] == "qsize" and r["name"] == "recv-ready"]
+    assert ready and all(0 <= r["qsize"] <= r["maxsize"] == 4 for r in ready), ready[:3]
+    chunks = [r["value"] for r in recs if r["type"] == "count" and r["name"] == "chunks"]
+    assert chunks and chunks[-1] >= 10, chunks
+    states = [r["state"] for r in recs if r["type"] == "state" and r["name"] == "engine"]
+    assert states == ["running", "stop-requested", "stopped"], states

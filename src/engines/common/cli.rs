@@ -104,9 +104,9 @@ impl Backend {
 #[derive(Debug, Clone, PartialEq, Args)]
 pub struct EngineArgs {
     /// Input interface(s) for multicast receive: names (`lo`, `ens1f0`) or IPv4 addresses,
-    /// comma-separated; a name stands for its interface's first IPv4 address. The first
-    /// one receives (katgpucbf gives each receive stream one, round-robin; gpucbf's
-    /// receive threads share one socket set).
+    /// comma-separated; a name stands for its interface's first IPv4 address. Kernel UDP
+    /// receive joins every multicast group of SRC on each of them; --recv-ibv uses the
+    /// first (its RDMA port).
     #[arg(long, value_name = "IFACE[,IFACE...]", default_value = "0.0.0.0", value_parser = parse_interfaces)]
     pub recv_interface: Interfaces,
     /// Receive through DPDK (feature `dpdk`) with these EAL arguments, e.g.
@@ -149,8 +149,9 @@ pub struct EngineArgs {
         default_value = "0"
     )]
     pub recv_comp_vector: String,
-    /// katgpucbf's JSON-lines queue monitor file: accepted; gpucbf reports its queues as
-    /// Prometheus metrics instead, and says so once in the log.
+    /// Write katgpucbf's JSON-lines queue and event monitor to FILE: the receive queues'
+    /// depths every 0.25 s, receive counts that moved, the engine's state changes; each line
+    /// flushed, the file closed cleanly on exit (SIGINT/SIGTERM too).
     #[arg(long, value_name = "FILE")]
     pub monitor_log: Option<PathBuf>,
     /// Multicast TTL.
@@ -313,22 +314,30 @@ impl EngineArgs {
 
     /// Logs, once at start, the katgpucbf options that are accepted but have no effect here.
     pub fn log_not_applicable(&self) {
-        if let Some(f) = &self.monitor_log {
-            tracing::info!(
-                file = %f.display(),
-                "--monitor-log: katgpucbf's JSON-lines queue monitor is not applicable; \
-                 gpucbf reports its queues and chunk counts as Prometheus metrics"
-            );
-        }
-        if self.recv_interface.0.len() > 1 {
+        if self.recv_interface.0.len() > 1 && (self.recv_ibv || self.recv_dpdk.is_some()) {
             tracing::info!(
                 first = %self.recv_interface.first(),
-                "--recv-interface: several interfaces given; multicast groups are joined on the first"
+                "--recv-interface: several interfaces given; --recv-ibv/--recv-dpdk receive on the first"
             );
         }
         if self.send_ibv && !cfg!(feature = "ibverbs") {
             tracing::info!("--send-ibv: built without the ibverbs feature; sending through UDP");
         }
+    }
+
+    /// Opens `--monitor-log`, if given (its sampler runs until the monitor is dropped).
+    pub fn open_monitor_log(
+        &self,
+    ) -> std::io::Result<Option<crate::telemetry::monitor::MonitorLog>> {
+        self.monitor_log
+            .as_deref()
+            .map(|f| {
+                crate::telemetry::monitor::MonitorLog::create(
+                    f,
+                    crate::control::shutdown::requested,
+                )
+            })
+            .transpose()
     }
 
     /// The send threads' cores (`--send-affinity`; one unpinned thread for -1), checked
@@ -358,6 +367,7 @@ impl EngineArgs {
     pub fn recv_options(&self) -> RecvOptions<'_> {
         RecvOptions {
             interface: Some(self.recv_interface.first()),
+            join: &self.recv_interface.0,
             dpdk: self.recv_dpdk.as_deref(),
             ibv: self.recv_ibv,
             buffer: self.recv_buffer,

@@ -73,6 +73,9 @@ pub enum OpenError {
 pub struct RecvOptions<'a> {
     /// Local interface address (multicast joins; for `--recv-ibv` the RDMA port).
     pub interface: Option<Ipv4Addr>,
+    /// Every `--recv-interface` address: kernel UDP receive joins each multicast group on
+    /// all of them (empty: on `interface` alone).
+    pub join: &'a [Ipv4Addr],
     /// DPDK EAL arguments (`--recv-dpdk`).
     pub dpdk: Option<&'a str>,
     /// Raw-packet ibverbs receive (`--recv-ibv`).
@@ -98,6 +101,7 @@ pub fn open_source(
         src,
         &RecvOptions {
             interface: Some(interface),
+            join: &[],
             dpdk,
             ibv: false,
             buffer: 0,
@@ -142,9 +146,9 @@ pub fn open_source_with(
         src: src.to_string(),
         error: e.to_string(),
     })?;
-    Ok(Box::new(UdpRecvSource::with_config(
+    Ok(Box::new(UdpRecvSource::joined(
         &eps,
-        interface,
+        &opts.join_interfaces(),
         opts.recv_buffer(),
         opts.udp_config(),
     )?))
@@ -158,6 +162,15 @@ impl RecvOptions<'_> {
             c.hold = h;
         }
         c
+    }
+
+    /// The interfaces multicast groups are joined on: `join`, else `interface`.
+    fn join_interfaces(&self) -> Vec<Ipv4Addr> {
+        if self.join.is_empty() {
+            vec![self.interface.unwrap_or(Ipv4Addr::UNSPECIFIED)]
+        } else {
+            self.join.to_vec()
+        }
     }
 
     /// The socket receive buffer asked for.
@@ -220,7 +233,7 @@ pub fn open_sources(
             ports.len()
         )));
     }
-    let interface = opts.interface.unwrap_or(Ipv4Addr::UNSPECIFIED);
+    let join = opts.join_interfaces();
     (0..threads)
         .map(|t| {
             let mine: Vec<_> = eps
@@ -228,12 +241,7 @@ pub fn open_sources(
                 .filter(|e| ports.iter().position(|&p| p == e.port()).unwrap_or(0) % threads == t)
                 .copied()
                 .collect();
-            let s = UdpRecvSource::with_config(
-                &mine,
-                interface,
-                opts.recv_buffer(),
-                opts.udp_config(),
-            )?;
+            let s = UdpRecvSource::joined(&mine, &join, opts.recv_buffer(), opts.udp_config())?;
             Ok(Box::new(s) as Box<dyn PacketSource>)
         })
         .collect()
@@ -584,5 +592,66 @@ mod tests {
         assert_eq!(deal_endpoints(&eps, 5).unwrap().concat().len(), 5);
         let e = deal_endpoints(&eps, 6).unwrap_err();
         assert!(e.contains("at most 5 cores"), "{e}");
+    }
+
+    /// Several `--recv-interface`s: every multicast group of SRC is joined on each (one
+    /// IP_ADD_MEMBERSHIP per group and interface; a second address of an interface already
+    /// joined is fine). On loopback only: groups joined on `lo` receive what is sent to
+    /// them there, and a listed address that is no interface fails by name, which shows the
+    /// join is made on the second interface too.
+    #[test]
+    fn multicast_groups_are_joined_on_every_recv_interface() {
+        let lo = Ipv4Addr::LOCALHOST;
+        let port = std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let src = format!("239.200.23.1+1:{port}");
+        let join = [lo, Ipv4Addr::new(127, 0, 0, 2), lo];
+        let opts = RecvOptions {
+            interface: Some(lo),
+            join: &join,
+            ..Default::default()
+        };
+        let mut rx = open_source_with(&src, &opts).expect("joined on lo");
+        let tx = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+        tx.set_multicast_if_v4(&lo).unwrap();
+        tx.set_multicast_loop_v4(true).unwrap();
+        for (i, g) in ["239.200.23.1", "239.200.23.2"].iter().enumerate() {
+            let to = SocketAddrV4::new(g.parse().unwrap(), port);
+            tx.send_to(&[i as u8 + 1; 8], &to.into()).unwrap();
+        }
+        let mut got = Vec::new();
+        for _ in 0..50 {
+            rx.recv_batch(&mut |p| got.push(p[0])).unwrap();
+            if got.len() == 2 {
+                break;
+            }
+        }
+        got.sort_unstable();
+        assert_eq!(got, vec![1, 2]);
+
+        let nowhere = Ipv4Addr::new(10, 255, 255, 1);
+        let join = [lo, nowhere];
+        let opts = RecvOptions {
+            interface: Some(lo),
+            join: &join,
+            ..Default::default()
+        };
+        let e = open_source_with(&src, &opts)
+            .err()
+            .expect("no such interface");
+        assert!(
+            e.to_string()
+                .contains("joining multicast group 239.200.23.1 on interface 10.255.255.1"),
+            "{e}"
+        );
+        // With the same list, two receive threads (one per port) each join on both.
+        let src2 = format!("239.200.23.1:{port},239.200.23.2:{}", port + 1);
+        let e = open_sources(&src2, &opts, 2)
+            .err()
+            .expect("no such interface");
+        assert!(e.to_string().contains("on interface 10.255.255.1"), "{e}");
     }
 }

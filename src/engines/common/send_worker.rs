@@ -103,6 +103,16 @@ impl SendWorker {
     pub fn spawn_lanes(
         lanes: Vec<(Vec<HeapSender>, Option<usize>)>,
     ) -> io::Result<(SendWorker, Vec<QueuedSender>)> {
+        Self::spawn_lanes_sized(lanes, QUEUE)
+    }
+
+    /// [`SendWorker::spawn_lanes`] with `queue` jobs (batches) queued per lane at most before
+    /// an output waits (fgpu: two output chunks, `--send-chunk-jones`).
+    pub fn spawn_lanes_sized(
+        lanes: Vec<(Vec<HeapSender>, Option<usize>)>,
+        queue: usize,
+    ) -> io::Result<(SendWorker, Vec<QueuedSender>)> {
+        let queue = queue.max(1);
         let outputs = lanes.first().map_or(0, |l| l.0.len());
         if lanes.is_empty() || lanes.iter().any(|l| l.0.len() != outputs) {
             return Err(io::Error::new(
@@ -114,7 +124,7 @@ impl SendWorker {
         let mut returns = Vec::new();
         let mut frees = Vec::new();
         for _ in 0..outputs {
-            let (tx, free) = bounded(lanes.len() * QUEUE + 2);
+            let (tx, free) = bounded(lanes.len() * queue + 2);
             returns.push(tx);
             frees.push(free);
         }
@@ -122,7 +132,7 @@ impl SendWorker {
         let mut txs = Vec::new();
         let mut handles = Vec::new();
         for (l, (senders, core)) in lanes.into_iter().enumerate() {
-            let (jobs, rx) = bounded::<Msg>(QUEUE);
+            let (jobs, rx) = bounded::<Msg>(queue);
             txs.push(jobs);
             let err = error.clone();
             let returns = returns.clone();

@@ -50,8 +50,9 @@ pub struct DsimArgs {
     /// address.
     #[arg(long, default_value = "0.0.0.0", value_parser = crate::engines::common::cli::parse_interface)]
     pub interface: Ipv4Addr,
-    /// Size of the pre-computed ring in samples (katgpucbf's option; default --period).
-    /// gpucbf's ring holds one period, so a value other than --period is refused.
+    /// Size of the pre-computed ring in samples (default --period): a multiple of --period
+    /// and of --heap-samples, at least 2 heaps. `?signals SPEC PERIOD` takes any period
+    /// dividing it.
     #[arg(long)]
     pub max_period: Option<u64>,
     /// Send through ibverbs (katgpucbf's option): accepted; gpucbf's dsim sends through UDP
@@ -132,8 +133,11 @@ pub struct DsimConfig {
     pub first_id: u64,
     /// Dither seed (drawn at random when not given).
     pub dither_seed: u64,
-    /// Replay period in samples (a multiple of `heap_samples`).
+    /// The signal's period in samples at start (divides `max_period`).
     pub period: u64,
+    /// Samples in the pre-computed ring (a multiple of `period` and of `heap_samples`, at
+    /// least 2 heaps).
+    pub max_period: u64,
     /// Heaps per stream to send (`None`: until stopped).
     pub heaps: Option<u64>,
     /// Write packets to this pcap file instead of sending them.
@@ -246,32 +250,7 @@ impl DsimArgs {
                 "must be a positive whole number of bytes",
             ));
         }
-        if self.period == 0 || !self.period.is_multiple_of(self.heap_samples as u64) {
-            return Err(ConfigError::rule(
-                format!("--period {}", self.period),
-                format!(
-                    "must be a positive multiple of --heap-samples {}",
-                    self.heap_samples
-                ),
-            ));
-        }
-        if let Some(m) = self.max_period {
-            if m != self.period {
-                return Err(ConfigError::rule(
-                    format!("--max-period {m}"),
-                    format!(
-                        "must equal --period {} (gpucbf's dsim replays a ring of one period)",
-                        self.period
-                    ),
-                ));
-            }
-        }
-        if self.period < 2 * self.heap_samples as u64 {
-            return Err(ConfigError::rule(
-                format!("--period {}", self.period),
-                "must hold at least 2 heaps",
-            ));
-        }
+        let max_period = self.ring()?;
         if self.comp_vector < -1 {
             return Err(ConfigError::rule("--comp-vector", "must be ≥ -1"));
         }
@@ -336,6 +315,7 @@ impl DsimArgs {
             first_id: self.first_id,
             dither_seed,
             period: self.period,
+            max_period,
             heaps: self.heaps,
             pcap: self.pcap.clone(),
             interface: self.interface,
@@ -359,6 +339,37 @@ impl DsimArgs {
 }
 
 impl DsimArgs {
+    /// The ring's length (`--max-period`, default `--period`), checked as katgpucbf checks
+    /// it: a multiple of `--period` and of `--heap-samples`, at least 2 heaps. Without
+    /// `--max-period` the messages name `--period` (it is then the ring).
+    fn ring(&self) -> Result<u64, ConfigError> {
+        let hs = self.heap_samples as u64;
+        let name = match self.max_period {
+            Some(m) => format!("--max-period {m}"),
+            None => format!("--period {}", self.period),
+        };
+        let max = self.max_period.unwrap_or(self.period);
+        if self.period == 0 {
+            return Err(ConfigError::rule("--period 0", "must be positive"));
+        }
+        if !max.is_multiple_of(self.period) {
+            return Err(ConfigError::rule(
+                name,
+                format!("must be a multiple of --period {}", self.period),
+            ));
+        }
+        if !max.is_multiple_of(hs) {
+            return Err(ConfigError::rule(
+                name,
+                format!("must be a multiple of --heap-samples {hs}"),
+            ));
+        }
+        if max < 2 * hs {
+            return Err(ConfigError::rule(name, "must hold at least 2 heaps"));
+        }
+        Ok(max)
+    }
+
     /// The send threads' cores (`--affinity`; one unpinned thread for -1) for `streams`
     /// streams, and the main thread's (`--main-affinity`), checked against the cores this
     /// process may use.
@@ -407,9 +418,9 @@ impl DsimArgs {
         Ok((send, main))
     }
 
-    /// Heaps the receivers can count, and a replay window (the heaps of one period, or of
-    /// `--heaps` if fewer, for every stream, generated before sending) that fits `host`'s
-    /// memory: the message names the option and the sizes.
+    /// Heaps the receivers can count, and a replay window (the heaps of the ring,
+    /// `--max-period`, or of `--heaps` if fewer, for every stream, generated before sending)
+    /// that fits `host`'s memory: the message names the option and the sizes.
     pub fn check_sizes(&self, host: Option<HostMemory>) -> Result<(), ConfigError> {
         let heap_bytes = self.heap_samples as u128 * self.sample_bits as u128 / 8;
         check_heap(
@@ -417,14 +428,18 @@ impl DsimArgs {
             "digitiser heaps",
             heap_bytes,
         )?;
-        let per_period = self.period / (self.heap_samples as u64).max(1);
+        let ring = self.max_period.unwrap_or(self.period);
+        let per_period = ring / (self.heap_samples as u64).max(1);
         let heaps = self.heaps.map_or(per_period, |h| h.min(per_period)) as u128;
         let streams = self.dest.len() as u128;
         // Packed samples and a saturation count per heap.
         let need = streams * heaps * (heap_bytes + 4);
         check_memory(
             host,
-            format!("--period {}", self.period),
+            match self.max_period {
+                Some(m) => format!("--max-period {m}"),
+                None => format!("--period {}", self.period),
+            },
             need,
             &format!(
                 "the replay window ({streams} streams × {heaps} heaps of {})",
@@ -465,6 +480,40 @@ mod tests {
         let e = validate(&["--signals", &"1;".repeat(40_000)]).unwrap_err();
         assert!(e.to_string().contains("longer than 65536 bytes"), "{e}");
         assert!(validate(&["--signals", "multicw(64, 0.01, 0, 1e8, 1e6);"]).is_ok());
+    }
+
+    /// `--max-period` sizes the ring: a multiple of `--period` and of `--heap-samples`, at
+    /// least 2 heaps; without it the ring is `--period`.
+    #[test]
+    fn max_period_sizes_the_ring() {
+        let ring = |extra: &[&str]| validate(extra).map(|c| (c.period, c.max_period));
+        assert_eq!(ring(&[]).unwrap(), (1 << 27, 1 << 27));
+        assert_eq!(
+            ring(&["--period", "8192", "--max-period", "65536"]).unwrap(),
+            (8192, 65536)
+        );
+        // A period that is not a whole number of heaps, inside a ring that is.
+        assert_eq!(
+            ring(&["--period", "2048", "--max-period", "16384"]).unwrap(),
+            (2048, 16384)
+        );
+        let err = |extra: &[&str]| validate(extra).unwrap_err().to_string();
+        let e = err(&["--period", "8192", "--max-period", "20480"]);
+        assert!(
+            e.contains("--max-period 20480") && e.contains("multiple of --period 8192"),
+            "{e}"
+        );
+        let e = err(&["--period", "3000", "--max-period", "6000"]);
+        assert!(e.contains("multiple of --heap-samples 4096"), "{e}");
+        let e = err(&["--period", "4096", "--max-period", "4096"]);
+        assert!(e.contains("at least 2 heaps"), "{e}");
+        let e = err(&["--period", "2048"]);
+        assert!(
+            e.starts_with("--period 2048") && e.contains("--heap-samples"),
+            "{e}"
+        );
+        let e = err(&["--period", "0", "--max-period", "8192"]);
+        assert!(e.contains("positive"), "{e}");
     }
 
     #[test]

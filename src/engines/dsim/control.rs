@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::generate::{generate, HeapFormat, Window};
+use super::generate::{generate, HeapFormat, Span, Window};
 use super::signal::{self, SignalError, Timebase};
 use crate::control::{Device, SensorSet, SensorType, Status};
 
@@ -18,18 +18,13 @@ pub enum RequestError {
     /// A period that is not an integer.
     #[error("period {0:?} is not an integer")]
     Period(String),
-    /// A period that does not divide the ring (`--max-period`) into whole heaps.
-    #[error(
-        "period {given} must divide max-period {max} and be a multiple of the heap size \
-         {heap_samples}"
-    )]
+    /// A period that does not divide the ring (`--max-period`).
+    #[error("period {given} must be positive and divide max-period {max}")]
     BadPeriod {
         /// The period asked for.
         given: u64,
-        /// The ring's period (`--max-period`).
+        /// The ring's length (`--max-period`).
         max: u64,
-        /// Samples per heap.
-        heap_samples: usize,
     },
     /// A signal program that does not parse.
     #[error(transparent)]
@@ -60,18 +55,23 @@ pub struct SignalSwap {
 /// What the device needs to generate windows exactly as the send loop expects them.
 #[derive(Debug, Clone)]
 pub struct GenContext {
-    /// Sample rate and replay period.
+    /// Sample rate and the period of the signal at start (`--period`).
     pub tb: Timebase,
     /// Sample width and heap length.
     pub fmt: HeapFormat,
-    /// Period heap index of the window's first heap.
-    pub first_heap: u64,
-    /// Heaps in a window.
-    pub window_heaps: usize,
+    /// The window of the ring (`--max-period`) the send loop replays.
+    pub span: Span,
     /// Dither seed.
     pub dither_seed: u64,
     /// Streams.
     pub n_streams: usize,
+}
+
+impl GenContext {
+    /// The ring's length in samples (`--max-period`).
+    pub fn max_period(&self) -> u64 {
+        self.span.ring_heaps * self.fmt.heap_samples as u64
+    }
 }
 
 /// dsim's katcp device.
@@ -121,7 +121,7 @@ impl DsimDevice {
             "Largest period that may be requested",
             "",
             SensorType::Integer,
-            &ctx.tb.period.to_string(),
+            &ctx.max_period().to_string(),
         );
         s.add(
             "dither-seed",
@@ -186,19 +186,15 @@ impl DsimDevice {
             return Err(RequestError::Usage);
         }
         let c = &self.ctx;
-        // The ring holds max-period samples: a signal of a period dividing it into whole
-        // heaps repeats seamlessly in it.
-        let (max, hs) = (c.tb.period, c.fmt.heap_samples);
+        // The ring holds max-period samples: a signal of a period dividing it repeats
+        // seamlessly in it. No period: the whole ring (katgpucbf's default).
+        let max = c.max_period();
         let period = match args.get(1) {
             None => max,
             Some(p) => {
                 let p: u64 = p.parse().map_err(|_| RequestError::Period(p.clone()))?;
-                if p == 0 || !max.is_multiple_of(p) || !p.is_multiple_of(hs as u64) {
-                    return Err(RequestError::BadPeriod {
-                        given: p,
-                        max,
-                        heap_samples: hs,
-                    });
+                if p == 0 || !max.is_multiple_of(p) {
+                    return Err(RequestError::BadPeriod { given: p, max });
                 }
                 p
             }
@@ -213,17 +209,7 @@ impl DsimDevice {
         let windows = sigs
             .iter()
             .enumerate()
-            .map(|(s, sig)| {
-                generate(
-                    sig,
-                    &tb,
-                    c.fmt,
-                    c.first_heap,
-                    c.window_heaps,
-                    c.dither_seed,
-                    s as u64,
-                )
-            })
+            .map(|(s, sig)| generate(sig, &tb, c.fmt, c.span, c.dither_seed, s as u64))
             .collect();
         let (rtx, rrx) = crossbeam_channel::bounded(1);
         self.tx
@@ -280,17 +266,26 @@ mod tests {
     use super::*;
 
     fn device() -> (DsimDevice, crossbeam_channel::Receiver<SignalSwap>) {
+        device_with_period(4 * 4096)
+    }
+
+    /// A device of 2 streams, 10-bit heaps of 4096 samples, a ring of 4 heaps (max-period
+    /// 16384) and a signal of `period` at start.
+    fn device_with_period(period: u64) -> (DsimDevice, crossbeam_channel::Receiver<SignalSwap>) {
         let ctx = GenContext {
             tb: Timebase {
                 adc_rate: 1712e6,
-                period: 4 * 4096,
+                period,
             },
             fmt: HeapFormat {
                 bits: 10,
                 heap_samples: 4096,
             },
-            first_heap: 0,
-            window_heaps: 4,
+            span: Span {
+                first_heap: 0,
+                n_heaps: 4,
+                ring_heaps: 4,
+            },
             dither_seed: 1,
             n_streams: 2,
         };
@@ -354,7 +349,7 @@ mod tests {
     #[test]
     fn signals_with_a_period_dividing_max_period_and_canonical_sensor() {
         let (dev, swaps) = device();
-        for bad in ["3", "4096x", "0", "12288", "32768", "2048"] {
+        for bad in ["3", "4096x", "0", "12288", "32768", "-4096", "6000"] {
             assert!(
                 dev.request("signals", &["1.0;".into(), bad.into()])
                     .is_err(),
@@ -373,12 +368,22 @@ mod tests {
             .unwrap();
         let windows = sender.join().unwrap();
         assert_eq!(dev.sensors().get("period").unwrap().value, "8192");
-        // A period of 2 heaps in a ring of 4: heaps 2 and 3 repeat heaps 0 and 1.
-        for w in &windows {
-            assert_eq!(w.n_heaps(), 4);
-            assert_eq!(w.heap(0), w.heap(2));
-            assert_eq!(w.heap(1), w.heap(3));
-            assert_ne!(w.heap(0), w.heap(1));
+        // A period of 2 heaps in a ring of 4: heaps 2 and 3 repeat heaps 0 and 1 in the
+        // undithered stream; the dithered one repeats within a code (the dither runs over
+        // the whole ring).
+        let codes = |w: &Window, h: usize| {
+            let mut x = vec![0i16; 4096];
+            crate::spead::bitpack::unpack(w.heap(h), 10, &mut x);
+            x
+        };
+        assert!(windows.iter().all(|w| w.n_heaps() == 4));
+        assert_eq!(windows[0].heap(0), windows[0].heap(2));
+        assert_eq!(windows[0].heap(1), windows[0].heap(3));
+        assert_ne!(windows[0].heap(0), windows[0].heap(1));
+        assert_ne!(windows[1].heap(0), windows[1].heap(2));
+        for h in 0..2 {
+            let (a, b) = (codes(&windows[1], h), codes(&windows[1], h + 2));
+            assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() <= 1));
         }
         let text = dev.sensors().get("signals").unwrap().value;
         // The variable is one noise source: one entropy, filled in at all three uses.
@@ -400,5 +405,53 @@ mod tests {
         assert_eq!(signal::canonical(&reparsed), text);
         let mut same = || n;
         assert_eq!(reparsed, signal::parse(spec, &mut same).unwrap());
+    }
+
+    /// `--period` below `--max-period`: the sensors show both; `?signals` without a period
+    /// takes the whole ring (katgpucbf's default); a period that is not a whole number of
+    /// heaps but divides the ring is taken and the signal repeats with it across heap
+    /// boundaries.
+    #[test]
+    fn period_below_max_period_and_the_default_period() {
+        let (dev, swaps) = device_with_period(8192);
+        let value = |n: &str| dev.sensors().get(n).unwrap().value;
+        assert_eq!(value("period"), "8192");
+        assert_eq!(value("max-period"), "16384");
+        let sender = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            for _ in 0..2 {
+                let sw = swaps.recv().unwrap();
+                sw.reply.send(0).unwrap();
+                got.push(sw.windows);
+            }
+            got
+        });
+        dev.request("signals", &["nodither(cw(0.5, 1e8));".into()])
+            .unwrap();
+        assert_eq!(value("period"), "16384");
+        // 2048 samples: half a heap, 8 periods in the ring.
+        dev.request(
+            "signals",
+            &[
+                "nodither(cw(0.5, 1e8) + comb(0.25, 1e6));".into(),
+                "2048".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(value("period"), "2048");
+        let got = sender.join().unwrap();
+        let w = &got[1][0];
+        let mut x = vec![0i16; 4 * 4096];
+        for h in 0..4 {
+            crate::spead::bitpack::unpack(w.heap(h), 10, &mut x[h * 4096..(h + 1) * 4096]);
+        }
+        for (i, v) in x.iter().enumerate().skip(2048) {
+            assert_eq!(*v, x[i % 2048], "sample {i}");
+        }
+        // A cw at 1e8 Hz snapped to a 16384-sample period is not periodic in 2048.
+        let whole = &got[0][0];
+        let mut y = vec![0i16; 4096];
+        crate::spead::bitpack::unpack(whole.heap(0), 10, &mut y);
+        assert_ne!(y[..2048], y[2048..]);
     }
 }

@@ -63,33 +63,55 @@ pub fn quantise(x: f64, scale: f64) -> (i16, bool) {
     }
 }
 
-/// Generates heaps `first_heap .. first_heap + n_heaps` (indices modulo the period's heap
-/// count) of stream `stream`.
+/// Which heaps of the replay ring a [`Window`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    /// Ring heap index of the window's first heap.
+    pub first_heap: u64,
+    /// Heaps in the window (it wraps around the ring).
+    pub n_heaps: usize,
+    /// Heaps in the ring (`--max-period` / heap samples): the dither repeats with the ring,
+    /// the signal with its own period (which divides the ring).
+    pub ring_heaps: u64,
+}
+
+/// Generates heaps `first_heap .. first_heap + n_heaps` (indices modulo the ring's heap
+/// count) of stream `stream`. The signal is evaluated with its period `tb.period`, which
+/// must divide the ring; a heap that crosses a period boundary is evaluated in pieces.
 pub fn generate(
     sig: &StreamSignal,
     tb: &Timebase,
     fmt: HeapFormat,
-    first_heap: u64,
-    n_heaps: usize,
+    span: Span,
     dither_seed: u64,
     stream: u64,
 ) -> Window {
     let HeapFormat { bits, heap_samples } = fmt;
     let heap_bytes = bitpack::packed_len(heap_samples, bits);
-    let heaps_per_period = tb.period / heap_samples as u64;
+    let ring_heaps = span.ring_heaps.max(1);
     let scale = ((1i64 << (bits - 1)) - 1) as f64;
+    let n_heaps = span.n_heaps;
     let mut data = vec![0u8; n_heaps * heap_bytes];
     let mut saturated = vec![0u32; n_heaps];
+    let period = tb.period.max(1);
     data.par_chunks_mut(heap_bytes)
         .zip(saturated.par_iter_mut())
         .enumerate()
         .for_each_init(
             || (vec![0f64; heap_samples], vec![0i16; heap_samples]),
             |(x, q), (k, (out, sat))| {
-                let h = (first_heap + k as u64) % heaps_per_period;
+                let h = (span.first_heap + k as u64) % ring_heaps;
                 let start = h * heap_samples as u64;
                 x.iter_mut().for_each(|v| *v = 0.0);
-                sig.signal.eval_add(tb, start, x);
+                // Pieces that do not cross the signal period's end.
+                let mut i = 0usize;
+                while i < heap_samples {
+                    let s = start + i as u64;
+                    let left = (period - s % period) as usize;
+                    let n = left.min(heap_samples - i);
+                    sig.signal.eval_add(tb, s, &mut x[i..i + n]);
+                    i += n;
+                }
                 let mut n = 0u32;
                 for (i, (xv, qv)) in x.iter().zip(q.iter_mut()).enumerate() {
                     let mut v = xv * scale;
@@ -107,7 +129,7 @@ pub fn generate(
     Window {
         heap_samples,
         heap_bytes,
-        first_heap,
+        first_heap: span.first_heap,
         data,
         saturated,
     }
@@ -142,20 +164,63 @@ mod tests {
             bits: 10,
             heap_samples: 4096,
         };
-        let a = generate(&sig, &tb, fmt, 10, 10, 99, 0);
+        let span = |first_heap, n_heaps| Span {
+            first_heap,
+            n_heaps,
+            ring_heaps: 16,
+        };
+        let a = generate(&sig, &tb, fmt, span(10, 10), 99, 0);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(1)
             .build()
             .unwrap();
-        let b = pool.install(|| generate(&sig, &tb, fmt, 10, 10, 99, 0));
+        let b = pool.install(|| generate(&sig, &tb, fmt, span(10, 10), 99, 0));
         assert_eq!(a.data, b.data);
         // Wraps around the period (16 heaps): window index 6 is heap 16 ≡ heap 0.
-        let c = generate(&sig, &tb, fmt, 0, 1, 99, 0);
+        let c = generate(&sig, &tb, fmt, span(0, 1), 99, 0);
         assert_eq!(a.heap(6), c.heap(0));
         assert_ne!(a.heap(5), c.heap(0));
         // Another stream gets other dither.
-        let d = generate(&sig, &tb, fmt, 10, 10, 99, 1);
+        let d = generate(&sig, &tb, fmt, span(10, 10), 99, 1);
         assert_ne!(a.data, d.data);
+    }
+
+    /// A ring (`--max-period`) of 8 heaps holding a signal of period 2 heaps: the signal
+    /// repeats every 2 heaps, the dither only with the ring; a window starting at ring heap 6
+    /// wraps to heap 0.
+    #[test]
+    fn ring_longer_than_the_period() {
+        let sig = parse("cw(0.4, 1e8) + wgn(0.1);", &mut || 7)
+            .unwrap()
+            .remove(0);
+        let undithered = StreamSignal {
+            dither: false,
+            ..sig.clone()
+        };
+        let tb = Timebase {
+            adc_rate: 1712e6,
+            period: 2 * 4096,
+        };
+        let fmt = HeapFormat {
+            bits: 10,
+            heap_samples: 4096,
+        };
+        let ring = |first_heap, n_heaps| Span {
+            first_heap,
+            n_heaps,
+            ring_heaps: 8,
+        };
+        let w = generate(&undithered, &tb, fmt, ring(0, 8), 3, 0);
+        for h in 2..8 {
+            assert_eq!(w.heap(h), w.heap(h % 2), "heap {h}");
+        }
+        assert_ne!(w.heap(0), w.heap(1));
+        let d = generate(&sig, &tb, fmt, ring(0, 8), 3, 0);
+        assert_ne!(d.heap(0), d.heap(2), "the dither runs over the ring");
+        let wrapped = generate(&sig, &tb, fmt, ring(6, 4), 3, 0);
+        assert_eq!(wrapped.heap(0), d.heap(6));
+        assert_eq!(wrapped.heap(2), d.heap(0));
+        assert_eq!(wrapped.heap(3), d.heap(1));
     }
 
     #[test]
@@ -175,8 +240,11 @@ mod tests {
                 bits: 10,
                 heap_samples: 4096,
             },
-            0,
-            1,
+            Span {
+                first_heap: 0,
+                n_heaps: 1,
+                ring_heaps: 1,
+            },
             5,
             0,
         );
@@ -197,8 +265,11 @@ mod tests {
                 bits: 4,
                 heap_samples: 4096,
             },
-            0,
-            1,
+            Span {
+                first_heap: 0,
+                n_heaps: 1,
+                ring_heaps: 1,
+            },
             5,
             0,
         );

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 use super::control::{DsimDevice, GenContext, SignalSwap};
-use super::generate::{generate, HeapFormat, Window};
+use super::generate::{generate, HeapFormat, Span, Window};
 use super::send::{DsimSummary, HeapStream, SendMetrics, Sent};
 use super::signal::Timebase;
 use super::DsimConfig;
@@ -188,17 +188,19 @@ fn open_sink(cfg: &DsimConfig) -> anyhow::Result<Box<dyn PacketSink>> {
     })
 }
 
-/// Where the stream starts on the sync-time clock, and the window of the period it
+/// Where the stream starts on the sync-time clock, and the window of the ring it
 /// replays.
 struct Start {
+    /// Sample rate and the signal's period (`--period`).
     tb: Timebase,
     /// UNIX time of timestamp 0.
     sync_time: f64,
     /// Timestamp of the first heap: the next heap boundary after "now".
     ts0: u64,
-    /// Period heap index of the first heap.
-    first_heap: u64,
-    /// Heaps generated per stream (the period, or fewer for a shorter `--heaps` run).
+    /// The heaps generated per stream: the ring (`--max-period`), or fewer for a shorter
+    /// `--heaps` run, from the ring index of the first heap.
+    span: Span,
+    /// Heaps generated per stream (`span.n_heaps`).
     window_heaps: usize,
 }
 
@@ -206,11 +208,12 @@ impl Start {
     /// The next heap boundary after "now" on the sync-time clock (`--sync-time`, or now).
     fn next_heap(cfg: &DsimConfig) -> anyhow::Result<Self> {
         let hs = cfg.heap_samples as u64;
-        let heaps_per_period = cfg.period / hs;
+        let ring_heaps = cfg.max_period / hs;
         let now = unix_now()?;
         let sync_time = cfg.sync_time.unwrap_or(now);
         let elapsed = ((now - sync_time) * cfg.adc_rate).max(0.0);
         let ts0 = (elapsed / hs as f64).ceil() as u64 * hs;
+        let window_heaps = cfg.heaps.map_or(ring_heaps, |n| n.min(ring_heaps)) as usize;
         Ok(Start {
             tb: Timebase {
                 adc_rate: cfg.adc_rate,
@@ -218,11 +221,12 @@ impl Start {
             },
             sync_time,
             ts0,
-            first_heap: (ts0 / hs) % heaps_per_period,
-            window_heaps: cfg
-                .heaps
-                .map_or(heaps_per_period, |n| n.min(heaps_per_period))
-                as usize,
+            span: Span {
+                first_heap: (ts0 / hs) % ring_heaps,
+                n_heaps: window_heaps,
+                ring_heaps,
+            },
+            window_heaps,
         })
     }
 }
@@ -258,8 +262,7 @@ fn generate_windows(cfg: &DsimConfig, start: &Start) -> (Vec<Window>, Generation
                 sig,
                 &start.tb,
                 heap_format(cfg),
-                start.first_heap,
-                start.window_heaps,
+                start.span,
                 cfg.dither_seed,
                 s as u64,
             )
@@ -292,8 +295,7 @@ fn serve_katcp(
     let ctx = GenContext {
         tb: start.tb,
         fmt: heap_format(cfg),
-        first_heap: start.first_heap,
-        window_heaps: start.window_heaps,
+        span: start.span,
         dither_seed: cfg.dither_seed,
         n_streams: cfg.dests.len(),
     };

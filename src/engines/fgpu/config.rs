@@ -6,6 +6,7 @@ use std::path::Path;
 
 use clap::Args;
 
+use super::sizing::ChunkSizing;
 use super::spec::{parse_narrowband, parse_wideband, WidebandSpec};
 use crate::chunk::placement::DigitiserPlacement;
 use crate::engines::common::cli::sample_bits;
@@ -56,13 +57,13 @@ pub struct FgpuArgs {
     /// `jones_per_batch=` key is used).
     #[arg(long, default_value_t = 1 << 20)]
     pub jones_per_batch: u64,
-    /// Output chunk size in Jones vectors (katgpucbf's option; checked, ≥ 1). gpucbf sends
-    /// each output batch (`jones_per_batch=`) as soon as it is computed.
+    /// Output chunk size in Jones vectors, rounded up to a multiple of every output's
+    /// `jones_per_batch=`: the send queue holds two output chunks of every output (batches
+    /// are still sent as computed).
     #[arg(long, default_value_t = 1 << 23)]
     pub send_chunk_jones: u64,
-    /// Largest delay difference between the two pols, in samples (katgpucbf sizes its
-    /// chunk overlap with it; checked, ≥ 0). gpucbf's receive window keeps the samples
-    /// any delay needs.
+    /// Largest delay, in samples, the input overlap is sized for: `?delays` takes delays
+    /// up to this magnitude, and the receive chunks held for it count in the memory check.
     #[arg(long, default_value_t = 1 << 20)]
     pub max_delay_diff: u64,
     /// Python debugging consoles (accepted, not applicable).
@@ -144,6 +145,8 @@ pub struct FgpuConfig {
     pub debug: super::control::DebugBreak,
     /// Channelise on the GPU.
     pub use_gpu: bool,
+    /// Output chunk and input overlap sizes (`--send-chunk-jones`, `--max-delay-diff`).
+    pub sizing: ChunkSizing,
     /// Receive, send and metrics options.
     pub io: EngineArgs,
     /// Input: a pcap file or digitiser endpoints.
@@ -214,12 +217,12 @@ impl FgpuArgs {
             Some(None) => placement.timestamp_mask = !self.recv_packet_samples.saturating_sub(1),
             None => {}
         }
-        if self.send_chunk_jones == 0 {
-            return Err(ConfigError::rule(
-                "--send-chunk-jones",
-                "must be at least 1",
-            ));
-        }
+        let sizing = ChunkSizing::new(
+            self.send_chunk_jones,
+            self.max_delay_diff,
+            self.recv_chunk_samples,
+            &outputs,
+        )?;
         let n_dsts: Vec<usize> = outputs.iter().map(|o| o.dst.len()).collect();
         self.io.check_interfaces(&n_dsts)?;
         let katcp_port = match self.katcp_port {
@@ -248,6 +251,7 @@ impl FgpuArgs {
                 ignore_gains: self.debug_ignore_gains,
             },
             use_gpu,
+            sizing,
             io: self.io.clone(),
             src: self.src.clone(),
         })
@@ -296,17 +300,39 @@ impl FgpuArgs {
         }
         let slots = 2 * (self.recv_chunk_samples / self.recv_packet_samples.max(1)) as u128;
         let chunks = chunks_held(slots, self.recv_packet_samples as u128 * bits / 8);
+        // The chunks the store keeps for the overlap (--max-delay-diff and the windows), and
+        // the two output chunks of every output the send queue holds (--send-chunk-jones).
+        let sizing = ChunkSizing::new(
+            self.send_chunk_jones,
+            self.max_delay_diff,
+            self.recv_chunk_samples,
+            outputs,
+        )
+        .ok();
+        let overlap = sizing.map_or(0, |s| s.overlap_chunks) as u128;
+        let out_chunks = sizing.map_or(0, |s| {
+            2 * s.chunk_jones as u128 * 2 * bytes_per_value * outputs.len() as u128
+        });
+        check_memory(
+            host,
+            format!("--send-chunk-jones {}", self.send_chunk_jones),
+            out_chunks,
+            "two output chunks of every output (the send queue)",
+        )?;
+        let held = MIN_CHUNKS_HELD + overlap;
+        let chunks = chunks / MIN_CHUNKS_HELD * held;
         let what = format!(
-            "{MIN_CHUNKS_HELD} receive chunks of {}",
-            Bytes(chunks / MIN_CHUNKS_HELD)
+            "{held} receive chunks of {} ({overlap} for --max-delay-diff {} and the filter windows)",
+            Bytes(chunks / held),
+            self.max_delay_diff
         );
         let subject = format!("--recv-chunk-samples {}", self.recv_chunk_samples);
         check_memory(host, &subject, chunks, &what)?;
         check_memory(
             host,
             format!("{subject} with these outputs"),
-            chunks + outputs_need,
-            &format!("{what} and the outputs' batches"),
+            chunks + outputs_need + out_chunks,
+            &format!("{what}, the outputs' batches and output chunks"),
         )
     }
 }

@@ -40,8 +40,8 @@ pub enum RequestError {
     LoadTime(String),
     /// A delay the engine cannot buffer input for.
     #[error(
-        "input{input} delay {delay} s is beyond ±{max} s ({MAX_DELAY_SAMPLES} samples), \
-         what the engine can buffer"
+        "input{input} delay {delay} s is beyond ±{max} s ({max_samples} samples, \
+         --max-delay-diff), what the engine buffers"
     )]
     DelayRange {
         /// The input (polarisation).
@@ -50,6 +50,8 @@ pub enum RequestError {
         delay: f64,
         /// The largest magnitude taken (s).
         max: f64,
+        /// The same in samples.
+        max_samples: u64,
     },
     /// The output's controls were poisoned by a panic elsewhere.
     #[error("control lock poisoned")]
@@ -62,9 +64,10 @@ pub enum RequestError {
     Value(#[from] ValueError),
 }
 
-/// Largest delay magnitude `?delays` takes, in ADC samples: katgpucbf's `--max-delay-diff`
-/// default, the input the engine keeps for delays. A larger delay would make the engine wait
-/// for input that never comes in time (negative: the output stalls) or skip every batch
+/// Largest delay magnitude `?delays` takes by default, in ADC samples: katgpucbf's
+/// `--max-delay-diff` default, the input the engine keeps for delays
+/// ([`FgpuDevice::with_max_delay`] sets the engine's). A larger delay would make the engine
+/// wait for input that never comes in time (negative: the output stalls) or skip every batch
 /// (positive); it is refused instead.
 pub const MAX_DELAY_SAMPLES: u64 = 1 << 20;
 
@@ -96,6 +99,8 @@ pub struct FgpuDevice {
     /// Delay sensor readings waiting for their model's load time: (output index, sensor
     /// name, load timestamp, value).
     pending_delays: std::sync::Mutex<Vec<(usize, String, u64, String)>>,
+    /// Largest delay magnitude `?delays` takes, samples (`--max-delay-diff`).
+    max_delay: u64,
 }
 
 impl FgpuDevice {
@@ -192,7 +197,15 @@ impl FgpuDevice {
             sync_time,
             default_gain,
             pending_delays: std::sync::Mutex::new(Vec::new()),
+            max_delay: MAX_DELAY_SAMPLES,
         }
+    }
+
+    /// The device taking delays up to `samples` in magnitude (`--max-delay-diff`; default
+    /// [`MAX_DELAY_SAMPLES`]).
+    pub fn with_max_delay(mut self, samples: u64) -> Self {
+        self.max_delay = samples;
+        self
     }
 
     fn output(&self, name: Option<&String>) -> Result<&OutputHandle, RequestError> {
@@ -331,11 +344,12 @@ impl FgpuDevice {
                 ];
                 // Every model is checked before any is applied.
                 for (input, m) in models.iter().enumerate() {
-                    if m.delay.abs() > MAX_DELAY_SAMPLES as f64 {
+                    if m.delay.abs() > self.max_delay as f64 {
                         return Err(RequestError::DelayRange {
                             input,
                             delay: m.delay / self.adc_rate,
-                            max: MAX_DELAY_SAMPLES as f64 / self.adc_rate,
+                            max: self.max_delay as f64 / self.adc_rate,
+                            max_samples: self.max_delay,
                         });
                     }
                 }

@@ -67,7 +67,7 @@ pub fn run_pipelines_monitored(
     hook: &mut dyn FnMut(&SampleStore, &[Pipeline]),
     monitor: RecvMonitor,
 ) -> anyhow::Result<FgpuSummary> {
-    let (tx, rx) = crossbeam_channel::bounded::<Chunk>(4);
+    let (tx, rx) = crossbeam_channel::bounded::<Chunk>(crate::telemetry::monitor::READY_QUEUE);
     let (back_tx, back_rx) = crossbeam_channel::bounded::<Chunk>(8);
     let receiver = spawn_receivers(
         recv,

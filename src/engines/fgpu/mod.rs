@@ -14,6 +14,7 @@ pub mod engine;
 mod metrics;
 pub mod pipeline;
 mod run;
+pub mod sizing;
 pub mod spec;
 pub mod store;
 #[cfg(test)]

@@ -27,14 +27,17 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
     io.log_not_applicable();
     let sink = io.open_sink_for(&output_dsts(cfg))?;
     let (pipelines, handles, _send_threads) = build_outputs(cfg, &sink)?;
-    let device = Arc::new(FgpuDevice::new(
-        handles,
-        cfg.adc_sample_rate,
-        cfg.sync_time,
-        cfg.gain,
-        cfg.dither_seed,
-        cfg.placement.chunk_samples,
-    ));
+    let device = Arc::new(
+        FgpuDevice::new(
+            handles,
+            cfg.adc_sample_rate,
+            cfg.sync_time,
+            cfg.gain,
+            cfg.dither_seed,
+            cfg.placement.chunk_samples,
+        )
+        .with_max_delay(cfg.sizing.max_delay_diff),
+    );
     crate::engines::common::rx_sensors::RxSensors::spawn_watchdog(&device.rx)?;
     let _katcp = serve_katcp(cfg, device.clone())?;
     let _descriptors = resend_descriptors(cfg)?;
@@ -43,7 +46,12 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
     serve_prometheus(metrics.registry(), cfg.io.prometheus_addr(cfg.katcp_host))?;
     let recv = io.recv_setup(&cfg.src)?;
     let _transmit = crate::net::send::peerdirect::plan(io.use_peerdirect);
+    let monitor_log = io.open_monitor_log()?;
     let monitor = metrics.take_recv_monitor();
+    let monitor = match &monitor_log {
+        Some(log) => log.recv_monitor(monitor),
+        None => monitor,
+    };
     run_pipelines_monitored(
         recv,
         cfg.placement.clone(),
@@ -104,8 +112,9 @@ fn build_outputs(
         });
         parts.push((spec.clone(), chan));
     }
-    let (worker, queued) = SendWorker::spawn_lanes(lanes)?;
-    info!(cores = ?cores, "send threads started");
+    let queue = cfg.sizing.send_queue(&cfg.outputs);
+    let (worker, queued) = SendWorker::spawn_lanes_sized(lanes, queue)?;
+    info!(cores = ?cores, queue_batches = queue, "send threads started");
     let pipelines = parts
         .into_iter()
         .zip(queued)

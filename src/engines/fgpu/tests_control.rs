@@ -316,3 +316,18 @@ fn delay_sensor_changes_at_the_load_time() {
     req(&["wb", "1.0", "0.25,0:0,0", "0,0:0,0"]).unwrap();
     assert_eq!(sensor("wb.input0.delay"), "(1000000, 0.25, 0.0, 0.0, 0.0)");
 }
+
+/// `?delays` takes delays up to `--max-delay-diff` samples (here 1000 at 1 MS/s).
+#[test]
+fn delays_are_bounded_by_max_delay_diff() {
+    let ctl = control(&[]);
+    let dev = wideband_device(&ctl, 0.5).with_max_delay(1000);
+    let e = delays(&dev, &["wb", "2", "0.0011,0:0,0", "0,0:0,0"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("beyond ±0.001 s (1000 samples, --max-delay-diff)"),
+        "{e}"
+    );
+    delays(&dev, &["wb", "2", "0.001,0:0,0", "-0.0009,0:0,0"]).unwrap();
+}

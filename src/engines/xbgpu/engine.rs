@@ -54,7 +54,7 @@ pub fn run_pipelines(
     hook: &mut ChunkHook<'_>,
     monitor: RecvMonitor,
 ) -> anyhow::Result<XbgpuSummary> {
-    let (tx, rx) = crossbeam_channel::bounded::<Chunk>(4);
+    let (tx, rx) = crossbeam_channel::bounded::<Chunk>(crate::telemetry::monitor::READY_QUEUE);
     let (back_tx, back_rx) = crossbeam_channel::bounded::<Chunk>(8);
     let chunk_ticks = placement.batch_step() * placement.batches_per_chunk as u64;
     let receiver = spawn_receivers(recv, placement.clone(), chunk_ticks, tx, back_rx, monitor);

@@ -62,7 +62,12 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
     let _transmit = crate::net::send::peerdirect::plan(io.use_peerdirect);
     let mut metrics = XbgpuMetrics::new(cfg.sync_time, cfg.adc_sample_rate);
     serve_prometheus(metrics.registry(), io.prometheus_addr(cfg.katcp_host))?;
+    let monitor_log = io.open_monitor_log()?;
     let monitor = metrics.take_recv_monitor();
+    let monitor = match &monitor_log {
+        Some(log) => log.recv_monitor(monitor),
+        None => monitor,
+    };
     run_pipelines(
         recv,
         cfg.placement.clone(),

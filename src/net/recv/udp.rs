@@ -75,7 +75,8 @@ pub struct UdpRecvStats {
 }
 
 /// Receives UDP datagrams for a list of endpoints: one socket per port, bound to the
-/// unicast address or joined to every multicast group of that port on `interface`.
+/// unicast address or joined to every multicast group of that port on each interface
+/// ([`UdpRecvSource::joined`]).
 pub struct UdpRecvSource {
     sockets: Vec<UdpSocket>,
     bufs: Vec<u8>,
@@ -110,6 +111,19 @@ impl UdpRecvSource {
         recv_buffer: usize,
         config: UdpRecvConfig,
     ) -> io::Result<Self> {
+        Self::joined(endpoints, &[interface], recv_buffer, config)
+    }
+
+    /// [`Self::with_config`] joining every multicast group on each of `interfaces` (one
+    /// IP_ADD_MEMBERSHIP per group and interface; addresses of one interface are joined
+    /// once). Unicast endpoints are bound as they are.
+    pub fn joined(
+        endpoints: &[SocketAddrV4],
+        interfaces: &[Ipv4Addr],
+        recv_buffer: usize,
+        config: UdpRecvConfig,
+    ) -> io::Result<Self> {
+        let interfaces = join_interfaces(interfaces);
         let mut ports: Vec<u16> = endpoints.iter().map(|e| e.port()).collect();
         ports.sort_unstable();
         ports.dedup();
@@ -121,12 +135,12 @@ impl UdpRecvSource {
                 // Unicast addresses (127.0.0.2+7:7148, as a multicast group list reads on a
                 // loopback test): one socket bound to each.
                 for e in &eps {
-                    sockets.push(receive_socket(**e, None, interface, recv_buffer)?);
+                    sockets.push(receive_socket(**e, None, &interfaces, recv_buffer)?);
                 }
                 continue;
             }
             let group = multicast.then_some(&eps[..]);
-            sockets.push(receive_socket(*eps[0], group, interface, recv_buffer)?);
+            sockets.push(receive_socket(*eps[0], group, &interfaces, recv_buffer)?);
         }
         let gro = config.gro
             && match sockets.iter().try_for_each(|s| set_udp_gro(s, true)) {
@@ -204,13 +218,31 @@ fn named(e: io::Error, doing: std::fmt::Arguments<'_>) -> io::Error {
     io::Error::new(e.kind(), format!("{doing}: {e}"))
 }
 
+/// The interfaces to join multicast groups on: each address once, in the order given (the
+/// wildcard alone when none is given). Two addresses of one interface (`lo,127.0.0.1`)
+/// make the second IP_ADD_MEMBERSHIP answer "address in use", which [`receive_socket`]
+/// takes as joined.
+pub fn join_interfaces(interfaces: &[Ipv4Addr]) -> Vec<Ipv4Addr> {
+    let mut out: Vec<Ipv4Addr> = Vec::new();
+    for &i in interfaces {
+        if !out.contains(&i) {
+            out.push(i);
+        }
+    }
+    if out.is_empty() {
+        out.push(Ipv4Addr::UNSPECIFIED);
+    }
+    out
+}
+
 /// A non-blocking UDP receive socket for `addr`'s port: bound to the unicast `addr`, or,
 /// with `groups` (multicast addresses of that port), bound to the port and joined to each
-/// group on `interface`. Every error names the endpoint and the step that failed.
+/// group on every one of `interfaces`. Every error names the endpoint and the step that
+/// failed.
 fn receive_socket(
     addr: SocketAddrV4,
     groups: Option<&[&SocketAddrV4]>,
-    interface: Ipv4Addr,
+    interfaces: &[Ipv4Addr],
     recv_buffer: usize,
 ) -> io::Result<UdpSocket> {
     let port = addr.port();
@@ -235,15 +267,22 @@ fn receive_socket(
                 )
             })?;
             for g in groups.iter().filter(|g| g.ip().is_multicast()) {
-                s.join_multicast_v4(g.ip(), &interface).map_err(|e| {
-                    named(
-                        e,
-                        format_args!(
-                            "joining multicast group {} on interface {interface}",
-                            g.ip()
-                        ),
-                    )
-                })?;
+                for (k, interface) in interfaces.iter().enumerate() {
+                    match s.join_multicast_v4(g.ip(), interface) {
+                        Ok(()) => {}
+                        // A second address of an interface already joined.
+                        Err(e) if k > 0 && e.raw_os_error() == Some(libc::EADDRINUSE) => {}
+                        Err(e) => {
+                            return Err(named(
+                                e,
+                                format_args!(
+                                    "joining multicast group {} on interface {interface}",
+                                    g.ip()
+                                ),
+                            ))
+                        }
+                    }
+                }
             }
         }
         None => s
@@ -468,7 +507,7 @@ impl UdpSource {
     pub fn bind(addr: SocketAddrV4, interface: Ipv4Addr, recv_buffer: usize) -> io::Result<Self> {
         let group = [&addr];
         let group = addr.ip().is_multicast().then_some(&group[..]);
-        let socket = receive_socket(addr, group, interface, recv_buffer)?;
+        let socket = receive_socket(addr, group, &[interface], recv_buffer)?;
         socket
             .set_nonblocking(false)
             .map_err(|e| named(e, format_args!("receiving on UDP {addr}")))?;
