@@ -248,8 +248,15 @@ fn receive_socket(
     let port = addr.port();
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
         .map_err(|e| named(e, format_args!("opening a UDP socket for {addr}")))?;
-    s.set_reuse_address(true)
-        .map_err(|e| named(e, format_args!("setting SO_REUSEADDR for UDP {addr}")))?;
+    // Several receivers of one multicast port (engines of one host) need SO_REUSEADDR; a
+    // unicast endpoint must not have it: Linux then hands every datagram to the socket
+    // bound last, so a second engine started on the same port by mistake would silently
+    // take the first one's input (seen: a 10-minute loss of one pol in a soak while
+    // another array ran on overlapping ports). Without it the second bind fails, by name.
+    if groups.is_some() {
+        s.set_reuse_address(true)
+            .map_err(|e| named(e, format_args!("setting SO_REUSEADDR for UDP {addr}")))?;
+    }
     let _ = s.set_recv_buffer_size(recv_buffer);
     match groups {
         Some(groups) => {
@@ -544,6 +551,34 @@ mod tests {
 
     /// An address this host does not have (TEST-NET-1, never assigned).
     const ABSENT: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+
+    /// A second receiver of a unicast endpoint already in use fails by name instead of
+    /// taking the first one's datagrams; a multicast port can still be shared (one host's
+    /// engines on 7148). Nothing is sent.
+    #[test]
+    fn a_unicast_endpoint_in_use_is_refused_a_multicast_port_is_shared() {
+        let first = UdpRecvSource::new(
+            &[SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)],
+            Ipv4Addr::UNSPECIFIED,
+            1 << 16,
+        );
+        // an ephemeral port, then the same endpoint again
+        let port = first
+            .as_ref()
+            .map(|f| f.sockets[0].local_addr().unwrap().port())
+            .unwrap();
+        let ep = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+        let e = UdpRecvSource::new(&[ep], Ipv4Addr::UNSPECIFIED, 1 << 16)
+            .err()
+            .expect("a second bind of a unicast endpoint in use must fail")
+            .to_string();
+        assert!(e.contains(&format!("binding UDP 127.0.0.1:{port}")), "{e}");
+        assert!(e.to_lowercase().contains("in use"), "{e}");
+        let group = SocketAddrV4::new(Ipv4Addr::new(239, 9, 9, 10), 17_151);
+        let a = UdpRecvSource::new(&[group], Ipv4Addr::LOCALHOST, 1 << 16);
+        let b = UdpRecvSource::new(&[group], Ipv4Addr::LOCALHOST, 1 << 16);
+        assert!(a.is_ok() && b.is_ok(), "{:?} {:?}", a.err(), b.err());
+    }
 
     /// Bind and join failures name the endpoint (and the interface), not just the
     /// operating system's "Cannot assign requested address". Nothing is sent.
