@@ -1,7 +1,8 @@
 //! The sensors every katgpucbf engine has (katgpucbf-compat.md §3.2): `device-status`, an
 //! aggregate of every other sensor's status, and the kernel clock's NTP state
 //! (`time.esterror`, `time.maxerror`, `time.state`, `time.synchronised`) read with adjtimex
-//! every 10 s.
+//! every 10 s; and `tx.unreachable-packets` (ours: packets dropped because their
+//! destination was unreachable, warn while it rises, which makes `device-status` degraded).
 
 use std::time::Duration;
 
@@ -110,6 +111,18 @@ pub fn add_common_sensors(s: &SensorSet) {
         SensorType::Boolean,
         "0",
     );
+    s.add(
+        UNREACHABLE_PACKETS,
+        "Packets dropped because their destination was unreachable (warn while it rises)",
+        "",
+        SensorType::Integer,
+        "0",
+    );
+    s.set(
+        UNREACHABLE_PACKETS,
+        crate::telemetry::faults::unreachable_packets().to_string(),
+        Status::Nominal,
+    );
     // Valid from the start; then the one clock thread of the process updates every set.
     update_time_sensors(s, read_clock());
     let mut sets = CLOCK_WATCHED.lock().unwrap_or_else(|e| e.into_inner());
@@ -140,9 +153,31 @@ fn clock_loop() {
         }
         drop(sets);
         let clock = read_clock();
+        let unreachable = crate::telemetry::faults::unreachable_packets();
         for set in &live {
             update_time_sensors(set, clock);
+            update_unreachable(set, unreachable);
         }
+    }
+}
+
+/// The sensor counting packets dropped for unreachable destinations.
+pub const UNREACHABLE_PACKETS: &str = "tx.unreachable-packets";
+
+/// Sets `tx.unreachable-packets` to the process's count `total`: warn when it rose since
+/// the last update (10 s earlier), nominal once it stopped rising.
+pub fn update_unreachable(s: &SensorSet, total: u64) {
+    let Some(cur) = s.get(UNREACHABLE_PACKETS) else {
+        return;
+    };
+    let prev: u64 = cur.value.parse().unwrap_or(0);
+    let status = if total > prev {
+        Status::Warn
+    } else {
+        Status::Nominal
+    };
+    if total != prev || cur.status != status {
+        s.set(UNREACHABLE_PACKETS, total.to_string(), status);
     }
 }
 
@@ -173,6 +208,32 @@ pub fn update_time_sensors(s: &SensorSet, c: Option<ClockState>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unreachable_packets_warn_while_rising_and_degrade_device_status() {
+        let s = SensorSet::default();
+        add_common_sensors(&s);
+        // a synchronised clock, so that only the new sensor can degrade the device
+        let good = ClockState {
+            esterror: 0.0,
+            maxerror: 0.0,
+            state: 0,
+        };
+        update_time_sensors(&s, Some(good));
+        assert_eq!(s.get(DEVICE_STATUS).unwrap().value, "ok");
+        let base: u64 = s.get(UNREACHABLE_PACKETS).unwrap().value.parse().unwrap();
+        update_unreachable(&s, base + 7);
+        let v = s.get(UNREACHABLE_PACKETS).unwrap();
+        assert_eq!(
+            (v.value.as_str(), v.status),
+            (&*(base + 7).to_string(), Status::Warn)
+        );
+        assert_eq!(s.get(DEVICE_STATUS).unwrap().value, "degraded");
+        update_unreachable(&s, base + 7);
+        let v = s.get(UNREACHABLE_PACKETS).unwrap();
+        assert_eq!(v.status, Status::Nominal);
+        assert_eq!(s.get(DEVICE_STATUS).unwrap().value, "ok");
+    }
 
     #[test]
     fn clock_states_are_graded_as_upstream() {

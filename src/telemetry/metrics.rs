@@ -20,6 +20,7 @@ pub type CounterFamily = Family<Labels, Counter>;
 #[derive(Clone)]
 pub struct Metrics {
     registry: Arc<Mutex<Registry>>,
+    namespace: String,
 }
 
 impl Metrics {
@@ -27,6 +28,7 @@ impl Metrics {
     pub fn new(namespace: &str) -> Self {
         Metrics {
             registry: Arc::new(Mutex::new(Registry::with_prefix(namespace))),
+            namespace: namespace.to_string(),
         }
     }
 
@@ -79,19 +81,21 @@ impl Metrics {
         }
     }
 
-    /// The exposition text, with the standard `process_*` families
-    /// ([`super::process`]) before the end marker.
+    /// The exposition text, with `NAMESPACE_output_unreachable_packets_total`
+    /// ([`super::faults`]) and the standard `process_*` families ([`super::process`])
+    /// before the end marker.
     pub fn render(&self) -> String {
         let mut s = String::new();
         if let Ok(r) = self.registry.lock() {
             let _ = encode(&mut s, &r);
         }
+        let mut text = super::faults::render(&self.namespace);
         if let Some(p) = super::process::read() {
-            let text = super::process::render(&p);
-            match s.rfind("# EOF") {
-                Some(i) => s.insert_str(i, &text),
-                None => s.push_str(&text),
-            }
+            text.push_str(&super::process::render(&p));
+        }
+        match s.rfind("# EOF") {
+            Some(i) => s.insert_str(i, &text),
+            None => s.push_str(&text),
         }
         s
     }
@@ -130,6 +134,10 @@ mod tests {
         assert!(text.contains("fgpu_input_heaps_total 5"), "{text}");
         assert!(
             text.contains("fgpu_output_skipped_heaps_total{stream=\"wb\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE fgpu_output_unreachable_packets counter\nfgpu_output_unreachable_packets_total "),
             "{text}"
         );
         // The process families, unprefixed, before the end marker.

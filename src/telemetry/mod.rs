@@ -5,6 +5,7 @@
 //! * [`recv`]: the receive thread's chunk counters and queue depths as Prometheus metrics.
 //! * [`monitor`]: `--monitor-log`, katgpucbf's JSON-lines queue and event monitor.
 //! * [`stages`]: wall-clock seconds per thread and stage of the engines' loops.
+//! * [`faults`]: process-wide fault counters (packets dropped for unreachable destinations).
 
 use tracing_subscriber::EnvFilter;
 
@@ -117,6 +118,7 @@ pub fn init_logging(format: LogFormat) {
 }
 
 pub mod cpu;
+pub mod faults;
 pub mod metrics;
 pub mod monitor;
 pub mod process;

@@ -3,8 +3,9 @@ creates, joined by a veth pair (link-local 169.254.77.0/24, nothing leaves the m
 engine (fed live by dsim over the namespace's loopback) sends to a receiver in the other
 namespace; the test removes the engine side's address (sends then fail with "Network is
 unreachable"), then puts it back. The engine keeps running, logs the unreachable destination
-by name, and the receiver gets packets again once the route is back. Skips without the rights
-to create namespaces."""
+by name, counts the dropped packets in `fgpu_output_unreachable_packets_total`, and the
+receiver gets packets again once the route is back. Skips without the rights to create
+namespaces."""
 
 import os
 import signal
@@ -68,6 +69,19 @@ def received(proc, seen):
     return seen[-1] if seen else 0
 
 
+def unreachable_metric(ns):
+    """fgpu_output_unreachable_packets_total of the engine in namespace `ns` (its Prometheus
+    port 17090 there)."""
+    code = ("import urllib.request; print(urllib.request.urlopen("
+            "'http://127.0.0.1:17090/metrics', timeout=5).read().decode())")
+    text = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code],
+                          capture_output=True, text=True, timeout=30, check=True).stdout
+    for line in text.splitlines():
+        if line.startswith("fgpu_output_unreachable_packets_total "):
+            return float(line.split()[1])
+    raise AssertionError("no fgpu_output_unreachable_packets_total in the metrics")
+
+
 def wait_for(cond, seconds):
     for _ in range(int(seconds * 20)):
         if cond():
@@ -84,7 +98,8 @@ def test_an_unreachable_destination_drops_packets_and_the_engine_goes_on(gpucbf,
     feng = subprocess.Popen(
         ["ip", "netns", "exec", a, gpucbf, "fgpu", "--adc-sample-rate", str(ADC), "--sync-time", sync,
          "--array-size", "1", "--wideband", f"name=wb,channels={C},dst=169.254.77.2:7150,jones_per_batch={1 << 18}",
-         "--dither-seed", "1", "--katcp-port", "0", "--backend", "cpu", "127.0.0.1:17001,127.0.0.1:17002"],
+         "--dither-seed", "1", "--katcp-port", "0", "--prometheus-port", "17090", "--backend", "cpu",
+         "127.0.0.1:17001,127.0.0.1:17002"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     dsim = subprocess.Popen(
         ["ip", "netns", "exec", a, gpucbf, "dsim", "--adc-sample-rate", str(ADC), "--sync-time", sync,
@@ -100,6 +115,8 @@ def test_an_unreachable_destination_drops_packets_and_the_engine_goes_on(gpucbf,
         time.sleep(2.0)
         assert feng.poll() is None, "the engine stopped when its destination went away"
         assert received(rx, seen) == gone, "packets arrived with no route"
+        dropped = unreachable_metric(a)
+        assert dropped > 0, "fgpu_output_unreachable_packets_total did not count the dropped packets"
         ip("-n", a, "addr", "add", "169.254.77.1/24", "dev", "va")
         assert wait_for(lambda: received(rx, seen) > gone + 50, 10), "no packets after the route came back"
         assert feng.poll() is None

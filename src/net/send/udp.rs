@@ -390,6 +390,7 @@ impl UdpSink {
     /// be reached, with a rate-limited log line.
     fn unreachable_drop(&mut self, dst: SocketAddrV4, dropped: &[usize], e: &io::Error) {
         self.unreachable_packets += dropped.len() as u64;
+        crate::telemetry::faults::add_unreachable_packets(dropped.len() as u64);
         self.unreachable.unlogged += dropped.len() as u64;
         self.unreachable.active = true;
         let u = &mut self.unreachable;
