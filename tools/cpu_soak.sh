@@ -3,7 +3,7 @@
 # for SECONDS (default 1800), with the soak report; fails (exit 1) when anything is lost after
 # the 10 s warm-up. CI runs 120 s of it (tools/test.sh); the 30-minute run is the evidence
 # for real-time operation on a small host. X_ENGINES=N splits the channels over N XB-engines
-# (default 1).  Usage: [X_ENGINES=N] tools/cpu_soak.sh [SECONDS] [OUTPUT_DIR]
+# (default 1); BASE_PORT=P moves its ports (default 17400).  Usage: [X_ENGINES=N] [BASE_PORT=P] tools/cpu_soak.sh [SECONDS] [OUTPUT_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-1800}
@@ -14,7 +14,7 @@ BIN=${GPUCBF_BIN:-${CARGO_TARGET_DIR:-target}/release/gpucbf}
 X_ENGINES=${X_ENGINES:-1}
 rc=0
 "$BIN" array --backend cpu --antennas 2 --x-engines "$X_ENGINES" --duration "$SECS" --output "$OUT" \
-  --soak-report "$OUT/soak" --base-port 17400 > "$OUT.summary.json" 2> "$OUT.log" || rc=$?
+  --soak-report "$OUT/soak" --base-port "${BASE_PORT:-17400}" > "$OUT.summary.json" 2> "$OUT.log" || rc=$?
 python3 - "$OUT" <<'PY'
 import json, sys
 d = sys.argv[1]

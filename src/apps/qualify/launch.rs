@@ -181,10 +181,10 @@ impl Array {
         }
         let mut corrprods = Vec::new();
         for k in 0..shapes.len() {
-            corrprods.push(Receiver::start(x_out(k), ids::XENG_RAW)?);
+            corrprods.push(Receiver::start(x_out(k), ids::XENG_RAW, None)?);
         }
         let beams = (0..BEAMS.len())
-            .map(|b| Receiver::start(beam_out(b), ids::BF_RAW))
+            .map(|b| Receiver::start(beam_out(b), ids::BF_RAW, Some(n as u64)))
             .collect::<std::io::Result<Vec<_>>>()?;
         let pins = Pins::new(
             sizes.real_rate,

@@ -163,8 +163,29 @@ pub fn run(args: &QualifyArgs) -> anyhow::Result<Vec<CheckResult>> {
         Ok((results, incomplete))
     })();
     let engines = procs.stop();
+    let beam_heaps: u64 = io
+        .beams
+        .iter()
+        .map(|b| {
+            b.stream
+                .incomplete
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+        .sum();
+    if beam_heaps > 0 {
+        tracing::warn!(
+            beam_heaps,
+            "beam heaps formed from fewer antennas were skipped"
+        );
+    }
     drop(io);
     let (results, incomplete) = result?;
-    report::write(&args.output, args, &results, &engines, incomplete)?;
+    report::write(
+        &args.output,
+        args,
+        &results,
+        &engines,
+        [incomplete, beam_heaps],
+    )?;
     Ok(results)
 }

@@ -24,6 +24,9 @@ pub struct Stream {
     arrived: Condvar,
     /// Heaps received that had no timestamp or payload (counted, not kept).
     pub malformed: std::sync::atomic::AtomicU64,
+    /// Beam heaps formed from fewer antennas than the array has (an F-engine's data lost
+    /// on the way): counted, not kept, as dumps with MISSING markers are skipped.
+    pub incomplete: std::sync::atomic::AtomicU64,
 }
 
 impl Stream {
@@ -96,8 +99,14 @@ pub struct Receiver {
 }
 
 impl Receiver {
-    /// Receives heaps of item `item` (`XENG_RAW`, `BF_RAW`) on `addr`.
-    pub fn start(addr: SocketAddrV4, item: u16) -> std::io::Result<Receiver> {
+    /// Receives heaps of item `item` (`XENG_RAW`, `BF_RAW`) on `addr`; with `antennas`
+    /// (beams), a heap whose `beam_ants` is below it is counted in
+    /// [`Stream::incomplete`] and not kept.
+    pub fn start(
+        addr: SocketAddrV4,
+        item: u16,
+        antennas: Option<u64>,
+    ) -> std::io::Result<Receiver> {
         let mut src = UdpRecvSource::new(&[addr], Ipv4Addr::UNSPECIFIED, 64 << 20)?;
         let stream = Arc::new(Stream::default());
         let stop = Arc::new(AtomicBool::new(false));
@@ -110,6 +119,13 @@ impl Receiver {
                     let _ = asm.push(p, &mut heaps);
                 })?;
                 for h in heaps.drain(..) {
+                    let ants = h.u64_item(ids::BEAM_ANTS);
+                    if let (Some(full), Some(a)) = (antennas, ants) {
+                        if a < full {
+                            s2.incomplete.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                    }
                     match (h.u64_item(ids::TIMESTAMP), h.item(item)) {
                         (Some(ts), Some(ItemValue::Bytes(b))) => s2.push(ts, b.to_vec()),
                         // Descriptor and stop heaps carry neither.

@@ -48,7 +48,7 @@ pub fn write(
     args: &QualifyArgs,
     results: &[CheckResult],
     engines: &[serde_json::Value],
-    incomplete_dumps: u64,
+    [incomplete_dumps, incomplete_beam_heaps]: [u64; 2],
 ) -> anyhow::Result<()> {
     let passed = results.iter().all(|r| r.passed);
     let doc = json!({
@@ -59,6 +59,8 @@ pub fn write(
         "engines": engines,
         // Dumps skipped because an antenna's data were lost for part of them.
         "incomplete_dumps_skipped": incomplete_dumps,
+        // Beam heaps skipped because they were formed from fewer antennas than the array's.
+        "incomplete_beam_heaps_skipped": incomplete_beam_heaps,
     });
     std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&doc)?)?;
     std::fs::write(dir.join("report.html"), html(args, results, engines)?)?;
