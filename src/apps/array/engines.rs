@@ -6,6 +6,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::plan::xbgpu_shape_args;
 use super::procs::{child, child_env, stop, stop_all, wait_json, wait_ready, Proc};
 use super::ArrayConfig;
 use crate::apps::soak::{EngineTarget, Soak, SoakOptions, SoakReport};
@@ -50,26 +51,18 @@ pub(super) fn start_engines(
             s(sync),
             s("--array-size"),
             n.to_string(),
-            s("--channels"),
-            c.to_string(),
-            s("--channels-per-substream"),
-            (c / nx).to_string(),
         ]
         .into_iter()
-        // The default single XB-engine's command line stays as it was.
-        .chain(
-            (nx > 1)
-                .then(|| [s("--channel-offset-value"), (k * c / nx).to_string()])
-                .into_iter()
-                .flatten(),
-        )
+        // The default single XB-engine's command line stays as it was (no offset option).
+        .chain(xbgpu_shape_args(
+            c,
+            c / nx,
+            (nx > 1).then_some(k * c / nx),
+            2 * c as u64,
+            jones,
+            sizes.heaps_per_fengine_per_chunk,
+        ))
         .chain([
-            s("--samples-between-spectra"),
-            (2 * c).to_string(),
-            s("--jones-per-batch"),
-            jones.to_string(),
-            s("--heaps-per-fengine-per-chunk"),
-            sizes.heaps_per_fengine_per_chunk.to_string(),
             s("--corrprod"),
             format!(
                 "name=baseline-correlation-products,dst={},heap_accumulation_threshold={}",

@@ -81,6 +81,39 @@ impl Sizes {
     }
 }
 
+/// The options that give an XB-engine its share of the band and its chunk shape (the
+/// array, `gpucbf qualify` and `gpucbf deploy` start XB-engines with them): `channels` in
+/// all, `per_x` of them from `offset` (`None`: the option left out, the one-engine
+/// default 0), spectra `step` ADC samples apart, `jones` per batch, `heaps` per F-engine
+/// per chunk.
+pub fn xbgpu_shape_args(
+    channels: usize,
+    per_x: usize,
+    offset: Option<usize>,
+    step: u64,
+    jones: usize,
+    heaps: usize,
+) -> Vec<String> {
+    let mut a = vec![
+        "--channels".to_string(),
+        channels.to_string(),
+        "--channels-per-substream".to_string(),
+        per_x.to_string(),
+    ];
+    if let Some(o) = offset {
+        a.extend(["--channel-offset-value".to_string(), o.to_string()]);
+    }
+    a.extend([
+        "--samples-between-spectra".to_string(),
+        step.to_string(),
+        "--jones-per-batch".to_string(),
+        jones.to_string(),
+        "--heaps-per-fengine-per-chunk".to_string(),
+        heaps.to_string(),
+    ]);
+    a
+}
+
 /// `--pin`: whether the array places its engines' threads on cores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum Pin {

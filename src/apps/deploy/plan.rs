@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use super::hosts::Hosts;
 use super::DeployArgs;
-use crate::apps::array::plan::Sizes;
+use crate::apps::array::plan::{xbgpu_shape_args, Sizes};
 use crate::engines::common::{Backend, ConfigError};
 
 /// What an engine is.
@@ -218,21 +218,16 @@ impl Plan {
             let src = format!("{}:{port}", group(args.fx_groups, k));
             let dst = format!("{}:{port}", group(args.corrprod_groups, k));
             let mut argv = common(Kind::Xbgpu);
+            argv.extend([s("--array-size"), n.to_string()]);
+            argv.extend(xbgpu_shape_args(
+                c,
+                per_x,
+                Some(k * per_x),
+                2 * c as u64,
+                jones,
+                sizes.heaps_per_fengine_per_chunk,
+            ));
             argv.extend([
-                s("--array-size"),
-                n.to_string(),
-                s("--channels"),
-                c.to_string(),
-                s("--channels-per-substream"),
-                per_x.to_string(),
-                s("--channel-offset-value"),
-                (k * per_x).to_string(),
-                s("--samples-between-spectra"),
-                (2 * c).to_string(),
-                s("--jones-per-batch"),
-                jones.to_string(),
-                s("--heaps-per-fengine-per-chunk"),
-                sizes.heaps_per_fengine_per_chunk.to_string(),
                 s("--corrprod"),
                 format!("name=baseline-correlation-products,dst={dst},heap_accumulation_threshold={threshold}"),
                 s("--send-enabled"),

@@ -8,7 +8,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::Path;
 use std::time::Duration;
 
-use crate::apps::array::plan::{EngineCores, Placement, Sizes};
+use crate::apps::array::plan::{xbgpu_shape_args, EngineCores, Placement, Sizes};
 use crate::apps::array::procs::{child, stop_all, wait_json, wait_ready, Proc};
 use crate::spead::ids;
 
@@ -207,16 +207,16 @@ impl Array {
                     sync.to_string(),
                     s("--array-size"),
                     n.to_string(),
-                    s("--channels"),
-                    c.to_string(),
-                    s("--channels-per-substream"),
-                    c.to_string(),
-                    s("--samples-between-spectra"),
-                    sh.spectrum_step.to_string(),
-                    s("--jones-per-batch"),
-                    jones.to_string(),
-                    s("--heaps-per-fengine-per-chunk"),
-                    sizes.heaps_per_fengine_per_chunk.to_string(),
+                ];
+                a.extend(xbgpu_shape_args(
+                    c,
+                    c,
+                    None,
+                    sh.spectrum_step,
+                    jones,
+                    sizes.heaps_per_fengine_per_chunk,
+                ));
+                a.extend([
                     s("--corrprod"),
                     format!(
                         "name={},dst={},heap_accumulation_threshold={}",
@@ -230,7 +230,7 @@ impl Array {
                     xb_katcp(k).port().to_string(),
                     s("--backend"),
                     backend.clone(),
-                ];
+                ]);
                 if k == 0 {
                     for (b, (bname, pol)) in BEAMS.iter().enumerate() {
                         a.push(s("--beam"));
