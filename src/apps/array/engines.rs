@@ -6,7 +6,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::plan::xbgpu_shape_args;
+use super::plan::{fgpu_wideband_args, xbgpu_shape_args};
 use super::procs::{child, child_env, stop, stop_all, wait_json, wait_ready, Proc};
 use super::ArrayConfig;
 use crate::apps::soak::{EngineTarget, Soak, SoakOptions, SoakReport};
@@ -103,25 +103,24 @@ pub(super) fn start_engines(
                 fs.to_string(),
                 s("--sync-time"),
                 s(sync),
-                s("--feng-id"),
-                a.to_string(),
-                s("--array-size"),
-                n.to_string(),
-                s("--wideband"),
-                format!(
-                    "name=wideband,channels={c},dst={},jones_per_batch={jones}",
-                    cfg.fgpu_dst()
-                ),
-                s("--recv-chunk-samples"),
-                sizes.recv_chunk_samples.to_string(),
+            ]
+            .into_iter()
+            .chain(fgpu_wideband_args(
+                a,
+                n,
+                c,
+                &cfg.fgpu_dst(),
+                jones,
+                sizes.recv_chunk_samples,
+            ))
+            .chain([
                 s("--gain"),
                 gain.to_string(),
                 s("--backend"),
                 backend.clone(),
                 s("--katcp-port"),
                 s("0"),
-            ]
-            .into_iter()
+            ])
             .chain(sizes.fgpu_recv.iter().cloned())
             .chain(cfg.plan.args(&name))
             .chain(cfg.prometheus_args(nx + a))

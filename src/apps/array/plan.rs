@@ -114,6 +114,29 @@ pub fn xbgpu_shape_args(
     a
 }
 
+/// The options that make an F-engine antenna `feng_id` of `antennas` with one wideband
+/// output `wideband` of `channels` channels sent to `dst`, `jones` per batch, receiving
+/// chunks of `recv_chunk` samples (the array and `gpucbf deploy` start F-engines with them).
+pub fn fgpu_wideband_args(
+    feng_id: usize,
+    antennas: usize,
+    channels: usize,
+    dst: &str,
+    jones: usize,
+    recv_chunk: u64,
+) -> Vec<String> {
+    vec![
+        "--feng-id".to_string(),
+        feng_id.to_string(),
+        "--array-size".to_string(),
+        antennas.to_string(),
+        "--wideband".to_string(),
+        format!("name=wideband,channels={channels},dst={dst},jones_per_batch={jones}"),
+        "--recv-chunk-samples".to_string(),
+        recv_chunk.to_string(),
+    ]
+}
+
 /// `--pin`: whether the array places its engines' threads on cores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum Pin {

@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use super::hosts::Hosts;
 use super::DeployArgs;
-use crate::apps::array::plan::{xbgpu_shape_args, Sizes};
+use crate::apps::array::plan::{fgpu_wideband_args, xbgpu_shape_args, Sizes};
 use crate::engines::common::{Backend, ConfigError};
 
 /// What an engine is.
@@ -261,18 +261,15 @@ impl Plan {
         for a in 0..n {
             let (host, iface) = placer.place(&format!("fgpu{a}"), args.fgpu_cores, gpu)?;
             let mut argv = common(Kind::Fgpu);
+            argv.extend(fgpu_wideband_args(
+                a,
+                n,
+                c,
+                &group_list(args.fx_groups, nx, port),
+                jones,
+                recv_chunk,
+            ));
             argv.extend([
-                s("--feng-id"),
-                a.to_string(),
-                s("--array-size"),
-                n.to_string(),
-                s("--wideband"),
-                format!(
-                    "name=wideband,channels={c},dst={},jones_per_batch={jones}",
-                    group_list(args.fx_groups, nx, port)
-                ),
-                s("--recv-chunk-samples"),
-                recv_chunk.to_string(),
                 s("--dither-seed"),
                 args.seed.to_string(),
                 s("--recv-interface"),
