@@ -196,6 +196,17 @@ impl Plan {
                 sync.to_string(),
             ]
         };
+        // An engine's receive and send interface (the one its host gives it) and backend.
+        let io = |iface: String| {
+            [
+                s("--recv-interface"),
+                iface.clone(),
+                s("--send-interface"),
+                iface,
+                s("--backend"),
+                args.backend.name().to_string(),
+            ]
+        };
         let mut engines = Vec::new();
         let mut number = 0u16;
         let mut ports = |argv: &mut Vec<String>| {
@@ -231,13 +242,8 @@ impl Plan {
                 s("--corrprod"),
                 format!("name=baseline-correlation-products,dst={dst},heap_accumulation_threshold={threshold}"),
                 s("--send-enabled"),
-                s("--recv-interface"),
-                iface.clone(),
-                s("--send-interface"),
-                iface,
-                s("--backend"),
-                args.backend.name().to_string(),
             ]);
+            argv.extend(io(iface));
             argv.extend(sizes.xbgpu_recv.iter().cloned());
             let (kp, pp) = ports(&mut argv);
             argv.push(src.clone());
@@ -269,16 +275,8 @@ impl Plan {
                 jones,
                 recv_chunk,
             ));
-            argv.extend([
-                s("--dither-seed"),
-                args.seed.to_string(),
-                s("--recv-interface"),
-                iface.clone(),
-                s("--send-interface"),
-                iface,
-                s("--backend"),
-                args.backend.name().to_string(),
-            ]);
+            argv.extend([s("--dither-seed"), args.seed.to_string()]);
+            argv.extend(io(iface));
             if let Some(g) = args.gain {
                 argv.extend([s("--gain"), g.to_string()]);
             }

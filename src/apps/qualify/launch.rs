@@ -242,7 +242,7 @@ impl Array {
                     }
                 }
                 a.extend(sizes.xbgpu_recv.iter().cloned());
-                a.extend(pins.args(&pins.xb, k));
+                a.extend(pins.xb(k));
                 a.push(x_in(k).to_string());
                 procs.push(child(name, &exe, &a, &logs.join(format!("{name}.log")))?);
             }
@@ -312,7 +312,7 @@ impl Array {
                     s("--katcp-port"),
                     dsim_katcp(ant).port().to_string(),
                 ];
-                a.extend(pins.args(&pins.dsims, ant));
+                a.extend(pins.dsim(ant));
                 a.extend([f_in(ant, 0).to_string(), f_in(ant, 1).to_string()]);
                 procs.push(child(&name, &exe, &a, &logs.join(format!("{name}.log")))?);
             }
@@ -400,9 +400,14 @@ impl Pins {
         }
     }
 
-    /// The options of engine `k` of `engines` (none when unpinned).
-    fn args(&self, engines: &[EngineCores], k: usize) -> Vec<String> {
-        engines.get(k).map(EngineCores::args).unwrap_or_default()
+    /// The options of XB-engine `k` for its cores (none when unpinned).
+    fn xb(&self, k: usize) -> Vec<String> {
+        self.xb.get(k).map(EngineCores::args).unwrap_or_default()
+    }
+
+    /// The options of antenna `a`'s dsim for its cores (none when unpinned).
+    fn dsim(&self, a: usize) -> Vec<String> {
+        self.dsims.get(a).map(EngineCores::args).unwrap_or_default()
     }
 
     /// The plan as the log prints it.
@@ -471,16 +476,13 @@ mod tests {
         let cores: Vec<usize> = (0..16).collect();
         let p = Pins::new(true, &cores, 4, 2);
         assert!(p.unpinned.is_none());
-        assert_eq!(p.args(&p.xb, 0), ["--recv-affinity", "15"]);
-        assert_eq!(p.args(&p.xb, 1), ["--recv-affinity", "14"]);
-        assert_eq!(
-            p.args(&p.dsims, 3),
-            ["--affinity", "6-7", "--main-affinity", "7"]
-        );
+        assert_eq!(p.xb(0), ["--recv-affinity", "15"]);
+        assert_eq!(p.xb(1), ["--recv-affinity", "14"]);
+        assert_eq!(p.dsim(3), ["--affinity", "6-7", "--main-affinity", "7"]);
         // 4 antennas need 10 pinned cores and 2 to float on.
         let few = Pins::new(true, &cores[..11], 4, 2);
         assert!(few.unpinned.as_deref().unwrap().contains("11 cores"));
-        assert!(few.args(&few.xb, 0).is_empty());
+        assert!(few.xb(0).is_empty());
         assert!(Pins::new(false, &cores, 4, 2).unpinned.is_some());
     }
 }
