@@ -69,17 +69,23 @@ def test_xbgpu_sensors_and_beam_change_before_capture_start(gpucbf, tmp_path):
          "--beam", f"name=b0,dst=127.0.0.1:{b0port},pol=0", "--beam", f"name=b1,dst=127.0.0.1:{b1port},pol=1",
          "--katcp-port", str(kport), "--send-pcap", str(xpcap), "--backend", "cpu", f"127.0.0.1:{pf}"],
         stdout=subprocess.DEVNULL, stderr=open(tmp_path / "xbgpu.log", "w"))
-    feng = subprocess.Popen(
-        [gpucbf, "fgpu", "--adc-sample-rate", str(ADC), "--sync-time", str(sync), "--array-size", "1",
-         "--katcp-port", "0", "--wideband", f"name=wb,channels={C},dst=127.0.0.1:{pf},jones_per_batch={JONES}",
-         "--recv-chunk-samples", str(1 << 19), "--gain", "0.05", "--backend", "cpu",
-         f"127.0.0.1:{p0},127.0.0.1:{p1}"],
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "fgpu.log", "w"))
-    dsim = subprocess.Popen(
-        [gpucbf, "dsim", "--adc-sample-rate", str(ADC), "--sync-time", str(sync), "--period", str(1 << 22),
-         "--katcp-port", "0", "--heaps", str(int(8 * ADC / 4096)), "--signals", "wgn(0.05);",
-         f"127.0.0.1:{p0}", f"127.0.0.1:{p1}"],
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "dsim.log", "w"))
+    procs = []
+
+    def start_input():
+        """fgpu and dsim, started once the before-data sensors have been read."""
+        feng = subprocess.Popen(
+            [gpucbf, "fgpu", "--adc-sample-rate", str(ADC), "--sync-time", str(sync), "--array-size", "1",
+             "--katcp-port", "0", "--wideband", f"name=wb,channels={C},dst=127.0.0.1:{pf},jones_per_batch={JONES}",
+             "--recv-chunk-samples", str(1 << 19), "--gain", "0.05", "--backend", "cpu",
+             f"127.0.0.1:{p0},127.0.0.1:{p1}"],
+            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "fgpu.log", "w"))
+        dsim = subprocess.Popen(
+            [gpucbf, "dsim", "--adc-sample-rate", str(ADC), "--sync-time", str(sync), "--period", str(1 << 22),
+             "--katcp-port", "0", "--heaps", str(int(8 * ADC / 4096)), "--signals", "wgn(0.05);",
+             f"127.0.0.1:{p0}", f"127.0.0.1:{p1}"],
+            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "dsim.log", "w"))
+        procs.extend([dsim, feng])
+        return dsim
 
     async def drive():
         client = await katcp_connect(kport, "xbgpu")
@@ -89,6 +95,8 @@ def test_xbgpu_sensors_and_beam_change_before_capture_start(gpucbf, tmp_path):
             assert (await sensor(client, "steady-state-timestamp"))[:2] == ("0", "nominal")
             assert (await sensor(client, "b1.delay"))[0] == "(0, 0.0, 0.0)"
             assert (await sensor(client, "bc.rx.synchronised"))[:2] == ("0", "error")
+            # Only now does the input start, so the checks above cannot race the data.
+            dsim = start_input()
             # Data flowing: nominal receive sensors with data-time timestamps.
             st = await wait_for(client, "rx.device-status", lambda v, s, t: v == "ok")
             assert st[:2] == ("ok", "nominal"), st
@@ -158,9 +166,9 @@ def test_xbgpu_sensors_and_beam_change_before_capture_start(gpucbf, tmp_path):
     try:
         t_gain = asyncio.run(drive())
     finally:
-        for p in (dsim, feng, xb):
+        for p in procs + [xb]:
             p.terminate()
-        for p in (dsim, feng, xb):
+        for p in procs + [xb]:
             p.wait(timeout=30)
 
     b0 = beam_heaps(xpcap, b0port, tmp_path)
