@@ -116,7 +116,7 @@ fn spec() -> gpucbf::engines::fgpu::WidebandSpec {
 fn run_output(chan: Box<dyn Channelizer>, dpcap: &Path, fpcap: &Path) -> FgpuSummary {
     let spec = spec();
     let sender = HeapSender::new(
-        open_sink(Some(fpcap), Ipv4Addr::UNSPECIFIED, 4, 1 << 20).unwrap(),
+        open_sink(Some(fpcap), Ipv4Addr::UNSPECIFIED, 4, 1 << 20, false).unwrap(),
         spec.dst.clone(),
         3,
         5,

@@ -52,7 +52,14 @@ impl Beamformer for Counting {
 /// the [`Counting`] correlator, to `dir`/x.pcap.
 fn counting_corrprod(dir: &Path, step: u64) -> XPipeline {
     let sender = HeapSender::new(
-        open_sink(Some(&dir.join("x.pcap")), Ipv4Addr::UNSPECIFIED, 4, 1 << 20).unwrap(),
+        open_sink(
+            Some(&dir.join("x.pcap")),
+            Ipv4Addr::UNSPECIFIED,
+            4,
+            1 << 20,
+            false,
+        )
+        .unwrap(),
         vec![SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7160)],
         0,
         1,
@@ -92,7 +99,14 @@ fn only_batches_inside_the_received_span_are_fed() {
 
     let out = |name: &str| {
         HeapSender::new(
-            open_sink(Some(&dir.join(name)), Ipv4Addr::UNSPECIFIED, 4, 1 << 20).unwrap(),
+            open_sink(
+                Some(&dir.join(name)),
+                Ipv4Addr::UNSPECIFIED,
+                4,
+                1 << 20,
+                false,
+            )
+            .unwrap(),
             vec![SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7160)],
             0,
             1,
@@ -245,7 +259,7 @@ fn beam_run(
     live: bool,
 ) -> Vec<Heap> {
     let bpcap = dir.join(name);
-    let mut sink = open_sink(Some(&bpcap), Ipv4Addr::UNSPECIFIED, 4, 1 << 20).unwrap();
+    let mut sink = open_sink(Some(&bpcap), Ipv4Addr::UNSPECIFIED, 4, 1 << 20, false).unwrap();
     if live {
         sink = Box::new(Live(sink));
     }

@@ -15,6 +15,55 @@ pub fn dest_mac(ip: Ipv4Addr) -> [u8; 6] {
     }
 }
 
+/// Ethernet II + IPv4 + UDP header bytes of the frames the sinks build.
+pub const UDP_HEADERS: usize = 14 + 20 + 8;
+
+/// IPv4 header checksum of `h` (0 when `h` already carries a correct one).
+pub fn ipv4_checksum(h: &[u8]) -> u16 {
+    let mut sum = 0u32;
+    for w in h.chunks(2) {
+        sum += u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]) as u32;
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Writes the Ethernet II, IPv4 (no options, identification 0, don't fragment, header
+/// checksum computed) and UDP (checksum 0, valid over IPv4) headers of a frame from
+/// `src_mac`/`src` to `dst` carrying `udp_payload` bytes into `h[..UDP_HEADERS]`. The
+/// destination MAC is [`dest_mac`]'s unless `dst_mac` names one (a resolved neighbour).
+pub fn write_udp_headers(
+    h: &mut [u8],
+    src_mac: [u8; 6],
+    dst_mac: Option<[u8; 6]>,
+    src: SocketAddrV4,
+    dst: SocketAddrV4,
+    ttl: u8,
+    udp_payload: usize,
+) {
+    h[0..6].copy_from_slice(&dst_mac.unwrap_or_else(|| dest_mac(*dst.ip())));
+    h[6..12].copy_from_slice(&src_mac);
+    h[12..14].copy_from_slice(&[0x08, 0x00]);
+    let ip = &mut h[14..34];
+    ip.fill(0);
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&((20 + 8 + udp_payload) as u16).to_be_bytes());
+    ip[6] = 0x40;
+    ip[8] = ttl;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&src.ip().octets());
+    ip[16..20].copy_from_slice(&dst.ip().octets());
+    let c = ipv4_checksum(ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    let udp = &mut h[34..42];
+    udp[0..2].copy_from_slice(&src.port().to_be_bytes());
+    udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
+    udp[4..6].copy_from_slice(&((8 + udp_payload) as u16).to_be_bytes());
+    udp[6..8].copy_from_slice(&[0, 0]);
+}
+
 /// Counters for sources that see whole Ethernet frames (DPDK, ibverbs).
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct FrameStats {

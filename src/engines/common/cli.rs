@@ -132,7 +132,8 @@ pub struct EngineArgs {
     /// behind --send-interface the output goes through UDP sockets, with one log line.
     #[arg(long)]
     pub send_ibv: bool,
-    /// ibverbs completion vector of the send queue (-1: poll); used with --send-ibv.
+    /// ibverbs completion vector of the send queue (katgpucbf's option; checked and
+    /// accepted: gpucbf's ibverbs sender always polls its completion queue, as with -1).
     #[arg(
         long,
         value_name = "VECTOR",
@@ -240,6 +241,7 @@ impl EngineArgs {
             self.send_interface.first(),
             self.send_ttl,
             self.send_buffer,
+            false,
         )
     }
 
@@ -254,6 +256,7 @@ impl EngineArgs {
                 ip,
                 self.send_ttl,
                 self.send_buffer,
+                self.send_ibv,
             )
         };
         if ifs.len() <= 1 || self.send_pcap.is_some() {
@@ -319,9 +322,6 @@ impl EngineArgs {
                 first = %self.recv_interface.first(),
                 "--recv-interface: several interfaces given; --recv-ibv/--recv-dpdk receive on the first"
             );
-        }
-        if self.send_ibv && !cfg!(feature = "ibverbs") {
-            tracing::info!("--send-ibv: built without the ibverbs feature; sending through UDP");
         }
     }
 

@@ -1,4 +1,5 @@
-//! The engines' send side: the output sink (UDP, or a pcap file with `--send-pcap`).
+//! The engines' send side: the output sink (UDP, ibverbs with `--send-ibv`, or a pcap file
+//! with `--send-pcap`).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
@@ -8,13 +9,13 @@ use crate::net::send::pcap::PcapSink;
 use crate::net::send::udp::UdpSink;
 use crate::net::PacketSink;
 
-/// Opens the output sink (a pcap file if asked; else UDP with a `send_buffer`-byte
-/// kernel send buffer).
+/// Opens the output sink: a pcap file if asked; else the live sink of [`open_live`].
 pub fn open_sink(
     pcap: Option<&Path>,
     interface: Ipv4Addr,
     ttl: u32,
     send_buffer: usize,
+    ibv: bool,
 ) -> std::io::Result<Box<dyn PacketSink>> {
     Ok(match pcap {
         Some(p) => {
@@ -29,8 +30,34 @@ pub fn open_sink(
                 ttl.min(255) as u8,
             )?)
         }
-        None => Box::new(UdpSink::new(interface, ttl, send_buffer)?),
+        None => open_live(interface, ttl, send_buffer, ibv)?,
     })
+}
+
+/// The network sink out of `interface`: with `ibv` (`--send-ibv`, dsim `--ibv`) an ibverbs
+/// raw-packet queue pair on the RDMA NIC behind it; where there is none (or the binary has
+/// no ibverbs) UDP sockets with a `send_buffer`-byte kernel send buffer, said in one log
+/// line per sink.
+pub fn open_live(
+    interface: Ipv4Addr,
+    ttl: u32,
+    send_buffer: usize,
+    ibv: bool,
+) -> std::io::Result<Box<dyn PacketSink>> {
+    #[cfg(feature = "ibverbs")]
+    if ibv {
+        match crate::net::send::ibv::IbvSink::open(interface, ttl, send_buffer) {
+            Ok(s) => return Ok(Box::new(s)),
+            Err(e) => tracing::warn!("--send-ibv: {e}; sending through UDP sockets"),
+        }
+    }
+    #[cfg(not(feature = "ibverbs"))]
+    if ibv {
+        tracing::warn!(
+            "--send-ibv: built without the ibverbs feature; sending through UDP sockets"
+        );
+    }
+    Ok(Box::new(UdpSink::new(interface, ttl, send_buffer)?))
 }
 
 /// Sends each destination's packets out of one of several sinks (one per
@@ -88,4 +115,31 @@ pub fn check_output_is_not_input(
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--send-ibv` where the interface has no RDMA NIC (loopback): the sink is UDP and the
+    /// packets arrive all the same.
+    #[test]
+    fn send_ibv_without_a_nic_sends_through_udp() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        let dst = match rx.local_addr().unwrap() {
+            std::net::SocketAddr::V4(a) => a,
+            a => panic!("{a}"),
+        };
+        for ibv in [true, false] {
+            let mut sink = open_sink(None, Ipv4Addr::LOCALHOST, 4, 1 << 16, ibv).unwrap();
+            assert!(!sink.is_offline());
+            sink.send(dst, &[b"spead", &[ibv as u8]]).unwrap();
+            sink.flush().unwrap();
+            let mut buf = [0u8; 16];
+            let n = rx.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], &[b's', b'p', b'e', b'a', b'd', ibv as u8]);
+        }
+    }
 }

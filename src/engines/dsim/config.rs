@@ -55,11 +55,13 @@ pub struct DsimArgs {
     /// dividing it.
     #[arg(long)]
     pub max_period: Option<u64>,
-    /// Send through ibverbs (katgpucbf's option): accepted; gpucbf's dsim sends through UDP
-    /// sockets and says so once in the log.
+    /// Send through ibverbs (katgpucbf's option; feature `ibverbs`): a raw-packet queue
+    /// pair on the RDMA NIC behind --interface, one per send thread. Without one the dsim
+    /// sends through UDP sockets, with one log line.
     #[arg(long)]
     pub ibv: bool,
-    /// ibverbs completion vector (-1: poll); used with --ibv.
+    /// ibverbs completion vector (-1: poll); checked and accepted: the send path always
+    /// polls its completion queue.
     #[arg(long, allow_hyphen_values = true, default_value_t = 0)]
     pub comp_vector: i64,
     /// Python debugging consoles (accepted, not applicable).
@@ -163,8 +165,10 @@ pub struct DsimConfig {
     pub send_cores: Vec<Option<usize>>,
     /// Core of the main thread, if pinned.
     pub main_core: Option<usize>,
-    /// Kernel send buffer per UDP socket, bytes.
+    /// Kernel send buffer per UDP socket (or ibverbs frame ring), bytes.
     pub send_buffer: usize,
+    /// Send through ibverbs where the interface has an RDMA NIC (`--ibv`).
+    pub ibv: bool,
 }
 
 /// Timestamps and digitiser ids are 48-bit SPEAD items: 2^48.
@@ -174,12 +178,6 @@ impl DsimArgs {
     /// Logs once the katgpucbf options that are accepted but have no effect here.
     pub fn log_not_applicable(&self) {
         self.console.log_not_applicable();
-        if self.ibv {
-            tracing::info!(
-                comp_vector = self.comp_vector,
-                "--ibv: the dsim sends through UDP sockets (sendmmsg); ibverbs is not used"
-            );
-        }
     }
 
     /// Refuses digitiser ids and timestamps that would not fit the 48-bit items (they
@@ -306,6 +304,7 @@ impl DsimArgs {
             send_cores,
             main_core,
             send_buffer: self.send_buffer,
+            ibv: self.ibv,
             adc_rate: self.adc_sample_rate,
             bits: self.sample_bits,
             heap_samples: self.heap_samples,

@@ -16,8 +16,8 @@ use super::send::{DsimSummary, HeapStream, SendMetrics, Sent};
 use super::signal::Timebase;
 use super::DsimConfig;
 use crate::control::Server;
+use crate::engines::common::send::open_live;
 use crate::net::send::pcap::PcapSink;
-use crate::net::send::udp::UdpSink;
 use crate::net::PacketSink;
 use crate::telemetry::metrics::Metrics;
 
@@ -119,12 +119,12 @@ fn send_threads(
             let progress = progress[j].clone();
             handles.push(scope.spawn(move || -> anyhow::Result<(Sent, usize)> {
                 pin(&format!("send-{j}"), cfg.send_cores[j]);
-                let mut sink = UdpSink::new(cfg.interface, cfg.ttl, cfg.send_buffer)?;
+                let mut sink = open_live(cfg.interface, cfg.ttl, cfg.send_buffer, cfg.ibv)?;
                 let mut stream =
                     HeapStream::for_streams(cfg, streams, w, start.ts0, start.window_heaps, true);
                 stream.publish_progress(progress);
                 wait_for_first_timestamp(cfg, start)?;
-                let sent = stream.send(&mut sink, &rx, metrics)?;
+                let sent = stream.send(&mut *sink, &rx, metrics)?;
                 Ok((sent, stream.packet_size()))
             }));
         }
@@ -169,7 +169,7 @@ fn send_threads(
     })
 }
 
-/// The output: a pcap file (`--pcap`) or UDP.
+/// The output: a pcap file (`--pcap`), or the network (UDP, or ibverbs with `--ibv`).
 fn open_sink(cfg: &DsimConfig) -> anyhow::Result<Box<dyn PacketSink>> {
     Ok(match &cfg.pcap {
         Some(path) => {
@@ -184,7 +184,7 @@ fn open_sink(cfg: &DsimConfig) -> anyhow::Result<Box<dyn PacketSink>> {
                 cfg.ttl as u8,
             )?)
         }
-        None => Box::new(UdpSink::new(cfg.interface, cfg.ttl, cfg.send_buffer)?),
+        None => open_live(cfg.interface, cfg.ttl, cfg.send_buffer, cfg.ibv)?,
     })
 }
 

@@ -8,8 +8,14 @@
 //!   through pinned host memory).
 //! * `verbs` (feature `ibverbs`): the PeerDirect sender, heaps from GPU memory through a
 //!   raw-packet verbs queue pair.
+//! * `ibv` (feature `ibverbs`): `--send-ibv`, any packets through a raw-packet verbs queue
+//!   pair from a registered ring of frames in host memory.
 
+#[cfg(all(test, feature = "ibverbs"))]
+mod fake_verbs;
 pub mod heap;
+#[cfg(feature = "ibverbs")]
+pub mod ibv;
 pub mod pcap;
 pub mod peerdirect;
 pub mod udp;

@@ -28,14 +28,11 @@ use std::time::{Duration, Instant};
 use ibverbs_sys::{poll_cq, IbvSge, IbvWc, IBV_WC_SUCCESS};
 
 use super::peerdirect::GpuMrKind;
-use crate::net::frame::dest_mac;
+use crate::net::frame::{write_udp_headers, UDP_HEADERS};
 use crate::net::pacing::Pacer;
 use crate::net::verbs::{RawSendQp, Verbs};
 
 use crate::spead::{ids, ItemPointer, HEADER_BYTES};
-
-/// Ethernet + IPv4 + UDP header bytes.
-const L2_L4: usize = 14 + 20 + 8;
 
 /// One heap of an output item: its destination (index into the sender's destinations) and
 /// its payload's byte range inside the item.
@@ -144,18 +141,6 @@ pub struct PeerDirectSender {
 // thread that owns it.
 unsafe impl Send for PeerDirectSender {}
 
-/// IPv4 header checksum.
-fn ipv4_checksum(h: &[u8]) -> u16 {
-    let mut sum = 0u32;
-    for w in h.chunks(2) {
-        sum += u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]) as u32;
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 impl PeerDirectSender {
     /// SPEAD header bytes of a data packet (8 + 8 × (4 standard + immediates + payload)).
     pub fn spead_header_len(n_immediates: usize) -> usize {
@@ -198,7 +183,7 @@ impl PeerDirectSender {
         if per_packet == 0 {
             return Err(invalid("packet payload too small".into()));
         }
-        let header_len = L2_L4 + spead;
+        let header_len = UDP_HEADERS + spead;
         let stride = header_len.div_ceil(64) * 64;
         let packets_per_heap: Vec<usize> = cfg
             .heaps
@@ -283,24 +268,7 @@ impl PeerDirectSender {
     fn write_static(h: &mut [u8], cfg: &PeerDirectConfig, plan: &HeapPlan, off: u64, len: usize) {
         let dst = cfg.dests[plan.dst];
         let spead = Self::spead_header_len(cfg.immediate_ids.len());
-        h[0..6].copy_from_slice(&dest_mac(*dst.ip()));
-        h[6..12].copy_from_slice(&cfg.src_mac);
-        h[12..14].copy_from_slice(&[0x08, 0x00]);
-        let ip = &mut h[14..34];
-        let total = (20 + 8 + spead + len) as u16;
-        ip[0] = 0x45;
-        ip[2..4].copy_from_slice(&total.to_be_bytes());
-        ip[6] = 0x40;
-        ip[8] = cfg.ttl;
-        ip[9] = 17;
-        ip[12..16].copy_from_slice(&cfg.src.ip().octets());
-        ip[16..20].copy_from_slice(&dst.ip().octets());
-        let c = ipv4_checksum(ip);
-        ip[10..12].copy_from_slice(&c.to_be_bytes());
-        let udp = &mut h[34..42];
-        udp[0..2].copy_from_slice(&cfg.src.port().to_be_bytes());
-        udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
-        udp[4..6].copy_from_slice(&((8 + spead + len) as u16).to_be_bytes());
+        write_udp_headers(h, cfg.src_mac, None, cfg.src, dst, cfg.ttl, spead + len);
         let s = &mut h[42..42 + spead];
         let n_ptrs = (4 + cfg.immediate_ids.len() + 1) as u16;
         s[..8].copy_from_slice(&[0x53, 4, 2, 6, 0, 0, (n_ptrs >> 8) as u8, n_ptrs as u8]);
@@ -441,7 +409,7 @@ impl PeerDirectSender {
             })
             .collect();
         for f in &self.fields {
-            let s = base + f.at + L2_L4 + HEADER_BYTES;
+            let s = base + f.at + UDP_HEADERS + HEADER_BYTES;
             let h = &mut self.headers[s..];
             let cnt = ItemPointer::immediate(ids::HEAP_CNT, cnts[f.heap]);
             h[..8].copy_from_slice(&cnt.to_raw().to_be_bytes());

@@ -2,67 +2,9 @@
 //! records every posted work request and hands out queued completions.
 
 use super::*;
-use ibverbs_sys::{IbvSendWr, CTX_OPS_POLL_CQ, CTX_OPS_POST_SEND, IBV_SEND_SIGNALED};
+use crate::net::send::fake_verbs::Fake;
+use ibverbs_sys::IBV_SEND_SIGNALED;
 use std::net::Ipv4Addr;
-use std::sync::Mutex;
-
-/// A posted chain: per request (wr_id, header sge, payload sge, flags).
-type Chain = Vec<(u64, IbvSge, IbvSge, u32)>;
-/// Posted chains with the QP they were posted on (tests run in parallel: each has its own).
-static POSTED: Mutex<Vec<(usize, Chain)>> = Mutex::new(Vec::new());
-/// Completions the fake CQs return next, with their CQ.
-static COMPLETIONS: Mutex<Vec<(usize, IbvWc)>> = Mutex::new(Vec::new());
-
-unsafe extern "C" fn fake_post_send(
-    qp: *mut c_void,
-    mut wr: *mut IbvSendWr,
-    _bad: *mut *mut IbvSendWr,
-) -> c_int {
-    let mut chain = Vec::new();
-    while !wr.is_null() {
-        let w = &*wr;
-        assert_eq!(w.num_sge, 2);
-        chain.push((w.wr_id, *w.sg_list, *w.sg_list.add(1), w.send_flags));
-        wr = w.next;
-    }
-    POSTED.lock().unwrap().push((qp as usize, chain));
-    0
-}
-
-unsafe extern "C" fn fake_poll_cq(cq: *mut c_void, n: c_int, wc: *mut IbvWc) -> c_int {
-    let mut q = COMPLETIONS.lock().unwrap();
-    let mut k = 0;
-    q.retain(|&(c, w)| {
-        if c == cq as usize && k < n as usize {
-            *wc.add(k) = w;
-            k += 1;
-            false
-        } else {
-            true
-        }
-    });
-    k as c_int
-}
-
-fn complete(cq: *mut c_void, w: IbvWc) {
-    COMPLETIONS.lock().unwrap().push((cq as usize, w));
-}
-
-#[repr(C, align(8))]
-struct FakeCtx([u8; 328]);
-
-/// A fake context and a "qp"/"cq" object whose first word points at it.
-fn fake() -> (Box<FakeCtx>, Box<[usize; 4]>) {
-    let mut ctx = Box::new(FakeCtx([0; 328]));
-    let c = ctx.0.as_mut_ptr();
-    // SAFETY: both offsets lie inside the 328-byte block and are 8-aligned.
-    unsafe {
-        *(c.add(CTX_OPS_POST_SEND) as *mut usize) = fake_post_send as *const () as usize;
-        *(c.add(CTX_OPS_POLL_CQ) as *mut usize) = fake_poll_cq as *const () as usize;
-    }
-    let obj = Box::new([c as usize, 0, 0, 0]);
-    (ctx, obj)
-}
 
 fn config(depth: usize) -> PeerDirectConfig {
     PeerDirectConfig {
@@ -105,8 +47,8 @@ fn items(n: usize) -> Vec<(u64, u32)> {
 
 #[test]
 fn headers_match_the_staged_path_byte_for_byte() {
-    let (_ctx, mut obj) = fake();
-    let o = obj.as_mut_ptr() as *mut c_void;
+    let mut fake = Fake::new();
+    let o = fake.ptr();
     // SAFETY: fake QP/CQ objects; nothing is posted in this test.
     let mut s =
         unsafe { PeerDirectSender::from_raw(o, o, config(64), &items(2), |_, _| Ok(7)) }.unwrap();
@@ -135,7 +77,7 @@ fn headers_match_the_staged_path_byte_for_byte() {
             for seg in &p.payload {
                 frame.extend_from_slice(seg);
             }
-            assert_eq!(ipv4_checksum(&frame[14..34]), 0);
+            assert_eq!(crate::net::frame::ipv4_checksum(&frame[14..34]), 0);
             let (dst, udp) = crate::net::frame::fast_udp_ipv4(&frame).unwrap();
             assert_eq!(dst, s.cfg.dests[plan.dst]);
             let v = crate::spead::PacketView::parse(udp).unwrap();
@@ -145,15 +87,12 @@ fn headers_match_the_staged_path_byte_for_byte() {
         }
     }
     assert_eq!(k, 6);
-    let posted = {
-        let mut p = POSTED.lock().unwrap();
-        let k = p.iter().position(|(q, _)| *q == o as usize).unwrap();
-        p.remove(k).1
-    };
+    let posted = fake.take_posted().remove(0);
     assert_eq!(posted.len(), 6);
     // Payload entries point into the item's device range, in order, covering it exactly.
     let mut next = DEV;
-    for (j, (id, hs, ps, flags)) in posted.iter().enumerate() {
+    for (j, (id, sges, flags)) in posted.iter().enumerate() {
+        let (hs, ps) = (sges[0], sges[1]);
         assert_eq!(*id, wr_id(item, j as u32));
         assert_eq!((hs.lkey, ps.lkey), (7, 0x99));
         assert_eq!(hs.length as usize, 42 + spead);
@@ -166,8 +105,8 @@ fn headers_match_the_staged_path_byte_for_byte() {
 
 #[test]
 fn items_recycle_on_completion_and_the_queue_budget_holds() {
-    let (_ctx, mut obj) = fake();
-    let o = obj.as_mut_ptr() as *mut c_void;
+    let mut fake = Fake::new();
+    let o = fake.ptr();
     // Room for two items' packets (6 each) in the send queue, three items.
     // SAFETY: fake QP/CQ objects that outlive the sender.
     let mut s =
@@ -192,21 +131,15 @@ fn items_recycle_on_completion_and_the_queue_budget_holds() {
     );
     // An unsignalled packet's completion frees nothing (counted); the last packet of item
     // `a` frees it (with an error status: counted, recycled all the same).
-    complete(
-        o,
-        IbvWc {
-            wr_id: wr_id(b, 0),
-            ..Default::default()
-        },
-    );
-    complete(
-        o,
-        IbvWc {
-            wr_id: wr_id(a, 5),
-            status: 5,
-            ..Default::default()
-        },
-    );
+    fake.complete(IbvWc {
+        wr_id: wr_id(b, 0),
+        ..Default::default()
+    });
+    fake.complete(IbvWc {
+        wr_id: wr_id(a, 5),
+        status: 5,
+        ..Default::default()
+    });
     assert_eq!(s.poll().unwrap(), 1);
     assert_eq!(s.stats.stray_completions, 1);
     assert_eq!(s.stats.wc_errors, 1);
@@ -216,13 +149,10 @@ fn items_recycle_on_completion_and_the_queue_budget_holds() {
     assert_eq!(s.acquire(Duration::ZERO).unwrap(), a);
     // The last packets of b and c complete: everything is back.
     for i in [b, c] {
-        complete(
-            o,
-            IbvWc {
-                wr_id: wr_id(i, 5),
-                ..Default::default()
-            },
-        );
+        fake.complete(IbvWc {
+            wr_id: wr_id(i, 5),
+            ..Default::default()
+        });
     }
     s.flush(Duration::from_millis(50)).unwrap();
     assert_eq!(s.in_flight(), 0);
@@ -233,8 +163,8 @@ fn items_recycle_on_completion_and_the_queue_budget_holds() {
 
 #[test]
 fn inconsistent_layouts_are_refused() {
-    let (_ctx, mut obj) = fake();
-    let o = obj.as_mut_ptr() as *mut c_void;
+    let mut fake = Fake::new();
+    let o = fake.ptr();
     let mut cfg = config(4);
     // SAFETY: fake objects; construction fails before any verbs call.
     let e = unsafe { PeerDirectSender::from_raw(o, o, cfg.clone(), &items(1), |_, _| Ok(1)) };
