@@ -46,10 +46,12 @@ pub struct DsimArgs {
     /// Write packets to this pcap file instead of sending them.
     #[arg(long)]
     pub pcap: Option<PathBuf>,
-    /// Output interface: a name (`lo`, `ens1f0`: its first IPv4 address) or an IPv4
-    /// address.
-    #[arg(long, default_value = "0.0.0.0", value_parser = crate::engines::common::cli::parse_interface)]
-    pub interface: Ipv4Addr,
+    /// Output interface(s): names (`lo`, `ens1f0`: the first IPv4 address of each) or IPv4
+    /// addresses, comma-separated. With several, each stream's destinations are divided
+    /// among them in contiguous blocks (as fgpu divides an output's among its send
+    /// interfaces: their number must be a multiple of the number of interfaces).
+    #[arg(long, value_name = "IFACE[,IFACE...]", default_value = "0.0.0.0", value_parser = crate::engines::common::cli::parse_interfaces)]
+    pub interface: crate::engines::common::cli::Interfaces,
     /// Size of the pre-computed ring in samples (default --period): a multiple of --period
     /// and of --heap-samples, at least 2 heaps. `?signals SPEC PERIOD` takes any period
     /// dividing it.
@@ -144,8 +146,10 @@ pub struct DsimConfig {
     pub heaps: Option<u64>,
     /// Write packets to this pcap file instead of sending them.
     pub pcap: Option<PathBuf>,
-    /// Local interface address to send from.
+    /// Local interface address to send from (the first of `interfaces`).
     pub interface: Ipv4Addr,
+    /// Every `--interface`, in order: each stream's destinations are divided among them.
+    pub interfaces: Vec<Ipv4Addr>,
     /// Multicast TTL.
     pub ttl: u32,
     /// Seconds between descriptor heaps (0: none).
@@ -294,6 +298,16 @@ impl DsimArgs {
             return Err(ConfigError::rule("--descriptor-interval", "must be ≥ 0"));
         }
         let (send_cores, main_core) = self.cores(dests.len())?;
+        let n_if = self.interface.0.len();
+        if let Some(d) = dests.iter().find(|d| n_if > 1 && d.len() % n_if != 0) {
+            return Err(ConfigError::rule(
+                "--interface",
+                format!(
+                    "{n_if} interfaces cannot share a stream of {} destinations evenly (each stream's destinations are divided among the interfaces in contiguous blocks)",
+                    d.len()
+                ),
+            ));
+        }
         if self.send_buffer == 0 {
             return Err(ConfigError::rule(
                 "--send-buffer",
@@ -317,7 +331,8 @@ impl DsimArgs {
             max_period,
             heaps: self.heaps,
             pcap: self.pcap.clone(),
-            interface: self.interface,
+            interface: self.interface.first(),
+            interfaces: self.interface.0.clone(),
             ttl: self.ttl,
             descriptor_interval,
             rate_factor: self.rate_factor,

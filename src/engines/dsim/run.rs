@@ -16,7 +16,8 @@ use super::send::{DsimSummary, HeapStream, SendMetrics, Sent};
 use super::signal::Timebase;
 use super::DsimConfig;
 use crate::control::Server;
-use crate::engines::common::send::open_live;
+use crate::engines::common::iface::interface_of;
+use crate::engines::common::send::{open_live, RoutedSink};
 use crate::net::send::pcap::PcapSink;
 use crate::net::PacketSink;
 use crate::telemetry::metrics::Metrics;
@@ -119,7 +120,7 @@ fn send_threads(
             let progress = progress[j].clone();
             handles.push(scope.spawn(move || -> anyhow::Result<(Sent, usize)> {
                 pin(&format!("send-{j}"), cfg.send_cores[j]);
-                let mut sink = open_live(cfg.interface, cfg.ttl, cfg.send_buffer, cfg.ibv)?;
+                let mut sink = open_network(cfg)?;
                 let mut stream =
                     HeapStream::for_streams(cfg, streams, w, start.ts0, start.window_heaps, true);
                 stream.publish_progress(progress);
@@ -184,8 +185,26 @@ fn open_sink(cfg: &DsimConfig) -> anyhow::Result<Box<dyn PacketSink>> {
                 cfg.ttl as u8,
             )?)
         }
-        None => open_live(cfg.interface, cfg.ttl, cfg.send_buffer, cfg.ibv)?,
+        None => open_network(cfg)?,
     })
+}
+
+/// The network sink: out of the one `--interface`, or with several a sink per interface,
+/// each sending its contiguous block of every stream's destinations.
+fn open_network(cfg: &DsimConfig) -> std::io::Result<Box<dyn PacketSink>> {
+    let open = |ip| open_live(ip, cfg.ttl, cfg.send_buffer, cfg.ibv);
+    let ifs = &cfg.interfaces;
+    if ifs.len() <= 1 {
+        return open(cfg.interface);
+    }
+    let sinks = ifs.iter().map(|&ip| open(ip)).collect::<Result<_, _>>()?;
+    let mut route = std::collections::HashMap::new();
+    for dsts in &cfg.dests {
+        for (i, d) in dsts.iter().enumerate() {
+            route.insert(*d, interface_of(i, dsts.len(), ifs.len()));
+        }
+    }
+    Ok(Box::new(RoutedSink { sinks, route }))
 }
 
 /// Where the stream starts on the sync-time clock, and the window of the ring it
