@@ -10,6 +10,8 @@ pub mod channelizer;
 pub mod config;
 pub mod control;
 pub mod device;
+#[cfg(feature = "ibverbs")]
+pub mod direct;
 pub mod engine;
 mod metrics;
 pub mod pipeline;

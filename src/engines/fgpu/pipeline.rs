@@ -61,12 +61,23 @@ pub struct OutputStats {
     pub last_timestamp: Option<u64>,
 }
 
-/// Where an output's heaps go: sent by the engine's thread, or queued for the send thread.
+/// Where an output's heaps go: sent by the engine's thread, queued for the send thread, or
+/// posted to the NIC from the output items the batches are written into.
 pub enum OutputSender {
     /// Sent inline, from the engine's thread.
     Inline(HeapSender),
     /// Queued for the engine's send thread (`--send-affinity`).
     Queued(QueuedSender),
+    /// Written into registered output items and sent from there (`--send-ibv`).
+    #[cfg(feature = "ibverbs")]
+    Direct(Box<super::direct::DirectSender>),
+}
+
+#[cfg(feature = "ibverbs")]
+impl From<super::direct::DirectSender> for OutputSender {
+    fn from(s: super::direct::DirectSender) -> Self {
+        OutputSender::Direct(Box::new(s))
+    }
 }
 
 impl From<HeapSender> for OutputSender {
@@ -215,13 +226,82 @@ impl Pipeline {
                 self.stages.send_queue.since(t);
                 r?;
             }
+            #[cfg(feature = "ibverbs")]
+            OutputSender::Direct(_) => {
+                return Err(std::io::Error::other(
+                    "an output sent from its items was given a staged batch",
+                )
+                .into())
+            }
         }
+        self.count_batch(ts, bytes);
+        Ok(())
+    }
+
+    /// Counts a batch sent.
+    fn count_batch(&mut self, ts: u64, bytes: u64) {
         self.stats.batches += 1;
-        self.stats.heaps += n_dst as u64;
+        self.stats.heaps += self.spec.dst.len() as u64;
         self.stats.bytes += bytes;
         self.stats.first_timestamp.get_or_insert(ts);
         self.stats.last_timestamp = Some(ts);
+    }
+
+    /// [`Self::complete_one`] for an output sent from its items: the oldest batch is
+    /// written into a free item and posted; the item is given back if none is done.
+    #[cfg(feature = "ibverbs")]
+    fn complete_direct(&mut self, wait: bool) -> Result<bool, PipelineError> {
+        let OutputSender::Direct(d) = &mut self.sender else {
+            return Ok(false);
+        };
+        let (item, out) = d.acquire()?;
+        let t = Instant::now();
+        let c = self.chan.complete(out, wait);
+        match wait {
+            true => self.stages.wait_gpu.since(t),
+            false => self.stages.complete.since(t),
+        };
+        let c = match c {
+            Ok(Some(c)) => c,
+            other => {
+                d.release(item);
+                return Ok(other?.is_some());
+            }
+        };
+        d.send(item, c.batch_ts, self.spec.dst.len())?;
+        self.add_dig_stats(c.input);
+        self.stats.clipped_samples[0] += c.clipped[0];
+        self.stats.clipped_samples[1] += c.clipped[1];
+        self.count_batch(c.batch_ts, self.out_len as u64);
+        Ok(true)
+    }
+
+    /// [`Self::run_ready`]'s unpipelined batch for an output sent from its items: made
+    /// straight into a free item and posted.
+    #[cfg(feature = "ibverbs")]
+    fn process_direct(&mut self, ts: u64, input: [&[i16]; 2]) -> Result<(), PipelineError> {
+        let OutputSender::Direct(d) = &mut self.sender else {
+            return Ok(());
+        };
+        let (item, out) = d.acquire()?;
+        let clipped = match self.chan.process(ts, input, out) {
+            Ok(c) => c,
+            Err(e) => {
+                d.release(item);
+                return Err(e.into());
+            }
+        };
+        d.send(item, ts, self.spec.dst.len())?;
+        self.stats.clipped_samples[0] += clipped[0];
+        self.stats.clipped_samples[1] += clipped[1];
+        self.count_batch(ts, self.out_len as u64);
         Ok(())
+    }
+
+    /// True if the output is sent from its items.
+    #[cfg(feature = "ibverbs")]
+    fn direct(&self) -> bool {
+        matches!(self.sender, OutputSender::Direct(_))
     }
 
     /// A buffer for the next batch's output: the one held (the inline buffer, or the spare
@@ -238,6 +318,10 @@ impl Pipeline {
     /// Sends the oldest in-flight batch if it is done (`wait`: waiting for it); false if
     /// none was sent.
     fn complete_one(&mut self, wait: bool) -> Result<bool, PipelineError> {
+        #[cfg(feature = "ibverbs")]
+        if self.direct() {
+            return self.complete_direct(wait);
+        }
         let (c, buf) = if self.chan.lends_output() {
             // Sent from where the channeliser left it: no copy.
             let t = Instant::now();
@@ -417,6 +501,11 @@ impl Pipeline {
                 store.slice(0, ranges[0].0, len[0]),
                 store.slice(1, ranges[1].0, len[1]),
             ];
+            #[cfg(feature = "ibverbs")]
+            if self.direct() {
+                self.process_direct(ts, input)?;
+                continue;
+            }
             let mut buf = self.take_buffer();
             let clipped = match self.chan.process(ts, input, &mut buf) {
                 Ok(c) => c,
@@ -445,6 +534,8 @@ impl Pipeline {
         match &mut self.sender {
             OutputSender::Inline(s) => s.flush()?,
             OutputSender::Queued(q) => q.flush()?,
+            #[cfg(feature = "ibverbs")]
+            OutputSender::Direct(d) => d.flush()?,
         }
         Ok(())
     }

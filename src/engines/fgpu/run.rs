@@ -74,7 +74,39 @@ fn output_dsts(cfg: &FgpuConfig) -> Vec<&[std::net::SocketAddrV4]> {
 fn build_outputs(
     cfg: &FgpuConfig,
     sink: &SharedSink,
-) -> anyhow::Result<(Vec<Pipeline>, Vec<OutputHandle>, SendWorker)> {
+) -> anyhow::Result<(Vec<Pipeline>, Vec<OutputHandle>, Option<SendWorker>)> {
+    let mut parts = Vec::new();
+    let mut handles = Vec::new();
+    for spec in &cfg.outputs {
+        let mut ctl = OutputControl::new(spec.channels, cfg.gain as f32);
+        ctl.debug = cfg.debug;
+        let control = Arc::new(Mutex::new(ctl));
+        let chan = make_channelizer(spec, cfg, control.clone())?;
+        info!(output = %spec.name, channels = spec.channels, destinations = spec.dst.len(), "output ready");
+        handles.push(OutputHandle {
+            name: spec.name.clone(),
+            channels: spec.channels,
+            batch_step: spec.batch_step(),
+            spectrum_step: spec.samples_between_spectra(),
+            control,
+        });
+        parts.push((spec.clone(), chan));
+    }
+    #[cfg(feature = "ibverbs")]
+    if let Some(direct) = direct_senders(cfg) {
+        // The start-up descriptors through the sink, as lane 0 sends them below.
+        for spec in &cfg.outputs {
+            output_sender(cfg, spec, sink, (0, 1))?;
+        }
+        let pipelines = parts
+            .into_iter()
+            .zip(direct)
+            .map(|((spec, chan), d)| {
+                Pipeline::new(spec, chan, d, cfg.feng_id, cfg.bytes_per_value())
+            })
+            .collect();
+        return Ok((pipelines, handles, None));
+    }
     let mut cores = cfg.io.send_cores()?;
     if cores.len() > 1 && cfg.io.send_pcap.is_some() {
         warn!("--send-pcap: one send thread (the file keeps the packets' order)");
@@ -95,23 +127,6 @@ fn build_outputs(
             .collect::<std::io::Result<Vec<_>>>()?;
         lanes.push((senders, *core));
     }
-    let mut parts = Vec::new();
-    let mut handles = Vec::new();
-    for spec in &cfg.outputs {
-        let mut ctl = OutputControl::new(spec.channels, cfg.gain as f32);
-        ctl.debug = cfg.debug;
-        let control = Arc::new(Mutex::new(ctl));
-        let chan = make_channelizer(spec, cfg, control.clone())?;
-        info!(output = %spec.name, channels = spec.channels, destinations = spec.dst.len(), "output ready");
-        handles.push(OutputHandle {
-            name: spec.name.clone(),
-            channels: spec.channels,
-            batch_step: spec.batch_step(),
-            spectrum_step: spec.samples_between_spectra(),
-            control,
-        });
-        parts.push((spec.clone(), chan));
-    }
     let queue = cfg.sizing.send_queue(&cfg.outputs);
     let (worker, queued) = SendWorker::spawn_lanes_sized(lanes, queue)?;
     info!(cores = ?cores, queue_batches = queue, "send threads started");
@@ -120,7 +135,7 @@ fn build_outputs(
         .zip(queued)
         .map(|((spec, chan), q)| Pipeline::new(spec, chan, q, cfg.feng_id, cfg.bytes_per_value()))
         .collect();
-    Ok((pipelines, handles, worker))
+    Ok((pipelines, handles, Some(worker)))
 }
 
 /// The heap sender of one output on send lane `lane.0` of `lane.1` (which sends the heaps of
@@ -133,13 +148,7 @@ fn output_sender(
     lane: (usize, usize),
 ) -> std::io::Result<HeapSender> {
     let payload = cfg.io.send_packet_payload;
-    let header = (8 + 8 * 8) as f64;
-    let values_per_s =
-        2.0 * cfg.adc_sample_rate * spec.channels as f64 / spec.samples_between_spectra() as f64;
-    let rate = values_per_s
-        * cfg.bytes_per_value() as f64
-        * (1.0 + header / payload as f64)
-        * cfg.send_rate_factor;
+    let rate = output_rate(cfg, spec);
     let n_dst = spec.dst.len();
     let mine = (0..n_dst).filter(|d| d % lane.1 == lane.0).count();
     let rate = rate * mine as f64 / n_dst.max(1) as f64;
@@ -159,6 +168,91 @@ fn output_sender(
         )?;
     }
     Ok(sender)
+}
+
+/// Bytes per second `spec`'s heaps take on the wire (SPEAD headers included) ×
+/// `--send-rate-factor`.
+fn output_rate(cfg: &FgpuConfig, spec: &WidebandSpec) -> f64 {
+    let header = (8 + 8 * 8) as f64;
+    let values_per_s =
+        2.0 * cfg.adc_sample_rate * spec.channels as f64 / spec.samples_between_spectra() as f64;
+    values_per_s
+        * cfg.bytes_per_value() as f64
+        * (1.0 + header / cfg.io.send_packet_payload as f64)
+        * cfg.send_rate_factor
+}
+
+/// `--send-ibv`: every output written into registered host items and sent from them through
+/// its own queue pair on the RDMA NIC behind `--send-interface` (no send thread, no copy into
+/// a send ring). `None`, with the reason logged once, where that cannot be: the outputs
+/// then go through the sink (ibverbs ring or UDP) and the send threads.
+#[cfg(feature = "ibverbs")]
+fn direct_senders(cfg: &FgpuConfig) -> Option<Vec<super::direct::DirectSender>> {
+    use super::direct::{direct_config, DirectSender};
+    use crate::net::send::peerdirect::output_items_for_peerdirect;
+    use crate::net::send::verbs::PeerDirectSender;
+    use crate::net::verbs::{interface_with_address, rdma_port_of_interface};
+    if !cfg.io.send_ibv || cfg.io.send_pcap.is_some() {
+        return None;
+    }
+    let open = || -> std::io::Result<Vec<DirectSender>> {
+        if cfg.io.send_interface.0.len() > 1 {
+            return Err(std::io::Error::other(
+                "several --send-interface: output items are sent from one interface only",
+            ));
+        }
+        let ip = cfg.io.send_interface.first();
+        let port =
+            rdma_port_of_interface(std::path::Path::new("/sys"), &interface_with_address(ip)?)?;
+        let payload = cfg.io.send_packet_payload;
+        let src = (
+            std::net::SocketAddrV4::new(ip, 7148),
+            port.mac,
+            cfg.io.send_ttl.min(255) as u8,
+        );
+        cfg.outputs
+            .iter()
+            .map(|spec| {
+                let batch = spec.channels * spec.spectra_per_heap() * 2 * cfg.bytes_per_value();
+                let rate = Some(output_rate(cfg, spec)).filter(|r| *r > 0.0);
+                let dcfg =
+                    direct_config(spec, batch, cfg.feng_id, cfg.array_size, payload, rate, src);
+                let per_heap = (batch / spec.dst.len().max(1)).div_ceil(payload.max(1));
+                let n_items = output_items_for_peerdirect(
+                    2,
+                    dcfg.send_queue_depth,
+                    per_heap * spec.dst.len(),
+                );
+                DirectSender::new(spec, cfg.feng_id, batch, n_items, |mem| {
+                    // SAFETY: `mem` is the DirectSender's item memory, which outlives its
+                    // sender and is written only through acquired items.
+                    unsafe {
+                        PeerDirectSender::open_host(
+                            Some(&port.device),
+                            port.port,
+                            dcfg,
+                            mem,
+                            batch,
+                            n_items,
+                        )
+                    }
+                })
+            })
+            .collect()
+    };
+    match open() {
+        Ok(v) => {
+            info!(
+                outputs = v.len(),
+                "--send-ibv: outputs sent straight from registered output items"
+            );
+            Some(v)
+        }
+        Err(e) => {
+            warn!("--send-ibv: output items cannot be sent from registered memory ({e}); staging batches for the send threads");
+            None
+        }
+    }
 }
 
 /// Re-sends every output's descriptors while the engine runs (live UDP output only):

@@ -1,7 +1,13 @@
-//! A fake verbs provider for the transmit tests: a context whose `post_send` records every
-//! posted chain (per work request its id, scatter entries and flags) with the QP it went to,
-//! and whose `poll_cq` hands out the completions a test queued for that CQ. Tests run in
-//! parallel, so each uses its own fake object (its address tells the records apart).
+//! A fake verbs provider for the transmit tests (no hardware): a context whose `post_send`
+//! records every posted chain (per work request its id, scatter entries and flags) with the
+//! QP it went to, and whose `poll_cq` hands out the completions a test queued for that CQ.
+//! Tests run in parallel, so each uses its own fake object (its address tells the records
+//! apart).
+//!
+//! [`Fake::nic`] makes a fake that behaves as a NIC that reads late: posted chains wait, and
+//! each `poll_cq` sends the oldest one, reading its bytes from the scatter entries only
+//! then (so a sender that rewrote memory still in flight shows as wrong bytes), records the
+//! frames and completes its signalled requests. Its scatter entries must be host memory.
 
 use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
@@ -9,7 +15,7 @@ use std::sync::Mutex;
 use ibverbs_sys::{IbvSendWr, IbvSge, IbvWc, CTX_OPS_POLL_CQ, CTX_OPS_POST_SEND};
 
 /// One posted request: (wr_id, scatter entries, send flags).
-pub(crate) type Request = (u64, Vec<IbvSge>, u32);
+pub type Request = (u64, Vec<IbvSge>, u32);
 
 /// Posted chains with the QP they were posted on.
 static POSTED: Mutex<Vec<(usize, Vec<Request>)>> = Mutex::new(Vec::new());
@@ -17,6 +23,48 @@ static POSTED: Mutex<Vec<(usize, Vec<Request>)>> = Mutex::new(Vec::new());
 static COMPLETIONS: Mutex<Vec<(usize, IbvWc)>> = Mutex::new(Vec::new());
 /// Per QP: the next post fails with this code after taking this many requests.
 static FAIL: Mutex<Vec<(usize, c_int, usize)>> = Mutex::new(Vec::new());
+/// Late-reading NICs: per QP, the chains posted and not yet sent, and the frames sent.
+static NICS: Mutex<Vec<(usize, Nic)>> = Mutex::new(Vec::new());
+
+#[derive(Default)]
+struct Nic {
+    pending: std::collections::VecDeque<Vec<Request>>,
+    frames: Vec<Vec<u8>>,
+}
+
+/// Sends the oldest pending chain of the NIC `key`, if any: reads its frames now and
+/// queues the completions of its signalled requests.
+fn nic_progress(key: usize) {
+    let mut nics = NICS.lock().unwrap();
+    let Some((_, nic)) = nics.iter_mut().find(|(k, _)| *k == key) else {
+        return;
+    };
+    let Some(chain) = nic.pending.pop_front() else {
+        return;
+    };
+    let mut done = Vec::new();
+    for (id, sges, flags) in chain {
+        let mut frame = Vec::new();
+        for g in &sges {
+            // SAFETY: a NIC fake is only used with host-memory scatter entries that the
+            // sender keeps allocated until their completion, which is queued below.
+            frame.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(g.addr as *const u8, g.length as usize)
+            });
+        }
+        nic.frames.push(frame);
+        if flags & ibverbs_sys::IBV_SEND_SIGNALED != 0 {
+            done.push((
+                key,
+                IbvWc {
+                    wr_id: id,
+                    ..Default::default()
+                },
+            ));
+        }
+    }
+    COMPLETIONS.lock().unwrap().extend(done);
+}
 
 unsafe extern "C" fn fake_post_send(
     qp: *mut c_void,
@@ -43,11 +91,16 @@ unsafe extern "C" fn fake_post_send(
         chain.push((w.wr_id, sges, w.send_flags));
         wr = w.next;
     }
-    POSTED.lock().unwrap().push((qp as usize, chain));
+    let mut nics = NICS.lock().unwrap();
+    match nics.iter_mut().find(|(k, _)| *k == qp as usize) {
+        Some((_, nic)) => nic.pending.push_back(chain),
+        None => POSTED.lock().unwrap().push((qp as usize, chain)),
+    }
     0
 }
 
 unsafe extern "C" fn fake_poll_cq(cq: *mut c_void, n: c_int, wc: *mut IbvWc) -> c_int {
+    nic_progress(cq as usize);
     let mut q = COMPLETIONS.lock().unwrap();
     let mut k = 0;
     q.retain(|&(c, w)| {
@@ -67,14 +120,14 @@ struct FakeCtx([u8; 328]);
 
 /// A fake context and the object standing for a QP and its CQ (its first word points at
 /// the context, as in libibverbs' objects).
-pub(crate) struct Fake {
+pub struct Fake {
     _ctx: Box<FakeCtx>,
     obj: Box<[usize; 4]>,
 }
 
 impl Fake {
     /// A fresh fake provider.
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         let mut ctx = Box::new(FakeCtx([0; 328]));
         let c = ctx.0.as_mut_ptr();
         // SAFETY: both offsets lie inside the 328-byte block and are 8-aligned.
@@ -86,8 +139,33 @@ impl Fake {
         Fake { _ctx: ctx, obj }
     }
 
+    /// A fake that sends what is posted as a NIC that reads late (see the module doc).
+    pub fn nic() -> Self {
+        let f = Self::new();
+        NICS.lock().unwrap().push((f.key(), Nic::default()));
+        f
+    }
+
+    /// The frames a [`Fake::nic`] has sent so far, in order (taken out of the record).
+    pub fn frames(&self) -> Vec<Vec<u8>> {
+        let mut nics = NICS.lock().unwrap();
+        nics.iter_mut()
+            .find(|(k, _)| *k == self.key())
+            .map(|(_, n)| std::mem::take(&mut n.frames))
+            .unwrap_or_default()
+    }
+
+    /// Chains a [`Fake::nic`] holds, posted and not yet sent.
+    pub fn pending(&self) -> usize {
+        NICS.lock()
+            .unwrap()
+            .iter()
+            .find(|(k, _)| *k == self.key())
+            .map_or(0, |(_, n)| n.pending.len())
+    }
+
     /// The QP (and CQ) pointer to hand to a sender.
-    pub(crate) fn ptr(&mut self) -> *mut c_void {
+    pub fn ptr(&mut self) -> *mut c_void {
         self.obj.as_mut_ptr() as *mut c_void
     }
 
@@ -96,12 +174,12 @@ impl Fake {
     }
 
     /// Queues a completion for this fake's CQ.
-    pub(crate) fn complete(&self, w: IbvWc) {
+    pub fn complete(&self, w: IbvWc) {
         COMPLETIONS.lock().unwrap().push((self.key(), w));
     }
 
     /// The chains posted on this fake's QP so far (taken out of the record).
-    pub(crate) fn take_posted(&self) -> Vec<Vec<Request>> {
+    pub fn take_posted(&self) -> Vec<Vec<Request>> {
         let mut p = POSTED.lock().unwrap();
         let (mine, rest): (Vec<_>, Vec<_>) = p.drain(..).partition(|(q, _)| *q == self.key());
         *p = rest;
@@ -109,7 +187,20 @@ impl Fake {
     }
 
     /// Makes the next post on this QP fail with `rc` after taking `at` requests.
-    pub(crate) fn fail_next_post(&self, rc: c_int, at: usize) {
+    pub fn fail_next_post(&self, rc: c_int, at: usize) {
         FAIL.lock().unwrap().push((self.key(), rc, at));
+    }
+}
+
+impl Default for Fake {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        let key = self.key();
+        NICS.lock().unwrap().retain(|(k, _)| *k != key);
     }
 }

@@ -11,8 +11,8 @@
 //! * `ibv` (feature `ibverbs`): `--send-ibv`, any packets through a raw-packet verbs queue
 //!   pair from a registered ring of frames in host memory.
 
-#[cfg(all(test, feature = "ibverbs"))]
-mod fake_verbs;
+#[cfg(feature = "ibverbs")]
+pub mod fake_verbs;
 pub mod heap;
 #[cfg(feature = "ibverbs")]
 pub mod ibv;

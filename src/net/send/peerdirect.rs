@@ -49,7 +49,8 @@ pub struct Probe {
     pub peermem: bool,
     /// The engines' pipelines can hand batches to the verbs transmit sink
     /// ([`crate::net::send::verbs::PeerDirectSender`], feature `ibverbs`) in GPU memory
-    /// (false until the pipelines write into its output items).
+    /// (false: fgpu writes into its host-memory items with `--send-ibv`, not yet into GPU
+    /// memory).
     pub verbs_sink: bool,
 }
 
@@ -89,7 +90,7 @@ pub fn decide(p: &Probe) -> TransmitPath {
     };
     if !p.verbs_sink {
         return fallback(
-            "the engines' pipelines still produce each batch in host memory: the GPU-memory sender (net::send::verbs::PeerDirectSender) is not wired into them yet",
+            "the engines write their batches into host-memory output items only (fgpu --send-ibv); GPU-memory items are not wired into the pipelines yet",
         );
     }
     TransmitPath::PeerDirect(kind)

@@ -369,6 +369,14 @@ impl PeerDirectSender {
         }
     }
 
+    /// Gives back an acquired item that will not be sent (its batch did not complete).
+    pub fn release(&mut self, item: u32) {
+        if self.state.get(item as usize) == Some(&ItemState::Filling) {
+            self.state[item as usize] = ItemState::Free;
+            self.free.push(item);
+        }
+    }
+
     /// Sends item `item` (acquired and filled): `values` holds the immediates of every
     /// heap in order (heaps × immediate ids). Waits for room in the send queue (up to
     /// `timeout`) and for the pacer.
@@ -479,6 +487,37 @@ impl PeerDirectSender {
         })?;
         // Dropped in this order: the GPU region, then the QP (which owns the verbs).
         s.owner = Some(Box::new(PeerDirectOwner { gpu: Some(gpu), qp }));
+        Ok(s)
+    }
+}
+
+impl PeerDirectSender {
+    /// [`Self::open`] with the output items in host memory (`memory`, `n_items` items of
+    /// `item_bytes`), registered with the NIC: the engine writes each batch into an item
+    /// and the NIC reads it from there (no copy into a send ring).
+    ///
+    /// # Safety
+    /// `memory..memory + item_bytes × n_items` must stay allocated, and be written only
+    /// through acquired items, as long as the sender.
+    pub unsafe fn open_host(
+        device: Option<&str>,
+        port: u8,
+        cfg: PeerDirectConfig,
+        memory: *mut u8,
+        item_bytes: usize,
+        n_items: usize,
+    ) -> io::Result<Self> {
+        let mut qp = Box::new(RawSendQp::open(device, port, cfg.send_queue_depth)?);
+        let lkey = qp.register_host(memory, item_bytes * n_items)?;
+        let items: Vec<(u64, u32)> = (0..n_items)
+            .map(|i| (memory as u64 + (i * item_bytes) as u64, lkey))
+            .collect();
+        let (raw_qp, raw_cq) = (qp.qp, qp.cq);
+        let qp_ref: *mut RawSendQp = &mut *qp;
+        let mut s = Self::from_raw(raw_qp, raw_cq, cfg, &items, |p, len| {
+            (*qp_ref).register_host(p, len)
+        })?;
+        s.owner = Some(Box::new(PeerDirectOwner { gpu: None, qp }));
         Ok(s)
     }
 }
