@@ -19,6 +19,9 @@ fn full() -> Probe {
     }
 }
 
+/// One piece taken away from a full probe.
+type Change = fn(&mut Probe);
+
 fn reason(p: &Probe) -> String {
     match decide(p) {
         ChunkPlace::PinnedHost { reason } => reason,
@@ -31,34 +34,34 @@ fn reason(p: &Probe) -> String {
 #[test]
 fn decision_covers_every_missing_piece() {
     assert_eq!(decide(&full()), ChunkPlace::GpuMapped);
-    let cases: Vec<(Box<dyn Fn(&mut Probe)>, &str)> = vec![
+    let cases: Vec<(Change, &str)> = vec![
         (
-            Box::new(|p| p.gpu_backend = false),
+            |p| p.gpu_backend = false,
             "the CPU backend reads the chunks on the CPU",
         ),
         (
-            Box::new(|p| p.cpu_reads = Some("decoded on the CPU".into())),
+            |p| p.cpu_reads = Some("decoded on the CPU".into()),
             "decoded on the CPU",
         ),
-        (Box::new(|p| p.gpu = false), "no GPU present"),
+        (|p| p.gpu = false, "no GPU present"),
         (
-            Box::new(|p| p.vulkan = Err("libvulkan.so.1 cannot be loaded (x)".into())),
+            |p| p.vulkan = Err("libvulkan.so.1 cannot be loaded (x)".into()),
             "no Vulkan: libvulkan.so.1 cannot be loaded (x)",
         ),
         (
-            Box::new(|p| p.device = Err("no deviceUUID match".into())),
+            |p| p.device = Err("no deviceUUID match".into()),
             "no deviceUUID match",
         ),
         (
-            Box::new(|p| p.memory = None),
+            |p| p.memory = None,
             "the GPU has no DEVICE_LOCAL | HOST_VISIBLE memory type",
         ),
         (
-            Box::new(|p| p.memory.as_mut().unwrap().coherent = false),
+            |p| p.memory.as_mut().unwrap().coherent = false,
             "memory type 3 is not HOST_COHERENT (each chunk would need a flush)",
         ),
         (
-            Box::new(|p| p.memory.as_mut().unwrap().heap_bytes = 256 << 20),
+            |p| p.memory.as_mut().unwrap().heap_bytes = 256 << 20,
             "the GPU's host-visible heap holds 256.0 MiB, the chunks need at least 1.0 GiB",
         ),
     ];
