@@ -72,14 +72,14 @@ pub enum ChunkPlace {
 /// Where chunks live for `--use-vkgdr` on a host and engine described by `p`.
 pub fn decide(p: &Probe) -> ChunkPlace {
     let no = |reason: String| ChunkPlace::PinnedHost { reason };
+    if !p.gpu {
+        return no("no GPU present".into());
+    }
     if !p.gpu_backend {
         return no("the CPU backend reads the chunks on the CPU".into());
     }
     if let Some(why) = &p.cpu_reads {
         return no(why.clone());
-    }
-    if !p.gpu {
-        return no("no GPU present".into());
     }
     if let Err(e) = &p.vulkan {
         return no(format!("no Vulkan: {e}"));
@@ -129,8 +129,8 @@ pub fn plan(
         need_bytes,
     };
     let mut opened = None;
-    if p.gpu_backend && p.cpu_reads.is_none() {
-        p.gpu = crate::gpu::gpu_available();
+    p.gpu = crate::gpu::gpu_available();
+    if p.gpu && p.gpu_backend && p.cpu_reads.is_none() {
         let ctx = p
             .gpu
             .then(|| std::panic::catch_unwind(|| cudarc::driver::CudaContext::new(0).ok()))

@@ -73,6 +73,7 @@ fn decision_covers_every_missing_piece() {
     // The first missing piece is the one named.
     let mut p = full();
     p.gpu = false;
+    p.gpu_backend = false;
     p.vulkan = Err("x".into());
     assert_eq!(reason(&p), "no GPU present");
     // A heap exactly as large as needed will do.
@@ -110,24 +111,28 @@ fn memory_type_prefers_coherent_then_the_largest_heap() {
     assert_eq!((m.index, m.coherent), (0, false));
 }
 
-/// Not asked: no decision. The CPU backend: pinned host chunks without touching Vulkan.
-/// With no GPU here: the probe finds none.
+/// Not asked: no decision. The CPU backend on a GPU host: pinned host chunks without
+/// touching Vulkan. With no GPU here: the probe says so, whatever the backend.
 #[test]
 fn plan_falls_back_without_the_gpu_backend_or_a_gpu() {
     assert_eq!(plan(false, true, None, 1), None);
-    assert_eq!(
-        plan(true, false, None, 1),
-        Some(ChunkPlace::PinnedHost {
-            reason: "the CPU backend reads the chunks on the CPU".into()
-        })
-    );
-    if !crate::gpu::gpu_available() {
+    let cpu = plan(true, false, None, 1);
+    if crate::gpu::gpu_available() {
         assert_eq!(
-            plan(true, true, None, 1),
+            cpu,
             Some(ChunkPlace::PinnedHost {
-                reason: "no GPU present".into()
+                reason: "the CPU backend reads the chunks on the CPU".into()
             })
         );
+    } else {
+        for gpu_backend in [false, true] {
+            assert_eq!(
+                plan(true, gpu_backend, None, 1),
+                Some(ChunkPlace::PinnedHost {
+                    reason: "no GPU present".into()
+                })
+            );
+        }
     }
     // Host memory is never taken for GPU-mapped memory.
     let v = vec![1u8; 64];
