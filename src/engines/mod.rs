@@ -16,3 +16,5 @@ pub mod xbgpu;
 mod tests;
 #[cfg(test)]
 mod tests_files;
+#[cfg(test)]
+mod tests_vkgdr;

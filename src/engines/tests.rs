@@ -75,6 +75,7 @@ fn engine_args_carry_the_shared_options() {
         recv_dpdk: None,
         recv_ibv: true,
         use_peerdirect: false,
+        use_vkgdr: false,
         send_interface: Interfaces::any(),
         send_ibv: false,
         send_comp_vector: 0,

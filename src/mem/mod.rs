@@ -4,12 +4,15 @@
 //! speed by DMA straight from the chunk (`mem::cuda`). Every step falls back cleanly: a host
 //! without a hugepage pool, without a GPU, or whose registration fails (memlock limit) still
 //! gets chunk memory, and [`ChunkMem::backing`] / [`ChunkMem::cuda_pinned`] say what it got.
+//! With `--use-vkgdr` ([`vkgdr`]) chunks live in GPU memory mapped for the CPU instead,
+//! falling back to the above per chunk when that allocation fails.
 
 mod cuda;
 mod host;
 mod lent;
 mod pages;
 mod stream;
+pub mod vkgdr;
 
 pub use cuda::PinError;
 pub use host::{Bytes, HostMemory, TooLarge};
@@ -30,6 +33,9 @@ pub enum Backing {
     Pages,
     /// Zero-length chunk: nothing mapped.
     Empty,
+    /// GPU device memory mapped for the CPU (`--use-vkgdr`): write-combined, never read
+    /// by the CPU.
+    GpuMapped,
 }
 
 /// How to allocate chunk memory.
@@ -39,6 +45,8 @@ pub struct MemPolicy {
     pub hugepages: bool,
     /// Register with this CUDA context (`cuMemHostRegister`, portable to all contexts).
     pub cuda: Option<Arc<cudarc::driver::CudaContext>>,
+    /// Allocate in GPU memory mapped for the CPU first (`--use-vkgdr`).
+    pub vkgdr: Option<Arc<vkgdr::Vkgdr>>,
 }
 
 impl std::fmt::Debug for MemPolicy {
@@ -46,6 +54,7 @@ impl std::fmt::Debug for MemPolicy {
         f.debug_struct("MemPolicy")
             .field("hugepages", &self.hugepages)
             .field("cuda", &self.cuda.is_some())
+            .field("vkgdr", &self.vkgdr.is_some())
             .finish()
     }
 }
@@ -65,15 +74,26 @@ impl MemPolicy {
         MemPolicy {
             hugepages: true,
             cuda,
+            vkgdr: None,
         }
     }
 
-    /// The process-wide policy (probed once): what engines' chunk rings use.
+    /// The process-wide policy (probed once, unless [`MemPolicy::set_shared`] came first):
+    /// what engines' chunk rings use.
     pub fn shared() -> &'static MemPolicy {
-        static P: std::sync::OnceLock<MemPolicy> = std::sync::OnceLock::new();
-        P.get_or_init(MemPolicy::auto)
+        SHARED.get_or_init(MemPolicy::auto)
+    }
+
+    /// Fixes the process-wide policy (an engine's `--use-vkgdr`); false when it was already
+    /// fixed (chunks were allocated before).
+    pub fn set_shared(policy: MemPolicy) -> bool {
+        SHARED.set(policy).is_ok()
     }
 }
+
+static SHARED: std::sync::OnceLock<MemPolicy> = std::sync::OnceLock::new();
+
+impl MemPolicy {}
 
 /// Page-aligned, zero-initialised chunk memory.
 pub struct ChunkMem {
@@ -85,6 +105,8 @@ pub struct ChunkMem {
     cuda: Option<Arc<cudarc::driver::CudaContext>>,
     /// Why CUDA registration was not done or failed (for the log).
     pub pin_note: Option<PinError>,
+    /// The GPU-mapped allocation behind the bytes (`Backing::GpuMapped`).
+    gpu: Option<vkgdr::GpuMapped>,
 }
 
 // SAFETY: ChunkMem owns its mapping exclusively, like a Vec<u8>.
@@ -104,7 +126,24 @@ impl ChunkMem {
                 backing: Backing::Empty,
                 cuda: None,
                 pin_note: None,
+                gpu: None,
             });
+        }
+        if let Some(v) = &policy.vkgdr {
+            match v.alloc(len) {
+                Ok(g) => {
+                    return Ok(ChunkMem {
+                        ptr: NonNull::new(g.host()).ok_or_else(|| io::Error::other("null map"))?,
+                        len,
+                        map_len: 0,
+                        backing: Backing::GpuMapped,
+                        cuda: None,
+                        pin_note: None,
+                        gpu: Some(g),
+                    })
+                }
+                Err(e) => note_gpu_mapped_failure(len, &e),
+            }
         }
         let (ptr, map_len, backing) = pages::map_zeroed(len, policy.hugepages)?;
         let mut m = ChunkMem {
@@ -114,6 +153,7 @@ impl ChunkMem {
             backing,
             cuda: None,
             pin_note: None,
+            gpu: None,
         };
         pages::prefault(m.ptr, m.map_len, m.backing);
         match &policy.cuda {
@@ -140,6 +180,20 @@ impl ChunkMem {
     /// The first byte (page aligned; dangling when empty).
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr.as_ptr()
+    }
+
+    /// CUDA's address of the first byte when the memory is GPU memory mapped for the CPU.
+    pub fn device_ptr(&self) -> Option<u64> {
+        self.gpu.as_ref().map(|g| g.device())
+    }
+}
+
+/// Logs (once per process) that a GPU-mapped chunk could not be had and this chunk, like
+/// any later one that fails too, lives in host memory.
+fn note_gpu_mapped_failure(len: usize, e: &str) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!("--use-vkgdr: a chunk of {len} bytes: {e}; using pinned host chunks where GPU memory runs out");
     }
 }
 
@@ -170,6 +224,7 @@ impl std::fmt::Debug for ChunkMem {
             .field("len", &self.len)
             .field("backing", &self.backing)
             .field("cuda_pinned", &self.cuda_pinned())
+            .field("gpu_mapped", &self.gpu.is_some())
             .finish()
     }
 }
@@ -222,7 +277,7 @@ mod tests {
     fn pages_fallback_is_zeroed_writable_and_unpinned() {
         let policy = MemPolicy {
             hugepages: false,
-            cuda: None,
+            ..Default::default()
         };
         let mut m = ChunkMem::alloc(3 * 4096 + 17, &policy).unwrap();
         assert_eq!(m.backing(), Backing::Pages);
@@ -246,7 +301,7 @@ mod tests {
     fn hugepages_when_reserved_else_clean_fallback() {
         let policy = MemPolicy {
             hugepages: true,
-            cuda: None,
+            ..Default::default()
         };
         let mut m = ChunkMem::alloc(HUGE_PAGE + 5, &policy).unwrap();
         let reserved = std::fs::read_to_string("/proc/sys/vm/nr_hugepages")

@@ -123,6 +123,12 @@ pub struct EngineArgs {
     /// host memory (logged at start).
     #[arg(long)]
     pub use_peerdirect: bool,
+    /// Receive chunks in GPU memory mapped for the CPU (vkgdr: Vulkan-exported, imported
+    /// into CUDA), so the placement copy lands on the GPU and no upload is needed; without
+    /// Vulkan, a GPU, a host-visible device-local memory type or the GPU backend, chunks
+    /// stay in pinned host memory (logged at start).
+    #[arg(long)]
+    pub use_vkgdr: bool,
     /// Output interface(s): names or IPv4 addresses, comma-separated. With several, each
     /// output's destinations are divided among them in contiguous blocks (the number of an
     /// output's destinations must be a multiple of the number of interfaces).

@@ -25,6 +25,7 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
     crate::control::shutdown::install();
     let io = &cfg.io;
     io.log_not_applicable();
+    let _chunks = plan_chunk_memory(cfg);
     let sink = io.open_sink_for(&output_dsts(cfg))?;
     let (pipelines, handles, _send_threads) = build_outputs(cfg, &sink)?;
     let device = Arc::new(
@@ -59,6 +60,25 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
         cfg.dig_sample_bits,
         &mut |store, pipes| metrics.update(store, pipes),
         monitor,
+    )
+}
+
+/// `--use-vkgdr`: receive chunks in GPU memory mapped for the CPU where the GPU backend
+/// runs and the host allows (one log line either way). Decided before any chunk exists.
+fn plan_chunk_memory(cfg: &FgpuConfig) -> Option<crate::mem::vkgdr::ChunkPlace> {
+    use crate::chunk::Placement;
+    let chunk = cfg.placement.n_slots() as u64 * cfg.placement.slot_bytes() as u64;
+    let held = cfg.io.recv_prealloc.max(cfg.io.recv_chunks + 1) as u64;
+    // Without a wideband output the store decodes every chunk on the CPU (statistics).
+    let cpu_reads = (!cfg.outputs.iter().any(|o| o.narrowband.is_none())).then(|| {
+        "with no wideband output the chunks are decoded on the CPU for the digitiser statistics"
+            .to_string()
+    });
+    crate::mem::vkgdr::plan(
+        cfg.io.use_vkgdr,
+        cfg.use_gpu,
+        cpu_reads,
+        chunk.saturating_mul(held),
     )
 }
 

@@ -324,7 +324,8 @@ impl SampleStore {
             let from = if k == k0 { b0 % pb } else { 0 };
             let to = if k == k1 { (b1 - 1) % pb + 1 } else { pb };
             match piece(k, from, to)? {
-                Some(d) => join.extend_from_slice(d),
+                // GPU-mapped chunks are read back by DMA, never by CPU loads.
+                Some(d) => crate::mem::vkgdr::read_chunk_bytes(join, d),
                 None => join.resize(join.len() + (to - from), 0),
             }
         }

@@ -29,6 +29,7 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
     crate::control::shutdown::install();
     let io = &cfg.io;
     io.log_not_applicable();
+    let _chunks = plan_chunk_memory(cfg);
     let sink = io.open_sink()?;
     let sensors = SensorSet::default();
     crate::control::common::add_common_sensors(&sensors);
@@ -78,6 +79,20 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
             data_sensors.update(xs, bp, chunk);
         },
         monitor,
+    )
+}
+
+/// `--use-vkgdr`: receive chunks in GPU memory mapped for the CPU where the GPU backend
+/// runs and the host allows (one log line either way). Decided before any chunk exists.
+fn plan_chunk_memory(cfg: &XbgpuConfig) -> Option<crate::mem::vkgdr::ChunkPlace> {
+    use crate::chunk::Placement;
+    let chunk = cfg.placement.n_slots() as u64 * cfg.placement.slot_bytes() as u64;
+    let held = cfg.io.recv_prealloc.max(cfg.io.recv_chunks + 1) as u64;
+    crate::mem::vkgdr::plan(
+        cfg.io.use_vkgdr,
+        cfg.use_gpu,
+        None,
+        chunk.saturating_mul(held),
     )
 }
 

@@ -151,7 +151,7 @@ impl IbvSource {
                 cfg.buffers.saturating_mul(cfg.buffer_size),
                 &crate::mem::MemPolicy {
                     hugepages: true,
-                    cuda: None,
+                    ..Default::default()
                 },
             )?,
             buffer_size: cfg.buffer_size,

@@ -320,7 +320,11 @@ impl FBackend for Pipelined {
         let stream = self.be.stream().clone();
         let i = self.next;
         let s = &mut self.slots[i];
-        let direct = data.iter().all(|d| page_locked(&ctx, d));
+        // GPU-mapped chunk memory (`--use-vkgdr`): copied device to device, no upload.
+        let mapped = data
+            .iter()
+            .all(|d| d.is_empty() || crate::mem::vkgdr::device_address(d).is_some());
+        let direct = mapped || data.iter().all(|d| page_locked(&ctx, d));
         let staged = if direct {
             // Straight from the caller's page-locked memory: no CPU copy.
             data[0].len().max(data[1].len())
@@ -344,9 +348,11 @@ impl FBackend for Pipelined {
         for (p, d) in data.iter().enumerate() {
             if direct {
                 let mut dst = s.dev.input.slice_mut(p * stride..p * stride + d.len());
-                // An async copy from page-locked memory: the caller keeps it until
-                // fence_input.
-                self.h2d.memcpy_htod(*d, &mut dst)?;
+                // An async copy from page-locked (or GPU-mapped) memory: the caller keeps
+                // it until fence_input.
+                if !(mapped && crate::mem::vkgdr::copy_mapped_to_device(&self.h2d, d, &mut dst)?) {
+                    self.h2d.memcpy_htod(*d, &mut dst)?;
+                }
             } else {
                 let mut dst = s
                     .dev

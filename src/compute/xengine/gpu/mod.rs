@@ -182,9 +182,17 @@ impl GpuX {
             Some(b) if b.len() >= input.len() => b,
             _ => self.stream.alloc_zeros::<i8>(input.len())?,
         };
-        let registered = host_registered(&self.ctx, input)?;
-        self.stream
-            .memcpy_htod(input, &mut buf.slice_mut(..input.len()))?;
+        // GPU-mapped chunk memory (`--use-vkgdr`): a copy on the device, no upload.
+        let mapped = crate::mem::vkgdr::copy_mapped_to_device(
+            &self.stream,
+            as_u8(input),
+            &mut buf.slice_mut(..input.len()),
+        )?;
+        let registered = mapped || host_registered(&self.ctx, input)?;
+        if !mapped {
+            self.stream
+                .memcpy_htod(input, &mut buf.slice_mut(..input.len()))?;
+        }
         if registered {
             match &self.host_read {
                 Some(e) => e.record(&self.stream)?,
@@ -199,11 +207,18 @@ impl GpuX {
     }
 }
 
+/// Samples as bytes.
+fn as_u8(b: &[i8]) -> &[u8] {
+    // SAFETY: i8 and u8 have the same size and alignment; every bit pattern is valid.
+    unsafe { std::slice::from_raw_parts(b.as_ptr().cast(), b.len()) }
+}
+
 /// How a [`GpuX`]'s inputs reached the device: calls that copied straight from
 /// CUDA-registered host memory, and calls that copied from pageable memory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Uploads {
-    /// Asynchronous copies by DMA from registered memory.
+    /// Asynchronous copies by DMA from registered memory (or on the device from
+    /// GPU-mapped chunk memory, `--use-vkgdr`).
     pub direct: u64,
     /// Copies from pageable memory (the driver stages them through its own pinned buffer).
     pub staged: u64,

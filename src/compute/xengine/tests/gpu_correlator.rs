@@ -341,6 +341,7 @@ fn gpu_multi_batch_from_registered_memory_equals_per_batch() {
         let policy = MemPolicy {
             hugepages: false,
             cuda: Some(many.context().clone()),
+            vkgdr: None,
         };
         // the batches 64 bytes into a registered range, as a run of batches inside a chunk
         let mut mem = ChunkMem::alloc(input.len() + 128, &policy).unwrap();
