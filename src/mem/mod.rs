@@ -93,8 +93,6 @@ impl MemPolicy {
 
 static SHARED: std::sync::OnceLock<MemPolicy> = std::sync::OnceLock::new();
 
-impl MemPolicy {}
-
 /// Page-aligned, zero-initialised chunk memory.
 pub struct ChunkMem {
     ptr: NonNull<u8>,
