@@ -113,6 +113,10 @@ def main():
           "?delays[3] wb 1e9 1e-9,0:0.5,0 0,0:0,0\n?gain wb 0 1 2 3 4 5 6 7\n!ok\n#log info x\n")
     write("katcp", "xbgpu", "\x2f?capture-start bl\n?capture-stop b0\n?beam-weights b0 1 0.5 0\n"
           "?beam-delays b1 1e-9:0.1 0:0 2e-9:0.3\n?beam-quant-gains b0 0.25\n?sensor-value\\_x a\\0b\r\n")
+    write("katcp", "standard", "\x3f?help\n?help gain\n?version-list\n?sensor-list /rx\\..*/\n"
+          "?sensor-value[7] /(/\n?sensor-value wb.gain\n?sensor-sampling rx.timestamp event\n"
+          "?sensor-sampling[2] rx.timestamp,steady-state-timestamp period 0.5\n?sensor-sampling x differential\n"
+          "?client-list\n?log-level\n?watchdog extra\n?halt\n?no-such-request\n")
 
     for i, s in enumerate([
         "cw(0.5, 1e8) + wgn(0.01);",

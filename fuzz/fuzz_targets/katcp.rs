@@ -1,14 +1,19 @@
-//! The katcp line reader, message parser and the engines' request handlers (fgpu's
-//! `?gain`, `?gain-all`, `?delays`; xbgpu's `?capture-*`, `?beam-*`): any byte stream
-//! gives lines within the reader's limit, messages that re-encode to themselves, and
-//! requests that succeed or fail without a panic; a failed request changes no sensor.
+//! The katcp line reader, message parser and request handling (the standard requests:
+//! `?help`, `?watchdog`, `?version-list`, `?sensor-list`/`?sensor-value` with `/regex/`
+//! filters, `?sensor-sampling`, `?client-list`, `?log-level`; and the engines' own: fgpu's
+//! `?gain`, `?gain-all`, `?delays`; xbgpu's `?capture-*`, `?beam-*`), through
+//! `control::respond` as the server dispatches them: any byte stream gives lines within the
+//! reader's limit, messages that re-encode to themselves, and for every request exactly
+//! one reply, last, named as the request with its message id, `ok`, `fail` or `invalid`,
+//! after informs of the same name and id; a request that does not succeed changes no
+//! sensor.
 #![no_main]
 
 use std::sync::{Arc, Mutex};
 
 use gpucbf::compute::xengine::{Beam, BeamSet};
 use gpucbf::control::katcp::LineReader;
-use gpucbf::control::{Device, Kind, Message, SensorSet};
+use gpucbf::control::{respond, Device, Kind, Message, SensorSet};
 use gpucbf::engines::fgpu::control::OutputControl;
 use gpucbf::engines::fgpu::device::{FgpuDevice, OutputHandle};
 use gpucbf::engines::xbgpu::corrprod::CaptureGate;
@@ -23,7 +28,14 @@ fn fgpu() -> FgpuDevice {
         spectrum_step: 64,
         control: Arc::new(Mutex::new(OutputControl::new(channels, 1.0))),
     };
-    FgpuDevice::new(vec![out("wb", 8), out("nb", 4)], 1712e6, 1e9, 1.0, 7, 1 << 20)
+    FgpuDevice::new(
+        vec![out("wb", 8), out("nb", 4)],
+        1712e6,
+        1e9,
+        1.0,
+        7,
+        1 << 20,
+    )
 }
 
 fn xbgpu() -> XbDevice {
@@ -95,21 +107,35 @@ fuzz_target!(|data: &[u8]| {
         if m.kind != Kind::Request {
             continue;
         }
-        let args: Vec<String> = m
-            .args
-            .iter()
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
+        // ?log-level with an argument sets the process's level: keep it as it is.
+        if m.name == "log-level" && !m.args.is_empty() {
+            continue;
+        }
         for d in &devices {
-            if !d.requests().iter().any(|(n, _)| *n == m.name) {
-                continue;
-            }
             let before = snapshot(d.as_ref());
-            if d.request(&m.name, &args).is_err() {
+            let out = respond(d.as_ref(), &m);
+            let (reply, informs) = out.split_last().expect("every request gets a reply");
+            assert_eq!(reply.kind, Kind::Reply);
+            assert_eq!((&reply.name, reply.mid), (&m.name, m.mid));
+            let status = reply.args.first().map(|a| a.as_slice());
+            assert!(
+                matches!(status, Some(b"ok" | b"fail" | b"invalid")),
+                "?{} replied {:?}",
+                m.name,
+                status
+            );
+            for i in informs {
+                // ?sensor-sampling reports the sensors' readings as #sensor-status.
+                if m.name == "sensor-sampling" && i.name == "sensor-status" {
+                    continue;
+                }
+                assert_eq!((i.kind, &i.name, i.mid), (Kind::Inform, &m.name, m.mid));
+            }
+            if status != Some(b"ok") {
                 assert_eq!(
                     before,
                     snapshot(d.as_ref()),
-                    "?{} failed but changed sensors",
+                    "?{} did not succeed but changed sensors",
                     m.name
                 );
             }
