@@ -13,6 +13,8 @@ pub mod links;
 pub mod xbgpu;
 
 #[cfg(test)]
+mod test_cli;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_files;

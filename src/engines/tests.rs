@@ -5,18 +5,7 @@ use clap::Parser;
 
 use super::common::cli::Interfaces;
 use super::common::{Backend, EngineArgs};
-
-#[derive(Parser)]
-struct F {
-    #[command(flatten)]
-    a: super::fgpu::FgpuArgs,
-}
-
-#[derive(Parser)]
-struct X {
-    #[command(flatten)]
-    a: super::xbgpu::XbgpuArgs,
-}
+use super::test_cli::{F, X};
 
 /// `fgpu` and `xbgpu` both take the options of [`EngineArgs`], with their defaults.
 #[test]

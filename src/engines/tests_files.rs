@@ -5,36 +5,19 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 
+use super::test_cli::{D, F, X};
+use crate::engines::fgpu::FgpuArgs;
+use crate::engines::xbgpu::XbgpuArgs;
+
 use super::common::recv::{open_source, spawn_receiver};
 use super::common::sizes::MAX_HEAP_BYTES;
 use crate::chunk::placement::DigitiserPlacement;
-use crate::engines::dsim::DsimArgs;
-use crate::engines::fgpu::FgpuArgs;
-use crate::engines::xbgpu::XbgpuArgs;
 use crate::mem::HostMemory;
 use crate::net::recv::{PacketSource, Poll};
 use crate::spead::{ids, HeapBuilder};
 
-#[derive(Parser)]
-struct F {
-    #[command(flatten)]
-    a: FgpuArgs,
-}
-
-#[derive(Parser)]
-struct X {
-    #[command(flatten)]
-    a: XbgpuArgs,
-}
-
-#[derive(Parser)]
-struct D {
-    #[command(flatten)]
-    a: DsimArgs,
-}
-
 fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("gpucbf-files-{}-{name}", std::process::id()))
+    super::test_cli::tmp("files", name)
 }
 
 const C: usize = 256;
@@ -151,24 +134,7 @@ fn engines_process_a_capture_with_a_cut_last_record() {
         tmp("cut-fgpu.pcap"),
         tmp("cut-x.pcap"),
     );
-    let d = D::try_parse_from([
-        "dsim",
-        "--adc-sample-rate",
-        "1712e6",
-        "--heaps",
-        "256",
-        "--dither-seed",
-        "1",
-        "--signals",
-        "cw(0.2, 300e6) + wgn(0.05, 1);",
-        "--pcap",
-        &dig.to_string_lossy(),
-        "127.0.0.1:7148",
-        "127.0.0.1:7149",
-    ])
-    .unwrap()
-    .a;
-    crate::engines::dsim::run(&d.validate().unwrap()).unwrap();
+    super::test_cli::dsim_capture(&dig);
     cut_tail(&dig, 100);
     let feng_s = feng.to_string_lossy();
     let extra = ["--recv-chunk-samples", "262144", "--send-pcap", &feng_s];
@@ -194,22 +160,7 @@ fn engines_process_a_capture_with_a_cut_last_record() {
 fn engines_write_the_monitor_log() {
     let (dig, feng) = (tmp("mon-dsim.pcap"), tmp("mon-fgpu.pcap"));
     let (flog, xlog) = (tmp("mon-f.jsonl"), tmp("mon-x.jsonl"));
-    let d = D::try_parse_from([
-        "dsim",
-        "--adc-sample-rate",
-        "1712e6",
-        "--heaps",
-        "256",
-        "--dither-seed",
-        "1",
-        "--pcap",
-        &dig.to_string_lossy(),
-        "127.0.0.1:7148",
-        "127.0.0.1:7149",
-    ])
-    .unwrap()
-    .a;
-    crate::engines::dsim::run(&d.validate().unwrap()).unwrap();
+    super::test_cli::dsim_capture(&dig);
     let (feng_s, flog_s, xlog_s) = (
         feng.to_string_lossy(),
         flog.to_string_lossy(),

@@ -6,47 +6,41 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 
-use crate::engines::dsim::DsimArgs;
+use super::test_cli::{F, X};
 use crate::engines::fgpu::FgpuArgs;
 use crate::engines::xbgpu::XbgpuArgs;
+
 use crate::net::recv::pcap::PcapSource;
 
-#[derive(Parser)]
-struct F {
-    #[command(flatten)]
-    a: FgpuArgs,
-}
-
-#[derive(Parser)]
-struct X {
-    #[command(flatten)]
-    a: XbgpuArgs,
-}
-
-#[derive(Parser)]
-struct D {
-    #[command(flatten)]
-    a: DsimArgs,
-}
-
 fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("gpucbf-vkgdr-{}-{name}", std::process::id()))
+    super::test_cli::tmp("vkgdr", name)
 }
 
-fn fgpu(extra: &[&str], src: &Path, out: &Path) -> FgpuArgs {
-    let (src, out) = (src.to_string_lossy(), out.to_string_lossy());
+/// An engine's command line: `engine`, the options every run here shares, `own`, `extra`,
+/// then the source.
+fn line<'a>(engine: &'a str, own: &[&'a str], extra: &[&'a str], src: &'a str) -> Vec<&'a str> {
     let mut a = vec![
-        "fgpu",
+        engine,
         "--adc-sample-rate",
         "1712e6",
         "--sync-time",
         "0",
         "--array-size",
         "1",
-        "--wideband",
-        "name=wb,channels=256,dst=127.0.0.1:7150,jones_per_batch=65536",
         "--backend",
         "cpu",
+    ];
+    a.extend_from_slice(own);
+    a.extend_from_slice(extra);
+    a.push(src);
+    a
+}
+
+fn fgpu(extra: &[&str], src: &Path, out: &Path) -> FgpuArgs {
+    let (src, out) = (src.to_string_lossy(), out.to_string_lossy());
+    let own = [
+        "--wideband",
+        "name=wb,channels=256,dst=127.0.0.1:7150,jones_per_batch=65536",
         "--dither-seed",
         "3",
         "--recv-chunk-samples",
@@ -54,21 +48,14 @@ fn fgpu(extra: &[&str], src: &Path, out: &Path) -> FgpuArgs {
         "--send-pcap",
         &out,
     ];
-    a.extend_from_slice(extra);
-    a.push(&src);
-    F::try_parse_from(a).unwrap().a
+    F::try_parse_from(line("fgpu", &own, extra, &src))
+        .unwrap()
+        .a
 }
 
 fn xbgpu(extra: &[&str], src: &Path, out: &Path) -> XbgpuArgs {
     let (src, out) = (src.to_string_lossy(), out.to_string_lossy());
-    let mut a = vec![
-        "xbgpu",
-        "--adc-sample-rate",
-        "1712e6",
-        "--sync-time",
-        "0",
-        "--array-size",
-        "1",
+    let own = [
         "--channels",
         "256",
         "--channels-per-substream",
@@ -82,14 +69,12 @@ fn xbgpu(extra: &[&str], src: &Path, out: &Path) -> XbgpuArgs {
         "--send-enabled",
         "--corrprod",
         "name=bc,dst=127.0.0.1:7160,heap_accumulation_threshold=1",
-        "--backend",
-        "cpu",
         "--send-pcap",
         &out,
     ];
-    a.extend_from_slice(extra);
-    a.push(&src);
-    X::try_parse_from(a).unwrap().a
+    X::try_parse_from(line("xbgpu", &own, extra, &src))
+        .unwrap()
+        .a
 }
 
 /// The destinations and UDP payloads of a capture, in order.
@@ -117,24 +102,7 @@ fn use_vkgdr_parses_on_fgpu_and_xbgpu() {
 #[test]
 fn cpu_backend_with_use_vkgdr_sends_the_same() {
     let dig = tmp("dsim.pcap");
-    let d = D::try_parse_from([
-        "dsim",
-        "--adc-sample-rate",
-        "1712e6",
-        "--heaps",
-        "256",
-        "--dither-seed",
-        "1",
-        "--signals",
-        "cw(0.2, 300e6) + wgn(0.05, 1);",
-        "--pcap",
-        &dig.to_string_lossy(),
-        "127.0.0.1:7148",
-        "127.0.0.1:7149",
-    ])
-    .unwrap()
-    .a;
-    crate::engines::dsim::run(&d.validate().unwrap()).unwrap();
+    super::test_cli::dsim_capture(&dig);
     let mut f_out = Vec::new();
     for (k, extra) in [&[][..], &["--use-vkgdr"][..]].iter().enumerate() {
         let out = tmp(&format!("fgpu{k}.pcap"));

@@ -474,19 +474,36 @@ impl PeerDirectSender {
         n_items: usize,
         kind: GpuMrKind,
     ) -> io::Result<Self> {
-        let mut qp = Box::new(RawSendQp::open(device, port, cfg.send_queue_depth)?);
+        let qp = Box::new(RawSendQp::open(device, port, cfg.send_queue_depth)?);
         let verbs: &'static Verbs = &*(&qp.verbs as *const _);
         let gpu = GpuMr::register(verbs, qp.pd, dptr, item_bytes * n_items, kind)?;
+        let lkey = gpu.lkey;
+        Self::over_qp(qp, cfg, (dptr, item_bytes, n_items), lkey, Some(gpu))
+    }
+
+    /// The sender over an open QP whose `items.2` output items of `items.1` bytes start at
+    /// `items.0`, registered under `lkey`; `gpu`, the GPU region holding them if any, is
+    /// released before the QP (which owns the verbs), here on error as in the sender.
+    ///
+    /// # Safety
+    /// As [`Self::from_raw`]: the items stay registered and allocated as long as the sender.
+    unsafe fn over_qp(
+        mut qp: Box<RawSendQp>,
+        cfg: PeerDirectConfig,
+        items: (u64, usize, usize),
+        lkey: u32,
+        gpu: Option<GpuMr<'static>>,
+    ) -> io::Result<Self> {
+        let (base, item_bytes, n_items) = items;
         let items: Vec<(u64, u32)> = (0..n_items)
-            .map(|i| (dptr + (i * item_bytes) as u64, gpu.lkey))
+            .map(|i| (base + (i * item_bytes) as u64, lkey))
             .collect();
         let (raw_qp, raw_cq) = (qp.qp, qp.cq);
         let qp_ref: *mut RawSendQp = &mut *qp;
         let mut s = Self::from_raw(raw_qp, raw_cq, cfg, &items, |p, len| {
             (*qp_ref).register_host(p, len)
         })?;
-        // Dropped in this order: the GPU region, then the QP (which owns the verbs).
-        s.owner = Some(Box::new(PeerDirectOwner { gpu: Some(gpu), qp }));
+        s.owner = Some(Box::new(PeerDirectOwner { gpu, qp }));
         Ok(s)
     }
 }
@@ -509,16 +526,7 @@ impl PeerDirectSender {
     ) -> io::Result<Self> {
         let mut qp = Box::new(RawSendQp::open(device, port, cfg.send_queue_depth)?);
         let lkey = qp.register_host(memory, item_bytes * n_items)?;
-        let items: Vec<(u64, u32)> = (0..n_items)
-            .map(|i| (memory as u64 + (i * item_bytes) as u64, lkey))
-            .collect();
-        let (raw_qp, raw_cq) = (qp.qp, qp.cq);
-        let qp_ref: *mut RawSendQp = &mut *qp;
-        let mut s = Self::from_raw(raw_qp, raw_cq, cfg, &items, |p, len| {
-            (*qp_ref).register_host(p, len)
-        })?;
-        s.owner = Some(Box::new(PeerDirectOwner { gpu: None, qp }));
-        Ok(s)
+        Self::over_qp(qp, cfg, (memory as u64, item_bytes, n_items), lkey, None)
     }
 }
 
