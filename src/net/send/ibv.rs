@@ -42,6 +42,11 @@ pub struct IbvSinkConfig {
     pub slot_bytes: usize,
     /// Ethernet addresses of unicast destinations (multicast ones map by RFC 1112).
     pub neighbours: HashMap<Ipv4Addr, [u8; 6]>,
+    /// Where unknown unicast destinations are looked up again (an ARP table in the format
+    /// of `/proc/net/arp`, and the interface), at most once per `arp_refresh`.
+    pub arp: Option<(std::path::PathBuf, String)>,
+    /// The least time between two reads of the ARP table.
+    pub arp_refresh: Duration,
     /// How long a send waits for a free slot before failing.
     pub timeout: Duration,
 }
@@ -74,6 +79,8 @@ pub struct IbvSink {
     done: u64,
     /// First sequence number written but not yet posted.
     unposted: u64,
+    /// When the ARP table was last read for an unknown destination.
+    arp_read: Option<Instant>,
     wc: Vec<IbvWc>,
     /// Keeps the real verbs objects alive (None with fake providers).
     #[allow(dead_code)]
@@ -149,6 +156,7 @@ impl IbvSink {
             head: 0,
             done: 0,
             unposted: 0,
+            arp_read: None,
             wc: vec![IbvWc::default(); 64],
             owner: None,
             stats: IbvSinkStats::default(),
@@ -178,6 +186,8 @@ impl IbvSink {
             slots,
             slot_bytes,
             neighbours: arp_neighbours(Path::new("/proc/net/arp"), &ifname),
+            arp: Some(("/proc/net/arp".into(), ifname.clone())),
+            arp_refresh: Duration::from_secs(1),
             timeout: Duration::from_secs(1),
         };
         let mut qp = Box::new(RawSendQp::open(Some(&port.device), port.port, slots)?);
@@ -333,6 +343,9 @@ impl IbvSink {
         let dst_mac = if dst.ip().is_multicast() {
             None
         } else {
+            if !self.cfg.neighbours.contains_key(dst.ip()) {
+                self.reread_arp();
+            }
             Some(*self.cfg.neighbours.get(dst.ip()).ok_or_else(|| {
                 io::Error::new(
                     io::ErrorKind::NotFound,
@@ -357,6 +370,23 @@ impl IbvSink {
         self.sges[k].length = frame as u32;
         self.head += 1;
         Ok(())
+    }
+
+    /// Reads the ARP table again for a destination not resolved yet (the kernel learns
+    /// neighbours as traffic flows), at most once per `arp_refresh`.
+    fn reread_arp(&mut self) {
+        let Some((path, ifname)) = &self.cfg.arp else {
+            return;
+        };
+        if self
+            .arp_read
+            .is_some_and(|t| t.elapsed() < self.cfg.arp_refresh)
+        {
+            return;
+        }
+        self.arp_read = Some(Instant::now());
+        let fresh = arp_neighbours(path, ifname);
+        self.cfg.neighbours.extend(fresh);
     }
 
     /// Waits (up to the configured timeout) until the NIC has completed every packet.

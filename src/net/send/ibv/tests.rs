@@ -18,6 +18,8 @@ fn config(slots: usize) -> IbvSinkConfig {
         slots,
         slot_bytes: 1536,
         neighbours: HashMap::from([(*PEER.ip(), PEER_MAC)]),
+        arp: None,
+        arp_refresh: Duration::ZERO,
         timeout: Duration::from_millis(5),
     }
 }
@@ -266,6 +268,31 @@ fn neighbours_come_from_the_arp_table() {
     .unwrap();
     let n = arp_neighbours(&path, "ens1f0");
     assert_eq!(n, HashMap::from([(*PEER.ip(), PEER_MAC)]));
+
+    // A destination the table learns later is found on the next read (not before the
+    // refresh interval has passed).
+    let mut fake = Fake::new();
+    let o = fake.ptr();
+    let mut cfg = config(8);
+    cfg.neighbours.clear();
+    cfg.arp = Some((path.clone(), "ens2f0".into()));
+    cfg.arp_refresh = Duration::from_millis(50);
+    // SAFETY: the fake QP/CQ outlive the sink.
+    let mut s = unsafe { IbvSink::from_raw(o, o, cfg, |_, _| Ok(1)) }.unwrap();
+    let later = SocketAddrV4::new(Ipv4Addr::new(10, 9, 0, 7), 7148);
+    assert!(s.send(later, &[b"x"]).is_err());
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str(
+        "10.9.0.7         0x1         0x2         0c:42:a1:07:07:07     *        ens2f0\n",
+    );
+    std::fs::write(&path, text).unwrap();
+    assert!(
+        s.send(later, &[b"x"]).is_err(),
+        "read again within the interval"
+    );
+    std::thread::sleep(Duration::from_millis(60));
+    s.send(later, &[b"x"]).unwrap();
+    assert_eq!(&s.frame(0).unwrap()[..6], &[0x0c, 0x42, 0xa1, 7, 7, 7]);
     std::fs::remove_file(&path).unwrap();
     assert!(arp_neighbours(Path::new("/nonexistent/arp"), "lo").is_empty());
 }
