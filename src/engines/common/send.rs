@@ -37,7 +37,7 @@ pub fn open_sink(
 /// The network sink out of `interface`: with `ibv` (`--send-ibv`, dsim `--ibv`) an ibverbs
 /// raw-packet queue pair on the RDMA NIC behind it; where there is none (or the binary has
 /// no ibverbs) UDP sockets with a `send_buffer`-byte kernel send buffer, said in one log
-/// line per sink.
+/// line per interface.
 pub fn open_live(
     interface: Ipv4Addr,
     ttl: u32,
@@ -48,16 +48,25 @@ pub fn open_live(
     if ibv {
         match crate::net::send::ibv::IbvSink::open(interface, ttl, send_buffer) {
             Ok(s) => return Ok(Box::new(s)),
-            Err(e) => tracing::warn!("--send-ibv: {e}; sending through UDP sockets"),
+            Err(e) => warn_udp_once(interface, &e.to_string()),
         }
     }
     #[cfg(not(feature = "ibverbs"))]
     if ibv {
-        tracing::warn!(
-            "--send-ibv: built without the ibverbs feature; sending through UDP sockets"
-        );
+        warn_udp_once(interface, "built without the ibverbs feature");
     }
     Ok(Box::new(UdpSink::new(interface, ttl, send_buffer)?))
+}
+
+/// Says once per interface (every send thread and output opens its own sink) why
+/// `--send-ibv` sends through UDP there.
+fn warn_udp_once(interface: Ipv4Addr, why: &str) {
+    static SAID: std::sync::Mutex<Vec<Ipv4Addr>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
+    if !said.contains(&interface) {
+        said.push(interface);
+        tracing::warn!(%interface, "--send-ibv: {why}; sending through UDP sockets");
+    }
 }
 
 /// Sends each destination's packets out of one of several sinks (one per
