@@ -268,14 +268,8 @@ impl EngineArgs {
         if ifs.len() <= 1 || self.send_pcap.is_some() {
             return Ok(SharedSink::new(open(self.send_interface.first())?));
         }
-        let sinks = ifs.iter().map(|&ip| open(ip)).collect::<Result<_, _>>()?;
-        let mut route = std::collections::HashMap::new();
-        for dsts in outputs {
-            for (i, d) in dsts.iter().enumerate() {
-                route.insert(*d, super::iface::interface_of(i, dsts.len(), ifs.len()));
-            }
-        }
-        Ok(SharedSink::new(Box::new(RoutedSink { sinks, route })))
+        let routed = RoutedSink::open(ifs, outputs, open)?;
+        Ok(SharedSink::new(Box::new(routed)))
     }
 
     /// Checks the interface options against the outputs (`n_dsts`: each output's number of

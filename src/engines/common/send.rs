@@ -5,6 +5,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 
 use super::error::ConfigError;
+use super::iface::interface_of;
 use crate::net::send::pcap::PcapSink;
 use crate::net::send::udp::UdpSink;
 use crate::net::PacketSink;
@@ -76,6 +77,26 @@ pub struct RoutedSink {
     pub sinks: Vec<Box<dyn PacketSink>>,
     /// Destination → index into `sinks`.
     pub route: std::collections::HashMap<SocketAddrV4, usize>,
+}
+
+impl RoutedSink {
+    /// One sink per interface of `ifs` (opened by `open`), each sending its contiguous
+    /// block of every output's destinations (katgpucbf's rule, [`interface_of`]); a
+    /// destination not listed goes out of the first.
+    pub fn open(
+        ifs: &[Ipv4Addr],
+        outputs: &[&[SocketAddrV4]],
+        open: impl Fn(Ipv4Addr) -> std::io::Result<Box<dyn PacketSink>>,
+    ) -> std::io::Result<Self> {
+        let sinks = ifs.iter().map(|&ip| open(ip)).collect::<Result<_, _>>()?;
+        let mut route = std::collections::HashMap::new();
+        for dsts in outputs {
+            for (i, d) in dsts.iter().enumerate() {
+                route.insert(*d, interface_of(i, dsts.len(), ifs.len()));
+            }
+        }
+        Ok(RoutedSink { sinks, route })
+    }
 }
 
 impl PacketSink for RoutedSink {

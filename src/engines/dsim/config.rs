@@ -146,9 +146,8 @@ pub struct DsimConfig {
     pub heaps: Option<u64>,
     /// Write packets to this pcap file instead of sending them.
     pub pcap: Option<PathBuf>,
-    /// Local interface address to send from (the first of `interfaces`).
-    pub interface: Ipv4Addr,
-    /// Every `--interface`, in order: each stream's destinations are divided among them.
+    /// Every `--interface`, in order (at least one): each stream's destinations are
+    /// divided among them.
     pub interfaces: Vec<Ipv4Addr>,
     /// Multicast TTL.
     pub ttl: u32,
@@ -173,6 +172,16 @@ pub struct DsimConfig {
     pub send_buffer: usize,
     /// Send through ibverbs where the interface has an RDMA NIC (`--ibv`).
     pub ibv: bool,
+}
+
+impl DsimConfig {
+    /// The local interface address the dsim sends from: the first `--interface`.
+    pub fn interface(&self) -> Ipv4Addr {
+        self.interfaces
+            .first()
+            .copied()
+            .unwrap_or(Ipv4Addr::UNSPECIFIED)
+    }
 }
 
 /// Timestamps and digitiser ids are 48-bit SPEAD items: 2^48.
@@ -331,7 +340,6 @@ impl DsimArgs {
             max_period,
             heaps: self.heaps,
             pcap: self.pcap.clone(),
-            interface: self.interface.first(),
             interfaces: self.interface.0.clone(),
             ttl: self.ttl,
             descriptor_interval,

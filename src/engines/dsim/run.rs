@@ -16,7 +16,6 @@ use super::send::{DsimSummary, HeapStream, SendMetrics, Sent};
 use super::signal::Timebase;
 use super::DsimConfig;
 use crate::control::Server;
-use crate::engines::common::iface::interface_of;
 use crate::engines::common::send::{open_live, RoutedSink};
 use crate::net::send::pcap::PcapSink;
 use crate::net::PacketSink;
@@ -174,10 +173,10 @@ fn send_threads(
 fn open_sink(cfg: &DsimConfig) -> anyhow::Result<Box<dyn PacketSink>> {
     Ok(match &cfg.pcap {
         Some(path) => {
-            let ip = if cfg.interface.is_unspecified() {
+            let ip = if cfg.interface().is_unspecified() {
                 Ipv4Addr::LOCALHOST
             } else {
-                cfg.interface
+                cfg.interface()
             };
             Box::new(PcapSink::create(
                 path,
@@ -195,16 +194,10 @@ fn open_network(cfg: &DsimConfig) -> std::io::Result<Box<dyn PacketSink>> {
     let open = |ip| open_live(ip, cfg.ttl, cfg.send_buffer, cfg.ibv);
     let ifs = &cfg.interfaces;
     if ifs.len() <= 1 {
-        return open(cfg.interface);
+        return open(cfg.interface());
     }
-    let sinks = ifs.iter().map(|&ip| open(ip)).collect::<Result<_, _>>()?;
-    let mut route = std::collections::HashMap::new();
-    for dsts in &cfg.dests {
-        for (i, d) in dsts.iter().enumerate() {
-            route.insert(*d, interface_of(i, dsts.len(), ifs.len()));
-        }
-    }
-    Ok(Box::new(RoutedSink { sinks, route }))
+    let streams: Vec<&[SocketAddrV4]> = cfg.dests.iter().map(Vec::as_slice).collect();
+    Ok(Box::new(RoutedSink::open(ifs, &streams, open)?))
 }
 
 /// Where the stream starts on the sync-time clock, and the window of the ring it
