@@ -22,7 +22,8 @@ pub struct DirectSender {
     memory: Box<[u8]>,
     item_bytes: usize,
     feng_id: u64,
-    channels_per_substream: usize,
+    /// The `frequency` item of each destination's heap (its first channel).
+    frequencies: Vec<u64>,
     timeout: Duration,
     values: Vec<u64>,
 }
@@ -79,7 +80,9 @@ impl DirectSender {
             memory,
             item_bytes,
             feng_id,
-            channels_per_substream: spec.channels_per_substream(),
+            frequencies: (0..spec.dst.len())
+                .map(|d| (d * spec.channels_per_substream()) as u64)
+                .collect(),
             timeout: Duration::from_secs(1),
             values: Vec::new(),
         })
@@ -98,10 +101,9 @@ impl DirectSender {
     }
 
     /// Sends the batch at `ts` written into `item`: one heap per destination.
-    pub fn send(&mut self, item: u32, ts: u64, n_dst: usize) -> std::io::Result<()> {
+    pub fn send(&mut self, item: u32, ts: u64) -> std::io::Result<()> {
         self.values.clear();
-        for d in 0..n_dst {
-            let freq = (d * self.channels_per_substream) as u64;
+        for &freq in &self.frequencies {
             self.values.extend_from_slice(&[ts, self.feng_id, freq]);
         }
         self.sender.send(item, &self.values, self.timeout)
@@ -154,7 +156,7 @@ mod tests {
         for b in 0..10_000u64 {
             let (item, out) = d.acquire().unwrap();
             out.fill((b % 251) as u8);
-            d.send(item, b * 4096, 2).unwrap();
+            d.send(item, b * 4096).unwrap();
             assert!(d.sender().in_flight() <= 3);
             for f in nic.frames() {
                 let (_, udp) = crate::net::frame::fast_udp_ipv4(&f).unwrap();

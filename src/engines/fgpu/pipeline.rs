@@ -268,7 +268,7 @@ impl Pipeline {
                 return Ok(other?.is_some());
             }
         };
-        d.send(item, c.batch_ts, self.spec.dst.len())?;
+        d.send(item, c.batch_ts)?;
         self.add_dig_stats(c.input);
         self.stats.clipped_samples[0] += c.clipped[0];
         self.stats.clipped_samples[1] += c.clipped[1];
@@ -291,7 +291,7 @@ impl Pipeline {
                 return Err(e.into());
             }
         };
-        d.send(item, ts, self.spec.dst.len())?;
+        d.send(item, ts)?;
         self.stats.clipped_samples[0] += clipped[0];
         self.stats.clipped_samples[1] += clipped[1];
         self.count_batch(ts, self.out_len as u64);
