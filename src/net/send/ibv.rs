@@ -278,15 +278,11 @@ impl IbvSink {
         let rc = unsafe { post_send(self.qp, first, &mut bad) };
         // The requests before `bad` were taken by the NIC (all of them on success); the
         // rest are dropped and their slots reused.
-        let taken = if rc == 0 || bad.is_null() {
-            if rc == 0 {
-                self.head
-            } else {
-                self.unposted
-            }
-        } else {
+        let taken = match (rc, bad.is_null()) {
+            (0, _) => self.head,
+            (_, true) => self.unposted,
             // SAFETY: `bad` points at one of our requests.
-            unsafe { (*bad).wr_id }.clamp(self.unposted, self.head)
+            (_, false) => unsafe { (*bad).wr_id }.clamp(self.unposted, self.head),
         };
         for seq in self.unposted..taken {
             let len = self.sges[(seq % slots) as usize].length as usize;
@@ -308,19 +304,25 @@ impl IbvSink {
     /// A free slot for the next packet: posts what is pending and polls completions while
     /// the ring is full, for up to the configured timeout.
     fn wait_for_slot(&mut self) -> io::Result<()> {
-        if self.head - self.done < self.cfg.slots as u64 {
+        let slots = self.cfg.slots as u64;
+        if self.head - self.done < slots {
             return Ok(());
         }
+        self.complete_up_to(self.head + 1 - slots, "no slot came free")
+    }
+
+    /// Posts what is pending, then polls until every packet before `seq` is complete, for
+    /// up to the configured timeout (then `TimedOut`, saying `what`).
+    fn complete_up_to(&mut self, seq: u64, what: &str) -> io::Result<()> {
         self.post()?;
         let start = Instant::now();
-        while self.head - self.done >= self.cfg.slots as u64 {
+        while self.done < seq {
             self.poll()?;
-            if self.head - self.done >= self.cfg.slots as u64 && start.elapsed() >= self.cfg.timeout
-            {
+            if self.done < seq && start.elapsed() >= self.cfg.timeout {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!(
-                        "the NIC completed no packet within {:?} ({} in flight)",
+                        "{what}: the NIC did not complete within {:?} ({} packets in flight)",
                         self.cfg.timeout,
                         self.in_flight()
                     ),
@@ -391,18 +393,7 @@ impl IbvSink {
 
     /// Waits (up to the configured timeout) until the NIC has completed every packet.
     pub fn drain(&mut self) -> io::Result<()> {
-        self.post()?;
-        let start = Instant::now();
-        while self.done < self.unposted {
-            self.poll()?;
-            if self.done < self.unposted && start.elapsed() >= self.cfg.timeout {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("{} packets still in flight on the NIC", self.in_flight()),
-                ));
-            }
-        }
-        Ok(())
+        self.complete_up_to(self.head, "draining")
     }
 }
 
