@@ -202,11 +202,23 @@ impl Vkgdr {
         self.ctx
             .bind_to_thread()
             .map_err(|e| format!("CUDA context: {e:?}"))?;
-        // SAFETY: the descriptor is zeroed then filled as the driver API documents.
-        let mut desc: sys::CUDA_EXTERNAL_MEMORY_HANDLE_DESC = unsafe { std::mem::zeroed() };
-        desc.type_ = sys::CUexternalMemoryHandleType::CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD;
-        desc.handle.fd = fd;
-        desc.size = size;
+        // Built field by field: the handle type is a Rust enum with no zero value, so the
+        // descriptor cannot be made by zeroing (that aborts the process). The union's
+        // widest member is zeroed first, then the descriptor is set.
+        let mut handle = sys::CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1 {
+            win32: sys::CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1__bindgen_ty_1 {
+                handle: std::ptr::null_mut(),
+                name: std::ptr::null(),
+            },
+        };
+        handle.fd = fd;
+        let desc = sys::CUDA_EXTERNAL_MEMORY_HANDLE_DESC {
+            type_: sys::CUexternalMemoryHandleType::CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD,
+            handle,
+            size,
+            flags: 0,
+            reserved: [0; 16],
+        };
         // SAFETY: imports the fd just exported; on success CUDA owns it.
         let r = unsafe { sys::cuImportExternalMemory(&mut m.ext, &desc) };
         if r != sys::CUresult::CUDA_SUCCESS {
@@ -214,9 +226,12 @@ impl Vkgdr {
             unsafe { libc::close(fd) };
             return Err(format!("cuImportExternalMemory failed ({r:?})"));
         }
-        // SAFETY: as above, zeroed then filled.
-        let mut buf: sys::CUDA_EXTERNAL_MEMORY_BUFFER_DESC = unsafe { std::mem::zeroed() };
-        buf.size = size;
+        let buf = sys::CUDA_EXTERNAL_MEMORY_BUFFER_DESC {
+            offset: 0,
+            size,
+            flags: 0,
+            reserved: [0; 16],
+        };
         // SAFETY: maps the whole imported allocation as one buffer.
         let r = unsafe { sys::cuExternalMemoryGetMappedBuffer(&mut m.dev, m.ext, &buf) };
         if r != sys::CUresult::CUDA_SUCCESS {
