@@ -48,6 +48,10 @@ pub enum BenchCmd {
     Fgpu,
     /// Only the narrowband lines of `fgpu`.
     FgpuNarrowband,
+    /// `--use-vkgdr` chunks (GPU memory mapped for the CPU) against pinned host chunks:
+    /// writer threads placing payloads as the receive threads do, then the engine's GPU
+    /// channeliser, end to end; writers alone as each memory's bound.
+    FgpuVkgdr(fgpu::vkgdr::VkgdrArgs),
     /// Packets/s of the file, UDP loopback and DPDK sources vs spead2.
     Recv(recv::RecvBenchArgs),
     /// CPU per packet of placing digitiser packets into chunks (one thread's assembler, the
@@ -78,6 +82,8 @@ pub enum Report {
     Fgpu(fgpu::FgpuReport),
     /// `gpucbf bench fgpu-narrowband`.
     FgpuNarrowband(fgpu::narrowband::NarrowbandReport),
+    /// `gpucbf bench fgpu-vkgdr`.
+    FgpuVkgdr(fgpu::vkgdr::VkgdrReport),
     /// `gpucbf bench recv`.
     Recv(recv::RecvReport),
     /// `gpucbf bench recv-place`.
@@ -103,6 +109,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Report> {
         BenchCmd::FgpuNarrowband => {
             Report::FgpuNarrowband(fgpu::narrowband::bench_gpu_narrowband()?)
         }
+        BenchCmd::FgpuVkgdr(a) => Report::FgpuVkgdr(fgpu::vkgdr::run(&a)?),
         BenchCmd::Recv(a) => Report::Recv(recv::run(&a)?),
         BenchCmd::RecvPlace(a) => Report::RecvPlace(recv_place::run(&a)?),
         BenchCmd::Loopback(a) => Report::Loopback(loopback::run(&a)?),
@@ -149,6 +156,7 @@ mod tests {
             BenchCmd::XbgpuFeed(_) => "xbgpu-feed",
             BenchCmd::Fgpu => "fgpu",
             BenchCmd::FgpuNarrowband => "fgpu-narrowband",
+            BenchCmd::FgpuVkgdr(_) => "fgpu-vkgdr",
             BenchCmd::Recv(_) => "recv",
             BenchCmd::RecvPlace(_) => "recv-place",
             BenchCmd::Loopback(_) => "loopback",
@@ -169,6 +177,22 @@ mod tests {
         }
         assert!(parse("bench").is_err());
         assert!(parse("bench xengine").is_err());
+    }
+
+    /// `bench fgpu-vkgdr` takes its options, with the engine's chunk size by default.
+    #[test]
+    fn fgpu_vkgdr_options_parse() {
+        let BenchCmd::FgpuVkgdr(d) = parse("bench fgpu-vkgdr").unwrap().cmd else {
+            panic!("not fgpu-vkgdr")
+        };
+        assert_eq!((d.chunk_samples, d.chunks, d.iters), (1 << 25, 4, 48));
+        assert!(d.cores.is_empty());
+        let a = "bench fgpu-vkgdr --chunk-samples 4194304 --chunks 3 --iters 8 --cores 2,3";
+        let BenchCmd::FgpuVkgdr(r) = parse(a).unwrap().cmd else {
+            panic!("not fgpu-vkgdr")
+        };
+        assert_eq!((r.chunk_samples, r.chunks, r.iters), (4194304, 3, 8));
+        assert_eq!(r.cores, [2, 3]);
     }
 
     /// `bench recv` keeps its options and their defaults, and the hidden ones its DPDK child

@@ -9,6 +9,7 @@ use crate::compute::fengine::{FConfig, FError};
 pub mod cpu;
 pub mod measure;
 pub mod narrowband;
+pub mod vkgdr;
 pub mod wideband;
 
 /// Input sample width of the benchmarks (MeerKAT digitiser, katgpucbf default).

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# --use-vkgdr against the pinned path on a live loopback feed (issue 22), on the GPU machine,
+# from a folder holding gpucbf (run tools/vkgdr_check.sh's loader step first). Two pipelines
+# run side by side on the same sync time, one with --use-vkgdr, one without; two dsims with
+# the same signals and seeds feed them, so every timestamp carries the same samples in both.
+#   1. fgpu A (pinned) and fgpu B (--use-vkgdr), each from its own dsim, write their output
+#      heaps to pcap files;
+#   2. xbgpu A (pinned) and xbgpu B (--use-vkgdr), each fed over UDP by its own pinned fgpu
+#      from its own dsim, write their dumps to pcap files.
+# Heaps present in both runs must be byte-identical (a run may start or end a heap earlier
+# than the other: only the common ones are compared, and their count is printed).
+# FS (default 214e6), SECS (default 6). Results: $OUT/vkgdr-live.txt.
+set -u
+cd "$(dirname "$0")"
+OUT=${OUT:-/tmp/out}; R=$OUT/vkgdr-live.txt
+FS=${FS:-214e6}; SECS=${SECS:-6}; C=4096; B=${BASE_PORT:-18000}
+HEAPS=$(python3 -c "print(int($SECS * $FS / 4096))")
+common=(--adc-sample-rate "$FS" --array-size 1 --katcp-port 0)
+fg() { # name port0 dst-port options...
+  local n=$1 p=$2 d=$3; shift 3
+  ./gpucbf fgpu "${common[@]}" --sync-time "$SYNC" --feng-id 0 \
+    --wideband "name=wb,channels=$C,dst=127.0.0.1:$d,jones_per_batch=1048576" \
+    --recv-chunk-samples 33554432 --gain 0.02 --dither-seed 3 --backend gpu "$@" \
+    127.0.0.1:$p,127.0.0.1:$((p + 1)) > "$n.json" 2> "$n.log" &
+}
+ds() { # port0
+  ./gpucbf dsim --adc-sample-rate "$FS" --sync-time "$SYNC" --heaps "$HEAPS" --dither-seed 1 \
+    --katcp-port 0 --signals "cw(0.1, 53e6) + wgn(0.05, 1); wgn(0.05, 2);" \
+    127.0.0.1:$1 127.0.0.1:$(($1 + 1)) > /dev/null 2>&1 &
+}
+xb() { # name port extra...
+  local n=$1 p=$2; shift 2
+  ./gpucbf xbgpu "${common[@]}" --sync-time "$SYNC" --channels $C --channels-per-substream $C \
+    --samples-between-spectra $((2 * C)) --jones-per-batch 1048576 \
+    --heaps-per-fengine-per-chunk 32 --send-enabled --backend gpu \
+    --corrprod name=bc,dst=127.0.0.1:$((p + 10)),heap_accumulation_threshold=52 \
+    "$@" 127.0.0.1:$p > "$n.json" 2> "$n.log" &
+}
+ready() { # logs...: wait until each says "output ready" (60 s at most)
+  for _ in $(seq 120); do
+    local n=0; for f in "$@"; do grep -q "output ready" "$f" 2>/dev/null && n=$((n + 1)); done
+    [ $n -ge $# ] && return 0; sleep 0.5
+  done
+  echo "not ready: $*" | tee -a "$R"
+}
+stop() { sleep 2; kill -TERM "$@" 2>/dev/null; for p in "$@"; do wait "$p"; done; }
+rm -f ./*.pcap
+# 1. F-engines.
+SYNC=$(date +%s)
+fg fA $B $((B + 50)) --send-pcap fA.pcap; FA=$!
+fg fB $((B + 10)) $((B + 50)) --send-pcap fB.pcap --use-vkgdr; FB=$!
+ready fA.log fB.log
+ds $B; D1=$!; ds $((B + 10)); D2=$!
+wait $D1 $D2; stop $FA $FB
+# 2. X-engines (F-engines pinned, sending over UDP).
+SYNC=$(date +%s)
+xb xA $((B + 100)) --send-pcap xA.pcap; XA=$!
+xb xB $((B + 120)) --send-pcap xB.pcap --use-vkgdr; XB=$!
+fg f1 $((B + 20)) $((B + 100)); F1=$!; fg f2 $((B + 30)) $((B + 120)); F2=$!
+ready xA.log xB.log f1.log f2.log
+ds $((B + 20)); D1=$!; ds $((B + 30)); D2=$!
+wait $D1 $D2; stop $F1 $F2; stop $XA $XB
+grep -h -o "use-vkgdr[^\"]*" fB.log xB.log | head -2 | tee -a "$R"
+python3 - <<'PY' | tee -a "$R"
+import hashlib, struct
+def heaps(path):
+    """SPEAD packets of a pcap keyed by their item pointers (heap counter, offset,
+    timestamp, ids), valued by a hash of the payload."""
+    out = {}
+    with open(path, "rb") as f:
+        e = ">" if f.read(24)[:4] == b"\xa1\xb2\xc3\xd4" else "<"  # the file's byte order
+        while True:
+            h = f.read(16)
+            if len(h) < 16:
+                break
+            n = struct.unpack_from(e + "I", h, 8)[0]
+            p = f.read(n)
+            sp = p[42:]  # Ethernet, IPv4 and UDP headers, then SPEAD
+            if len(sp) < 8:
+                continue
+            k = struct.unpack_from(">H", sp, 6)[0]
+            key = sp[:8 + 8 * k]
+            out[key] = hashlib.blake2b(sp[8 + 8 * k:], digest_size=16).digest()
+    return out
+for e, a, b in (("fgpu", "fA.pcap", "fB.pcap"), ("xbgpu", "xA.pcap", "xB.pcap")):
+    try:
+        x, y = heaps(a), heaps(b)
+    except OSError as err:
+        print(f"{e}: {err}"); continue
+    order = [k for k in x if k in y]  # common packets in the pinned run's order
+    where = [i for i, k in enumerate(order) if x[k] != y[k]]
+    print(f"{e} live: {len(x)} vs {len(y)} packets, {len(order)} in both, {len(where)} differ, "
+          f"identical={not where and len(order) > 0}"
+          + (f"; differing packets at positions {where[:8]} of {len(order)}" if where else ""))
+PY
+tar czf "$OUT/vkgdr-live-logs.tgz" fA.log fB.log xA.log xB.log f1.log f2.log 2>/dev/null
