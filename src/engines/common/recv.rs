@@ -225,15 +225,30 @@ pub fn open_sources(
     let mut ports: Vec<u16> = eps.iter().map(|e| e.port()).collect();
     ports.sort_unstable();
     ports.dedup();
-    if ports.len() < threads {
-        return Err(refuse(&format!(
-            "the endpoints use {} port(s) and each receive thread reads whole ports: \
-             give at most {} cores",
-            ports.len(),
-            ports.len()
-        )));
-    }
     let join = opts.join_interfaces();
+    if ports.len() < threads {
+        // More threads than ports: unicast endpoints are shared by every thread through
+        // SO_REUSEPORT (the kernel gives each sender's flow to one thread, so a heap is
+        // never split); a multicast port cannot be shared that way.
+        if eps.iter().any(|e| e.ip().is_multicast()) {
+            return Err(refuse(&format!(
+                "the multicast endpoints use {} port(s) and each receive thread reads whole \
+                 ports: give at most {} cores",
+                ports.len(),
+                ports.len()
+            )));
+        }
+        let config = UdpRecvConfig {
+            reuse_port: true,
+            ..opts.udp_config()
+        };
+        return (0..threads)
+            .map(|_| {
+                let s = UdpRecvSource::joined(&eps, &join, opts.recv_buffer(), config)?;
+                Ok(Box::new(s) as Box<dyn PacketSource>)
+            })
+            .collect();
+    }
     (0..threads)
         .map(|t| {
             let mine: Vec<_> = eps
@@ -653,5 +668,65 @@ mod tests {
             .err()
             .expect("no such interface");
         assert!(e.to_string().contains("on interface 10.255.255.1"), "{e}");
+    }
+
+    /// More receive threads than ports on a unicast endpoint: every thread gets a socket on
+    /// it (SO_REUSEPORT) and each datagram of many senders reaches exactly one of them, a
+    /// sender's datagrams all the same one; on a multicast port it is refused by name.
+    #[test]
+    fn threads_share_a_unicast_port_and_not_a_multicast_one() {
+        let port = std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let src = format!("127.0.0.1:{port}");
+        let opts = RecvOptions::default();
+        let mut rx = open_sources(&src, &opts, 3).expect("three threads on one port");
+        assert_eq!(rx.len(), 3);
+        // A fourth socket without SO_REUSEPORT (another engine by mistake) cannot bind.
+        let e = open_sources(&src, &opts, 1)
+            .err()
+            .expect("the port is taken");
+        assert!(e.to_string().contains(&src), "{e}");
+        let (senders, each) = (8u8, 20u8);
+        let txs: Vec<_> = (0..senders)
+            .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+            .collect();
+        for k in 0..each {
+            for (s, tx) in txs.iter().enumerate() {
+                tx.send_to(&[s as u8, k], ("127.0.0.1", port)).unwrap();
+            }
+        }
+        let total = usize::from(senders) * usize::from(each);
+        let mut got: Vec<Vec<(u8, u8)>> = vec![Vec::new(); rx.len()];
+        for _ in 0..200 {
+            for (t, r) in rx.iter_mut().enumerate() {
+                r.recv_batch(&mut |p| got[t].push((p[0], p[1]))).unwrap();
+            }
+            if got.iter().map(Vec::len).sum::<usize>() == total {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let mut all: Vec<(u8, u8)> = got.concat();
+        all.sort_unstable();
+        let want: Vec<(u8, u8)> = (0..senders)
+            .flat_map(|s| (0..each).map(move |k| (s, k)))
+            .collect();
+        assert_eq!(all, want, "every datagram exactly once");
+        for s in 0..senders {
+            let threads = got.iter().filter(|g| g.iter().any(|d| d.0 == s)).count();
+            assert_eq!(
+                threads, 1,
+                "sender {s}'s datagrams reached {threads} threads"
+            );
+        }
+        let mc = format!("239.200.24.1:{port}");
+        let e = open_sources(&mc, &opts, 2).err().expect("refused");
+        assert!(
+            e.to_string().contains("multicast endpoints use 1 port(s)"),
+            "{e}"
+        );
     }
 }

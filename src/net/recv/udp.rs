@@ -38,6 +38,11 @@ pub struct UdpRecvConfig {
     /// takes a batch of what arrived meanwhile rather than a datagram or two, and the
     /// sender does not wake this thread per datagram. Zero: poll at once.
     pub hold: std::time::Duration,
+    /// Bind unicast endpoints with SO_REUSEPORT, so that the sockets of several receive
+    /// threads share each one: the kernel hands each sender's flow (source address and
+    /// port) to one of them, so every heap of a sender reaches one thread. Multicast
+    /// endpoints are never shared this way.
+    pub reuse_port: bool,
 }
 
 /// Default [`UdpRecvConfig::hold`]: 100 µs (a few hundred kilobytes at a digitiser's rate,
@@ -50,6 +55,7 @@ impl Default for UdpRecvConfig {
             gro: true,
             slot_bytes: None,
             hold: DEFAULT_HOLD,
+            reuse_port: false,
         }
     }
 }
@@ -135,12 +141,24 @@ impl UdpRecvSource {
                 // Unicast addresses (127.0.0.2+7:7148, as a multicast group list reads on a
                 // loopback test): one socket bound to each.
                 for e in &eps {
-                    sockets.push(receive_socket(**e, None, &interfaces, recv_buffer)?);
+                    sockets.push(receive_socket(
+                        **e,
+                        None,
+                        &interfaces,
+                        recv_buffer,
+                        config.reuse_port,
+                    )?);
                 }
                 continue;
             }
             let group = multicast.then_some(&eps[..]);
-            sockets.push(receive_socket(*eps[0], group, &interfaces, recv_buffer)?);
+            sockets.push(receive_socket(
+                *eps[0],
+                group,
+                &interfaces,
+                recv_buffer,
+                false,
+            )?);
         }
         let gro = config.gro
             && match sockets.iter().try_for_each(|s| set_udp_gro(s, true)) {
@@ -237,13 +255,15 @@ pub fn join_interfaces(interfaces: &[Ipv4Addr]) -> Vec<Ipv4Addr> {
 
 /// A non-blocking UDP receive socket for `addr`'s port: bound to the unicast `addr`, or,
 /// with `groups` (multicast addresses of that port), bound to the port and joined to each
-/// group on every one of `interfaces`. Every error names the endpoint and the step that
-/// failed.
+/// group on every one of `interfaces`; `reuse_port` (unicast only) lets sockets of this
+/// process's other receive threads share the endpoint. Every error names the endpoint and
+/// the step that failed.
 fn receive_socket(
     addr: SocketAddrV4,
     groups: Option<&[&SocketAddrV4]>,
     interfaces: &[Ipv4Addr],
     recv_buffer: usize,
+    reuse_port: bool,
 ) -> io::Result<UdpSocket> {
     let port = addr.port();
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
@@ -256,6 +276,10 @@ fn receive_socket(
     if groups.is_some() {
         s.set_reuse_address(true)
             .map_err(|e| named(e, format_args!("setting SO_REUSEADDR for UDP {addr}")))?;
+    }
+    if reuse_port && groups.is_none() {
+        s.set_reuse_port(true)
+            .map_err(|e| named(e, format_args!("setting SO_REUSEPORT for UDP {addr}")))?;
     }
     let _ = s.set_recv_buffer_size(recv_buffer);
     match groups {
@@ -514,7 +538,7 @@ impl UdpSource {
     pub fn bind(addr: SocketAddrV4, interface: Ipv4Addr, recv_buffer: usize) -> io::Result<Self> {
         let group = [&addr];
         let group = addr.ip().is_multicast().then_some(&group[..]);
-        let socket = receive_socket(addr, group, &[interface], recv_buffer)?;
+        let socket = receive_socket(addr, group, &[interface], recv_buffer, false)?;
         socket
             .set_nonblocking(false)
             .map_err(|e| named(e, format_args!("receiving on UDP {addr}")))?;
