@@ -228,8 +228,8 @@ pub fn open_sources(
     let join = opts.join_interfaces();
     if ports.len() < threads {
         // More threads than ports: unicast endpoints are shared by every thread through
-        // SO_REUSEPORT (the kernel gives each sender's flow to one thread, so a heap is
-        // never split); a multicast port cannot be shared that way.
+        // SO_REUSEPORT, a SPEAD heap steered to thread (heap counter mod threads); a
+        // multicast port cannot be shared that way.
         if eps.iter().any(|e| e.ip().is_multicast()) {
             return Err(refuse(&format!(
                 "the multicast endpoints use {} port(s) and each receive thread reads whole \
@@ -239,7 +239,7 @@ pub fn open_sources(
             )));
         }
         let config = UdpRecvConfig {
-            reuse_port: true,
+            shared_by: threads as u32,
             ..opts.udp_config()
         };
         return (0..threads)
@@ -671,8 +671,9 @@ mod tests {
     }
 
     /// More receive threads than ports on a unicast endpoint: every thread gets a socket on
-    /// it (SO_REUSEPORT) and each datagram of many senders reaches exactly one of them, a
-    /// sender's datagrams all the same one; on a multicast port it is refused by name.
+    /// it (SO_REUSEPORT) and each datagram of many senders reaches exactly one of them: a
+    /// SPEAD packet the thread (heap counter mod 3), any other datagram by its flow (a
+    /// sender's all to one thread); on a multicast port it is refused by name.
     #[test]
     fn threads_share_a_unicast_port_and_not_a_multicast_one() {
         let port = std::net::UdpSocket::bind("127.0.0.1:0")
@@ -721,6 +722,36 @@ mod tests {
                 threads, 1,
                 "sender {s}'s datagrams reached {threads} threads"
             );
+        }
+        // SPEAD packets (header, then the immediate heap counter), 4 heaps per sender.
+        let spead = |cnt: u8| {
+            let mut p = vec![0x53, 4, 2, 6, 0, 0, 0, 1, 0x80, 0x01, 0, 0, 0, 0, 0, cnt];
+            p.extend_from_slice(&[0xaa; 8]);
+            p
+        };
+        for (s, tx) in txs.iter().enumerate() {
+            for h in 0..4u8 {
+                tx.send_to(&spead(4 * s as u8 + h), ("127.0.0.1", port))
+                    .unwrap();
+            }
+        }
+        let mut got: Vec<Vec<u8>> = vec![Vec::new(); rx.len()];
+        for _ in 0..200 {
+            for (t, r) in rx.iter_mut().enumerate() {
+                r.recv_batch(&mut |p| got[t].push(p[15])).unwrap();
+            }
+            if got.iter().map(Vec::len).sum::<usize>() == 4 * usize::from(senders) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        for (t, cnts) in got.iter().enumerate() {
+            let mut c = cnts.clone();
+            c.sort_unstable();
+            let want: Vec<u8> = (0..4 * senders)
+                .filter(|c| usize::from(*c) % 3 == t)
+                .collect();
+            assert_eq!(c, want, "thread {t}: heap counter mod 3");
         }
         let mc = format!("239.200.24.1:{port}");
         let e = open_sources(&mc, &opts, 2).err().expect("refused");

@@ -38,11 +38,13 @@ pub struct UdpRecvConfig {
     /// takes a batch of what arrived meanwhile rather than a datagram or two, and the
     /// sender does not wake this thread per datagram. Zero: poll at once.
     pub hold: std::time::Duration,
-    /// Bind unicast endpoints with SO_REUSEPORT, so that the sockets of several receive
-    /// threads share each one: the kernel hands each sender's flow (source address and
-    /// port) to one of them, so every heap of a sender reaches one thread. Multicast
-    /// endpoints are never shared this way.
-    pub reuse_port: bool,
+    /// Bind unicast endpoints with SO_REUSEPORT, shared by this many sockets (receive
+    /// threads, the n-th of them bound n-th; 0 or 1: not shared). A SPEAD packet goes to
+    /// socket heap counter mod n ([`steer_by_heap`]), so a heap's packets meet in one
+    /// socket and a sender's heaps spread over all; other datagrams, or a kernel without
+    /// the steering program, go by the kernel's hash of the flow. Multicast endpoints are
+    /// never shared this way.
+    pub shared_by: u32,
 }
 
 /// Default [`UdpRecvConfig::hold`]: 100 µs (a few hundred kilobytes at a digitiser's rate,
@@ -55,7 +57,7 @@ impl Default for UdpRecvConfig {
             gro: true,
             slot_bytes: None,
             hold: DEFAULT_HOLD,
-            reuse_port: false,
+            shared_by: 0,
         }
     }
 }
@@ -146,19 +148,13 @@ impl UdpRecvSource {
                         None,
                         &interfaces,
                         recv_buffer,
-                        config.reuse_port,
+                        config.shared_by,
                     )?);
                 }
                 continue;
             }
             let group = multicast.then_some(&eps[..]);
-            sockets.push(receive_socket(
-                *eps[0],
-                group,
-                &interfaces,
-                recv_buffer,
-                false,
-            )?);
+            sockets.push(receive_socket(*eps[0], group, &interfaces, recv_buffer, 0)?);
         }
         let gro = config.gro
             && match sockets.iter().try_for_each(|s| set_udp_gro(s, true)) {
@@ -253,17 +249,59 @@ pub fn join_interfaces(interfaces: &[Ipv4Addr]) -> Vec<Ipv4Addr> {
     out
 }
 
+/// SO_ATTACH_REUSEPORT_CBPF (Linux's asm-generic value; not in libc for every target).
+const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
+
+/// Attaches to `s`'s SO_REUSEPORT group a classic BPF program choosing the socket for a
+/// datagram: when its first SPEAD item pointer (payload bytes 8..16) is the immediate heap
+/// counter (id 0x8001), socket (heap counter mod `n`), taken from the counter's low 32
+/// bits; otherwise an index past the group, which makes the kernel choose by its flow hash
+/// (as does a datagram too short to hold the pointer: the program then returns 0).
+fn steer_by_heap(s: &Socket, n: u32) -> io::Result<()> {
+    let op = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+    // BPF_LD|BPF_W|BPF_ABS, BPF_ALU|BPF_RSH|BPF_K, BPF_JMP|BPF_JEQ|BPF_K,
+    // BPF_ALU|BPF_MOD|BPF_K, BPF_RET|BPF_A, BPF_RET|BPF_K.
+    let prog = [
+        op(0x20, 0, 0, 8),
+        op(0x74, 0, 0, 16),
+        op(0x15, 0, 3, 0x8001),
+        op(0x20, 0, 0, 12),
+        op(0x94, 0, 0, n.max(1)),
+        op(0x16, 0, 0, 0),
+        op(0x06, 0, 0, u32::MAX),
+    ];
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: a valid program the kernel copies during the call; `s` is an open socket.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_ATTACH_REUSEPORT_CBPF,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// A non-blocking UDP receive socket for `addr`'s port: bound to the unicast `addr`, or,
 /// with `groups` (multicast addresses of that port), bound to the port and joined to each
-/// group on every one of `interfaces`; `reuse_port` (unicast only) lets sockets of this
-/// process's other receive threads share the endpoint. Every error names the endpoint and
-/// the step that failed.
+/// group on every one of `interfaces`; `shared_by` ≥ 2 (unicast only) lets that many
+/// sockets of this process's receive threads share the endpoint. Every error names the
+/// endpoint and the step that failed.
 fn receive_socket(
     addr: SocketAddrV4,
     groups: Option<&[&SocketAddrV4]>,
     interfaces: &[Ipv4Addr],
     recv_buffer: usize,
-    reuse_port: bool,
+    shared_by: u32,
 ) -> io::Result<UdpSocket> {
     let port = addr.port();
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
@@ -277,7 +315,8 @@ fn receive_socket(
         s.set_reuse_address(true)
             .map_err(|e| named(e, format_args!("setting SO_REUSEADDR for UDP {addr}")))?;
     }
-    if reuse_port && groups.is_none() {
+    let shared = shared_by >= 2 && groups.is_none();
+    if shared {
         s.set_reuse_port(true)
             .map_err(|e| named(e, format_args!("setting SO_REUSEPORT for UDP {addr}")))?;
     }
@@ -319,6 +358,15 @@ fn receive_socket(
         None => s
             .bind(&addr.into())
             .map_err(|e| named(e, format_args!("binding UDP {addr}")))?,
+    }
+    if shared {
+        if let Err(e) = steer_by_heap(&s, shared_by) {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                tracing::warn!(error = %e, "receive threads sharing a port: no heap steering \
+                    program (SO_ATTACH_REUSEPORT_CBPF); the kernel's flow hash spreads the senders")
+            });
+        }
     }
     s.set_nonblocking(true)
         .map_err(|e| named(e, format_args!("receiving on UDP {addr}")))?;
@@ -538,7 +586,7 @@ impl UdpSource {
     pub fn bind(addr: SocketAddrV4, interface: Ipv4Addr, recv_buffer: usize) -> io::Result<Self> {
         let group = [&addr];
         let group = addr.ip().is_multicast().then_some(&group[..]);
-        let socket = receive_socket(addr, group, &[interface], recv_buffer, false)?;
+        let socket = receive_socket(addr, group, &[interface], recv_buffer, 0)?;
         socket
             .set_nonblocking(false)
             .map_err(|e| named(e, format_args!("receiving on UDP {addr}")))?;
