@@ -4,7 +4,9 @@
 
 use serde::Serialize;
 
-use crate::compute::fengine::{FConfig, FError};
+use num_complex::Complex32;
+
+use crate::compute::fengine::{Block, FConfig, FError, PolBlock, Samples};
 
 pub mod cpu;
 pub mod measure;
@@ -46,4 +48,35 @@ pub fn bench_fgpu() -> Result<FgpuReport, FError> {
         narrowband,
         cpu,
     })
+}
+
+/// A block of `spectra` output spectra from both pols' packed `IN_BITS` samples `data`
+/// (timestamp 0, each pol from its first sample), with per-spectrum `fine` delays and
+/// `phase`s and per-channel `gains`: the resident and end-to-end lines' input.
+pub(crate) fn packed_block<'a>(
+    cfg: &FConfig,
+    spectra: usize,
+    data: [&'a [u8]; 2],
+    fine: &'a [f64],
+    phase: &'a [f64],
+    gains: &'a [Complex32],
+) -> Block<'a> {
+    let pol = |p: usize| PolBlock {
+        samples: Samples::Packed {
+            data: data[p],
+            bits: IN_BITS,
+            len: cfg.input_samples_needed(spectra),
+        },
+        timestamp: 0,
+        offset: 0,
+        fine_delay: fine,
+        phase,
+        gains,
+    };
+    Block {
+        spectra,
+        first_spectrum: 0,
+        out_first: 0,
+        pols: [pol(0), pol(1)],
+    }
 }

@@ -18,9 +18,7 @@ use serde::Serialize;
 
 use super::IN_BITS;
 use crate::compute::fengine::gpu::wideband::GpuBackend;
-use crate::compute::fengine::{
-    Block, FBackend, FConfig, PipelineBackend, Pipelined, PolBlock, Samples,
-};
+use crate::compute::fengine::{Block, FBackend, FConfig, PipelineBackend, Pipelined};
 use crate::mem::vkgdr::Vkgdr;
 use crate::mem::{Backing, ChunkMem, MemPolicy};
 use crate::net::affinity::PinGuard;
@@ -120,24 +118,15 @@ struct Inputs {
 
 impl Inputs {
     fn block<'a>(&'a self, chunk: &'a [u8], pol_bytes: usize) -> Block<'a> {
-        let pol = |p: usize| PolBlock {
-            samples: Samples::Packed {
-                data: &chunk[p * pol_bytes..(p + 1) * pol_bytes],
-                bits: IN_BITS,
-                len: self.cfg.input_samples_needed(self.spectra),
-            },
-            timestamp: 0,
-            offset: 0,
-            fine_delay: &self.fine,
-            phase: &self.phase,
-            gains: &self.gains,
-        };
-        Block {
-            spectra: self.spectra,
-            first_spectrum: 0,
-            out_first: 0,
-            pols: [pol(0), pol(1)],
-        }
+        let (p0, p1) = chunk[..2 * pol_bytes].split_at(pol_bytes);
+        super::packed_block(
+            &self.cfg,
+            self.spectra,
+            [p0, p1],
+            &self.fine,
+            &self.phase,
+            &self.gains,
+        )
     }
 }
 

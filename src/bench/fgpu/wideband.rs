@@ -12,7 +12,7 @@ use super::IN_BITS;
 use crate::compute::fengine::gpu::staged::StagedCompute;
 use crate::compute::fengine::gpu::wideband::{GpuBackend, Tuning};
 use crate::compute::fengine::sample_noise;
-use crate::compute::fengine::{Block, Dither, FBackend, FConfig, FError, PolBlock, Samples};
+use crate::compute::fengine::{Block, Dither, FBackend, FConfig, FError};
 use crate::gpu::GpuError;
 use crate::spead::bitpack;
 use num_complex::Complex32;
@@ -120,24 +120,14 @@ impl Bench {
     }
 
     fn block(&self) -> Block<'_> {
-        let pol = |p: usize| PolBlock {
-            samples: Samples::Packed {
-                data: &self.packed[p],
-                bits: IN_BITS,
-                len: self.cfg.input_samples_needed(self.m),
-            },
-            timestamp: 0,
-            offset: 0,
-            fine_delay: &self.fine,
-            phase: &self.phase,
-            gains: &self.gains,
-        };
-        Block {
-            spectra: self.m,
-            first_spectrum: 0,
-            out_first: 0,
-            pols: [pol(0), pol(1)],
-        }
+        super::packed_block(
+            &self.cfg,
+            self.m,
+            [&self.packed[0], &self.packed[1]],
+            &self.fine,
+            &self.phase,
+            &self.gains,
+        )
     }
 
     /// Real input samples (both pols) of one resident block.
