@@ -29,7 +29,7 @@ use tracing::{info, warn};
 use crate::engines::common::{Backend, ConfigError};
 use engines::{run_dsim, start_engines, stop_engines, Engines};
 use gpus::GpuPlan;
-use plan::{dsim_names, xbgpu_names, CorePlan, Dsims, Pin, Sizes};
+use plan::{dsim_names, xb_recv_threads, xbgpu_names, CorePlan, Dsims, Pin, Sizes};
 use procs::stop_all;
 pub use procs::ChildError;
 pub use receive::Dump;
@@ -214,7 +214,14 @@ impl ArrayArgs {
         let available = crate::net::affinity::available_cores().0;
         Ok(ArrayConfig {
             args: self.clone(),
-            plan: CorePlan::new(self.pin, &available, self.antennas, dsims, nx, &sizes),
+            plan: CorePlan::new(
+                self.pin,
+                &available,
+                self.antennas,
+                dsims,
+                (nx, xb_recv_threads(self.antennas, fs, nx)),
+                &sizes,
+            ),
             sizes,
             x_names: xbgpu_names(nx),
             dsim_names: dsim_names(dsims),

@@ -258,6 +258,19 @@ pub struct CorePlan {
     pub unpinned: Option<String>,
 }
 
+/// Bytes per second one XB-engine receive thread is given: on the H100 host one thread
+/// held 1.7 GB/s of F-engine heaps at about 30 % of its core, and lost heaps at 3.4 GB/s
+/// (75-85 %, with seconds at 100 %).
+pub const XB_RECV_BYTES_PER_THREAD: f64 = 2e9;
+
+/// Receive threads for each of `x_engines` XB-engines taking `antennas` F-engines' output
+/// at `adc_rate` (8-bit complex: one byte per real input sample and pol), one per
+/// [`XB_RECV_BYTES_PER_THREAD`], at most 4.
+pub fn xb_recv_threads(antennas: usize, adc_rate: f64, x_engines: usize) -> usize {
+    let bytes = antennas as f64 * adc_rate * 2.0 / x_engines.max(1) as f64;
+    ((bytes / XB_RECV_BYTES_PER_THREAD).ceil() as usize).clamp(1, 4)
+}
+
 /// The XB-engines' names: `xbgpu` alone, else `xbgpu0`, `xbgpu1`…
 pub fn xbgpu_names(x_engines: usize) -> Vec<String> {
     numbered("xbgpu", x_engines)
@@ -277,19 +290,21 @@ impl CorePlan {
     /// the order given, each once): with [`Pin::Auto`] at a real rate and enough cores,
     /// each thread its own core in the order dsims (2 send threads per antenna, the main
     /// thread sharing the last),
-    /// F-engines (2 × ports per pol receive threads, 2 send threads), XB-engines (1
-    /// receive thread); otherwise no engine pinned, with the reason.
+    /// F-engines (2 × ports per pol receive threads, 2 send threads), XB-engines
+    /// (`xb_recv` receive threads each, sharing the engine's port: [`xb_recv_threads`]);
+    /// otherwise no engine pinned, with the reason.
     pub fn new(
         pin: Pin,
         available: &[usize],
         antennas: usize,
         dsims: usize,
-        x_engines: usize,
+        (x_engines, xb_recv): (usize, usize),
         sizes: &Sizes,
     ) -> CorePlan {
         let fgpu_recv = 2 * sizes.ports_per_pol;
         let per_antenna = 2 + fgpu_recv + 2;
-        let threads = antennas * per_antenna + x_engines;
+        let xb_recv = xb_recv.max(1);
+        let threads = antennas * per_antenna + x_engines * xb_recv;
         let mut plan = CorePlan {
             available: available.to_vec(),
             threads,
@@ -305,7 +320,7 @@ impl CorePlan {
             ))
         } else if available.len() < threads {
             Some(format!(
-                "{threads} threads to pin ({per_antenna} per antenna, 1 per X-engine) but only {} cores available ({cores})",
+                "{threads} threads to pin ({per_antenna} per antenna, {xb_recv} per X-engine) but only {} cores available ({cores})",
                 available.len()
             ))
         } else {
@@ -346,7 +361,9 @@ impl CorePlan {
             for name in &x_names[a * x_engines / antennas..(a + 1) * x_engines / antennas] {
                 x.push(EngineCores {
                     name: name.clone(),
-                    place: Placement::Xbgpu { recv: take(1) },
+                    place: Placement::Xbgpu {
+                        recv: take(xb_recv),
+                    },
                 });
             }
         }
@@ -460,7 +477,7 @@ mod tests {
     fn enough_cores_give_every_thread_its_own_core() {
         let l = Sizes::for_rate(1712e6, 4096);
         let all: Vec<usize> = (0..16).collect();
-        let p = CorePlan::new(Pin::Auto, &all, 1, 1, 2, &l);
+        let p = CorePlan::new(Pin::Auto, &all, 1, 1, (2, 1), &l);
         assert_eq!(p.unpinned, None);
         assert_eq!(p.threads, 8);
         let names: Vec<_> = p.engines.iter().map(|e| e.name.as_str()).collect();
@@ -482,7 +499,7 @@ mod tests {
             (&odd, 3, 2, 3),
             (&odd, 2, 8, 2),
         ] {
-            let p = CorePlan::new(Pin::Auto, avail, n, nd, nx, &l);
+            let p = CorePlan::new(Pin::Auto, avail, n, nd, (nx, 1), &l);
             assert_eq!(p.unpinned, None, "{n} antennas, {nx} X-engines");
             let used: Vec<usize> = p.engines.iter().flat_map(cores_of).collect();
             assert_eq!(used.len(), n * 6 + nx);
@@ -499,14 +516,14 @@ mod tests {
                 assert!(send.contains(main));
             }
             // The same inputs give the same plan.
-            assert_eq!(p, CorePlan::new(Pin::Auto, avail, n, nd, nx, &l));
+            assert_eq!(p, CorePlan::new(Pin::Auto, avail, n, nd, (nx, 1), &l));
         }
         // One X-engine keeps the name `xbgpu`.
-        let p = CorePlan::new(Pin::Auto, &all, 1, 1, 1, &l);
+        let p = CorePlan::new(Pin::Auto, &all, 1, 1, (1, 1), &l);
         assert_eq!(p.engines[2].name, "xbgpu");
         assert_eq!(p.args("xbgpu").join(" "), "--recv-affinity 6");
         // Two L-band antennas, a dsim each, and four X-engines fill the 16-core host.
-        let p = CorePlan::new(Pin::Auto, &all, 2, 2, 4, &l);
+        let p = CorePlan::new(Pin::Auto, &all, 2, 2, (4, 1), &l);
         assert_eq!((p.unpinned.as_deref(), p.threads), (None, 16));
         let names: Vec<_> = p.engines.iter().map(|e| e.name.as_str()).collect();
         assert_eq!(names[..4], ["dsim0", "dsim1", "fgpu0", "fgpu1"]);
@@ -533,7 +550,7 @@ mod tests {
         let l = Sizes::for_rate(1712e6, 4096);
         let all: Vec<usize> = (0..16).collect();
         // 3 antennas and 2 X-engines need 20 cores.
-        let p = CorePlan::new(Pin::Auto, &all, 3, 1, 2, &l);
+        let p = CorePlan::new(Pin::Auto, &all, 3, 1, (2, 1), &l);
         assert!(p.engines.is_empty());
         assert_eq!(p.threads, 20);
         let why = p.unpinned.clone().unwrap();
@@ -545,22 +562,51 @@ mod tests {
         assert_eq!(p.lines().len(), 1);
         assert_eq!(p.to_json()["pinned"], json!(false));
         // The 2-core machine.
-        let p = CorePlan::new(Pin::Auto, &[0, 1], 1, 1, 1, &l);
+        let p = CorePlan::new(Pin::Auto, &[0, 1], 1, 1, (1, 1), &l);
         assert!(p.engines.is_empty() && p.unpinned.is_some());
-        let p = CorePlan::new(Pin::None, &all, 1, 1, 1, &l);
+        let p = CorePlan::new(Pin::None, &all, 1, 1, (1, 1), &l);
         assert_eq!(p.unpinned.as_deref(), Some("--pin none"));
         assert!(p.engines.is_empty());
         let scaled = Sizes::for_rate(1712e6 / 512.0, 1024);
-        let p = CorePlan::new(Pin::Auto, &(0..128).collect::<Vec<_>>(), 2, 1, 1, &scaled);
+        let p = CorePlan::new(
+            Pin::Auto,
+            &(0..128).collect::<Vec<_>>(),
+            2,
+            1,
+            (1, 1),
+            &scaled,
+        );
         assert!(p.engines.is_empty());
         assert!(p.unpinned.unwrap().contains("unpinned"));
+    }
+
+    /// XB-engines get a receive thread per 2 GB/s of input (at most 4), each its own core,
+    /// listed in the engine's `--recv-affinity`.
+    #[test]
+    fn busy_xb_engines_get_several_receive_threads() {
+        // One L-band antenna over 2 X-engines: 1.7 GB/s each.
+        assert_eq!(xb_recv_threads(1, 1712e6, 2), 1);
+        // 4 antennas at half rate over 2 X-engines: 3.4 GB/s each (lost heaps with one).
+        assert_eq!(xb_recv_threads(4, 856e6, 2), 2);
+        assert_eq!(xb_recv_threads(4, 1712e6, 4), 2);
+        assert_eq!(xb_recv_threads(64, 1712e6, 1), 4);
+        assert_eq!(xb_recv_threads(2, 1712e6 / 512.0, 0), 1);
+        let l = Sizes::for_rate(856e6, 4096);
+        let all: Vec<usize> = (0..32).collect();
+        let p = CorePlan::new(Pin::Auto, &all, 4, 4, (2, 2), &l);
+        assert_eq!(p.threads, 4 * 6 + 2 * 2);
+        assert!(p.unpinned.is_none());
+        assert_eq!(p.args("xbgpu0").join(" "), "--recv-affinity 12-13");
+        assert_eq!(p.args("xbgpu1").join(" "), "--recv-affinity 26-27");
+        let few = CorePlan::new(Pin::Auto, &all[..27], 4, 4, (2, 2), &l);
+        assert!(few.unpinned.unwrap().contains("2 per X-engine"));
     }
 
     /// The printed plan: a heading, then one line per engine with its cores.
     #[test]
     fn plan_lines_name_every_engine_and_its_cores() {
         let l = Sizes::for_rate(1712e6, 4096);
-        let p = CorePlan::new(Pin::Auto, &(0..16).collect::<Vec<_>>(), 1, 1, 2, &l);
+        let p = CorePlan::new(Pin::Auto, &(0..16).collect::<Vec<_>>(), 1, 1, (2, 1), &l);
         assert_eq!(
             p.lines(),
             [
