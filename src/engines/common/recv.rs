@@ -596,6 +596,12 @@ mod tests {
     use super::*;
     use std::net::SocketAddrV4;
 
+    /// A UDP port of 127.0.0.1 free a moment ago (the kernel's pick).
+    fn free_port() -> u16 {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.local_addr().unwrap().port()
+    }
+
     #[test]
     fn endpoints_are_dealt_round_robin() {
         let eps: Vec<SocketAddrV4> = (0..5)
@@ -617,11 +623,7 @@ mod tests {
     #[test]
     fn multicast_groups_are_joined_on_every_recv_interface() {
         let lo = Ipv4Addr::LOCALHOST;
-        let port = std::net::UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let src = format!("239.200.23.1+1:{port}");
         let join = [lo, Ipv4Addr::new(127, 0, 0, 2), lo];
         let opts = RecvOptions {
@@ -676,11 +678,7 @@ mod tests {
     /// sender's all to one thread); on a multicast port it is refused by name.
     #[test]
     fn threads_share_a_unicast_port_and_not_a_multicast_one() {
-        let port = std::net::UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let src = format!("127.0.0.1:{port}");
         let opts = RecvOptions::default();
         let mut rx = open_sources(&src, &opts, 3).expect("three threads on one port");
