@@ -136,7 +136,9 @@ impl Fake {
             *(c.add(CTX_OPS_POLL_CQ) as *mut usize) = fake_poll_cq as *const () as usize;
         }
         let obj = Box::new([c as usize, 0, 0, 0]);
-        Fake { _ctx: ctx, obj }
+        let f = Fake { _ctx: ctx, obj };
+        forget(f.key());
+        f
     }
 
     /// A fake that sends what is posted as a NIC that reads late (see the module doc).
@@ -200,7 +202,16 @@ impl Default for Fake {
 
 impl Drop for Fake {
     fn drop(&mut self) {
-        let key = self.key();
-        NICS.lock().unwrap().retain(|(k, _)| *k != key);
+        forget(self.key());
     }
+}
+
+/// Drops every record of the fake `key`: a later fake can get the same address (the
+/// allocator reuses it), and must not inherit chains, completions or failures (seen: a
+/// test that ran after another in the same process found that one's posted chains).
+fn forget(key: usize) {
+    NICS.lock().unwrap().retain(|(k, _)| *k != key);
+    POSTED.lock().unwrap().retain(|(k, _)| *k != key);
+    COMPLETIONS.lock().unwrap().retain(|(k, _)| *k != key);
+    FAIL.lock().unwrap().retain(|(k, _, _)| *k != key);
 }
