@@ -291,6 +291,16 @@ fn steer_by_heap(s: &Socket, n: u32) -> io::Result<()> {
     }
 }
 
+/// Whether this kernel (and sandbox) takes the heap-steering program of shared ports: on a
+/// throwaway SO_REUSEPORT socket of 127.0.0.1.
+pub fn heap_steering_available() -> bool {
+    let Ok(s) = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)) else {
+        return false;
+    };
+    let any = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0);
+    s.set_reuse_port(true).is_ok() && s.bind(&any.into()).is_ok() && steer_by_heap(&s, 2).is_ok()
+}
+
 /// A non-blocking UDP receive socket for `addr`'s port: bound to the unicast `addr`, or,
 /// with `groups` (multicast addresses of that port), bound to the port and joined to each
 /// group on every one of `interfaces`; `shared_by` ≥ 2 (unicast only) lets that many
