@@ -178,8 +178,8 @@ pub struct EngineArgs {
     pub recv_reorder_tol: u64,
     /// Receive threads, one per listed core, each pinned there and reading its share of
     /// the endpoints' ports, all filling one chunk window (a stream group), e.g. `2,3` or
-    /// `4-7`. More threads than unicast ports share each port (SO_REUSEPORT: each sender's
-    /// flow goes to one thread). Default: one unpinned thread.
+    /// `4-7`. More threads than unicast ports share each port (SO_REUSEPORT: each SPEAD
+    /// heap goes to one thread, by its heap counter). Default: one unpinned thread.
     #[arg(long, value_name = "CORES")]
     pub recv_affinity: Option<String>,
     /// Kernel receive buffer per UDP socket in bytes (past net.core.rmem_max with

@@ -225,38 +225,33 @@ pub fn open_sources(
     let mut ports: Vec<u16> = eps.iter().map(|e| e.port()).collect();
     ports.sort_unstable();
     ports.dedup();
-    let join = opts.join_interfaces();
-    if ports.len() < threads {
-        // More threads than ports: unicast endpoints are shared by every thread through
-        // SO_REUSEPORT, a SPEAD heap steered to thread (heap counter mod threads); a
-        // multicast port cannot be shared that way.
-        if eps.iter().any(|e| e.ip().is_multicast()) {
-            return Err(refuse(&format!(
-                "the multicast endpoints use {} port(s) and each receive thread reads whole \
-                 ports: give at most {} cores",
-                ports.len(),
-                ports.len()
-            )));
-        }
-        let config = UdpRecvConfig {
-            shared_by: threads as u32,
-            ..opts.udp_config()
-        };
-        return (0..threads)
-            .map(|_| {
-                let s = UdpRecvSource::joined(&eps, &join, opts.recv_buffer(), config)?;
-                Ok(Box::new(s) as Box<dyn PacketSource>)
-            })
-            .collect();
+    // More threads than ports: unicast endpoints are shared by every thread through
+    // SO_REUSEPORT, a SPEAD heap steered to thread (heap counter mod threads); a multicast
+    // port cannot be shared that way. Otherwise each thread reads whole ports.
+    let shared = ports.len() < threads;
+    if shared && eps.iter().any(|e| e.ip().is_multicast()) {
+        return Err(refuse(&format!(
+            "the multicast endpoints use {} port(s) and each receive thread reads whole \
+             ports: give at most {} cores",
+            ports.len(),
+            ports.len()
+        )));
     }
+    let config = UdpRecvConfig {
+        shared_by: if shared { threads as u32 } else { 0 },
+        ..opts.udp_config()
+    };
+    let join = opts.join_interfaces();
     (0..threads)
         .map(|t| {
             let mine: Vec<_> = eps
                 .iter()
-                .filter(|e| ports.iter().position(|&p| p == e.port()).unwrap_or(0) % threads == t)
+                .filter(|e| {
+                    shared || ports.iter().position(|&p| p == e.port()).unwrap_or(0) % threads == t
+                })
                 .copied()
                 .collect();
-            let s = UdpRecvSource::joined(&mine, &join, opts.recv_buffer(), opts.udp_config())?;
+            let s = UdpRecvSource::joined(&mine, &join, opts.recv_buffer(), config)?;
             Ok(Box::new(s) as Box<dyn PacketSource>)
         })
         .collect()
