@@ -18,10 +18,11 @@ use serde::Serialize;
 
 use super::IN_BITS;
 use crate::compute::fengine::gpu::wideband::GpuBackend;
-use crate::compute::fengine::{Block, FBackend, FConfig, PipelineBackend, Pipelined};
+use crate::compute::fengine::{sample_noise, Block, FBackend, FConfig, PipelineBackend, Pipelined};
 use crate::mem::vkgdr::Vkgdr;
 use crate::mem::{Backing, ChunkMem, MemPolicy};
 use crate::net::affinity::PinGuard;
+use crate::spead::bitpack;
 use crate::telemetry::cpu::thread_cpu_seconds;
 
 /// Wideband channels of the channeliser (MeerKAT L-band 4k).
@@ -100,11 +101,10 @@ struct Measured {
     packets: u64,
 }
 
-/// The channeliser, its output length and the per-chunk inputs besides the samples.
+/// The channeliser and the per-chunk inputs besides the samples.
 struct Consumer {
     be: Pipelined,
     inputs: Inputs,
-    out_len: usize,
 }
 
 /// What a block needs besides the samples.
@@ -130,17 +130,22 @@ impl Inputs {
     }
 }
 
-/// The payloads the writers copy: distinct noise bytes per packet.
+/// The payloads the writers copy: digitiser noise packed to `IN_BITS` (the wideband lines'
+/// input), `SOURCE_PACKETS` distinct packets.
 fn source() -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    (0..SOURCE_PACKETS * PAYLOAD)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let samples = sample_noise(SOURCE_PACKETS * HEAP_SAMPLES, 0x1234_5678);
+    let mut b = vec![0u8; bitpack::packed_len(samples.len(), IN_BITS)];
+    bitpack::pack(&samples, IN_BITS, &mut b);
+    b
+}
+
+/// The writer threads' cores: one thread per `--cores` entry, else two unpinned.
+fn writer_cores(args: &VkgdrArgs) -> Vec<Option<usize>> {
+    if args.cores.is_empty() {
+        vec![None, None]
+    } else {
+        args.cores.iter().map(|&c| Some(c)).collect()
+    }
 }
 
 /// Writes every packet of both pols of the chunk at `base` with streaming stores, then
@@ -166,18 +171,13 @@ unsafe fn fill(base: *mut u8, pol_bytes: usize, src: &[u8]) -> u64 {
 /// the ring first.
 fn line(
     ring: &[ChunkMem],
-    pol_bytes: usize,
+    (pol_bytes, src): (usize, &[u8]),
     args: &VkgdrArgs,
     mut gpu: Option<&mut Consumer>,
 ) -> anyhow::Result<Measured> {
-    let writers: Vec<Option<usize>> = if args.cores.is_empty() {
-        vec![None, None]
-    } else {
-        args.cores.iter().map(|&c| Some(c)).collect()
-    };
+    let writers = writer_cores(args);
     let warm = ring.len();
     let total = warm + args.iters.max(1);
-    let src = source();
     let ptrs: Vec<usize> = ring.iter().map(|c| c.as_ptr() as usize).collect();
     let (free_tx, free_rx) = crossbeam_channel::bounded::<usize>(ring.len());
     let (full_tx, full_rx) = crossbeam_channel::bounded::<usize>(ring.len());
@@ -187,7 +187,7 @@ fn line(
     std::thread::scope(|s| -> anyhow::Result<Measured> {
         let mut handles = Vec::new();
         for core in &writers {
-            let (free_rx, full_tx, src, ptrs) = (free_rx.clone(), full_tx.clone(), &src, &ptrs);
+            let (free_rx, full_tx, ptrs) = (free_rx.clone(), full_tx.clone(), &ptrs);
             let core = *core;
             handles.push(s.spawn(move || -> anyhow::Result<(f64, u64)> {
                 let _pin = PinGuard::new(core)?;
@@ -220,7 +220,7 @@ fn line(
                         drop(c.be.complete_lent(true)?);
                         queued.pop_front();
                     }
-                    let out_len = c.out_len;
+                    let out_len = c.inputs.cfg.output_len(c.inputs.spectra);
                     let block = c.inputs.block(&ring[i], pol_bytes);
                     c.be.submit(std::slice::from_ref(&block), out_len)?;
                     c.be.fence_input()?;
@@ -281,11 +281,8 @@ pub fn run(args: &VkgdrArgs) -> anyhow::Result<VkgdrReport> {
         Ok(v) => (Some(Arc::new(v)), None),
         Err(e) => (None, Some(e.to_string())),
     };
-    let writers = if args.cores.is_empty() {
-        2
-    } else {
-        args.cores.len()
-    };
+    let writers = writer_cores(args).len();
+    let src = source();
     println!(
         "bench fgpu-vkgdr: {} chunks of {} samples per pol (2 pols, 10-bit, {:.1} MiB), {writers} writer threads, \
          wideband {CHANNELS} channels {TAPS} taps, {spectra} spectra per chunk; samples/s count both pols",
@@ -338,10 +335,9 @@ pub fn run(args: &VkgdrArgs) -> anyhow::Result<VkgdrReport> {
                 phase: vec![0.3; spectra],
                 gains: vec![Complex32::new(0.02, 0.0); CHANNELS],
             },
-            out_len: cfg.output_len(spectra),
         };
         for gpu in [false, true] {
-            let m = line(&ring, pol_bytes, args, gpu.then_some(&mut consumer))?;
+            let m = line(&ring, (pol_bytes, &src), args, gpu.then_some(&mut consumer))?;
             let samples = (m.chunks * 2 * args.chunk_samples) as f64 / m.wall;
             let l = VkgdrLine {
                 memory: name.to_string(),
