@@ -9,7 +9,12 @@
 #   X_RECV_AFF="6 14" bash rt_run.sh
 # Per-antenna (DSIM_AFF, DSIM_MAIN, F_RECV_AFF, F_SEND_AFF) and per-X-engine (X_RECV_AFF)
 # core lists are space-separated, one entry per engine ("-" for none); FGPU_EXTRA, XB_EXTRA
-# and DSIM_EXTRA go to every engine of the kind. Results go to $OUT/rt-$NAME.
+# and DSIM_EXTRA go to every engine of the kind. SPARE=CORES starts every process under
+# `taskset -c CORES`, so that its unpinned threads (main, GPU, Prometheus) stay off the pinned
+# cores. Every second the kernel's own drop counters are sampled into kern.txt: per-CPU
+# backlog drops and time squeezes (/proc/net/softnet_stat) and UDP RcvbufErrors /
+# InErrors (/proc/net/snmp), so that a loss can be placed (before or in a socket).
+# Results go to $OUT/rt-$NAME.
 set -u
 cd "$(dirname "$0")"
 OUT=${OUT:-/tmp/out}; NAME=${NAME:-run}; SECS=${SECS:-20}
@@ -30,6 +35,7 @@ B=${BASE_PORT:-17000}
 read -r -a DSIM_AFF <<< "${DSIM_AFF:-0,1}"; read -r -a DSIM_MAIN <<< "${DSIM_MAIN:-1}"
 read -r -a F_RECV_AFF <<< "${F_RECV_AFF:-2,3}"; read -r -a F_SEND_AFF <<< "${F_SEND_AFF:-4}"
 read -r -a X_RECV_AFF <<< "${X_RECV_AFF:-6}"
+TS=""; [ -n "${SPARE:-}" ] && TS="taskset -c $SPARE"
 opt() { # option value: "--option value" unless the value is empty or "-"
   [ -n "${2:-}" ] && [ "$2" != "-" ] && echo "$1 $2"
 }
@@ -40,7 +46,7 @@ CPS=$((C / NX))
 SOAK_ENGINES=()
 declare -A PIDS
 for k in $(seq 0 $((NX - 1))); do
-  ./gpucbf xbgpu --adc-sample-rate $FS --sync-time $SYNC --array-size $NANT --channels $C \
+  $TS ./gpucbf xbgpu --adc-sample-rate $FS --sync-time $SYNC --array-size $NANT --channels $C \
     --channels-per-substream $CPS --channel-offset-value $((k * CPS)) \
     --samples-between-spectra $((2 * C)) --jones-per-batch $JONES \
     --heaps-per-fengine-per-chunk $HPC --send-enabled --backend $BACKEND \
@@ -53,7 +59,7 @@ for k in $(seq 0 $((NX - 1))); do
 done
 XDST=127.0.0.1:$((B + 100)); [ "$NX" -gt 1 ] && XDST=127.0.0.1+$((NX - 1)):$((B + 100))
 for a in $(seq 0 $((NANT - 1))); do
-  ./gpucbf fgpu --adc-sample-rate $FS --sync-time $SYNC --feng-id $a --array-size $NANT \
+  $TS ./gpucbf fgpu --adc-sample-rate $FS --sync-time $SYNC --feng-id $a --array-size $NANT \
     --wideband name=wb,channels=$C,dst=$XDST,jones_per_batch=$JONES --recv-chunk-samples $CHUNK \
     --gain 0.02 --backend $BACKEND --prometheus-port $((B + 200 + a)) --katcp-port 0 \
     $(opt --recv-affinity "${F_RECV_AFF[$a]:-}") $(opt --send-affinity "${F_SEND_AFF[$a]:-}") \
@@ -89,7 +95,7 @@ for spec in sys.argv[2::2]:
 PY
 }
 for a in $(seq 0 $((NANT - 1))); do
-  ${DSIM_PREFIX:-} ./gpucbf dsim --adc-sample-rate $FS --sync-time $SYNC --period $((1 << 22)) \
+  ${DSIM_PREFIX:-} $TS ./gpucbf dsim --adc-sample-rate $FS --sync-time $SYNC --period $((1 << 22)) \
     --heaps $HEAPS --dither-seed $((a + 1)) \
     --signals "cw(0.1, 300e6) + wgn(0.05, $((2 * a + 1))); wgn(0.05, $((2 * a + 2)));" \
     --summary --prometheus-port $((B + 400 + a)) --katcp-port 0 \
@@ -100,15 +106,45 @@ for a in $(seq 0 $((NANT - 1))); do
   DSIMS+=($!)
   SOAK_ENGINES+=(--engine name=dsim$a,prometheus=127.0.0.1:$((B + 400 + a)),pid=$!)
 done
+# Kernel drop counters every second: elapsed, backlog drops, time squeezes (summed over
+# CPUs, softnet_stat columns 2 and 3), UDP InErrors, RcvbufErrors, and the CPUs with drops.
+( T00=$(date +%s.%N)
+  while kill -0 "${DSIMS[0]}" 2>/dev/null; do
+    python3 - "$T00" <<'PY'
+import sys, time
+drops, squeeze, cpus = 0, 0, []
+for i, line in enumerate(open("/proc/net/softnet_stat")):
+    c = [int(x, 16) for x in line.split()]
+    drops += c[1]; squeeze += c[2]
+    if c[1]:
+        cpus.append(f"{i}:{c[1]}")
+snmp = [l.split() for l in open("/proc/net/snmp") if l.startswith("Udp:")]
+u = dict(zip(snmp[0][1:], map(int, snmp[1][1:])))
+print(f"{time.time() - float(sys.argv[1]):.1f} {drops} {squeeze} {u.get('InErrors', 0)} "
+      f"{u.get('RcvbufErrors', 0)} {','.join(cpus)}")
+PY
+    sleep 1
+  done ) > "$D/kern.txt" 2>&1 &
 # The soak report over the run (losses per second after the warm-up, lag, RSS, CPU).
 sleep 1
-./gpucbf soak --seconds $((SECS - 2)) --warm-up ${WARM:-10} --output "$D/soak" \
+$TS ./gpucbf soak --seconds $((SECS - 2)) --warm-up ${WARM:-10} --output "$D/soak" \
   "${SOAK_ENGINES[@]}" > "$D/soak.out" 2> "$D/soak.log" &
 SK=$!
 sleep 5; snap "$D/snap0.txt"; T0=$(date +%s.%N)
 sleep $((SECS > 15 ? SECS - 10 : 5)); snap "$D/snap1.txt"; T1=$(date +%s.%N)
 for p in "${DSIMS[@]}"; do wait $p; done
 wait $SK; echo "soak rc=$?"; grep -v '^ *[0-9]*: \|^ *at ' "$D/soak.log" | tail -4 | cut -c1-300
+python3 - "$D/kern.txt" <<'PY'
+import sys
+rows = [l.split() for l in open(sys.argv[1]) if l[:1].isdigit()]
+if len(rows) >= 2:
+    a, b = rows[0], rows[-1]
+    names = ("backlog drops", "time squeezes", "UDP InErrors", "UDP RcvbufErrors")
+    print("kernel over the run: " + ", ".join(f"{n} +{int(b[i + 1]) - int(a[i + 1])}" for i, n in enumerate(names)))
+    rose = [f"{r[0]} s (+{int(r[1]) - int(p[1])} drops, +{int(r[4]) - int(p[4])} rcvbuf)"
+            for p, r in zip(rows, rows[1:]) if r[1] != p[1] or r[4] != p[4]]
+    print("kernel counters rose at: " + ("; ".join(rose[:20]) or "never"))
+PY
 python3 - "$D" "$T0" "$T1" <<'PY' | tee "$D/cpu.txt"
 import sys, os
 d, t0, t1 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
