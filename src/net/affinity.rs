@@ -177,6 +177,30 @@ pub fn pin_current_thread(core: usize) -> Result<(), AffinityError> {
     Ok(())
 }
 
+/// Restricts the calling thread to `cores` (threads and processes it starts afterwards
+/// inherit the mask): where the array keeps its engines' unpinned threads, off the cores
+/// its receive and send threads are pinned to.
+pub fn set_current_thread_cores(cores: &[usize]) -> Result<(), AffinityError> {
+    check_cores(cores)?;
+    let Some(&first) = cores.first() else {
+        return Err(AffinityError::Empty(String::new()));
+    };
+    // SAFETY: cpu_set_t is plain data; the call gets a valid pointer and size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cores {
+            libc::CPU_SET(c, &mut set);
+        }
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(AffinityError::Os {
+                core: first,
+                error: std::io::Error::last_os_error().to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Pins the calling thread to a core while it lives, then restores the thread's previous
 /// mask (for a benchmark that pins the thread it runs on).
 pub struct PinGuard(Option<libc::cpu_set_t>);
@@ -255,6 +279,29 @@ mod tests {
         std::thread::spawn(move || {
             pin_current_thread(core).unwrap();
             assert_eq!(available_cores().0, vec![core]);
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// A set of cores becomes the thread's mask, and what it then starts inherits it; an
+    /// empty set or an unknown core is refused with the mask unchanged.
+    #[test]
+    fn a_thread_takes_a_set_of_cores_and_passes_it_on() {
+        let avail = available_cores();
+        let set: Vec<usize> = avail.0.iter().copied().take(2).collect();
+        std::thread::spawn(move || {
+            let before = available_cores();
+            assert!(matches!(
+                set_current_thread_cores(&[]),
+                Err(AffinityError::Empty(_))
+            ));
+            assert!(set_current_thread_cores(&[set[0], 100_000]).is_err());
+            assert_eq!(available_cores(), before);
+            set_current_thread_cores(&set).unwrap();
+            assert_eq!(available_cores().0, set);
+            let inherited = std::thread::spawn(available_cores).join().unwrap();
+            assert_eq!(inherited.0, set);
         })
         .join()
         .unwrap();

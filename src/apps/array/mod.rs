@@ -351,6 +351,14 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
             info!("{line}");
         }
     }
+    // The array's threads and every engine's unpinned threads (main, GPU driving,
+    // metrics) go to the cores the plan left spare: engines inherit this thread's mask.
+    let spare = cfg.plan.spare();
+    if !spare.is_empty() {
+        if let Err(e) = crate::net::affinity::set_current_thread_cores(&spare) {
+            warn!(error = %e, "the engines' other threads may run on pinned cores");
+        }
+    }
     // A receiver per XB-engine output, then the XB-engines, the F-engines, the dsim.
     let stop_rx = Arc::new(AtomicBool::new(false));
     let receivers: Vec<_> = (0..nx)

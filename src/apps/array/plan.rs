@@ -15,8 +15,11 @@ use crate::net::affinity::CoreList;
 /// ADC rate (Hz) from which the array uses real-rate sizes and pins its engines.
 pub const REAL_RATE: f64 = 100e6;
 
-/// 64 MiB: the socket receive buffer of a real-rate engine (one per port).
-const REAL_RECV_BUFFER: usize = 64 << 20;
+/// 256 MiB: the socket receive buffer of a real-rate engine (one per port). About 120 ms of
+/// one L-band pol (2.2 GB/s): with 64 MiB (30 ms) a 2-antenna run on the 2-GPU H100 host
+/// lost 364 heaps once in 5 minutes (a receive thread stalled past its buffer, with
+/// nothing else on its core); with 256 MiB 2 and 3 antennas ran 5 minutes with no loss.
+const REAL_RECV_BUFFER: usize = 256 << 20;
 
 /// The engines' sizes at one ADC rate and channel count.
 #[derive(Debug, Clone, PartialEq)]
@@ -231,6 +234,15 @@ impl EngineCores {
         }
     }
 
+    /// Every core its threads are pinned to (the dsim's main thread shares a send core).
+    pub fn cores(&self) -> Vec<usize> {
+        match &self.place {
+            Placement::Dsim { send, .. } => send.clone(),
+            Placement::Fgpu { recv, send } => recv.iter().chain(send).copied().collect(),
+            Placement::Xbgpu { recv } => recv.clone(),
+        }
+    }
+
     /// One line of the plan: `fgpu0: recv 2-3, send 4-5`.
     pub fn describe(&self) -> String {
         let list = |v: &[usize]| CoreList(v.to_vec()).to_string();
@@ -371,6 +383,22 @@ impl CorePlan {
         plan
     }
 
+    /// The cores no thread is pinned to (in the order available), where the engines' other
+    /// threads (main, GPU driving, metrics, katcp) belong: on the H100 host they roamed
+    /// onto pinned cores and stalled a receive thread. Empty when unpinned or when the
+    /// pinned threads take every core.
+    pub fn spare(&self) -> Vec<usize> {
+        if self.unpinned.is_some() {
+            return Vec::new();
+        }
+        let pinned: Vec<usize> = self.engines.iter().flat_map(EngineCores::cores).collect();
+        self.available
+            .iter()
+            .copied()
+            .filter(|c| !pinned.contains(c))
+            .collect()
+    }
+
     /// The options of engine `name` for its cores (none when unpinned).
     pub fn args(&self, name: &str) -> Vec<String> {
         self.engines
@@ -392,6 +420,16 @@ impl CorePlan {
                 self.available.len()
             ))
             .chain(self.engines.iter().map(|e| format!("core plan: {}", e.describe())))
+            .chain(std::iter::once(match self.spare() {
+                s if s.is_empty() => {
+                    "core plan: other threads (main, GPU, metrics) share the pinned cores: none spare"
+                        .to_string()
+                }
+                s => format!(
+                    "core plan: other threads (main, GPU, metrics) on {}",
+                    CoreList(s)
+                ),
+            }))
             .collect(),
         }
     }
@@ -403,6 +441,7 @@ impl CorePlan {
             "unpinned_because": self.unpinned,
             "available": CoreList(self.available.clone()).to_string(),
             "threads": self.threads,
+            "spare": CoreList(self.spare()).to_string(),
             "engines": self.engines.iter().map(|e| json!({
                 "name": e.name,
                 "cores": e.describe().split_once(": ").map_or("", |(_, c)| c),
@@ -415,15 +454,6 @@ impl CorePlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Every core an engine's threads use (the dsim's main thread shares a send core).
-    fn cores_of(e: &EngineCores) -> Vec<usize> {
-        match &e.place {
-            Placement::Dsim { send, .. } => send.clone(),
-            Placement::Fgpu { recv, send } => recv.iter().chain(send).copied().collect(),
-            Placement::Xbgpu { recv } => recv.clone(),
-        }
-    }
 
     /// The scaled default keeps today's sizes exactly (the golden run's outputs); from
     /// 100 MS/s the sizes are `tools/rt_run.sh`'s.
@@ -454,11 +484,11 @@ mod tests {
         assert_eq!(l.ports_per_pol, 1);
         assert_eq!(
             l.fgpu_recv.join(" "),
-            "--recv-buffer 67108864 --recv-chunks 8 --recv-prealloc 18"
+            "--recv-buffer 268435456 --recv-chunks 8 --recv-prealloc 18"
         );
         assert_eq!(
             l.xbgpu_recv.join(" "),
-            "--recv-buffer 67108864 --recv-prealloc 10"
+            "--recv-buffer 268435456 --recv-prealloc 10"
         );
         assert_eq!(Sizes::for_rate(100e6, 32768).jones_per_batch, 1 << 20);
         // Whole batches (2 × jones samples) per receive chunk at every channel count.
@@ -501,7 +531,7 @@ mod tests {
         ] {
             let p = CorePlan::new(Pin::Auto, avail, n, nd, (nx, 1), &l);
             assert_eq!(p.unpinned, None, "{n} antennas, {nx} X-engines");
-            let used: Vec<usize> = p.engines.iter().flat_map(cores_of).collect();
+            let used: Vec<usize> = p.engines.iter().flat_map(EngineCores::cores).collect();
             assert_eq!(used.len(), n * 6 + nx);
             let mut dedup = used.clone();
             dedup.sort_unstable();
@@ -542,6 +572,24 @@ mod tests {
         );
         assert_eq!(p.args("xbgpu1").join(" "), "--recv-affinity 7");
         assert_eq!(p.args("xbgpu3").join(" "), "--recv-affinity 15");
+        // Every core pinned: nothing spare, and the plan says so.
+        assert!(p.spare().is_empty());
+        assert!(p.lines().last().unwrap().contains("none spare"));
+    }
+
+    /// The spare cores are the available ones no thread is pinned to, in the order given;
+    /// none when the engines run unpinned.
+    #[test]
+    fn spare_cores_are_the_unpinned_rest() {
+        let l = Sizes::for_rate(1712e6, 4096);
+        let odd: Vec<usize> = (0..32).filter(|c| c % 2 == 1).collect();
+        let p = CorePlan::new(Pin::Auto, &odd, 1, 1, (2, 1), &l);
+        let used: Vec<usize> = p.engines.iter().flat_map(EngineCores::cores).collect();
+        assert_eq!(used, [1, 3, 5, 7, 9, 11, 13, 15]);
+        assert_eq!(p.spare(), [17, 19, 21, 23, 25, 27, 29, 31]);
+        let p = CorePlan::new(Pin::None, &odd, 1, 1, (2, 1), &l);
+        assert!(p.spare().is_empty());
+        assert_eq!(p.to_json()["spare"], json!(""));
     }
 
     /// Too few cores, `--pin none` or the scaled rate: no engine pinned, and the reason.
@@ -615,10 +663,12 @@ mod tests {
                 "core plan: fgpu0: recv 2-3, send 4-5",
                 "core plan: xbgpu0: recv 6",
                 "core plan: xbgpu1: recv 7",
+                "core plan: other threads (main, GPU, metrics) on 8-15",
             ]
         );
         let j = p.to_json();
         assert_eq!(j["pinned"], json!(true));
+        assert_eq!(j["spare"], json!("8-15"));
         assert_eq!(j["engines"][1]["cores"], json!("recv 2-3, send 4-5"));
         assert_eq!(
             j["engines"][1]["args"],

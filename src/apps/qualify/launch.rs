@@ -195,6 +195,14 @@ impl Array {
         for line in pins.lines() {
             tracing::info!("{line}");
         }
+        // The F-engines and every unpinned thread stay off the pinned cores (engines
+        // inherit this thread's mask), as the array does.
+        let spare = pins.spare(&crate::net::affinity::available_cores().0);
+        if !spare.is_empty() {
+            if let Err(e) = crate::net::affinity::set_current_thread_cores(&spare) {
+                tracing::warn!(error = %e, "the F-engines may run on pinned cores");
+            }
+        }
         let mut procs = Vec::new();
         let started = (|| -> anyhow::Result<()> {
             for (k, sh) in shapes.iter().enumerate() {
@@ -411,6 +419,25 @@ impl Pins {
     }
 
     /// The plan as the log prints it.
+    /// The cores of `available` no dsim or XB receive thread is pinned to (the F-engines'
+    /// and the harness's); none when unpinned.
+    fn spare(&self, available: &[usize]) -> Vec<usize> {
+        if self.unpinned.is_some() {
+            return Vec::new();
+        }
+        let pinned: Vec<usize> = self
+            .dsims
+            .iter()
+            .chain(&self.xb)
+            .flat_map(EngineCores::cores)
+            .collect();
+        available
+            .iter()
+            .copied()
+            .filter(|c| !pinned.contains(c))
+            .collect()
+    }
+
     fn lines(&self) -> Vec<String> {
         match &self.unpinned {
             Some(why) => vec![format!("core plan: engines unpinned: {why}")],
@@ -479,10 +506,13 @@ mod tests {
         assert_eq!(p.xb(0), ["--recv-affinity", "15"]);
         assert_eq!(p.xb(1), ["--recv-affinity", "14"]);
         assert_eq!(p.dsim(3), ["--affinity", "6-7", "--main-affinity", "7"]);
+        // The F-engines and the harness get the rest.
+        assert_eq!(p.spare(&cores), [8, 9, 10, 11, 12, 13]);
         // 4 antennas need 10 pinned cores and 2 to float on.
         let few = Pins::new(true, &cores[..11], 4, 2);
         assert!(few.unpinned.as_deref().unwrap().contains("11 cores"));
         assert!(few.xb(0).is_empty());
+        assert!(few.spare(&cores).is_empty());
         assert!(Pins::new(false, &cores, 4, 2).unpinned.is_some());
     }
 }
