@@ -152,6 +152,87 @@ fn engines_process_a_capture_with_a_cut_last_record() {
     }
 }
 
+/// A compute call that fails (`--debug-fail-compute-after 2`, standing for a failed GPU
+/// call) stops fgpu with an error that says so; it is counted, `device-status` reads fail,
+/// and the output capture holds the two batches made before it, whole. xbgpu stops the
+/// same way when its correlator fails.
+#[test]
+fn a_failed_compute_call_stops_the_engine_and_says_so() {
+    use crate::control::sensors::DEVICE_STATUS;
+    let (dig, feng) = (tmp("fault-dsim.pcap"), tmp("fault-fgpu.pcap"));
+    super::test_cli::dsim_capture(&dig);
+    let feng_s = feng.to_string_lossy();
+    let extra = [
+        "--recv-chunk-samples",
+        "262144",
+        "--send-pcap",
+        &feng_s,
+        "--debug-fail-compute-after",
+        "2",
+    ];
+    let cfg = fgpu(&extra, &dig).validate().unwrap();
+    let before = crate::telemetry::faults::compute_failures();
+    let sensors = std::sync::Mutex::new(None);
+    let e = crate::engines::fgpu::run_observed(&cfg, &mut |s| {
+        *sensors.lock().unwrap() = Some(s.clone());
+    })
+    .expect_err("the third batch's compute call fails");
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("the F-engine stopped: a compute call failed"),
+        "{msg}"
+    );
+    assert!(msg.contains("--debug-fail-compute-after 2"), "{msg}");
+    assert!(crate::telemetry::faults::compute_failures() > before);
+    let s = sensors
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the sensors were shown");
+    assert_eq!(s.get(DEVICE_STATUS).unwrap().value, "fail");
+    // The capture is whole and holds the two batches made (one heap each).
+    let mut src = crate::net::recv::pcap::PcapSource::open(&feng).unwrap();
+    let mut asm = crate::spead::Assembler::new(8);
+    let mut heaps = Vec::new();
+    while let Some(d) = src.next_datagram().unwrap() {
+        asm.push(&d.payload, &mut heaps).unwrap();
+    }
+    let data: Vec<_> = heaps
+        .iter()
+        .filter(|h| h.item(ids::FENG_RAW).is_some())
+        .collect();
+    assert_eq!(data.len(), 2, "{} heaps", heaps.len());
+    // Without the fault the same run makes more and ends well; its output feeds xbgpu,
+    // whose correlator then fails after its first batch in the same way.
+    let cfg = fgpu(
+        &["--recv-chunk-samples", "262144", "--send-pcap", &feng_s],
+        &dig,
+    )
+    .validate()
+    .unwrap();
+    let f = crate::engines::fgpu::run(&cfg).expect("no fault");
+    assert!(f.outputs[0].heaps > 2, "{f:?}");
+    let xout = tmp("fault-x.pcap");
+    let xout_s = xout.to_string_lossy();
+    let extra = ["--send-pcap", &xout_s, "--debug-fail-compute-after", "1"];
+    let cfg = xbgpu(&extra, &feng).validate().unwrap();
+    let before = crate::telemetry::faults::compute_failures();
+    let e = crate::engines::xbgpu::run(&cfg).expect_err("the second batch fails");
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("the X-engine stopped: a compute call failed"),
+        "{msg}"
+    );
+    assert!(msg.contains("--debug-fail-compute-after 1"), "{msg}");
+    assert!(crate::telemetry::faults::compute_failures() > before);
+    assert!(crate::net::recv::pcap::PcapSource::open(&xout).is_ok());
+    let cfg = xbgpu(&["--send-pcap", &xout_s], &feng).validate().unwrap();
+    assert!(crate::engines::xbgpu::run(&cfg).is_ok());
+    for p in [&dig, &feng, &xout] {
+        std::fs::remove_file(p).ok();
+    }
+}
+
 /// `--monitor-log FILE` on fgpu and xbgpu: a run writes JSON lines as katgpucbf's monitor
 /// (`time`, `type`, `name`): the receive queues with their bounds, the first chunk, the
 /// chunks counted, and a last `engine stopped` line (the file is complete when the engine

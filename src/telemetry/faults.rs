@@ -18,12 +18,30 @@ pub fn unreachable_packets() -> u64 {
     UNREACHABLE_PACKETS.load(Ordering::Relaxed)
 }
 
-/// The `NAMESPACE_output_unreachable_packets` counter family as exposition text.
+/// Compute calls (GPU or CPU backend) that failed and stopped an engine.
+static COMPUTE_FAILURES: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a compute call that failed.
+pub fn add_compute_failure() {
+    COMPUTE_FAILURES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Compute calls that failed since the process started.
+pub fn compute_failures() -> u64 {
+    COMPUTE_FAILURES.load(Ordering::Relaxed)
+}
+
+/// The `NAMESPACE_output_unreachable_packets` and `NAMESPACE_compute_failures` counter
+/// families as exposition text.
 pub fn render(namespace: &str) -> String {
     let name = format!("{namespace}_output_unreachable_packets");
+    let compute = format!("{namespace}_compute_failures");
     format!(
         "# HELP {name} Packets dropped because their destination was unreachable.\n\
-         # TYPE {name} counter\n{name}_total {}\n",
-        unreachable_packets()
+         # TYPE {name} counter\n{name}_total {}\n\
+         # HELP {compute} Compute calls (GPU or CPU backend) that failed and stopped the engine.\n\
+         # TYPE {compute} counter\n{compute}_total {}\n",
+        unreachable_packets(),
+        compute_failures()
     )
 }

@@ -129,3 +129,24 @@ pub fn listen_error(
         )
     }
 }
+
+/// An engine stopped by a failed compute call (a GPU call that failed: a lost device, a
+/// failed launch) says so everywhere a telescope looks: logged as an error, counted
+/// (`NAMESPACE_compute_failures_total`), `device-status` set to fail, and the error returned
+/// with `"the {engine} stopped: a compute call failed"` (the process exits 1). `compute`
+/// tells whether `e` is such a failure; other errors pass unchanged.
+pub fn compute_failure(
+    engine: &str,
+    sensors: &crate::control::sensors::SensorSet,
+    e: anyhow::Error,
+    compute: impl Fn(&(dyn std::error::Error + 'static)) -> bool,
+) -> anyhow::Error {
+    use crate::control::sensors::{Status, DEVICE_STATUS};
+    if !e.chain().any(compute) {
+        return e;
+    }
+    crate::telemetry::faults::add_compute_failure();
+    sensors.set(DEVICE_STATUS, "fail", Status::Error);
+    tracing::error!(error = %e, "a compute call failed: the {engine} stops");
+    e.context(format!("the {engine} stopped: a compute call failed"))
+}

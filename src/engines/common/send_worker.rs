@@ -73,7 +73,7 @@ type FirstError = Arc<Mutex<Option<(io::ErrorKind, String)>>>;
 /// The send threads of an engine. They end once every [`QueuedSender`] is gone (each
 /// output's [`QueuedSender::flush`] waits for what it queued).
 pub struct SendWorker {
-    _handles: Vec<JoinHandle<()>>,
+    handles: Vec<JoinHandle<()>>,
 }
 
 /// An output's end of the send threads: queues its batches and takes its buffers back.
@@ -88,6 +88,19 @@ pub struct QueuedSender {
 }
 
 impl SendWorker {
+    /// Waits for the send threads, which end once every [`QueuedSender`] is gone (drop
+    /// them first, or this waits for ever) and what was queued is sent: their sinks (a
+    /// pcap file's last records) are flushed when this returns, also when the engine
+    /// stops on an error. Left running, they were cut off by the process's exit with the
+    /// capture still in their buffers.
+    pub fn join(mut self) {
+        for h in self.handles.drain(..) {
+            if h.join().is_err() {
+                tracing::error!("a send thread panicked");
+            }
+        }
+    }
+
     /// Starts the send thread for `senders` (one per output), pinned to `core` if given;
     /// returns the thread and one [`QueuedSender`] per sender, in order.
     pub fn spawn(
@@ -160,7 +173,7 @@ impl SendWorker {
                 error: error.clone(),
             })
             .collect();
-        Ok((SendWorker { _handles: handles }, queued))
+        Ok((SendWorker { handles }, queued))
     }
 }
 

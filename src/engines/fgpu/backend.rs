@@ -85,6 +85,8 @@ pub struct BackendChannelizer<B: FBackend + Send> {
     queued: VecDeque<u64>,
     /// Batches computed at submission (backends without depth).
     done: VecDeque<Computed>,
+    /// Batches taken so far, for the injected fault.
+    taken: u64,
 }
 
 impl<B: FBackend + Send> BackendChannelizer<B> {
@@ -105,7 +107,23 @@ impl<B: FBackend + Send> BackendChannelizer<B> {
             packed: false,
             queued: VecDeque::new(),
             done: VecDeque::new(),
+            taken: 0,
         }
+    }
+
+    /// Counts a batch taken for computing; fails it as a failed GPU call would where the
+    /// controls' [`DebugBreak::fail_compute_after`](super::control::DebugBreak) says so.
+    fn take_batch(&mut self, batch_ts: u64) -> Result<(), ChannelizerError> {
+        let after = self
+            .control
+            .lock()
+            .ok()
+            .and_then(|c| c.debug.fail_compute_after);
+        if let Some(after) = after.filter(|&a| self.taken >= a) {
+            return Err(ChannelizerError::Injected { batch_ts, after });
+        }
+        self.taken += 1;
+        Ok(())
     }
 
     /// Takes packed input through submit/complete even if the backend has no depth (then
@@ -258,6 +276,7 @@ impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
         input: [&[i16]; 2],
         out: &mut [u8],
     ) -> Result<[u64; 2], ChannelizerError> {
+        self.take_batch(batch_ts)?;
         let prep = self.take_prepared(batch_ts)?;
         let samples = input.map(|data| Samples::Decoded {
             data,
@@ -304,6 +323,7 @@ impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
         if self.queued.len() >= self.depth() {
             return Err(ChannelizerError::Full(self.queued.len()));
         }
+        self.take_batch(batch_ts)?;
         let prep = self.take_prepared(batch_ts)?;
         let bits = self.bits;
         let samples = input.map(|data| Samples::Packed {

@@ -37,6 +37,15 @@ pub enum ChannelizerError {
         /// Bytes of the batch.
         batch: usize,
     },
+    /// The compute call failed because a test asked it to (`--debug-fail-compute-after`),
+    /// standing for a GPU call that fails.
+    #[error("the compute call for the batch at {batch_ts} failed (fault injected by --debug-fail-compute-after {after})")]
+    Injected {
+        /// The batch's timestamp.
+        batch_ts: u64,
+        /// Batches computed before the fault.
+        after: u64,
+    },
     /// Packed input given to a channeliser that takes decoded samples.
     #[error("this channeliser takes decoded input (process)")]
     DecodedOnly,

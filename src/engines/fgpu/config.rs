@@ -92,6 +92,10 @@ pub struct FgpuArgs {
     /// whatever `?gain` and `?gain-all` set (the sensors still show the requested gains).
     #[arg(long, hide = true)]
     pub debug_ignore_gains: bool,
+    /// Test only: the compute call of every output fails after N batches, as a GPU call
+    /// that fails (a lost device, a failed launch) does: shows how the engine reports it.
+    #[arg(long, hide = true, value_name = "N")]
+    pub debug_fail_compute_after: Option<u64>,
     /// Input: a pcap file, or digitiser endpoints ADDR[+N]:PORT[,...].
     pub src: String,
     /// Receive, send, backend and metrics options (shared with xbgpu).
@@ -249,6 +253,7 @@ impl FgpuArgs {
             debug: super::control::DebugBreak {
                 flip_delay_sign: self.debug_flip_delay_sign,
                 ignore_gains: self.debug_ignore_gains,
+                fail_compute_after: self.debug_fail_compute_after,
             },
             use_gpu,
             sizing,

@@ -39,8 +39,8 @@ pub enum ValueError {
     Model(#[from] FError),
 }
 
-/// Test-only faults (`fgpu --debug-flip-delay-sign`, `--debug-ignore-gains`, hidden
-/// options) that `gpucbf qualify --debug-break` uses to show its checks catch a broken
+/// Test-only faults (`fgpu --debug-flip-delay-sign`, `--debug-ignore-gains`,
+/// `--debug-fail-compute-after`, hidden options) that `gpucbf qualify --debug-break` uses to show its checks catch a broken
 /// product. Applied where the channeliser copies the controls, so the katcp requests and
 /// sensors behave as usual.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -49,6 +49,9 @@ pub struct DebugBreak {
     pub flip_delay_sign: bool,
     /// The gains stay at their initial value (`--gain`).
     pub ignore_gains: bool,
+    /// The channeliser's compute call fails after this many batches
+    /// (`--debug-fail-compute-after`).
+    pub fail_compute_after: Option<u64>,
 }
 
 /// Gains and delay models of one output.
@@ -257,6 +260,7 @@ mod tests {
         c.debug = DebugBreak {
             flip_delay_sign: true,
             ignore_gains: true,
+            fail_compute_after: None,
         };
         let a = c.applied();
         assert!(a

@@ -28,5 +28,5 @@ pub use channelizer::{Channelizer, ChannelizerError, Completed};
 pub use config::{FgpuArgs, FgpuConfig};
 pub use engine::FgpuSummary;
 pub use pipeline::{OutputStats, Pipeline};
-pub use run::run;
+pub use run::{run, run_observed};
 pub use spec::{parse_wideband, WidebandSpec};

@@ -21,13 +21,22 @@ use crate::net::SharedSink;
 
 /// Runs the engine until the input ends (pcap) or a stop is requested.
 pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
+    run_observed(cfg, &mut |_| {})
+}
+
+/// [`run`], showing `sensors` the engine's katcp sensors once they exist (a test reads
+/// `device-status` after the run).
+pub fn run_observed(
+    cfg: &FgpuConfig,
+    sensors: &mut dyn FnMut(&crate::control::sensors::SensorSet),
+) -> anyhow::Result<FgpuSummary> {
     crate::mem::steady_heap(true);
     crate::control::shutdown::install();
     let io = &cfg.io;
     io.log_not_applicable();
     let _chunks = plan_chunk_memory(cfg);
     let sink = io.open_sink_for(&output_dsts(cfg))?;
-    let (pipelines, handles, _send_threads) = build_outputs(cfg, &sink)?;
+    let (pipelines, handles, send_threads) = build_outputs(cfg, &sink)?;
     let device = Arc::new(
         FgpuDevice::new(
             handles,
@@ -39,6 +48,8 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
         )
         .with_max_delay(cfg.sizing.max_delay_diff),
     );
+    sensors(&device.sensors);
+    let sensors = device.sensors.clone();
     crate::engines::common::rx_sensors::RxSensors::spawn_watchdog(&device.rx)?;
     let _katcp = serve_katcp(cfg, device.clone())?;
     let _descriptors = resend_descriptors(cfg)?;
@@ -53,14 +64,28 @@ pub fn run(cfg: &FgpuConfig) -> anyhow::Result<FgpuSummary> {
         Some(log) => log.recv_monitor(monitor),
         None => monitor,
     };
-    run_pipelines_monitored(
+    let ran = run_pipelines_monitored(
         recv,
         cfg.placement.clone(),
         pipelines,
         cfg.dig_sample_bits,
         &mut |store, pipes| metrics.update(store, pipes),
         monitor,
-    )
+    );
+    // The pipelines (and their queues to the send threads) are gone: what they queued is
+    // sent and the sinks flushed before the engine returns, whether it ended well or not.
+    if let Some(w) = send_threads {
+        w.join();
+    }
+    ran.map_err(|e| {
+        crate::engines::common::error::compute_failure("F-engine", &sensors, e, |c| {
+            c.downcast_ref::<super::ChannelizerError>().is_some()
+                || matches!(
+                    c.downcast_ref::<super::pipeline::PipelineError>(),
+                    Some(super::pipeline::PipelineError::Channelizer(_))
+                )
+        })
+    })
 }
 
 /// `--use-vkgdr`: receive chunks in GPU memory mapped for the CPU where the GPU backend

@@ -15,6 +15,12 @@ pub enum BackendError {
     /// The beam set was poisoned by a panic elsewhere.
     #[error("beam set lock poisoned")]
     LockPoisoned,
+    /// The compute call failed because a test asked it to (`--debug-fail-compute-after`),
+    /// standing for a GPU call that fails.
+    #[error(
+        "the correlator's compute call failed (fault injected by --debug-fail-compute-after {0})"
+    )]
+    Injected(u64),
     /// A chunk whose data, presence flags and outputs do not divide into its batches.
     #[error("beamformer chunk: {batches} batches, {bytes} bytes, {flags} presence flags, {outputs} outputs")]
     ChunkShape {
@@ -69,6 +75,35 @@ pub trait Correlator: Send {
     /// The default has nothing to wait for.
     fn fence_input(&mut self) -> Result<(), BackendError> {
         Ok(())
+    }
+}
+
+/// A correlator whose compute call fails after `after` batches (`xbgpu
+/// --debug-fail-compute-after`), as a GPU call that fails would.
+pub struct FailAfter {
+    /// The correlator that computes until then.
+    pub inner: Box<dyn Correlator>,
+    /// Batches accumulated before the fault.
+    pub after: u64,
+    /// Batches accumulated so far.
+    pub taken: u64,
+}
+
+impl Correlator for FailAfter {
+    fn accumulate(&mut self, batch: &[i8]) -> Result<(), BackendError> {
+        if self.taken >= self.after {
+            return Err(BackendError::Injected(self.after));
+        }
+        self.taken += 1;
+        self.inner.accumulate(batch)
+    }
+
+    fn dump(&mut self, present: &[bool], out: &mut [i32]) -> Result<u64, BackendError> {
+        self.inner.dump(present, out)
+    }
+
+    fn fence_input(&mut self) -> Result<(), BackendError> {
+        self.inner.fence_input()
     }
 }
 

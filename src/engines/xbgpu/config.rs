@@ -73,6 +73,11 @@ pub struct XbgpuArgs {
     /// A and B (ICD baseline indices) in every correlation product dump.
     #[arg(long, hide = true, value_name = "A,B", value_parser = parse_baseline_pair)]
     pub debug_permute_baselines: Option<(usize, usize)>,
+    /// Test only: every correlation output's compute call fails after N batches, as a GPU
+    /// call that fails (a lost device, a failed launch) does: shows how the engine reports
+    /// it.
+    #[arg(long, hide = true, value_name = "N")]
+    pub debug_fail_compute_after: Option<u64>,
     /// Python debugging consoles (accepted, not applicable).
     #[command(flatten)]
     pub console: crate::engines::common::ConsoleArgs,
@@ -116,6 +121,8 @@ pub struct XbgpuConfig {
     pub katcp_required: bool,
     /// Test only: baselines whose data are swapped in every dump (`None`: none).
     pub debug_permute_baselines: Option<(usize, usize)>,
+    /// Test only: batches each correlator computes before its compute call fails.
+    pub debug_fail_compute_after: Option<u64>,
     /// katcp listening address (the Prometheus endpoint listens there too).
     pub katcp_host: std::net::Ipv4Addr,
     /// Correlate and beamform on the GPU.
@@ -248,6 +255,7 @@ impl XbgpuArgs {
             katcp: katcp_port.map(|p| std::net::SocketAddrV4::new(self.katcp_host, p)),
             katcp_required: self.katcp_port.is_some(),
             debug_permute_baselines: self.debug_permute_baselines,
+            debug_fail_compute_after: self.debug_fail_compute_after,
             katcp_host: self.katcp_host,
             use_gpu,
             io: self.io.clone(),

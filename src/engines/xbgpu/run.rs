@@ -49,6 +49,7 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
         chunk_ticks,
     );
     RxSensors::spawn_watchdog(&data_sensors.rx)?;
+    let status = sensors.clone();
     let device = XbDevice {
         sensors,
         outputs: streams,
@@ -80,6 +81,16 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
         },
         monitor,
     )
+    .map_err(|e| {
+        use super::backend::{BackendError, PipelineError};
+        crate::engines::common::error::compute_failure("X-engine", &status, e, |c| {
+            c.downcast_ref::<BackendError>().is_some()
+                || matches!(
+                    c.downcast_ref::<PipelineError>(),
+                    Some(PipelineError::Compute(_))
+                )
+        })
+    })
 }
 
 /// `--use-vkgdr`: receive chunks in GPU memory mapped for the CPU where the GPU backend
@@ -230,7 +241,15 @@ fn corrprod_output(
         paced(cfg, rate),
         &x_descriptors(cps, n),
     )?;
-    let corr = Box::new(Corr(make_backend(cfg.use_gpu, shape)?));
+    let mut corr: Box<dyn super::backend::Correlator> =
+        Box::new(Corr(make_backend(cfg.use_gpu, shape)?));
+    if let Some(after) = cfg.debug_fail_compute_after {
+        corr = Box::new(super::backend::FailAfter {
+            inner: corr,
+            after,
+            taken: 0,
+        });
+    }
     let mut x = XPipeline::new(
         &c.name,
         corr,
