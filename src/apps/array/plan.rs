@@ -257,6 +257,19 @@ impl EngineCores {
     }
 }
 
+/// The cores of `available` (in its order) that none of `engines`' threads is pinned to.
+pub fn spare_cores<'a>(
+    available: &[usize],
+    engines: impl IntoIterator<Item = &'a EngineCores>,
+) -> Vec<usize> {
+    let pinned: Vec<usize> = engines.into_iter().flat_map(EngineCores::cores).collect();
+    available
+        .iter()
+        .copied()
+        .filter(|c| !pinned.contains(c))
+        .collect()
+}
+
 /// The array's core plan: every engine's cores, or why the engines run unpinned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CorePlan {
@@ -391,12 +404,7 @@ impl CorePlan {
         if self.unpinned.is_some() {
             return Vec::new();
         }
-        let pinned: Vec<usize> = self.engines.iter().flat_map(EngineCores::cores).collect();
-        self.available
-            .iter()
-            .copied()
-            .filter(|c| !pinned.contains(c))
-            .collect()
+        spare_cores(&self.available, &self.engines)
     }
 
     /// The options of engine `name` for its cores (none when unpinned).

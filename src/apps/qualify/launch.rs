@@ -425,17 +425,7 @@ impl Pins {
         if self.unpinned.is_some() {
             return Vec::new();
         }
-        let pinned: Vec<usize> = self
-            .dsims
-            .iter()
-            .chain(&self.xb)
-            .flat_map(EngineCores::cores)
-            .collect();
-        available
-            .iter()
-            .copied()
-            .filter(|c| !pinned.contains(c))
-            .collect()
+        crate::apps::array::plan::spare_cores(available, self.dsims.iter().chain(&self.xb))
     }
 
     fn lines(&self) -> Vec<String> {
