@@ -113,6 +113,15 @@ fn two_x_engines_give_the_visibilities_of_one() {
         }
         assert_eq!(s["dump_batches"], 8);
         assert_eq!(s["core_plan"]["pinned"], false);
+        // The host kernel's drop counters over the run (host-wide, so not asserted zero).
+        for k in [
+            "backlog_drops",
+            "time_squeezes",
+            "udp_in_errors",
+            "udp_rcvbuf_errors",
+        ] {
+            assert!(s["kernel_drops"][k].is_u64(), "kernel_drops.{k}\n{s:#}");
+        }
     }
     assert_eq!(s1["x_engines"], 1);
     assert_eq!(s1["engines"]["xbgpu"]["name"], "xbgpu");

@@ -6,6 +6,7 @@
 //! * [`monitor`]: `--monitor-log`, katgpucbf's JSON-lines queue and event monitor.
 //! * [`stages`]: wall-clock seconds per thread and stage of the engines' loops.
 //! * [`faults`]: process-wide fault counters (packets dropped for unreachable destinations).
+//! * [`kernel`]: the host kernel's own drop counters (backlog, UDP receive buffers).
 
 use tracing_subscriber::EnvFilter;
 
@@ -119,6 +120,7 @@ pub fn init_logging(format: LogFormat) {
 
 pub mod cpu;
 pub mod faults;
+pub mod kernel;
 pub mod metrics;
 pub mod monitor;
 pub mod process;

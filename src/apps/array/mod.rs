@@ -359,6 +359,8 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
             warn!(error = %e, "the engines' other threads may run on pinned cores");
         }
     }
+    // The kernel's drop counters over the run: a loss before any engine saw the packet.
+    let kernel_at_start = crate::telemetry::kernel::KernelDrops::read();
     // A receiver per XB-engine output, then the XB-engines, the F-engines, the dsim.
     let stop_rx = Arc::new(AtomicBool::new(false));
     let receivers: Vec<_> = (0..nx)
@@ -381,6 +383,17 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
     };
     let soak = streamed.soak.transpose()?;
     let (fsum, xsum) = stop_engines(engines)?;
+    let kernel_drops = kernel_at_start
+        .zip(crate::telemetry::kernel::KernelDrops::read())
+        .map(|(a, b)| b.since(&a));
+    if let Some(k) = kernel_drops.filter(|k| k.dropped()) {
+        warn!(
+            backlog_drops = k.backlog_drops,
+            udp_rcvbuf_errors = k.udp_rcvbuf_errors,
+            udp_in_errors = k.udp_in_errors,
+            "the host's kernel dropped packets during the run (host-wide counters: these or other processes' sockets)"
+        );
+    }
     stop_rx.store(true, Ordering::Relaxed);
     let (mut parts, mut heaps, mut packets, mut dropped) = (Vec::new(), 0, 0, 0);
     for r in receivers {
@@ -456,6 +469,8 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
         "receiver": receiver,
         // Every loss by engine and counter (only those that occurred); empty: nothing lost.
         "lost": lost,
+        // The host kernel's drop counters over the run (host-wide; null where unreadable).
+        "kernel_drops": kernel_drops,
         "soak": soak.as_ref().map(|r| json!({
             "ok": r.summary.verdict.ok,
             "problems": r.summary.verdict.problems.iter().map(|p| p.message.clone()).collect::<Vec<_>>(),
