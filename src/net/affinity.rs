@@ -162,19 +162,7 @@ pub fn check_cores(cores: &[usize]) -> Result<(), AffinityError> {
 
 /// Pins the calling thread to `core`.
 pub fn pin_current_thread(core: usize) -> Result<(), AffinityError> {
-    check_cores(&[core])?;
-    // SAFETY: cpu_set_t is plain data; the call gets a valid pointer and size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(core, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(AffinityError::Os {
-                core,
-                error: std::io::Error::last_os_error().to_string(),
-            });
-        }
-    }
-    Ok(())
+    set_current_thread_cores(&[core])
 }
 
 /// Restricts the calling thread to `cores` (threads and processes it starts afterwards
