@@ -1,4 +1,4 @@
-//! `gpucbf replay` against the engines (CPU backend): a dsim capture is replayed clean and
+//! `gpucbf replay` against the engines (CPU backend, and the GPU backends where a GPU is): a dsim capture is replayed clean and
 //! with seeded faults into fgpu, and fgpu's output clean and with faults into xbgpu (the
 //! replayed stream written with `--pcap-out`, which the engines read as they read UDP, so
 //! that the runs are exact). Each engine's counters equal what the replay says it injected;
@@ -44,8 +44,8 @@ const BATCH: u64 = (JONES / C * 2 * C) as u64;
 const TAPS: u64 = 16;
 const HEAP: u64 = 4096;
 
-fn dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gpucbf-replay-{}", std::process::id()));
+fn dir(backend: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gpucbf-replay-{backend}-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -104,7 +104,7 @@ fn heaps(path: &Path) -> BTreeMap<(u64, u64), Vec<u8>> {
         .collect()
 }
 
-fn fgpu(input: &Path, out: &Path) -> gpucbf::engines::fgpu::FgpuSummary {
+fn fgpu(backend: &str, input: &Path, out: &Path) -> gpucbf::engines::fgpu::FgpuSummary {
     let wb = format!("name=wb,channels={C},dst=127.0.0.1:7150,jones_per_batch={JONES}");
     let argv = [
         "fgpu",
@@ -117,7 +117,7 @@ fn fgpu(input: &Path, out: &Path) -> gpucbf::engines::fgpu::FgpuSummary {
         "--wideband",
         &wb,
         "--backend",
-        "cpu",
+        backend,
         "--dither-seed",
         "3",
         "--recv-chunk-samples",
@@ -130,7 +130,7 @@ fn fgpu(input: &Path, out: &Path) -> gpucbf::engines::fgpu::FgpuSummary {
     gpucbf::engines::fgpu::run(&cfg).unwrap()
 }
 
-fn xbgpu(input: &Path, out: &Path) -> gpucbf::engines::xbgpu::XbgpuSummary {
+fn xbgpu(backend: &str, input: &Path, out: &Path) -> gpucbf::engines::xbgpu::XbgpuSummary {
     let (c, sbs, jones) = (C.to_string(), (2 * C).to_string(), JONES.to_string());
     let argv = [
         "xbgpu",
@@ -154,7 +154,7 @@ fn xbgpu(input: &Path, out: &Path) -> gpucbf::engines::xbgpu::XbgpuSummary {
         "--corrprod",
         "name=bc,dst=127.0.0.1:7160,heap_accumulation_threshold=1",
         "--backend",
-        "cpu",
+        backend,
         "--send-pcap",
         &s(out),
         &s(input),
@@ -176,7 +176,20 @@ fn rejected(m: &BTreeMap<String, u64>, k: &str) -> u64 {
 
 #[test]
 fn fgpu_and_xbgpu_count_and_confine_what_replay_injects() {
-    let d = dir();
+    count_and_confine("cpu");
+}
+
+/// The same on the GPU backends: skipped with a notice without a GPU, required with
+/// `GPUCBF_REQUIRE_GPU=1`.
+#[test]
+fn gpu_fgpu_and_xbgpu_count_and_confine_what_replay_injects() {
+    if gpucbf::gpu::gpu_test_guard("gpu_fgpu_and_xbgpu_count_and_confine_what_replay_injects") {
+        count_and_confine("gpu");
+    }
+}
+
+fn count_and_confine(backend: &str) {
+    let d = dir(backend);
     let dig = d.join("dig.pcap");
     let dsim = D::try_parse_from([
         "dsim",
@@ -227,8 +240,8 @@ fn fgpu_and_xbgpu_count_and_confine_what_replay_injects() {
         assert!(l.count > 0, "the seed injects every fault: {inj:?}");
     }
     let (f0, f1) = (d.join("f0.pcap"), d.join("f1.pcap"));
-    let s0 = fgpu(&d0, &f0);
-    let s1 = fgpu(&d1, &f1);
+    let s0 = fgpu(backend, &d0, &f0);
+    let s1 = fgpu(backend, &d1, &f1);
     assert!(
         s0.recv_rejected.is_empty() && s0.input_missing_heaps == [0, 0],
         "{s0:?}"
@@ -341,8 +354,8 @@ fn fgpu_and_xbgpu_count_and_confine_what_replay_injects() {
     ];
     let inj = replay(&f0, &e1, &faults);
     let (x0, x1) = (d.join("x0.pcap"), d.join("x1.pcap"));
-    let t0 = xbgpu(&e0, &x0);
-    let t1 = xbgpu(&e1, &x1);
+    let t0 = xbgpu(backend, &e0, &x0);
+    let t1 = xbgpu(backend, &e1, &x1);
     // fgpu's descriptor heaps are metadata heaps; a duplicate of one is one more (not a
     // duplicate packet: it is rejected before placement), a lost one one less.
     let meta =

@@ -158,8 +158,24 @@ fn engines_process_a_capture_with_a_cut_last_record() {
 /// same way when its correlator fails.
 #[test]
 fn a_failed_compute_call_stops_the_engine_and_says_so() {
+    failed_compute_call("cpu");
+}
+
+/// The same on the GPU backends (skipped with a notice without a GPU, required with
+/// `GPUCBF_REQUIRE_GPU=1`): the injected failure takes the GPU engines' own error path.
+#[test]
+fn gpu_a_failed_compute_call_stops_the_engine_and_says_so() {
+    if crate::gpu::gpu_test_guard("gpu_a_failed_compute_call_stops_the_engine_and_says_so") {
+        failed_compute_call("gpu");
+    }
+}
+
+fn failed_compute_call(backend: &str) {
     use crate::control::sensors::DEVICE_STATUS;
-    let (dig, feng) = (tmp("fault-dsim.pcap"), tmp("fault-fgpu.pcap"));
+    let (dig, feng) = (
+        tmp(&format!("fault-dsim-{backend}.pcap")),
+        tmp(&format!("fault-fgpu-{backend}.pcap")),
+    );
     super::test_cli::dsim_capture(&dig);
     let feng_s = feng.to_string_lossy();
     let extra = [
@@ -169,6 +185,8 @@ fn a_failed_compute_call_stops_the_engine_and_says_so() {
         &feng_s,
         "--debug-fail-compute-after",
         "2",
+        "--backend",
+        backend,
     ];
     let cfg = fgpu(&extra, &dig).validate().unwrap();
     let before = crate::telemetry::faults::compute_failures();
@@ -205,16 +223,30 @@ fn a_failed_compute_call_stops_the_engine_and_says_so() {
     // Without the fault the same run makes more and ends well; its output feeds xbgpu,
     // whose correlator then fails after its first batch in the same way.
     let cfg = fgpu(
-        &["--recv-chunk-samples", "262144", "--send-pcap", &feng_s],
+        &[
+            "--recv-chunk-samples",
+            "262144",
+            "--send-pcap",
+            &feng_s,
+            "--backend",
+            backend,
+        ],
         &dig,
     )
     .validate()
     .unwrap();
     let f = crate::engines::fgpu::run(&cfg).expect("no fault");
     assert!(f.outputs[0].heaps > 2, "{f:?}");
-    let xout = tmp("fault-x.pcap");
+    let xout = tmp(&format!("fault-x-{backend}.pcap"));
     let xout_s = xout.to_string_lossy();
-    let extra = ["--send-pcap", &xout_s, "--debug-fail-compute-after", "1"];
+    let extra = [
+        "--send-pcap",
+        &xout_s,
+        "--debug-fail-compute-after",
+        "1",
+        "--backend",
+        backend,
+    ];
     let cfg = xbgpu(&extra, &feng).validate().unwrap();
     let before = crate::telemetry::faults::compute_failures();
     let e = crate::engines::xbgpu::run(&cfg).expect_err("the second batch fails");
@@ -226,7 +258,9 @@ fn a_failed_compute_call_stops_the_engine_and_says_so() {
     assert!(msg.contains("--debug-fail-compute-after 1"), "{msg}");
     assert!(crate::telemetry::faults::compute_failures() > before);
     assert!(crate::net::recv::pcap::PcapSource::open(&xout).is_ok());
-    let cfg = xbgpu(&["--send-pcap", &xout_s], &feng).validate().unwrap();
+    let cfg = xbgpu(&["--send-pcap", &xout_s, "--backend", backend], &feng)
+        .validate()
+        .unwrap();
     assert!(crate::engines::xbgpu::run(&cfg).is_ok());
     for p in [&dig, &feng, &xout] {
         std::fs::remove_file(p).ok();

@@ -95,7 +95,19 @@ pub fn run_pipelines_monitored(
             warn!(error = %e, "waiting for the input uploads to finish failed");
         }
     }
-    fed?;
+    if let Err(e) = fed {
+        // A failed compute call stops the engine, but the batches computed before it are
+        // data: they go out first (best effort: after a failed GPU call, waiting for the
+        // batches in flight may fail too, which is logged).
+        if e.chain().any(super::pipeline::is_compute_failure) {
+            for p in pipelines.iter_mut() {
+                if let Err(f) = p.finish() {
+                    warn!(error = %f, "sending the batches computed before the failure failed");
+                }
+            }
+        }
+        return Err(e);
+    }
     let recv_stats = receiver
         .join()
         .map_err(|_| anyhow::anyhow!("receive thread panicked"))??;

@@ -541,6 +541,16 @@ impl Pipeline {
     }
 }
 
+/// True if `e` (one link of an error's chain) is a failed compute call: the channeliser's
+/// error, bare or as the pipeline's.
+pub fn is_compute_failure(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.downcast_ref::<ChannelizerError>().is_some()
+        || matches!(
+            e.downcast_ref::<PipelineError>(),
+            Some(PipelineError::Channelizer(_))
+        )
+}
+
 /// Descriptors of an F-engine output stream.
 pub fn descriptors(cps: usize, spectra_per_heap: usize, sample_bits: u32) -> Vec<Descriptor> {
     let u48 = [('u', 48)];

@@ -78,13 +78,12 @@ pub fn run_observed(
         w.join();
     }
     ran.map_err(|e| {
-        crate::engines::common::error::compute_failure("F-engine", &sensors, e, |c| {
-            c.downcast_ref::<super::ChannelizerError>().is_some()
-                || matches!(
-                    c.downcast_ref::<super::pipeline::PipelineError>(),
-                    Some(super::pipeline::PipelineError::Channelizer(_))
-                )
-        })
+        crate::engines::common::error::compute_failure(
+            "F-engine",
+            &sensors,
+            e,
+            super::pipeline::is_compute_failure,
+        )
     })
 }
 
