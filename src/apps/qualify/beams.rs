@@ -207,7 +207,9 @@ fn capture_start(h: &mut Harness, c: &Check, what: Before) -> anyhow::Result<Che
     };
     for b in [0, other] {
         h.capture_stop(0, BEAMS[b].0)?;
-        h.beam_stream(b).clear();
+    }
+    for b in [0, other] {
+        h.drain(h.beam_stream(b))?;
     }
     match what {
         Before::QuantGain => h.beam_quant_gain(0, 0.0)?,

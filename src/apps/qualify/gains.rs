@@ -105,7 +105,7 @@ fn test_gains_capture_start(h: &mut Harness) -> anyhow::Result<CheckResult> {
     let noise = h.noise(std);
     h.signal_all(&noise)?;
     h.capture_stop(0, &sh.corrprod)?;
-    h.corrprod_stream(0).clear();
+    h.drain(h.corrprod_stream(0))?;
     // Upper half zero, lower half g, set just before capture-start.
     let half = sh.channels / 2;
     let values: Vec<String> = (0..sh.channels)

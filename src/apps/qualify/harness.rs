@@ -440,6 +440,16 @@ impl<'a> Harness<'a> {
         Ok(self.dumps(0, 1)?.remove(0))
     }
 
+    /// Empties `stream` of what its output formed before a `?capture-stop` and still had
+    /// on its way: waits until nothing has come for two input chunks or two dumps of
+    /// stream 0 (the engine sends in bursts of those), and at most 30 s.
+    pub fn drain(&self, stream: &Stream) -> anyhow::Result<()> {
+        let sh = self.shape(0);
+        let chunk = (sh.chunk_batches * sh.spectra_per_heap * sh.spectrum_step) as f64 / self.fs;
+        let quiet = 2.0 * chunk.max(self.int_time()) + 0.3;
+        stream.drain(Duration::from_secs_f64(quiet), Duration::from_secs(30))
+    }
+
     /// The beam receiver of beam `b`.
     pub fn beam_stream(&self, b: usize) -> &Stream {
         &self.array.beams[b].stream

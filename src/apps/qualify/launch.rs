@@ -143,6 +143,18 @@ impl Array {
         let dsim_katcp = |a: usize| local(base + 100 + a as u16);
         let xb_katcp = |k: usize| local(base + 61 + k as u16);
         let f_katcp = |a: usize| local(base + 70 + a as u16);
+        // `--prometheus`: each engine's metrics port, logged once.
+        let metrics = |name: &str, port: u16| -> Vec<String> {
+            if !args.prometheus {
+                return Vec::new();
+            }
+            tracing::info!("prometheus: {name} at http://127.0.0.1:{port}/metrics");
+            ["--prometheus-host", "127.0.0.1", "--prometheus-port"]
+                .iter()
+                .map(|v| v.to_string())
+                .chain([port.to_string()])
+                .collect()
+        };
         let sync = (unix_now()? - 1.0).floor();
         let logs = args.output.join("logs");
         let s = |v: &str| v.to_string();
@@ -251,6 +263,7 @@ impl Array {
                 }
                 a.extend(sizes.xbgpu_recv.iter().cloned());
                 a.extend(pins.xb(k));
+                a.extend(metrics(name, base + 130 + k as u16));
                 a.push(x_in(k).to_string());
                 procs.push(child(name, &exe, &a, &logs.join(format!("{name}.log")))?);
             }
@@ -298,6 +311,7 @@ impl Array {
                     _ => {}
                 }
                 a.extend(sizes.fgpu_recv.iter().cloned());
+                a.extend(metrics(&name, base + 140 + ant as u16));
                 a.push(format!("{},{}", f_in(ant, 0), f_in(ant, 1)));
                 procs.push(child(&name, &exe, &a, &logs.join(format!("{name}.log")))?);
             }
@@ -321,6 +335,7 @@ impl Array {
                     dsim_katcp(ant).port().to_string(),
                 ];
                 a.extend(pins.dsim(ant));
+                a.extend(metrics(&name, base + 160 + ant as u16));
                 a.extend([f_in(ant, 0).to_string(), f_in(ant, 1).to_string()]);
                 procs.push(child(&name, &exe, &a, &logs.join(format!("{name}.log")))?);
             }

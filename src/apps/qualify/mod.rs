@@ -72,6 +72,11 @@ pub struct QualifyArgs {
     /// First UDP/TCP port used on 127.0.0.1.
     #[arg(long, default_value_t = 18400)]
     pub base_port: u16,
+    /// Serve every engine's Prometheus metrics on 127.0.0.1 while the checks run (the
+    /// XB-engines from base port + 130, the F-engines from + 140, the dsims from + 160; the
+    /// log names each), so that `gpucbf soak` or a browser can watch the array.
+    #[arg(long)]
+    pub prometheus: bool,
     /// Seed of the random gains, delays and tones.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

@@ -46,6 +46,38 @@ impl Stream {
         }
     }
 
+    /// Forgets every heap received so far and every one that arrives until none has come
+    /// for `quiet`: what a stopped output formed before `?capture-stop` and still had on
+    /// its way (send queue, sockets). An error if heaps still come after `limit`.
+    pub fn drain(&self, quiet: Duration, limit: Duration) -> anyhow::Result<()> {
+        let poisoned = || anyhow::anyhow!("receiver lock poisoned");
+        let t0 = Instant::now();
+        let mut m = self.heaps.lock().map_err(|_| poisoned())?;
+        m.clear();
+        let mut last = Instant::now();
+        loop {
+            let idle = last.elapsed();
+            if idle >= quiet {
+                return Ok(());
+            }
+            if t0.elapsed() >= limit {
+                anyhow::bail!(
+                    "heaps still arrived {limit:?} after the output was stopped (none for \
+                     {quiet:?} expected)"
+                );
+            }
+            m = self
+                .arrived
+                .wait_timeout(m, quiet - idle)
+                .map_err(|_| poisoned())?
+                .0;
+            if !m.is_empty() {
+                m.clear();
+                last = Instant::now();
+            }
+        }
+    }
+
     /// Waits (at most `timeout`) for `count` heaps stamped at or after `from`, and returns
     /// the first `count` of them in timestamp order; an error says how many came.
     pub fn wait(
@@ -163,4 +195,38 @@ pub fn i32s(raw: &[u8]) -> Vec<i32> {
     raw.chunks_exact(4)
         .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stream that keeps receiving for a while is drained once it goes quiet, and left
+    /// empty; one that never stops is an error at the limit.
+    #[test]
+    fn drain_waits_for_the_stream_to_go_quiet() {
+        let s = Arc::new(Stream::default());
+        s.push(1, vec![1]);
+        let feed = |s: Arc<Stream>, n: u64| {
+            std::thread::spawn(move || {
+                for t in 0..n {
+                    s.push(10 + t, vec![0]);
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        };
+        let h = feed(s.clone(), 15);
+        let t0 = Instant::now();
+        s.drain(Duration::from_millis(150), Duration::from_secs(10))
+            .unwrap();
+        h.join().unwrap();
+        assert!(t0.elapsed() >= Duration::from_millis(14 * 20 + 150));
+        assert_eq!(s.latest(), None, "everything that came was forgotten");
+        let h = feed(s.clone(), 40);
+        let e = s
+            .drain(Duration::from_millis(150), Duration::from_millis(300))
+            .unwrap_err();
+        assert!(e.to_string().contains("still arrived"), "{e}");
+        h.join().unwrap();
+    }
 }
