@@ -157,6 +157,112 @@ pub fn plan(requested: bool) -> Option<TransmitPath> {
     Some(path)
 }
 
+/// Where an engine's output items live, the ways it can send them, best first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemPlace {
+    /// Items in one GPU allocation registered with the NIC this way; the batch is copied
+    /// device to device into its item and the NIC reads it from there.
+    Device(GpuMrKind),
+    /// Items in registered host memory (`--send-ibv`'s path); the batch is downloaded into
+    /// its item and the NIC reads it from there.
+    Host,
+    /// Batches staged through host buffers for the send threads and the sink, as without
+    /// either option.
+    Staged,
+}
+
+/// What an engine's transmit set-up is asked for and has.
+#[derive(Debug, Clone)]
+pub struct SendSetup {
+    /// `--use-peerdirect`.
+    pub use_peerdirect: bool,
+    /// `--send-ibv`.
+    pub send_ibv: bool,
+    /// `--send-pcap` (packets to a file).
+    pub send_pcap: bool,
+    /// `--send-interface` addresses.
+    pub interfaces: usize,
+    /// None where every output's compute can leave its batches in GPU memory, else why not
+    /// (the CPU backend).
+    pub compute_off_gpu: Option<String>,
+}
+
+/// The places to try in order (the last always [`ItemPlace::Staged`]) and, with
+/// `--use-peerdirect`, why device items are not among them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemsPlan {
+    /// Tried in order until one opens.
+    pub tries: Vec<ItemPlace>,
+    /// Why GPU-memory items are not tried (`--use-peerdirect` only).
+    pub no_device: Option<String>,
+}
+
+/// The engine's transmit plan for `s`; `probe` (called only where the answer matters)
+/// describes the host.
+pub fn items_plan(s: &SendSetup, probe: impl FnOnce() -> Probe) -> ItemsPlan {
+    // Host items need one interface with an RDMA NIC and packets that go to the network.
+    let one_nic = !s.send_pcap && s.interfaces == 1;
+    if !s.use_peerdirect {
+        let mut tries = Vec::new();
+        if s.send_ibv && !s.send_pcap {
+            tries.push(ItemPlace::Host);
+        }
+        tries.push(ItemPlace::Staged);
+        return ItemsPlan {
+            tries,
+            no_device: None,
+        };
+    }
+    let reason = if s.send_pcap {
+        Some("--send-pcap writes the packets to a file".to_string())
+    } else if s.interfaces != 1 {
+        Some("several --send-interface: output items are sent from one interface only".into())
+    } else {
+        s.compute_off_gpu.clone()
+    };
+    let (device, rdma, reason) = match reason {
+        Some(r) => (None, one_nic, Some(r)),
+        None => {
+            let p = probe();
+            let rdma = p.rdma.is_ok();
+            match decide(&Probe {
+                verbs_sink: true,
+                ..p
+            }) {
+                TransmitPath::PeerDirect(kind) => (Some(kind), true, None),
+                TransmitPath::PinnedHostStaging { reason } => (None, rdma, Some(reason)),
+            }
+        }
+    };
+    let mut tries: Vec<ItemPlace> = device.map(ItemPlace::Device).into_iter().collect();
+    if rdma && one_nic {
+        tries.push(ItemPlace::Host);
+    }
+    tries.push(ItemPlace::Staged);
+    ItemsPlan {
+        tries,
+        no_device: reason,
+    }
+}
+
+/// The one line an engine logs for `--use-peerdirect` once its outputs are set up: `got`,
+/// where they went, and `why`, the reasons each better place was not taken.
+pub fn log_outcome(engine: &str, got: ItemPlace, why: &[String]) {
+    let why = why.join("; ");
+    match got {
+        ItemPlace::Device(kind) => tracing::info!(
+            ?kind,
+            "{engine} --use-peerdirect: output items in GPU memory registered with the NIC; heaps sent from there"
+        ),
+        ItemPlace::Host => tracing::warn!(
+            "{engine} --use-peerdirect: {why}; falling back to output items in registered host memory (sent by the NIC from there)"
+        ),
+        ItemPlace::Staged => tracing::warn!(
+            "{engine} --use-peerdirect: {why}; falling back to staging output batches through host memory for the send threads"
+        ),
+    }
+}
+
 /// Output items an engine needs with PeerDirect: an item stays busy until the NIC has sent
 /// all its packets, so besides the `base` items of the pipeline, enough to cover a full
 /// send queue (`send_queue_depth` work requests of `packets_per_item` each), plus one.
@@ -216,12 +322,88 @@ mod tests {
         assert!(reason(&p).contains("not wired"));
     }
 
+    fn setup() -> SendSetup {
+        SendSetup {
+            use_peerdirect: true,
+            send_ibv: false,
+            send_pcap: false,
+            interfaces: 1,
+            compute_off_gpu: None,
+        }
+    }
+
+    /// `--use-peerdirect` tries GPU items, then host items, then staging, each only where
+    /// the set-up allows, and says why GPU items are out; without it only `--send-ibv`'s host
+    /// items come before staging; the host is probed only where it decides anything.
+    #[test]
+    fn items_plan_orders_the_fallbacks() {
+        use ItemPlace::*;
+        let never = || -> Probe { panic!("probed although the set-up decides") };
+        let plan = items_plan(&setup(), full);
+        assert_eq!(plan.tries, vec![Device(GpuMrKind::Dmabuf), Host, Staged]);
+        assert_eq!(plan.no_device, None);
+        // No RDMA device: neither GPU nor host items.
+        let plan = items_plan(&setup(), || Probe {
+            rdma: Err(NoRdma::NotBuilt),
+            ..full()
+        });
+        assert_eq!(plan.tries, vec![Staged]);
+        assert_eq!(plan.no_device.as_deref(), Some("built without ibverbs"));
+        // A NIC but no way to register GPU memory, or no GPU: host items.
+        let plan = items_plan(&setup(), || Probe {
+            gpu_dmabuf: false,
+            ..full()
+        });
+        assert_eq!(plan.tries, vec![Host, Staged]);
+        assert!(plan.no_device.unwrap().contains("cannot be registered"));
+        // The CPU backend: host items, without probing.
+        let mut s = setup();
+        s.compute_off_gpu = Some("the CPU backend".into());
+        let plan = items_plan(&s, never);
+        assert_eq!(plan.tries, vec![Host, Staged]);
+        assert_eq!(plan.no_device.as_deref(), Some("the CPU backend"));
+        // A pcap file or several interfaces: staging only.
+        let mut s = setup();
+        s.send_pcap = true;
+        s.send_ibv = true;
+        let plan = items_plan(&s, never);
+        assert_eq!(plan.tries, vec![Staged]);
+        assert!(plan.no_device.unwrap().contains("--send-pcap"));
+        let mut s = setup();
+        s.interfaces = 2;
+        let plan = items_plan(&s, never);
+        assert_eq!(plan.tries, vec![Staged]);
+        assert!(plan.no_device.unwrap().contains("several --send-interface"));
+        // Without --use-peerdirect: --send-ibv's host items, or staging; never probed.
+        let mut s = setup();
+        s.use_peerdirect = false;
+        assert_eq!(items_plan(&s, never).tries, vec![Staged]);
+        s.send_ibv = true;
+        assert_eq!(items_plan(&s, never).tries, vec![Host, Staged]);
+        assert_eq!(items_plan(&s, never).no_device, None);
+        s.send_pcap = true;
+        assert_eq!(items_plan(&s, never).tries, vec![Staged]);
+    }
+
     #[test]
     fn this_host_falls_back_with_a_reason() {
         let p = probe();
         eprintln!("peerdirect probe: {p:?}");
-        // The verbs transmit sink is not wired in, so every host stages for now.
+        // `probe` leaves the engine's part to `items_plan`: decide alone always stages.
         assert!(matches!(decide(&p), TransmitPath::PinnedHostStaging { .. }));
+        let here = items_plan(&setup(), probe);
+        eprintln!("peerdirect plan: {here:?}");
+        assert_eq!(here.tries.last(), Some(&ItemPlace::Staged));
+        if p.rdma.is_err() {
+            assert_eq!(here.tries, vec![ItemPlace::Staged], "no NIC");
+        }
+        if p.rdma.is_err() || !p.gpu {
+            assert!(
+                !matches!(here.tries[0], ItemPlace::Device(_)),
+                "no NIC or no GPU"
+            );
+            assert!(here.no_device.is_some());
+        }
         assert!(plan(false).is_none());
         assert!(matches!(
             plan(true),
