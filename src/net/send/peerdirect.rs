@@ -4,7 +4,9 @@
 //! Here the decision, testable without the hardware: [`decide`] picks the transmit path a
 //! host supports from a [`Probe`] (RDMA device, GPU, dmabuf export on the GPU and
 //! `ibv_reg_dmabuf_mr` in libibverbs, or the nvidia-peermem module); anything missing gives
-//! [`TransmitPath::PinnedHostStaging`] with the reason, which the engine logs.
+//! [`TransmitPath::PinnedHostStaging`] with the reason. [`items_plan`] turns that and the
+//! engine's set-up into the places to try in order (GPU items, host items, staging), and
+//! [`log_outcome`] is the one line the engine logs about where its items went.
 //! [`output_items_for_peerdirect`] sizes the output ring for the longer life of an item
 //! that waits for the NIC. The sender itself (GPU memory registration, work-request chains,
 //! completion tracking) is `net::send::verbs` (feature `ibverbs`).
@@ -47,10 +49,9 @@ pub struct Probe {
     pub verbs_dmabuf: bool,
     /// `/sys/module/nvidia_peermem` exists.
     pub peermem: bool,
-    /// The engines' pipelines can hand batches to the verbs transmit sink
-    /// ([`crate::net::send::verbs::PeerDirectSender`], feature `ibverbs`) in GPU memory
-    /// (false: fgpu writes into its host-memory items with `--send-ibv`, not yet into GPU
-    /// memory).
+    /// The engine's pipelines can hand batches to the verbs transmit sink
+    /// ([`crate::net::send::verbs::PeerDirectSender`], feature `ibverbs`) in GPU memory:
+    /// [`probe`] leaves it false, [`items_plan`] (fgpu's outputs) sets it.
     pub verbs_sink: bool,
 }
 
@@ -89,9 +90,7 @@ pub fn decide(p: &Probe) -> TransmitPath {
         );
     };
     if !p.verbs_sink {
-        return fallback(
-            "the engines write their batches into host-memory output items only (fgpu --send-ibv); GPU-memory items are not wired into the pipelines yet",
-        );
+        return fallback("this engine does not write its batches into GPU-memory output items");
     }
     TransmitPath::PeerDirect(kind)
 }
@@ -138,23 +137,6 @@ fn gpu_supports_dmabuf() -> bool {
         )
     };
     r == sys::CUresult::CUDA_SUCCESS && v != 0
-}
-
-/// The engine's start-up decision for `--use-peerdirect`, logged either way.
-pub fn plan(requested: bool) -> Option<TransmitPath> {
-    if !requested {
-        return None;
-    }
-    let path = decide(&probe());
-    match &path {
-        TransmitPath::PeerDirect(kind) => {
-            tracing::info!(?kind, "--use-peerdirect: sending heaps from GPU memory")
-        }
-        TransmitPath::PinnedHostStaging { reason } => tracing::warn!(
-            "--use-peerdirect: {reason}; falling back to staging output items through pinned host memory"
-        ),
-    }
-    Some(path)
 }
 
 /// Where an engine's output items live, the ways it can send them, best first.
@@ -319,7 +301,7 @@ mod tests {
         assert!(reason(&p).contains("without the ibverbs feature"));
         let mut p = full();
         p.verbs_sink = false;
-        assert!(reason(&p).contains("not wired"));
+        assert!(reason(&p).contains("does not write its batches into GPU-memory"));
     }
 
     fn setup() -> SendSetup {
@@ -404,11 +386,6 @@ mod tests {
             );
             assert!(here.no_device.is_some());
         }
-        assert!(plan(false).is_none());
-        assert!(matches!(
-            plan(true),
-            Some(TransmitPath::PinnedHostStaging { .. })
-        ));
     }
 
     #[test]
