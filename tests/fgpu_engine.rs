@@ -407,6 +407,169 @@ fn outputs_sent_from_their_items_are_the_staged_heaps() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A channeliser whose batches "stay on the device" where the device is host memory: the
+/// engine's device-item path (`--use-peerdirect`) without a GPU. `complete_to_device`
+/// writes the batch at the address it is given.
+#[cfg(feature = "ibverbs")]
+struct HostAsDevice<C: Channelizer> {
+    inner: C,
+    on: bool,
+    scratch: Vec<u8>,
+}
+
+#[cfg(feature = "ibverbs")]
+impl<C: Channelizer> Channelizer for HostAsDevice<C> {
+    fn input_range(&self, ts: u64) -> Result<Option<[(u64, u64); 2]>, ChannelizerError> {
+        self.inner.input_range(ts)
+    }
+    fn process(
+        &mut self,
+        ts: u64,
+        input: [&[i16]; 2],
+        out: &mut [u8],
+    ) -> Result<[u64; 2], ChannelizerError> {
+        self.inner.process(ts, input, out)
+    }
+    fn pipelined(&self) -> bool {
+        self.inner.pipelined()
+    }
+    fn depth(&self) -> usize {
+        self.inner.depth()
+    }
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight()
+    }
+    fn submit_packed(
+        &mut self,
+        ts: u64,
+        input: [&[u8]; 2],
+        skip: [usize; 2],
+    ) -> Result<(), ChannelizerError> {
+        self.inner.submit_packed(ts, input, skip)
+    }
+    fn complete(
+        &mut self,
+        out: &mut [u8],
+        wait: bool,
+    ) -> Result<Option<gpucbf::engines::fgpu::Completed>, ChannelizerError> {
+        assert!(!self.on, "a batch kept on the device completed to the host");
+        self.inner.complete(out, wait)
+    }
+    fn set_device_output(&mut self, on: bool) -> bool {
+        self.on = on;
+        true
+    }
+    unsafe fn complete_to_device(
+        &mut self,
+        dst: u64,
+        len: usize,
+        wait: bool,
+    ) -> Result<Option<gpucbf::engines::fgpu::Completed>, ChannelizerError> {
+        assert!(self.on);
+        self.scratch.resize(len, 0);
+        let c = self.inner.complete(&mut self.scratch, wait)?;
+        if c.is_some() {
+            // SAFETY: the caller's item range (host memory in this test).
+            unsafe { std::ptr::copy_nonoverlapping(self.scratch.as_ptr(), dst as *mut u8, len) };
+        }
+        Ok(c)
+    }
+}
+
+/// `--use-peerdirect`'s engine path with host memory standing in for the device: each
+/// packed batch completed by address into a device item ([`DeviceItems`], three of them,
+/// recycled over 40 batches) and posted from there through a fake NIC that reads a chain
+/// only at the next poll: the staged path's datagrams (same bytes, destinations, order),
+/// every payload entry inside the items under their lkey, every item back at the end.
+#[cfg(feature = "ibverbs")]
+#[test]
+fn outputs_sent_from_device_items_are_the_staged_heaps() {
+    use gpucbf::engines::fgpu::direct::{direct_config, DirectSender};
+    use gpucbf::net::send::fake_verbs::Fake;
+    use gpucbf::net::send::verbs::{DeviceItems, PeerDirectSender, REGISTER_ALIGN};
+    let dir = scratch_dir("fgpu-device-items");
+    let dpcap = dir.join("d.pcap");
+    write_heaps(&dpcap, 8..48, Some((25, 0)), noise_heap);
+    let delays = [(21.0, 1.5e-4), (2.0, 0.0)];
+    let fpcap = dir.join("staged.pcap");
+    let staged = run_output(Box::new(delay_channelizer(delays, true)), &dpcap, &fpcap);
+    let mut src = PcapSource::open(&fpcap).unwrap();
+    let mut want = Vec::new();
+    while let Some(d) = src.next_datagram().unwrap() {
+        want.push((d.dst, d.payload));
+    }
+    let spec = spec();
+    let batch = 64 * 32 * 2 * 2;
+    let mut nic = Fake::nic();
+    let o = nic.ptr();
+    let src = (
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7148),
+        [2, 0, 0, 0, 0, 1],
+        4,
+    );
+    let dcfg = direct_config(&spec, batch, 3, 5, 8192, None, src);
+    let mut host = vec![0u8; 3 * batch + REGISTER_ALIGN];
+    let base = host.as_mut_ptr() as u64;
+    // SAFETY: the Vec's buffer (owned by the items, never moved) covers the range.
+    let mem = unsafe { DeviceItems::from_raw(base, 3 * batch, Box::new(host)) };
+    let sender = DirectSender::on_device(&spec, 3, batch, mem, |addr| {
+        let items: Vec<(u64, u32)> = (0..3).map(|i| (addr + (i * batch) as u64, 0x99)).collect();
+        // SAFETY: the fake NIC outlives the pipeline; the items are the sender's memory.
+        unsafe { PeerDirectSender::from_raw(o, o, dcfg, &items, |_, _| Ok(7)) }
+    })
+    .unwrap();
+    assert!(sender.on_gpu());
+    let mut chan = HostAsDevice {
+        inner: delay_channelizer(delays, true),
+        on: false,
+        scratch: Vec::new(),
+    };
+    assert!(chan.set_device_output(true));
+    let pipe = Pipeline::new(spec, Box::new(chan), sender, 3, 2);
+    let direct = run_pipelines(
+        Box::new(PcapFileSource::open(&dpcap, vec![]).unwrap()),
+        DigitiserPlacement::new(4096, 10, 8 * 4096).unwrap(),
+        vec![pipe],
+        10,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(nic.pending(), 0, "chains never sent");
+    let end = base + 3 * batch as u64;
+    let got: Vec<(SocketAddrV4, Vec<u8>)> = nic
+        .sent()
+        .iter()
+        .map(|(f, sges)| {
+            let (h, p) = (sges[0], sges[1]);
+            assert_eq!((h.lkey, p.lkey), (7, 0x99));
+            assert!(p.addr >= base && p.addr + p.length as u64 <= end, "{p:?}");
+            let (dst, udp) = gpucbf::net::frame::fast_udp_ipv4(f).unwrap();
+            (dst, udp.to_vec())
+        })
+        .collect();
+    let (s, d) = (&staged.outputs[0], &direct.outputs[0]);
+    assert!(s.batches > 30, "{s:?}");
+    assert_eq!(
+        (
+            s.batches,
+            s.heaps,
+            s.bytes,
+            s.skipped_heaps,
+            s.clipped_samples
+        ),
+        (
+            d.batches,
+            d.heaps,
+            d.bytes,
+            d.skipped_heaps,
+            d.clipped_samples
+        )
+    );
+    assert_eq!(got.len(), want.len());
+    assert!(got == want, "the heaps sent from device items differ");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// A stream from timestamp 0 with positive delays (pol 0: 5000 samples, more than a batch
 /// step; pol 1: 21): the batches whose spectra would need input from before the stream's
 /// first sample are not made (counted in `before_input_heaps`, not an error and not input

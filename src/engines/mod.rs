@@ -19,4 +19,8 @@ mod tests;
 #[cfg(test)]
 mod tests_files;
 #[cfg(test)]
+mod tests_peerdirect;
+#[cfg(all(test, feature = "ibverbs"))]
+mod tests_peerdirect_gpu;
+#[cfg(test)]
 mod tests_vkgdr;

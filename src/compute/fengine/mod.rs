@@ -103,6 +103,32 @@ pub trait FBackend {
     fn complete_lent(&mut self, _wait: bool) -> Result<Option<LentBatch>, FError> {
         Ok(None)
     }
+
+    /// Keeps the outputs of batches submitted from now on in device memory (`on`), for
+    /// [`Self::complete_to_device`] (no device-to-host copy), or downloads them again.
+    /// False, and nothing changed, where the backend cannot (no device, or batches queued).
+    fn set_device_output(&mut self, _on: bool) -> bool {
+        false
+    }
+
+    /// [`Self::complete`] for a backend keeping its outputs on the device
+    /// ([`Self::set_device_output`]): the oldest queued batch is copied device to device to
+    /// `dst`, the copy finished when this returns.
+    ///
+    /// # Safety
+    /// `dst..dst + len` must be device memory of the backend's context that nothing else
+    /// reads or writes until this returns.
+    unsafe fn complete_to_device(
+        &mut self,
+        _dst: u64,
+        _len: usize,
+        _wait: bool,
+    ) -> Result<Option<BlockStats>, FError> {
+        Err(FError::BadParameter {
+            what: "complete_to_device",
+            why: "this backend's outputs are not in device memory".into(),
+        })
+    }
 }
 
 /// Largest supported channel count (katgpucbf's largest mode is 32768).

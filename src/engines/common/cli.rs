@@ -118,9 +118,10 @@ pub struct EngineArgs {
     /// port behind --recv-interface, one flow-steering rule per endpoint in SRC.
     #[arg(long)]
     pub recv_ibv: bool,
-    /// Send heaps straight from GPU memory through ibverbs (PeerDirect); without an
-    /// RDMA NIC, a GPU and GPU memory registration, output is staged through pinned
-    /// host memory (logged at start).
+    /// Send heaps straight from GPU memory through ibverbs (PeerDirect; fgpu's GPU
+    /// backend): output items in GPU memory registered with the RDMA NIC. Where that
+    /// cannot be, registered host items (as --send-ibv), else staged as without it; one
+    /// line at start says which and why.
     #[arg(long)]
     pub use_peerdirect: bool,
     /// Receive chunks in GPU memory mapped for the CPU (vkgdr: Vulkan-exported, imported

@@ -420,6 +420,34 @@ impl<B: FBackend + Send> Channelizer for BackendChannelizer<B> {
         };
         Ok(Some((done, bytes)))
     }
+
+    fn set_device_output(&mut self, on: bool) -> bool {
+        self.backend.depth() > 0 && self.queued.is_empty() && self.backend.set_device_output(on)
+    }
+
+    unsafe fn complete_to_device(
+        &mut self,
+        dst: u64,
+        len: usize,
+        wait: bool,
+    ) -> Result<Option<Completed>, ChannelizerError> {
+        let Some(&batch_ts) = self.queued.front() else {
+            return Ok(None);
+        };
+        if self.backend.depth() == 0 {
+            return Err(ChannelizerError::HostOutput);
+        }
+        // SAFETY: the caller's guarantee about dst, passed on.
+        let Some(st) = (unsafe { self.backend.complete_to_device(dst, len, wait) })? else {
+            return Ok(None);
+        };
+        self.queued.pop_front();
+        Ok(Some(Completed {
+            batch_ts,
+            clipped: st.saturated,
+            input: st.input,
+        }))
+    }
 }
 
 /// Builds the channeliser of one output on the configured backend.

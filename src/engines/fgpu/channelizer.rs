@@ -49,6 +49,10 @@ pub enum ChannelizerError {
     /// Packed input given to a channeliser that takes decoded samples.
     #[error("this channeliser takes decoded input (process)")]
     DecodedOnly,
+    /// A batch was to be completed into device memory by a channeliser whose batches are in
+    /// host memory.
+    #[error("this channeliser's batches are not in device memory")]
+    HostOutput,
 }
 
 /// A channeliser backend for one output: the compute behind the engine.
@@ -134,6 +138,31 @@ pub trait Channelizer: Send {
         _wait: bool,
     ) -> Result<Option<(Completed, Lent)>, ChannelizerError> {
         Ok(None)
+    }
+
+    /// Keeps the batches submitted from now on in device memory (`on`) for
+    /// [`Self::complete_to_device`], or brings them to the host again. False, with nothing
+    /// changed, where the channeliser cannot (it computes on the CPU, or batches are in
+    /// flight).
+    fn set_device_output(&mut self, _on: bool) -> bool {
+        false
+    }
+
+    /// [`Self::complete`] for batches kept in device memory: the oldest one, once done
+    /// (`wait`: wait for it), is copied to the `len` bytes of device memory at `dst` (the
+    /// copy finished when this returns).
+    ///
+    /// # Safety
+    /// `dst..dst + len` must be device memory of the channeliser's context (or whatever
+    /// memory a test channeliser writes) that nothing else reads or writes until this
+    /// returns.
+    unsafe fn complete_to_device(
+        &mut self,
+        _dst: u64,
+        _len: usize,
+        _wait: bool,
+    ) -> Result<Option<Completed>, ChannelizerError> {
+        Err(ChannelizerError::HostOutput)
     }
 }
 

@@ -9,6 +9,8 @@ use serde::Serialize;
 use tracing::warn;
 
 use super::channelizer::{Channelizer, ChannelizerError};
+#[cfg(feature = "ibverbs")]
+use super::direct::ItemTarget;
 use super::spec::WidebandSpec;
 use super::store::SampleStore;
 use crate::compute::fengine::InputStats;
@@ -68,7 +70,8 @@ pub enum OutputSender {
     Inline(HeapSender),
     /// Queued for the engine's send thread (`--send-affinity`).
     Queued(QueuedSender),
-    /// Written into registered output items and sent from there (`--send-ibv`).
+    /// Written into registered output items and sent from there (`--send-ibv`: host items;
+    /// `--use-peerdirect`: device items).
     #[cfg(feature = "ibverbs")]
     Direct(Box<super::direct::DirectSender>),
 }
@@ -254,9 +257,16 @@ impl Pipeline {
         let OutputSender::Direct(d) = &mut self.sender else {
             return Ok(false);
         };
-        let (item, out) = d.acquire()?;
+        let (item, target) = d.acquire()?;
         let t = Instant::now();
-        let c = self.chan.complete(out, wait);
+        let c = match target {
+            ItemTarget::Host(out) => self.chan.complete(out, wait),
+            // SAFETY: the item is acquired (free of the NIC, and written only here) and lies
+            // in the sender's device memory, which lives as long as the sender.
+            ItemTarget::Device { addr, len } => unsafe {
+                self.chan.complete_to_device(addr, len, wait)
+            },
+        };
         match wait {
             true => self.stages.wait_gpu.since(t),
             false => self.stages.complete.since(t),
@@ -283,7 +293,12 @@ impl Pipeline {
         let OutputSender::Direct(d) = &mut self.sender else {
             return Ok(());
         };
-        let (item, out) = d.acquire()?;
+        let (item, target) = d.acquire()?;
+        let ItemTarget::Host(out) = target else {
+            // Device items go with a pipelined channeliser only (run.rs checks).
+            d.release(item);
+            return Err(ChannelizerError::HostOutput.into());
+        };
         let clipped = match self.chan.process(ts, input, out) {
             Ok(c) => c,
             Err(e) => {

@@ -17,6 +17,7 @@ use crate::control::Server;
 use crate::engines::common::error::serve_prometheus;
 use crate::engines::common::send_worker::SendWorker;
 use crate::net::send::heap::HeapSender;
+use crate::net::send::peerdirect::{items_plan, ItemPlace, ItemsPlan, SendSetup};
 use crate::net::SharedSink;
 
 /// Runs the engine until the input ends (pcap) or a stop is requested.
@@ -57,7 +58,6 @@ pub fn run_observed(
     metrics.set_chunk_samples(cfg.placement.chunk_samples);
     serve_prometheus(metrics.registry(), cfg.io.prometheus_addr(cfg.katcp_host))?;
     let recv = io.recv_setup(&cfg.src)?;
-    let _transmit = crate::net::send::peerdirect::plan(io.use_peerdirect);
     let monitor_log = io.open_monitor_log()?;
     let monitor = metrics.take_recv_monitor();
     let monitor = match &monitor_log {
@@ -136,8 +136,9 @@ fn build_outputs(
         });
         parts.push((spec.clone(), chan));
     }
+    let plan = transmit_plan(cfg);
     #[cfg(feature = "ibverbs")]
-    if let Some(direct) = direct_senders(cfg) {
+    if let Some(direct) = direct_senders(cfg, plan, &mut parts) {
         // The start-up descriptors through the sink, as lane 0 sends them below.
         for spec in &cfg.outputs {
             output_sender(cfg, spec, sink, (0, 1))?;
@@ -150,6 +151,11 @@ fn build_outputs(
             })
             .collect();
         return Ok((pipelines, handles, None));
+    }
+    #[cfg(not(feature = "ibverbs"))]
+    if cfg.io.use_peerdirect {
+        let why: Vec<String> = plan.no_device.into_iter().collect();
+        crate::net::send::peerdirect::log_outcome("fgpu", ItemPlace::Staged, &why);
     }
     let mut cores = cfg.io.send_cores()?;
     if cores.len() > 1 && cfg.io.send_pcap.is_some() {
@@ -226,77 +232,155 @@ fn output_rate(cfg: &FgpuConfig, spec: &WidebandSpec) -> f64 {
         * cfg.send_rate_factor
 }
 
-/// `--send-ibv`: every output written into registered host items and sent from them through
-/// its own queue pair on the RDMA NIC behind `--send-interface` (no send thread, no copy into
-/// a send ring). `None`, with the reason logged once, where that cannot be: the outputs
-/// then go through the sink (ibverbs ring or UDP) and the send threads.
+/// How the outputs may be sent (`--use-peerdirect`, `--send-ibv`), best first; the host is
+/// probed only where `--use-peerdirect` asks and nothing else rules GPU items out.
+fn transmit_plan(cfg: &FgpuConfig) -> ItemsPlan {
+    let setup = SendSetup {
+        use_peerdirect: cfg.io.use_peerdirect,
+        send_ibv: cfg.io.send_ibv,
+        send_pcap: cfg.io.send_pcap.is_some(),
+        interfaces: cfg.io.send_interface.0.len(),
+        compute_off_gpu: (!cfg.use_gpu)
+            .then(|| "the CPU backend computes its batches in host memory".to_string()),
+    };
+    items_plan(&setup, crate::net::send::peerdirect::probe)
+}
+
+/// `--use-peerdirect` / `--send-ibv`: every output written into registered items and sent
+/// from them through its own queue pair on the RDMA NIC behind `--send-interface` (no send
+/// thread, no copy into a send ring): items in GPU memory (the channeliser copies each batch
+/// device to device into its item), else in host memory, as `plan` lists them. `None` where
+/// none opens: the outputs then go through the sink (ibverbs ring or UDP) and the send
+/// threads. `--use-peerdirect` logs one line saying which and why; `--send-ibv` alone logs
+/// as before.
 #[cfg(feature = "ibverbs")]
-fn direct_senders(cfg: &FgpuConfig) -> Option<Vec<super::direct::DirectSender>> {
+fn direct_senders(
+    cfg: &FgpuConfig,
+    plan: ItemsPlan,
+    parts: &mut [(WidebandSpec, Box<dyn super::Channelizer>)],
+) -> Option<Vec<super::direct::DirectSender>> {
+    let mut why: Vec<String> = plan.no_device.into_iter().collect();
+    for place in plan.tries {
+        let opened = match place {
+            ItemPlace::Staged => break,
+            ItemPlace::Host => open_direct(cfg, parts, None),
+            ItemPlace::Device(kind) => {
+                let r = open_direct(cfg, parts, Some(kind));
+                if r.is_err() {
+                    for (_, chan) in parts.iter_mut() {
+                        chan.set_device_output(false);
+                    }
+                }
+                r
+            }
+        };
+        match opened {
+            Ok(v) if cfg.io.use_peerdirect => {
+                crate::net::send::peerdirect::log_outcome("fgpu", place, &why);
+                return Some(v);
+            }
+            Ok(v) => {
+                info!(
+                    outputs = v.len(),
+                    "--send-ibv: outputs sent straight from registered output items"
+                );
+                return Some(v);
+            }
+            Err(e) if cfg.io.use_peerdirect => why.push(match place {
+                ItemPlace::Device(_) => format!("GPU-memory output items: {e}"),
+                _ => format!("host-memory output items: {e}"),
+            }),
+            Err(e) => {
+                warn!("--send-ibv: output items cannot be sent from registered memory ({e}); staging batches for the send threads");
+            }
+        }
+    }
+    if cfg.io.use_peerdirect {
+        crate::net::send::peerdirect::log_outcome("fgpu", ItemPlace::Staged, &why);
+    }
+    None
+}
+
+/// The direct senders of every output: items in GPU memory registered as `gpu` says (each
+/// channeliser switched to keep its batches on the device), or in host memory (None).
+#[cfg(feature = "ibverbs")]
+fn open_direct(
+    cfg: &FgpuConfig,
+    parts: &mut [(WidebandSpec, Box<dyn super::Channelizer>)],
+    gpu: Option<crate::net::send::peerdirect::GpuMrKind>,
+) -> std::io::Result<Vec<super::direct::DirectSender>> {
     use super::direct::{direct_config, DirectSender};
     use crate::net::send::peerdirect::output_items_for_peerdirect;
-    use crate::net::send::verbs::PeerDirectSender;
+    use crate::net::send::verbs::{DeviceItems, PeerDirectSender};
     use crate::net::verbs::{interface_with_address, rdma_port_of_interface};
-    if !cfg.io.send_ibv || cfg.io.send_pcap.is_some() {
-        return None;
+    if cfg.io.send_interface.0.len() > 1 {
+        return Err(std::io::Error::other(
+            "several --send-interface: output items are sent from one interface only",
+        ));
     }
-    let open = || -> std::io::Result<Vec<DirectSender>> {
-        if cfg.io.send_interface.0.len() > 1 {
-            return Err(std::io::Error::other(
-                "several --send-interface: output items are sent from one interface only",
-            ));
+    let ip = cfg.io.send_interface.first();
+    let port = rdma_port_of_interface(std::path::Path::new("/sys"), &interface_with_address(ip)?)?;
+    let ctx = match gpu {
+        Some(_) => {
+            let ctx = cudarc::driver::CudaContext::new(0)
+                .map_err(|e| std::io::Error::other(format!("opening the GPU: {e}")))?;
+            ctx.bind_to_thread()
+                .map_err(|e| std::io::Error::other(format!("binding the GPU: {e}")))?;
+            Some(ctx)
         }
-        let ip = cfg.io.send_interface.first();
-        let port =
-            rdma_port_of_interface(std::path::Path::new("/sys"), &interface_with_address(ip)?)?;
-        let payload = cfg.io.send_packet_payload;
-        let src = (
-            std::net::SocketAddrV4::new(ip, 7148),
-            port.mac,
-            cfg.io.send_ttl.min(255) as u8,
-        );
-        cfg.outputs
-            .iter()
-            .map(|spec| {
-                let batch = spec.channels * spec.spectra_per_heap() * 2 * cfg.bytes_per_value();
-                let rate = Some(output_rate(cfg, spec)).filter(|r| *r > 0.0);
-                let dcfg =
-                    direct_config(spec, batch, cfg.feng_id, cfg.array_size, payload, rate, src);
-                let per_heap = (batch / spec.dst.len().max(1)).div_ceil(payload.max(1));
-                let n_items = output_items_for_peerdirect(
-                    2,
-                    dcfg.send_queue_depth,
-                    per_heap * spec.dst.len(),
-                );
-                DirectSender::new(spec, cfg.feng_id, batch, n_items, |mem| {
-                    // SAFETY: `mem` is the DirectSender's item memory, which outlives its
-                    // sender and is written only through acquired items.
+        None => None,
+    };
+    let payload = cfg.io.send_packet_payload;
+    let src = (
+        std::net::SocketAddrV4::new(ip, 7148),
+        port.mac,
+        cfg.io.send_ttl.min(255) as u8,
+    );
+    let mut out = Vec::with_capacity(parts.len());
+    for (spec, chan) in parts.iter_mut() {
+        let batch = spec.channels * spec.spectra_per_heap() * 2 * cfg.bytes_per_value();
+        let rate = Some(output_rate(cfg, spec)).filter(|r| *r > 0.0);
+        let dcfg = direct_config(spec, batch, cfg.feng_id, cfg.array_size, payload, rate, src);
+        let per_heap = (batch / spec.dst.len().max(1)).div_ceil(payload.max(1));
+        let n_items =
+            output_items_for_peerdirect(2, dcfg.send_queue_depth, per_heap * spec.dst.len());
+        let device = (&port.device, port.port);
+        let d = match (gpu, &ctx) {
+            (Some(kind), Some(ctx)) => {
+                if !chan.set_device_output(true) {
+                    return Err(std::io::Error::other(format!(
+                        "output {}'s channeliser cannot keep its batches on the GPU",
+                        spec.name
+                    )));
+                }
+                let mem = DeviceItems::alloc(ctx, batch * n_items)?;
+                DirectSender::on_device(spec, cfg.feng_id, batch, mem, |addr| {
+                    // SAFETY: `addr` is the DirectSender's device items (aligned, with room
+                    // to the aligned end), which outlive its sender.
                     unsafe {
-                        PeerDirectSender::open_host(
-                            Some(&port.device),
-                            port.port,
+                        PeerDirectSender::open(
+                            Some(device.0),
+                            device.1,
                             dcfg,
-                            mem,
+                            addr,
                             batch,
                             n_items,
+                            kind,
                         )
                     }
-                })
-            })
-            .collect()
-    };
-    match open() {
-        Ok(v) => {
-            info!(
-                outputs = v.len(),
-                "--send-ibv: outputs sent straight from registered output items"
-            );
-            Some(v)
-        }
-        Err(e) => {
-            warn!("--send-ibv: output items cannot be sent from registered memory ({e}); staging batches for the send threads");
-            None
-        }
+                })?
+            }
+            _ => DirectSender::new(spec, cfg.feng_id, batch, n_items, |mem| {
+                // SAFETY: `mem` is the DirectSender's item memory, which outlives its
+                // sender and is written only through acquired items.
+                unsafe {
+                    PeerDirectSender::open_host(Some(device.0), device.1, dcfg, mem, batch, n_items)
+                }
+            })?,
+        };
+        out.push(d);
     }
+    Ok(out)
 }
 
 /// Re-sends every output's descriptors while the engine runs (live UDP output only):

@@ -61,7 +61,13 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
     let _katcp = serve_katcp(cfg, Arc::new(device))?;
     let _descriptors = resend_descriptors(cfg)?;
     let recv = io.recv_setup(&cfg.src)?;
-    let _transmit = crate::net::send::peerdirect::plan(io.use_peerdirect);
+    if io.use_peerdirect {
+        crate::net::send::peerdirect::log_outcome(
+            "xbgpu",
+            crate::net::send::peerdirect::ItemPlace::Staged,
+            &["xbgpu downloads its dumps and beams to host memory (GPU-memory output items are wired into fgpu only)".into()],
+        );
+    }
     let mut metrics = XbgpuMetrics::new(cfg.sync_time, cfg.adc_sample_rate);
     serve_prometheus(metrics.registry(), io.prometheus_addr(cfg.katcp_host))?;
     let monitor_log = io.open_monitor_log()?;

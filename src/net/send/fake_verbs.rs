@@ -7,7 +7,9 @@
 //! [`Fake::nic`] makes a fake that behaves as a NIC that reads late: posted chains wait, and
 //! each `poll_cq` sends the oldest one, reading its bytes from the scatter entries only
 //! then (so a sender that rewrote memory still in flight shows as wrong bytes), records the
-//! frames and completes its signalled requests. Its scatter entries must be host memory.
+//! frames and completes its signalled requests. Its scatter entries must be host memory;
+//! [`Fake::nic_reading`] makes one that reads them through a given function instead (a test
+//! with payloads in GPU memory copies them device to host there).
 
 use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
@@ -26,10 +28,17 @@ static FAIL: Mutex<Vec<(usize, c_int, usize)>> = Mutex::new(Vec::new());
 /// Late-reading NICs: per QP, the chains posted and not yet sent, and the frames sent.
 static NICS: Mutex<Vec<(usize, Nic)>> = Mutex::new(Vec::new());
 
+/// How a late-reading NIC reads one scatter entry's bytes.
+pub type SgeReader = Box<dyn Fn(&IbvSge) -> Vec<u8> + Send>;
+
 #[derive(Default)]
 struct Nic {
     pending: std::collections::VecDeque<Vec<Request>>,
     frames: Vec<Vec<u8>>,
+    /// The scatter entries each frame was read from.
+    sges: Vec<Vec<IbvSge>>,
+    /// None: scatter entries are host memory.
+    reader: Option<SgeReader>,
 }
 
 /// Sends the oldest pending chain of the NIC `key`, if any: reads its frames now and
@@ -46,13 +55,18 @@ fn nic_progress(key: usize) {
     for (id, sges, flags) in chain {
         let mut frame = Vec::new();
         for g in &sges {
-            // SAFETY: a NIC fake is only used with host-memory scatter entries that the
-            // sender keeps allocated until their completion, which is queued below.
-            frame.extend_from_slice(unsafe {
-                std::slice::from_raw_parts(g.addr as *const u8, g.length as usize)
-            });
+            match &nic.reader {
+                Some(read) => frame.extend_from_slice(&read(g)),
+                // SAFETY: a NIC fake without a reader is only used with host-memory scatter
+                // entries that the sender keeps allocated until their completion, which is
+                // queued below.
+                None => frame.extend_from_slice(unsafe {
+                    std::slice::from_raw_parts(g.addr as *const u8, g.length as usize)
+                }),
+            }
         }
         nic.frames.push(frame);
+        nic.sges.push(sges);
         if flags & ibverbs_sys::IBV_SEND_SIGNALED != 0 {
             done.push((
                 key,
@@ -148,12 +162,31 @@ impl Fake {
         f
     }
 
+    /// A [`Fake::nic`] that reads each scatter entry's bytes with `read` when it sends.
+    pub fn nic_reading(read: SgeReader) -> Self {
+        let f = Self::new();
+        let nic = Nic {
+            reader: Some(read),
+            ..Nic::default()
+        };
+        NICS.lock().unwrap().push((f.key(), nic));
+        f
+    }
+
     /// The frames a [`Fake::nic`] has sent so far, in order (taken out of the record).
     pub fn frames(&self) -> Vec<Vec<u8>> {
+        self.sent().into_iter().map(|(f, _)| f).collect()
+    }
+
+    /// [`Self::frames`], each with the scatter entries it was read from.
+    pub fn sent(&self) -> Vec<(Vec<u8>, Vec<IbvSge>)> {
         let mut nics = NICS.lock().unwrap();
         nics.iter_mut()
             .find(|(k, _)| *k == self.key())
-            .map(|(_, n)| std::mem::take(&mut n.frames))
+            .map(|(_, n)| {
+                let f = std::mem::take(&mut n.frames);
+                f.into_iter().zip(std::mem::take(&mut n.sges)).collect()
+            })
             .unwrap_or_default()
     }
 

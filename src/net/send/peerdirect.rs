@@ -4,7 +4,9 @@
 //! Here the decision, testable without the hardware: [`decide`] picks the transmit path a
 //! host supports from a [`Probe`] (RDMA device, GPU, dmabuf export on the GPU and
 //! `ibv_reg_dmabuf_mr` in libibverbs, or the nvidia-peermem module); anything missing gives
-//! [`TransmitPath::PinnedHostStaging`] with the reason, which the engine logs.
+//! [`TransmitPath::PinnedHostStaging`] with the reason. [`items_plan`] turns that and the
+//! engine's set-up into the places to try in order (GPU items, host items, staging), and
+//! [`log_outcome`] is the one line the engine logs about where its items went.
 //! [`output_items_for_peerdirect`] sizes the output ring for the longer life of an item
 //! that waits for the NIC. The sender itself (GPU memory registration, work-request chains,
 //! completion tracking) is `net::send::verbs` (feature `ibverbs`).
@@ -47,10 +49,9 @@ pub struct Probe {
     pub verbs_dmabuf: bool,
     /// `/sys/module/nvidia_peermem` exists.
     pub peermem: bool,
-    /// The engines' pipelines can hand batches to the verbs transmit sink
-    /// ([`crate::net::send::verbs::PeerDirectSender`], feature `ibverbs`) in GPU memory
-    /// (false: fgpu writes into its host-memory items with `--send-ibv`, not yet into GPU
-    /// memory).
+    /// The engine's pipelines can hand batches to the verbs transmit sink
+    /// ([`crate::net::send::verbs::PeerDirectSender`], feature `ibverbs`) in GPU memory:
+    /// [`probe`] leaves it false, [`items_plan`] (fgpu's outputs) sets it.
     pub verbs_sink: bool,
 }
 
@@ -89,9 +90,7 @@ pub fn decide(p: &Probe) -> TransmitPath {
         );
     };
     if !p.verbs_sink {
-        return fallback(
-            "the engines write their batches into host-memory output items only (fgpu --send-ibv); GPU-memory items are not wired into the pipelines yet",
-        );
+        return fallback("this engine does not write its batches into GPU-memory output items");
     }
     TransmitPath::PeerDirect(kind)
 }
@@ -140,21 +139,110 @@ fn gpu_supports_dmabuf() -> bool {
     r == sys::CUresult::CUDA_SUCCESS && v != 0
 }
 
-/// The engine's start-up decision for `--use-peerdirect`, logged either way.
-pub fn plan(requested: bool) -> Option<TransmitPath> {
-    if !requested {
-        return None;
-    }
-    let path = decide(&probe());
-    match &path {
-        TransmitPath::PeerDirect(kind) => {
-            tracing::info!(?kind, "--use-peerdirect: sending heaps from GPU memory")
+/// Where an engine's output items live, the ways it can send them, best first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemPlace {
+    /// Items in one GPU allocation registered with the NIC this way; the batch is copied
+    /// device to device into its item and the NIC reads it from there.
+    Device(GpuMrKind),
+    /// Items in registered host memory (`--send-ibv`'s path); the batch is downloaded into
+    /// its item and the NIC reads it from there.
+    Host,
+    /// Batches staged through host buffers for the send threads and the sink, as without
+    /// either option.
+    Staged,
+}
+
+/// What an engine's transmit set-up is asked for and has.
+#[derive(Debug, Clone)]
+pub struct SendSetup {
+    /// `--use-peerdirect`.
+    pub use_peerdirect: bool,
+    /// `--send-ibv`.
+    pub send_ibv: bool,
+    /// `--send-pcap` (packets to a file).
+    pub send_pcap: bool,
+    /// `--send-interface` addresses.
+    pub interfaces: usize,
+    /// None where every output's compute can leave its batches in GPU memory, else why not
+    /// (the CPU backend).
+    pub compute_off_gpu: Option<String>,
+}
+
+/// The places to try in order (the last always [`ItemPlace::Staged`]) and, with
+/// `--use-peerdirect`, why device items are not among them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemsPlan {
+    /// Tried in order until one opens.
+    pub tries: Vec<ItemPlace>,
+    /// Why GPU-memory items are not tried (`--use-peerdirect` only).
+    pub no_device: Option<String>,
+}
+
+/// The engine's transmit plan for `s`; `probe` (called only where the answer matters)
+/// describes the host.
+pub fn items_plan(s: &SendSetup, probe: impl FnOnce() -> Probe) -> ItemsPlan {
+    // Host items need one interface with an RDMA NIC and packets that go to the network.
+    let one_nic = !s.send_pcap && s.interfaces == 1;
+    if !s.use_peerdirect {
+        let mut tries = Vec::new();
+        if s.send_ibv && !s.send_pcap {
+            tries.push(ItemPlace::Host);
         }
-        TransmitPath::PinnedHostStaging { reason } => tracing::warn!(
-            "--use-peerdirect: {reason}; falling back to staging output items through pinned host memory"
+        tries.push(ItemPlace::Staged);
+        return ItemsPlan {
+            tries,
+            no_device: None,
+        };
+    }
+    let reason = if s.send_pcap {
+        Some("--send-pcap writes the packets to a file".to_string())
+    } else if s.interfaces != 1 {
+        Some("several --send-interface: output items are sent from one interface only".into())
+    } else {
+        s.compute_off_gpu.clone()
+    };
+    let (device, rdma, reason) = match reason {
+        Some(r) => (None, one_nic, Some(r)),
+        None => {
+            let p = probe();
+            let rdma = p.rdma.is_ok();
+            match decide(&Probe {
+                verbs_sink: true,
+                ..p
+            }) {
+                TransmitPath::PeerDirect(kind) => (Some(kind), true, None),
+                TransmitPath::PinnedHostStaging { reason } => (None, rdma, Some(reason)),
+            }
+        }
+    };
+    let mut tries: Vec<ItemPlace> = device.map(ItemPlace::Device).into_iter().collect();
+    if rdma && one_nic {
+        tries.push(ItemPlace::Host);
+    }
+    tries.push(ItemPlace::Staged);
+    ItemsPlan {
+        tries,
+        no_device: reason,
+    }
+}
+
+/// The one line an engine logs for `--use-peerdirect` once its outputs are set up: `got`,
+/// where they went, and `why`, the reasons each better place was not taken.
+pub fn log_outcome(engine: &str, got: ItemPlace, why: &[String]) {
+    let why = why.join("; ");
+    match got {
+        ItemPlace::Device(kind) => tracing::info!(
+            ?kind,
+            "{engine} --use-peerdirect: output items in GPU memory registered with the NIC; heaps sent from there"
+        ),
+        ItemPlace::Host => tracing::warn!(
+            "{engine} --use-peerdirect: {why}; falling back to output items in registered host memory (sent by the NIC from there)"
+        ),
+        ItemPlace::Staged => tracing::warn!(
+            "{engine} --use-peerdirect: {why}; falling back to staging output batches through host memory for the send threads"
         ),
     }
-    Some(path)
 }
 
 /// Output items an engine needs with PeerDirect: an item stays busy until the NIC has sent
@@ -213,20 +301,91 @@ mod tests {
         assert!(reason(&p).contains("without the ibverbs feature"));
         let mut p = full();
         p.verbs_sink = false;
-        assert!(reason(&p).contains("not wired"));
+        assert!(reason(&p).contains("does not write its batches into GPU-memory"));
+    }
+
+    fn setup() -> SendSetup {
+        SendSetup {
+            use_peerdirect: true,
+            send_ibv: false,
+            send_pcap: false,
+            interfaces: 1,
+            compute_off_gpu: None,
+        }
+    }
+
+    /// `--use-peerdirect` tries GPU items, then host items, then staging, each only where
+    /// the set-up allows, and says why GPU items are out; without it only `--send-ibv`'s host
+    /// items come before staging; the host is probed only where it decides anything.
+    #[test]
+    fn items_plan_orders_the_fallbacks() {
+        use ItemPlace::*;
+        let never = || -> Probe { panic!("probed although the set-up decides") };
+        let plan = items_plan(&setup(), full);
+        assert_eq!(plan.tries, vec![Device(GpuMrKind::Dmabuf), Host, Staged]);
+        assert_eq!(plan.no_device, None);
+        // No RDMA device: neither GPU nor host items.
+        let plan = items_plan(&setup(), || Probe {
+            rdma: Err(NoRdma::NotBuilt),
+            ..full()
+        });
+        assert_eq!(plan.tries, vec![Staged]);
+        assert_eq!(plan.no_device.as_deref(), Some("built without ibverbs"));
+        // A NIC but no way to register GPU memory, or no GPU: host items.
+        let plan = items_plan(&setup(), || Probe {
+            gpu_dmabuf: false,
+            ..full()
+        });
+        assert_eq!(plan.tries, vec![Host, Staged]);
+        assert!(plan.no_device.unwrap().contains("cannot be registered"));
+        // The CPU backend: host items, without probing.
+        let mut s = setup();
+        s.compute_off_gpu = Some("the CPU backend".into());
+        let plan = items_plan(&s, never);
+        assert_eq!(plan.tries, vec![Host, Staged]);
+        assert_eq!(plan.no_device.as_deref(), Some("the CPU backend"));
+        // A pcap file or several interfaces: staging only.
+        let mut s = setup();
+        s.send_pcap = true;
+        s.send_ibv = true;
+        let plan = items_plan(&s, never);
+        assert_eq!(plan.tries, vec![Staged]);
+        assert!(plan.no_device.unwrap().contains("--send-pcap"));
+        let mut s = setup();
+        s.interfaces = 2;
+        let plan = items_plan(&s, never);
+        assert_eq!(plan.tries, vec![Staged]);
+        assert!(plan.no_device.unwrap().contains("several --send-interface"));
+        // Without --use-peerdirect: --send-ibv's host items, or staging; never probed.
+        let mut s = setup();
+        s.use_peerdirect = false;
+        assert_eq!(items_plan(&s, never).tries, vec![Staged]);
+        s.send_ibv = true;
+        assert_eq!(items_plan(&s, never).tries, vec![Host, Staged]);
+        assert_eq!(items_plan(&s, never).no_device, None);
+        s.send_pcap = true;
+        assert_eq!(items_plan(&s, never).tries, vec![Staged]);
     }
 
     #[test]
     fn this_host_falls_back_with_a_reason() {
         let p = probe();
         eprintln!("peerdirect probe: {p:?}");
-        // The verbs transmit sink is not wired in, so every host stages for now.
+        // `probe` leaves the engine's part to `items_plan`: decide alone always stages.
         assert!(matches!(decide(&p), TransmitPath::PinnedHostStaging { .. }));
-        assert!(plan(false).is_none());
-        assert!(matches!(
-            plan(true),
-            Some(TransmitPath::PinnedHostStaging { .. })
-        ));
+        let here = items_plan(&setup(), probe);
+        eprintln!("peerdirect plan: {here:?}");
+        assert_eq!(here.tries.last(), Some(&ItemPlace::Staged));
+        if p.rdma.is_err() {
+            assert_eq!(here.tries, vec![ItemPlace::Staged], "no NIC");
+        }
+        if p.rdma.is_err() || !p.gpu {
+            assert!(
+                !matches!(here.tries[0], ItemPlace::Device(_)),
+                "no NIC or no GPU"
+            );
+            assert!(here.no_device.is_some());
+        }
     }
 
     #[test]

@@ -15,9 +15,11 @@
 //! fake providers; [`PeerDirectSender::open`] makes the real ones.
 
 mod chain;
+mod device_items;
 mod gpu_mr;
 
 pub use chain::{wr_id, ItemLayout, PacketWrs, SendTracker};
+pub use device_items::{DeviceItems, REGISTER_ALIGN};
 pub use gpu_mr::GpuMr;
 
 use std::ffi::{c_int, c_void};
@@ -462,9 +464,12 @@ impl PeerDirectSender {
     /// `n_items` items of `item_bytes` at `dptr` (`kind`: dmabuf or nvidia-peermem) and the
     /// header region, and builds the sender.
     ///
+    /// The registered range is `n_items × item_bytes` rounded up to [`REGISTER_ALIGN`].
+    ///
     /// # Safety
-    /// `dptr..dptr + n_items × item_bytes` must be a live CUDA allocation of the current
-    /// context, host-page aligned, kept alive as long as the sender.
+    /// `dptr..dptr + (n_items × item_bytes).next_multiple_of(REGISTER_ALIGN)` must be a live
+    /// CUDA allocation of the current context, `dptr` aligned to [`REGISTER_ALIGN`] (as
+    /// [`DeviceItems::alloc`] makes them), kept alive as long as the sender.
     pub unsafe fn open(
         device: Option<&str>,
         port: u8,
@@ -476,7 +481,8 @@ impl PeerDirectSender {
     ) -> io::Result<Self> {
         let qp = Box::new(RawSendQp::open(device, port, cfg.send_queue_depth)?);
         let verbs: &'static Verbs = &*(&qp.verbs as *const _);
-        let gpu = GpuMr::register(verbs, qp.pd, dptr, item_bytes * n_items, kind)?;
+        let len = (item_bytes * n_items).next_multiple_of(REGISTER_ALIGN);
+        let gpu = GpuMr::register(verbs, qp.pd, dptr, len, kind)?;
         let lkey = gpu.lkey;
         Self::over_qp(qp, cfg, (dptr, item_bytes, n_items), lkey, Some(gpu))
     }

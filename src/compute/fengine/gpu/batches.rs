@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
-use cudarc::driver::{CudaContext, CudaEvent, CudaStream, PinnedHostSlice};
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DevicePtr, PinnedHostSlice};
 
 use super::block::{ensure, BlockParams, DeviceBlock};
 use super::pipeline::PipelineBackend;
@@ -115,6 +115,8 @@ struct Slot {
     sat: PinnedHostSlice<u64>,
     /// Recorded after the batch's downloads.
     done: Option<CudaEvent>,
+    /// Output bytes of the batch in the slot.
+    out_len: usize,
     /// Input samples per pol the statistics cover (wideband), and their width.
     stat_samples: u64,
     bits: u32,
@@ -141,6 +143,9 @@ pub struct Pipelined {
     pub uploads: [u64; 2],
     /// Output staging buffers lent by [`FBackend::complete_lent`] come back here.
     returned: (Sender<PinnedHostSlice<u8>>, Receiver<PinnedHostSlice<u8>>),
+    /// Outputs stay on the device ([`FBackend::set_device_output`]): no output download,
+    /// batches completed by a device-to-device copy.
+    device_output: bool,
 }
 
 /// A batch's output staging, lent to a sender; back to its [`Pipelined`] when dropped.
@@ -205,6 +210,7 @@ impl Pipelined {
                 in_stats: pinned(&ctx, 4, true)?,
                 sat: pinned(&ctx, 2, true)?,
                 done: None,
+                out_len: 0,
                 stat_samples: 0,
                 bits: 0,
             });
@@ -222,6 +228,7 @@ impl Pipelined {
             direct_in_flight: false,
             uploads: [0, 0],
             returned: crossbeam_channel::unbounded(),
+            device_output: false,
         })
     }
 
@@ -363,8 +370,9 @@ impl FBackend for Pipelined {
         }
         self.direct_in_flight |= direct;
         self.uploads[usize::from(!direct)] += 1;
-        // Output staging: the slot's own, else one a sender gave back, else a new one.
-        while s.out.as_ref().is_none_or(|o| o.len() != out_len) {
+        // Output staging: the slot's own, else one a sender gave back, else a new one (none
+        // where outputs stay on the device).
+        while !self.device_output && s.out.as_ref().is_none_or(|o| o.len() != out_len) {
             s.out = match self.returned.1.try_recv() {
                 Ok(b) => Some(b),
                 Err(_) => Some(pinned(&ctx, out_len, true)?),
@@ -419,8 +427,10 @@ impl FBackend for Pipelined {
             self.be.swap_device_block(&mut s.dev);
             r?;
         }
-        let out = s.out.as_mut().expect("allocated above");
-        self.d2h.memcpy_dtoh(&s.dev.out.slice(..out_len), out)?;
+        if let (false, Some(out)) = (self.device_output, s.out.as_mut()) {
+            self.d2h.memcpy_dtoh(&s.dev.out.slice(..out_len), out)?;
+        }
+        s.out_len = out_len;
         self.d2h.memcpy_dtoh(&s.dev.in_stats, &mut s.in_stats)?;
         self.d2h.memcpy_dtoh(&s.dev.sat, &mut s.sat)?;
         s.done = Some(self.d2h.record_event(None)?);
@@ -444,8 +454,15 @@ impl FBackend for Pipelined {
             return Ok(None);
         };
         let s = &self.slots[i];
-        let src = s.out.as_ref().expect("a submitted slot has an output");
-        let src = src.as_slice()?;
+        let src = match (self.device_output, s.out.as_ref()) {
+            (false, Some(src)) => src.as_slice()?,
+            _ => {
+                return Err(FError::BadParameter {
+                    what: "complete",
+                    why: "the batch's output stays on the device: complete_to_device".into(),
+                })
+            }
+        };
         if out.len() != src.len() {
             return Err(FError::BadOutputLength {
                 expected: src.len(),
@@ -459,13 +476,65 @@ impl FBackend for Pipelined {
     }
 
     fn lends_output(&self) -> bool {
+        !self.device_output
+    }
+
+    fn set_device_output(&mut self, on: bool) -> bool {
+        if !self.queue.is_empty() {
+            return false;
+        }
+        self.device_output = on;
         true
+    }
+
+    unsafe fn complete_to_device(
+        &mut self,
+        dst: u64,
+        len: usize,
+        wait: bool,
+    ) -> Result<Option<BlockStats>, FError> {
+        if !self.device_output {
+            return Err(FError::BadParameter {
+                what: "complete_to_device",
+                why: "the outputs are downloaded to the host (set_device_output)".into(),
+            });
+        }
+        let Some(i) = self.ready(wait) else {
+            return Ok(None);
+        };
+        let s = &self.slots[i];
+        if len != s.out_len {
+            return Err(FError::BadOutputLength {
+                expected: s.out_len,
+                got: len,
+            });
+        }
+        self.be.context().bind_to_thread()?;
+        {
+            // On the download stream, after the batch's compute (the buffer's last writer).
+            let (src, _record) = s.dev.out.device_ptr(&self.d2h);
+            // SAFETY: src holds the batch's len bytes; dst is the caller's device range.
+            unsafe {
+                cudarc::driver::result::memcpy_dtod_async(dst, src, len, self.d2h.cu_stream())?
+            };
+        }
+        // The item is complete before the NIC may read it.
+        self.d2h.synchronize()?;
+        let stats = self.slot_stats(i)?;
+        self.queue.pop_front();
+        Ok(Some(stats))
     }
 
     fn complete_lent(
         &mut self,
         wait: bool,
     ) -> Result<Option<crate::compute::fengine::LentBatch>, FError> {
+        if self.device_output {
+            return Err(FError::BadParameter {
+                what: "complete_lent",
+                why: "the batch's output stays on the device: complete_to_device".into(),
+            });
+        }
         let Some(i) = self.ready(wait) else {
             return Ok(None);
         };
