@@ -154,6 +154,10 @@ fn quick_subset_passes_with_a_full_report() {
     let checks = rep["checks"].as_array().unwrap();
     assert!(checks.len() >= 12, "{} checks", checks.len());
     assert_eq!(rep["passed"], true);
+    // The checks began once the array was steady, and the report says when that was.
+    let warm = rep["warm_up"]["seconds"].as_f64().unwrap();
+    assert!(warm > 0.0 && warm < 90.0, "warm-up {warm} s");
+    assert!(rep["warm_up"]["incomplete_dumps"].as_u64().is_some());
     for c in checks {
         let name = c["name"].as_str().unwrap();
         assert!(run.passed(name), "{}", run.line(name));

@@ -21,6 +21,11 @@ python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 for pkg in libdpdk-dev dpdk-dev libclang-dev clang; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need_apt+=("$pkg")
 done
+# Chromium, where Debian packages it, so that the qualify test screenshots report.html in
+# a headless browser (tests/qualify.rs; the test says it skipped where no browser is).
+if grep -q '^ID=debian' /etc/os-release 2>/dev/null && ! command -v chromium >/dev/null; then
+  need_apt+=(chromium)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}"
   $SUDO apt-get update -qq

@@ -435,6 +435,36 @@ impl<'a> Harness<'a> {
         Ok(out)
     }
 
+    /// Waits (at most `limit`) until every correlator stream has sent a dump without
+    /// MISSING markers; returns the seconds it took and how many dumps before had them.
+    pub fn settle(&mut self, limit: Duration) -> anyhow::Result<(f64, u64)> {
+        let t0 = Instant::now();
+        let mut incomplete = 0;
+        for s in 0..self.streams() {
+            let mut from = 0;
+            loop {
+                let left = limit.saturating_sub(t0.elapsed());
+                let got = self.array.corrprods[s]
+                    .stream
+                    .wait(from, 1, left)
+                    .map_err(|e| {
+                        anyhow::anyhow!(
+                            "{}: no whole dump in {limit:?} ({incomplete} with MISSING \
+                             markers): {e}",
+                            self.shape(s).corrprod
+                        )
+                    })?;
+                let (timestamp, b) = &got[0];
+                from = timestamp + 1;
+                if !i32s(b).chunks_exact(2).any(|p| p == MISSING) {
+                    break;
+                }
+                incomplete += 1;
+            }
+        }
+        Ok((t0.elapsed().as_secs_f64(), incomplete))
+    }
+
     /// One dump of the wideband stream after every request so far.
     pub fn dump(&mut self) -> anyhow::Result<Dump> {
         Ok(self.dumps(0, 1)?.remove(0))

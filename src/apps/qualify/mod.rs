@@ -85,6 +85,9 @@ pub struct QualifyArgs {
     pub debug_break: Option<DebugBreak>,
 }
 
+/// Longest wait for the array to become steady before the checks.
+const WARM_UP_LIMIT: std::time::Duration = std::time::Duration::from_secs(90);
+
 /// Most antennas (the check of baseline ordering needs a channel per input pair).
 const MAX_ANTENNAS: usize = 16;
 
@@ -142,8 +145,21 @@ pub fn run(args: &QualifyArgs) -> anyhow::Result<Vec<CheckResult>> {
     let selected = suite::select(args.only.as_deref(), args.narrowband)?;
     std::fs::create_dir_all(args.output.join("logs"))?;
     let launch::Array { mut procs, io } = launch::Array::start(args)?;
+    let mut skipped = report::Skipped::default();
     let result = (|| -> anyhow::Result<(Vec<CheckResult>, u64)> {
         let mut h = harness::Harness::connect(&io, args)?;
+        // The checks start once the array is steady: every correlator stream, capturing,
+        // has sent a dump with no MISSING marker (the engines' start-up, first chunks and
+        // GPU warm-up, may lose data). Not steady in time: the checks run and say what
+        // fails.
+        match h.reset().and_then(|()| h.settle(WARM_UP_LIMIT)) {
+            Ok((seconds, incomplete)) => {
+                tracing::info!(seconds, incomplete, "the array is steady");
+                skipped.warm_up_seconds = seconds;
+                skipped.warm_up_incomplete_dumps = incomplete;
+            }
+            Err(e) => tracing::warn!(error = %e, "the array did not become steady"),
+        }
         let mut results = Vec::new();
         let mut incomplete = 0;
         for check in &selected {
@@ -185,12 +201,8 @@ pub fn run(args: &QualifyArgs) -> anyhow::Result<Vec<CheckResult>> {
     }
     drop(io);
     let (results, incomplete) = result?;
-    report::write(
-        &args.output,
-        args,
-        &results,
-        &engines,
-        [incomplete, beam_heaps],
-    )?;
+    skipped.incomplete_dumps = incomplete;
+    skipped.incomplete_beam_heaps = beam_heaps;
+    report::write(&args.output, args, &results, &engines, skipped)?;
     Ok(results)
 }

@@ -42,13 +42,26 @@ fn config(args: &QualifyArgs) -> serde_json::Value {
     })
 }
 
+/// What the run skipped, and its warm-up.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Skipped {
+    /// Dumps skipped by the checks because an antenna's data were lost for part of them.
+    pub incomplete_dumps: u64,
+    /// Beam heaps skipped because they were formed from fewer antennas than the array's.
+    pub incomplete_beam_heaps: u64,
+    /// Seconds from the harness's start until every correlator stream sent a whole dump.
+    pub warm_up_seconds: f64,
+    /// Dumps with MISSING markers during the warm-up (the engines starting).
+    pub warm_up_incomplete_dumps: u64,
+}
+
 /// Writes `report.json` and `report.html` into `dir`.
 pub fn write(
     dir: &Path,
     args: &QualifyArgs,
     results: &[CheckResult],
     engines: &[serde_json::Value],
-    [incomplete_dumps, incomplete_beam_heaps]: [u64; 2],
+    skipped: Skipped,
 ) -> anyhow::Result<()> {
     let passed = results.iter().all(|r| r.passed);
     let doc = json!({
@@ -57,10 +70,12 @@ pub fn write(
         "checks": results,
         "config": config(args),
         "engines": engines,
-        // Dumps skipped because an antenna's data were lost for part of them.
-        "incomplete_dumps_skipped": incomplete_dumps,
-        // Beam heaps skipped because they were formed from fewer antennas than the array's.
-        "incomplete_beam_heaps_skipped": incomplete_beam_heaps,
+        "incomplete_dumps_skipped": skipped.incomplete_dumps,
+        "incomplete_beam_heaps_skipped": skipped.incomplete_beam_heaps,
+        "warm_up": {
+            "seconds": skipped.warm_up_seconds,
+            "incomplete_dumps": skipped.warm_up_incomplete_dumps,
+        },
     });
     std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&doc)?)?;
     std::fs::write(dir.join("report.html"), html(args, results, engines)?)?;
