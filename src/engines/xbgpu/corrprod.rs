@@ -185,6 +185,11 @@ impl XPipeline {
         (self.sender.next_cnt(), self.sender.cnt_step())
     }
 
+    /// The heaps' `frequency` item: the engine's first channel.
+    pub fn channel_offset(&self) -> u64 {
+        self.channel_offset
+    }
+
     /// Bytes of one dump (the heap's payload).
     pub fn dump_bytes(&self) -> usize {
         self.bytes.len()
@@ -194,6 +199,12 @@ impl XPipeline {
     #[cfg(feature = "ibverbs")]
     pub fn direct(&self) -> Option<&super::direct::XDirect> {
         self.direct.as_ref()
+    }
+
+    /// [`Self::direct`], mutable.
+    #[cfg(feature = "ibverbs")]
+    pub fn direct_mut(&mut self) -> Option<&mut super::direct::XDirect> {
+        self.direct.as_mut()
     }
 
     /// ADC samples per dump.

@@ -190,7 +190,7 @@ fn open_direct(
         let n_items =
             output_items_for_peerdirect(2, dcfg.send_queue_depth, bytes.div_ceil(per_packet));
         let mem = DeviceItems::alloc(&ctx, bytes * n_items)?;
-        let d = XDirect::on_device(bytes, cfg.channel_offset as u64, mem, |addr| {
+        let d = XDirect::on_device(bytes, x.channel_offset(), mem, |addr| {
             // SAFETY: `addr` is the XDirect's device items (aligned, with room to the
             // aligned end), which outlive its sender.
             unsafe {
