@@ -133,6 +133,7 @@ impl XDirect {
 pub(crate) mod testing {
     use super::*;
     use crate::compute::xengine::XShape;
+    use crate::engines::xbgpu::backend::BackendError;
     use crate::engines::xbgpu::corrprod::{x_descriptors, XPipeline};
     use crate::engines::xbgpu::Correlator;
     use crate::net::send::fake_verbs::Fake;
@@ -295,6 +296,94 @@ pub(crate) mod testing {
         each(x);
     }
 
+    /// A correlator recording the address of every dump it writes to device memory.
+    pub(crate) struct Recording {
+        pub(crate) inner: Box<dyn Correlator>,
+        pub(crate) dsts: Arc<Mutex<Vec<u64>>>,
+    }
+
+    impl Correlator for Recording {
+        fn accumulate(&mut self, batch: &[i8]) -> Result<(), BackendError> {
+            self.inner.accumulate(batch)
+        }
+        fn dump(&mut self, present: &[bool], out: &mut [i32]) -> Result<u64, BackendError> {
+            self.inner.dump(present, out)
+        }
+        fn fence_input(&mut self) -> Result<(), BackendError> {
+            self.inner.fence_input()
+        }
+        fn dumps_to_device(&self) -> bool {
+            self.inner.dumps_to_device()
+        }
+        unsafe fn dump_to_device(
+            &mut self,
+            present: &[bool],
+            dst: u64,
+            len: usize,
+        ) -> Result<u64, BackendError> {
+            self.dsts.lock().unwrap().push(dst);
+            // SAFETY: the caller's guarantee, passed on.
+            unsafe { self.inner.dump_to_device(present, dst, len) }
+        }
+    }
+
+    /// Follows an output's items after every batch: no item still in flight is dumped into
+    /// again (the fake NIC completes chains in order), every dump lies in the items, every
+    /// frame's entries are a header and a payload inside the items; the frames are kept.
+    pub(crate) struct Lifetime {
+        pub(crate) dsts: Arc<Mutex<Vec<u64>>>,
+        pub(crate) base: u64,
+        pub(crate) len: u64,
+        pub(crate) frames: Vec<(SocketAddrV4, Vec<u8>)>,
+        seen: usize,
+        heaps: u64,
+        posted: std::collections::VecDeque<u64>,
+    }
+
+    impl Lifetime {
+        /// Over the items `base..base + len`, dumps recorded in `dsts`.
+        pub(crate) fn new(dsts: Arc<Mutex<Vec<u64>>>, base: u64, len: u64) -> Self {
+            Lifetime {
+                dsts,
+                base,
+                len,
+                frames: Vec::new(),
+                seen: 0,
+                heaps: 0,
+                posted: Default::default(),
+            }
+        }
+
+        /// The checks after a batch of `x`, whose sender posts to `nic`.
+        pub(crate) fn check(&mut self, x: &XPipeline, nic: &Fake) {
+            let d = x.direct().expect("dumps sent from items");
+            let bytes = d.item_bytes() as u64;
+            let new_heaps = x.stats.heaps - self.heaps;
+            self.heaps = x.stats.heaps;
+            // Posted before and still in flight.
+            let old = d.sender().in_flight().saturating_sub(new_heaps as usize);
+            while self.posted.len() > old {
+                self.posted.pop_front();
+            }
+            let dsts = self.dsts.lock().unwrap();
+            for &a in &dsts[self.seen..] {
+                assert!(!self.posted.contains(&a), "an item in flight dumped into");
+                assert!(a >= self.base && a + bytes <= self.base + self.len);
+                assert_eq!((a - self.base) % bytes, 0);
+            }
+            if new_heaps == 1 {
+                self.posted.push_back(*dsts.last().unwrap());
+            }
+            self.seen = dsts.len();
+            assert!(d.sender().in_flight() <= d.sender().n_items());
+            for (f, sges) in nic.sent() {
+                check_entries(&sges, self.base, self.len);
+                let (dst, udp) = crate::net::frame::fast_udp_ipv4(&f).unwrap();
+                self.frames.push((dst, udp.to_vec()));
+            }
+        }
+    }
+
     /// Dumps of `n` accumulations that go out (what [`feed`] sends).
     pub(crate) fn sent(n: u64) -> u64 {
         (0..n)
@@ -309,10 +398,8 @@ mod tests {
     use super::*;
     use crate::compute::xengine::{CpuX, XShape};
     use crate::engines::xbgpu::backend::{BackendError, Corr};
-    use crate::engines::xbgpu::corrprod::XPipeline;
     use crate::engines::xbgpu::Correlator;
     use crate::net::send::fake_verbs::Fake;
-    use std::collections::VecDeque;
     use std::sync::{Arc, Mutex};
 
     /// The CPU correlator standing in for the GPU's: its "device" dumps are written into
@@ -396,36 +483,9 @@ mod tests {
         let mut nic = Fake::nic();
         let d = direct(&x, items, &mut nic);
         assert!(x.with_direct(d).is_ok());
-        let len = 3 * bytes as u64;
-        let mut frames: Vec<(SocketAddrV4, Vec<u8>)> = Vec::new();
-        let (mut seen, mut heaps) = (0, 0);
-        let mut posted: VecDeque<u64> = VecDeque::new();
-        let mut check = |x: &mut XPipeline| {
-            let d = x.direct().unwrap();
-            let new_heaps = x.stats.heaps - heaps;
-            heaps = x.stats.heaps;
-            // Posted before and still in flight (the NIC completes in order).
-            let old = d.sender().in_flight().saturating_sub(new_heaps as usize);
-            while posted.len() > old {
-                posted.pop_front();
-            }
-            let dsts = dsts.lock().unwrap();
-            for &a in &dsts[seen..] {
-                assert!(!posted.contains(&a), "an item in flight dumped into");
-                assert!(a >= base && a + bytes as u64 <= base + len);
-            }
-            if new_heaps == 1 {
-                posted.push_back(*dsts.last().unwrap());
-            }
-            seen = dsts.len();
-            assert!(d.sender().in_flight() <= 3);
-            for (f, sges) in nic.sent() {
-                check_entries(&sges, base, len);
-                let (dst, udp) = crate::net::frame::fast_udp_ipv4(&f).unwrap();
-                frames.push((dst, udp.to_vec()));
-            }
-        };
-        feed(&mut x, 4, &batches(shape()), n, &mut check);
+        let mut life = Lifetime::new(dsts, base, 3 * bytes as u64);
+        feed(&mut x, 4, &batches(shape()), n, |x| life.check(x, &nic));
+        let frames = life.frames;
         assert_eq!(nic.pending(), 0);
         // The staged sender sent the descriptors only; the NIC every data heap.
         let desc = rec.lock().unwrap().clone();

@@ -103,10 +103,10 @@ fn peerdirect_dumps(cfg: &XbgpuConfig, xs: &mut [XPipeline]) {
     if !cfg.io.use_peerdirect {
         return;
     }
-    let off_gpu = if !cfg.use_gpu {
-        Some("the CPU backend computes its dumps in host memory".to_string())
-    } else if cfg.debug_permute_baselines.is_some() {
+    let off_gpu = if cfg.debug_permute_baselines.is_some() {
         Some("--debug-permute-baselines swaps baselines in host memory".to_string())
+    } else if !cfg.use_gpu {
+        Some("the CPU backend computes its dumps in host memory".to_string())
     } else if xs.is_empty() {
         Some("no --corrprod output (the beams are staged through host memory)".to_string())
     } else {
