@@ -26,5 +26,7 @@ mod tests_peerdirect_gpu;
 mod tests_peerdirect_x;
 #[cfg(all(test, feature = "ibverbs"))]
 mod tests_peerdirect_xgpu;
+#[cfg(all(test, feature = "ibverbs"))]
+mod tests_peerdirect_xitems;
 #[cfg(test)]
 mod tests_vkgdr;

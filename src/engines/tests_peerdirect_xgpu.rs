@@ -14,12 +14,12 @@ use cudarc::driver::CudaContext;
 use ibverbs_sys::IbvSge;
 
 use super::tests_peerdirect_x::{feng_capture, payloads, tmp, xbgpu};
-use super::xbgpu::backend::{make_backend, Corr};
-use super::xbgpu::corrprod::{x_descriptors, XPipeline};
-use super::xbgpu::direct::testing::{
+use super::tests_peerdirect_xitems::{
     batches, check_entries, direct, feed, pipeline, sent, Datagrams, Lifetime, Record, Recording,
     HEADER_LKEY, ITEM_LKEY,
 };
+use super::xbgpu::backend::{make_backend, Corr};
+use super::xbgpu::corrprod::{x_descriptors, XPipeline};
 use super::xbgpu::direct::{x_direct_config, XDirect};
 use super::xbgpu::engine::run_pipelines;
 use crate::compute::xengine::XShape;
@@ -117,7 +117,7 @@ fn gpu_xbgpu_peerdirect_engine_sends_the_staged_heaps_from_gpu_memory() {
     })
     .unwrap();
     assert!(
-        x.with_direct(d).is_ok(),
+        x.with_direct(Box::new(d)).is_ok(),
         "the GPU correlator dumps to device memory"
     );
     let summary = run_pipelines(
@@ -189,7 +189,7 @@ fn gpu_xbgpu_peerdirect_ten_thousand_dumps_through_three_items_leak_nothing() {
     let (base, len) = (items.base(), items.len() as u64);
     let mut nic = gpu_nic(&ctx, &items);
     let d = direct(&x, items, &mut nic);
-    assert!(x.with_direct(d).is_ok());
+    assert!(x.with_direct(Box::new(d)).is_ok());
     let mut life = Lifetime::new(dsts, base, len);
     let (mut calls, mut free_after_warmup) = (0u64, 0);
     feed(&mut x, 4, &data, n, |x| {

@@ -79,7 +79,7 @@ pub struct XPipeline {
     /// `--use-peerdirect`: dumps written on the device into registered GPU-memory items and
     /// sent from there; None: staged through host memory and `sender`.
     #[cfg(feature = "ibverbs")]
-    direct: Option<super::direct::XDirect>,
+    direct: Option<Box<super::direct::XDirect>>,
 }
 
 /// An output's capture switch (`?capture-start STREAM [TIMESTAMP]`, `?capture-stop`): data
@@ -170,8 +170,8 @@ impl XPipeline {
     #[cfg(feature = "ibverbs")]
     pub fn with_direct(
         &mut self,
-        direct: super::direct::XDirect,
-    ) -> Result<(), super::direct::XDirect> {
+        direct: Box<super::direct::XDirect>,
+    ) -> Result<(), Box<super::direct::XDirect>> {
         if !self.corr.dumps_to_device() || direct.item_bytes() != self.bytes.len() {
             return Err(direct);
         }
@@ -198,13 +198,13 @@ impl XPipeline {
     /// The device items' sender, where dumps go out from GPU memory.
     #[cfg(feature = "ibverbs")]
     pub fn direct(&self) -> Option<&super::direct::XDirect> {
-        self.direct.as_ref()
+        self.direct.as_deref()
     }
 
     /// [`Self::direct`], mutable.
     #[cfg(feature = "ibverbs")]
     pub fn direct_mut(&mut self) -> Option<&mut super::direct::XDirect> {
-        self.direct.as_mut()
+        self.direct.as_deref_mut()
     }
 
     /// ADC samples per dump.

@@ -205,7 +205,7 @@ fn open_direct(
                 )
             }
         })?;
-        direct.push(d);
+        direct.push(Box::new(d));
     }
     for (x, d) in xs.iter_mut().zip(direct) {
         if x.with_direct(d).is_err() {
