@@ -23,4 +23,10 @@ mod tests_peerdirect;
 #[cfg(all(test, feature = "ibverbs"))]
 mod tests_peerdirect_gpu;
 #[cfg(test)]
+mod tests_peerdirect_x;
+#[cfg(all(test, feature = "ibverbs"))]
+mod tests_peerdirect_xgpu;
+#[cfg(all(test, feature = "ibverbs"))]
+mod tests_peerdirect_xitems;
+#[cfg(test)]
 mod tests_vkgdr;

@@ -224,6 +224,29 @@ pub trait XBackend {
     /// [`MISSING`] for baselines touching an antenna with `present_ants[a] == false`, resets the
     /// accumulator, and returns the number of saturated products (present baselines only).
     fn dump(&mut self, present_ants: &[bool], out: &mut [i32]) -> Result<u64, XError>;
+    /// True if [`XBackend::dump_to_device`] works: the accumulator lives on a GPU.
+    fn dumps_to_device(&self) -> bool {
+        false
+    }
+    /// [`XBackend::dump`] into device memory: the dump, as the little-endian bytes of the
+    /// int32 visibilities (`len` = 4 × [`XShape::output_len`]), is written to `dst` on the
+    /// device and the write has finished when this returns (the saturation count comes back
+    /// to the host). The default refuses: the accumulator is in host memory.
+    ///
+    /// # Safety
+    /// `dst..dst + len` must be device memory of the back end's context that nothing else
+    /// reads or writes until this returns.
+    unsafe fn dump_to_device(
+        &mut self,
+        _present_ants: &[bool],
+        _dst: u64,
+        _len: usize,
+    ) -> Result<u64, XError> {
+        Err(XError::Shape(format!(
+            "the {} back end dumps to host memory only",
+            self.name()
+        )))
+    }
     /// Forms all beams of `beams` from one batch; `out` is int8 `[beam][channel][spectrum][re/im]`.
     /// Absent antennas are zeroed. `batch_index` keys the dither.
     fn beamform(

@@ -118,10 +118,10 @@ pub struct EngineArgs {
     /// port behind --recv-interface, one flow-steering rule per endpoint in SRC.
     #[arg(long)]
     pub recv_ibv: bool,
-    /// Send heaps straight from GPU memory through ibverbs (PeerDirect; fgpu's GPU
-    /// backend): output items in GPU memory registered with the RDMA NIC. Where that
-    /// cannot be, registered host items (as --send-ibv), else staged as without it; one
-    /// line at start says which and why.
+    /// Send heaps straight from GPU memory through ibverbs (PeerDirect; GPU backend:
+    /// fgpu's batches, xbgpu's correlation dumps): output items in GPU memory registered
+    /// with the RDMA NIC. Where that cannot be, fgpu uses registered host items (as
+    /// --send-ibv), else both stage as without it; one line at start says which and why.
     #[arg(long)]
     pub use_peerdirect: bool,
     /// Receive chunks in GPU memory mapped for the CPU (vkgdr: Vulkan-exported, imported

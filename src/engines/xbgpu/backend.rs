@@ -70,6 +70,24 @@ pub trait Correlator: Send {
     /// ±(2^31−1), with MISSING on every baseline touching an absent antenna; resets the
     /// accumulator. Returns the number of saturated visibilities.
     fn dump(&mut self, present: &[bool], out: &mut [i32]) -> Result<u64, BackendError>;
+    /// True if [`Correlator::dump_to_device`] works (the accumulator is on a GPU).
+    fn dumps_to_device(&self) -> bool {
+        false
+    }
+    /// [`Correlator::dump`] into `len` bytes of device memory at `dst` (the int32
+    /// visibilities' little-endian bytes, written when this returns). The default refuses.
+    ///
+    /// # Safety
+    /// `dst..dst + len` must be device memory of the correlator's context (or whatever
+    /// memory a test correlator writes) that nothing else reads or writes until this returns.
+    unsafe fn dump_to_device(
+        &mut self,
+        _present: &[bool],
+        _dst: u64,
+        _len: usize,
+    ) -> Result<u64, BackendError> {
+        Err(XError::Shape("this correlator dumps to host memory only".into()).into())
+    }
     /// Waits until no copy queued by [`Correlator::accumulate`] still reads its input (a
     /// GPU copying registered host memory asynchronously); the input may be reused after.
     /// The default has nothing to wait for.
@@ -100,6 +118,20 @@ impl Correlator for FailAfter {
 
     fn dump(&mut self, present: &[bool], out: &mut [i32]) -> Result<u64, BackendError> {
         self.inner.dump(present, out)
+    }
+
+    fn dumps_to_device(&self) -> bool {
+        self.inner.dumps_to_device()
+    }
+
+    unsafe fn dump_to_device(
+        &mut self,
+        present: &[bool],
+        dst: u64,
+        len: usize,
+    ) -> Result<u64, BackendError> {
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { self.inner.dump_to_device(present, dst, len) }
     }
 
     fn fence_input(&mut self) -> Result<(), BackendError> {
@@ -174,6 +206,20 @@ impl Correlator for Corr {
 
     fn dump(&mut self, present: &[bool], out: &mut [i32]) -> Result<u64, BackendError> {
         Ok(self.0.dump(present, out)?)
+    }
+
+    fn dumps_to_device(&self) -> bool {
+        self.0.dumps_to_device()
+    }
+
+    unsafe fn dump_to_device(
+        &mut self,
+        present: &[bool],
+        dst: u64,
+        len: usize,
+    ) -> Result<u64, BackendError> {
+        // SAFETY: the caller's guarantee, passed on.
+        Ok(unsafe { self.0.dump_to_device(present, dst, len) }?)
     }
 
     fn fence_input(&mut self) -> Result<(), BackendError> {

@@ -73,8 +73,13 @@ pub struct XPipeline {
     pub enabled: Arc<CaptureGate>,
     /// Counters.
     pub stats: XStats,
-    /// Test only: baselines whose data are swapped in every dump.
+    /// Test only: baselines whose data are swapped in every dump (on the host: the dumps
+    /// then take the staged path).
     pub debug_permute: Option<(usize, usize)>,
+    /// `--use-peerdirect`: dumps written on the device into registered GPU-memory items and
+    /// sent from there; None: staged through host memory and `sender`.
+    #[cfg(feature = "ibverbs")]
+    direct: Option<Box<super::direct::XDirect>>,
 }
 
 /// An output's capture switch (`?capture-start STREAM [TIMESTAMP]`, `?capture-stop`): data
@@ -153,7 +158,53 @@ impl XPipeline {
                 ..Default::default()
             },
             debug_permute: None,
+            #[cfg(feature = "ibverbs")]
+            direct: None,
         }
+    }
+
+    /// Sends the dumps from `direct`'s device items (the correlator writes each dump there
+    /// on the device) instead of staging them through host memory; the staged sender keeps
+    /// the descriptors it sent. Refused (`direct` given back) where the correlator cannot
+    /// dump to device memory or the items are not one dump each.
+    #[cfg(feature = "ibverbs")]
+    pub fn with_direct(
+        &mut self,
+        direct: Box<super::direct::XDirect>,
+    ) -> Result<(), Box<super::direct::XDirect>> {
+        if !self.corr.dumps_to_device() || direct.item_bytes() != self.bytes.len() {
+            return Err(direct);
+        }
+        self.direct = Some(direct);
+        Ok(())
+    }
+
+    /// The heap counter the next data heap gets and the counters' step (the staged sender
+    /// has already sent the descriptors).
+    pub fn heap_cnt(&self) -> (u64, u64) {
+        (self.sender.next_cnt(), self.sender.cnt_step())
+    }
+
+    /// The heaps' `frequency` item: the engine's first channel.
+    pub fn channel_offset(&self) -> u64 {
+        self.channel_offset
+    }
+
+    /// Bytes of one dump (the heap's payload).
+    pub fn dump_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// The device items' sender, where dumps go out from GPU memory.
+    #[cfg(feature = "ibverbs")]
+    pub fn direct(&self) -> Option<&super::direct::XDirect> {
+        self.direct.as_deref()
+    }
+
+    /// [`Self::direct`], mutable.
+    #[cfg(feature = "ibverbs")]
+    pub fn direct_mut(&mut self) -> Option<&mut super::direct::XDirect> {
+        self.direct.as_deref_mut()
     }
 
     /// ADC samples per dump.
@@ -242,8 +293,43 @@ impl XPipeline {
             self.dump()?;
         }
         self.acc = None;
+        #[cfg(feature = "ibverbs")]
+        if let Some(d) = self.direct.as_mut() {
+            d.flush()?;
+        }
         self.sender.flush()?;
         Ok(())
+    }
+
+    /// The accumulation's dump: into a device item where dumps go out from GPU memory
+    /// (`Some((item, address, bytes))`, the item acquired here), else into `out`. Returns
+    /// the saturated count.
+    #[allow(clippy::type_complexity)]
+    fn dump_acc(&mut self) -> Result<(u64, Option<(u32, u64, usize)>), PipelineError> {
+        #[cfg(feature = "ibverbs")]
+        if let (Some(d), None) = (self.direct.as_mut(), self.debug_permute) {
+            let (item, addr, len) = d.acquire()?;
+            // SAFETY: the item is acquired (free of the NIC, written only here) and lies in
+            // the sender's device memory, which lives as long as the sender.
+            return match unsafe { self.corr.dump_to_device(&self.present, addr, len) } {
+                Ok(c) => Ok((c, Some((item, addr, len)))),
+                Err(e) => {
+                    d.release(item);
+                    Err(e.into())
+                }
+            };
+        }
+        Ok((self.corr.dump(&self.present, &mut self.out)?, None))
+    }
+
+    /// Gives back a dumped item that is not sent.
+    fn unsent(&mut self, item: Option<(u32, u64, usize)>) {
+        #[cfg(feature = "ibverbs")]
+        if let (Some((item, ..)), Some(d)) = (item, self.direct.as_mut()) {
+            d.release(item);
+        }
+        #[cfg(not(feature = "ibverbs"))]
+        let _ = item;
     }
 
     fn dump(&mut self) -> Result<(), PipelineError> {
@@ -251,7 +337,7 @@ impl XPipeline {
         if self.batches_seen < self.threshold {
             self.present.iter_mut().for_each(|p| *p = false);
         }
-        let clipped = self.corr.dump(&self.present, &mut self.out)?;
+        let (clipped, item) = self.dump_acc()?;
         self.acc = None;
         let start = acc * self.acc_step();
         self.stats.last_acc = Some(AccSummary {
@@ -262,18 +348,43 @@ impl XPipeline {
             processed: self.present.iter().any(|&p| p),
         });
         if !self.present.iter().any(|&p| p) {
+            self.unsent(item);
             self.stats.skipped_accs += 1;
             return Ok(());
         }
         // An accumulation goes out iff capture is on and it starts at or after the capture
         // timestamp.
         if !self.enabled.sends(acc * self.acc_step()) {
+            self.unsent(item);
             self.stats.unsent_accs += 1;
             return Ok(());
         }
         if self.present.iter().any(|&p| !p) {
             self.stats.incomplete_accs += 1;
         }
+        let ts = acc * self.acc_step();
+        #[cfg(feature = "ibverbs")]
+        if let (Some((item, ..)), Some(d)) = (item, self.direct.as_mut()) {
+            d.send(item, ts)?;
+        } else {
+            self.send_staged(ts)?;
+        }
+        #[cfg(not(feature = "ibverbs"))]
+        {
+            let _ = item;
+            self.send_staged(ts)?;
+        }
+        self.stats.heaps += 1;
+        self.stats.bytes += self.bytes.len() as u64;
+        self.stats.visibilities += (self.out.len() / 2) as u64;
+        self.stats.clipped_visibilities += clipped;
+        self.stats.first_timestamp.get_or_insert(ts);
+        self.stats.last_timestamp = Some(ts);
+        Ok(())
+    }
+
+    /// Sends the dump in `out` through the staged sender (the debug permutation applied).
+    fn send_staged(&mut self, ts: u64) -> Result<(), PipelineError> {
         if let Some((a, b)) = self.debug_permute {
             // Per channel: n_baselines × 4 products × (re, im).
             let per_bl = 8;
@@ -287,19 +398,12 @@ impl XPipeline {
         for (b, v) in self.bytes.chunks_exact_mut(4).zip(&self.out) {
             b.copy_from_slice(&v.to_le_bytes());
         }
-        let ts = acc * self.acc_step();
         self.sender.send_heap(
             0,
             &[(ids::TIMESTAMP, ts), (ids::FREQUENCY, self.channel_offset)],
             ids::XENG_RAW,
             &self.bytes,
         )?;
-        self.stats.heaps += 1;
-        self.stats.bytes += self.bytes.len() as u64;
-        self.stats.visibilities += (self.out.len() / 2) as u64;
-        self.stats.clipped_visibilities += clipped;
-        self.stats.first_timestamp.get_or_insert(ts);
-        self.stats.last_timestamp = Some(ts);
         Ok(())
     }
 }

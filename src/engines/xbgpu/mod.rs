@@ -9,6 +9,8 @@ pub mod beams;
 pub mod config;
 pub mod corrprod;
 pub mod device;
+#[cfg(feature = "ibverbs")]
+pub mod direct;
 pub mod engine;
 pub mod feed;
 mod metrics;

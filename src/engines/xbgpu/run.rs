@@ -34,7 +34,8 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
     let sensors = SensorSet::default();
     crate::control::common::add_common_sensors(&sensors);
     let mut streams = Vec::new();
-    let xs = corrprod_outputs(cfg, &sink, &sensors, &mut streams)?;
+    let mut xs = corrprod_outputs(cfg, &sink, &sensors, &mut streams)?;
+    peerdirect_dumps(cfg, &mut xs);
     let set = Arc::new(Mutex::new(beam_set(cfg, &sensors)));
     let beams = beam_output(cfg, &sink, &set, &mut streams)?;
     let x_names: Vec<String> = cfg.corrprods.iter().map(|c| c.name.clone()).collect();
@@ -61,13 +62,6 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
     let _katcp = serve_katcp(cfg, Arc::new(device))?;
     let _descriptors = resend_descriptors(cfg)?;
     let recv = io.recv_setup(&cfg.src)?;
-    if io.use_peerdirect {
-        crate::net::send::peerdirect::log_outcome(
-            "xbgpu",
-            crate::net::send::peerdirect::ItemPlace::Staged,
-            &["xbgpu downloads its dumps and beams to host memory (GPU-memory output items are wired into fgpu only)".into()],
-        );
-    }
     let mut metrics = XbgpuMetrics::new(cfg.sync_time, cfg.adc_sample_rate);
     serve_prometheus(metrics.registry(), io.prometheus_addr(cfg.katcp_host))?;
     let monitor_log = io.open_monitor_log()?;
@@ -97,6 +91,131 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
                 )
         })
     })
+}
+
+/// `--use-peerdirect`: every correlation output's dumps written by the GPU correlator into
+/// items of one registered device allocation and sent from there, where the set-up allows
+/// (GPU backend, no `--debug-permute-baselines`, no `--send-pcap`, one `--send-interface`
+/// with an RDMA NIC, dmabuf or nvidia-peermem); else the staged path (the sink: UDP, or
+/// `--send-ibv`'s ibverbs ring). The beams stay staged. One log line either way.
+fn peerdirect_dumps(cfg: &XbgpuConfig, xs: &mut [XPipeline]) {
+    use crate::net::send::peerdirect::{items_plan, log_outcome, probe, ItemPlace, SendSetup};
+    if !cfg.io.use_peerdirect {
+        return;
+    }
+    let off_gpu = if cfg.debug_permute_baselines.is_some() {
+        Some("--debug-permute-baselines swaps baselines in host memory".to_string())
+    } else if !cfg.use_gpu {
+        Some("the CPU backend computes its dumps in host memory".to_string())
+    } else if xs.is_empty() {
+        Some("no --corrprod output (the beams are staged through host memory)".to_string())
+    } else {
+        None
+    };
+    let setup = SendSetup {
+        use_peerdirect: true,
+        send_ibv: cfg.io.send_ibv,
+        send_pcap: cfg.io.send_pcap.is_some(),
+        interfaces: cfg.io.send_interface.0.len(),
+        compute_off_gpu: off_gpu,
+    };
+    let plan = items_plan(&setup, probe);
+    #[cfg_attr(not(feature = "ibverbs"), allow(unused_mut))]
+    let mut why: Vec<String> = plan.no_device.into_iter().collect();
+    for place in plan.tries {
+        // Host items are fgpu's; xbgpu's host path is the sink (--send-ibv: the ibverbs ring).
+        let ItemPlace::Device(_kind) = place else {
+            continue;
+        };
+        #[cfg(feature = "ibverbs")]
+        match open_direct(cfg, xs, _kind) {
+            Ok(()) => {
+                let note: Vec<String> = (!cfg.beams.is_empty())
+                    .then(|| {
+                        "correlation dumps only: the beams are staged through host memory".into()
+                    })
+                    .into_iter()
+                    .collect();
+                log_outcome("xbgpu", place, &note);
+                return;
+            }
+            Err(e) => why.push(format!("GPU-memory output items: {e}")),
+        }
+    }
+    log_outcome("xbgpu", ItemPlace::Staged, &why);
+}
+
+/// Every correlation output's device items and sender (`kind`: how the GPU memory is
+/// registered), attached to its pipeline; none attached unless all open.
+#[cfg(feature = "ibverbs")]
+fn open_direct(
+    cfg: &XbgpuConfig,
+    xs: &mut [XPipeline],
+    kind: crate::net::send::peerdirect::GpuMrKind,
+) -> std::io::Result<()> {
+    use super::direct::{x_direct_config, XDirect};
+    use crate::net::send::peerdirect::output_items_for_peerdirect;
+    use crate::net::send::verbs::{DeviceItems, PeerDirectSender};
+    use crate::net::verbs::{interface_with_address, rdma_port_of_interface};
+    if cfg.io.send_interface.0.len() > 1 {
+        return Err(std::io::Error::other(
+            "several --send-interface: output items are sent from one interface only",
+        ));
+    }
+    let ip = cfg.io.send_interface.first();
+    let port = rdma_port_of_interface(std::path::Path::new("/sys"), &interface_with_address(ip)?)?;
+    let ctx = cudarc::driver::CudaContext::new(0)
+        .map_err(|e| std::io::Error::other(format!("opening the GPU: {e}")))?;
+    ctx.bind_to_thread()
+        .map_err(|e| std::io::Error::other(format!("binding the GPU: {e}")))?;
+    let payload = cfg.io.send_packet_payload;
+    let src = (
+        std::net::SocketAddrV4::new(ip, 7148),
+        port.mac,
+        cfg.io.send_ttl.min(255) as u8,
+    );
+    let mut direct = Vec::with_capacity(xs.len());
+    for (x, c) in xs.iter().zip(&cfg.corrprods) {
+        let bytes = x.dump_bytes();
+        let dcfg = x_direct_config(
+            bytes,
+            c.dst,
+            x.heap_cnt(),
+            payload,
+            corrprod_rate(cfg, c),
+            src,
+        );
+        let per_item = PeerDirectSender::spead_header_len(2);
+        let per_packet = ((per_item + payload) & !7).saturating_sub(per_item).max(1);
+        let n_items =
+            output_items_for_peerdirect(2, dcfg.send_queue_depth, bytes.div_ceil(per_packet));
+        let mem = DeviceItems::alloc(&ctx, bytes * n_items)?;
+        let d = XDirect::on_device(bytes, x.channel_offset(), mem, |addr| {
+            // SAFETY: `addr` is the XDirect's device items (aligned, with room to the
+            // aligned end), which outlive its sender.
+            unsafe {
+                PeerDirectSender::open(
+                    Some(&port.device),
+                    port.port,
+                    dcfg,
+                    addr,
+                    bytes,
+                    n_items,
+                    kind,
+                )
+            }
+        })?;
+        direct.push(Box::new(d));
+    }
+    for (x, d) in xs.iter_mut().zip(direct) {
+        if x.with_direct(d).is_err() {
+            return Err(std::io::Error::other(format!(
+                "output {}'s correlator cannot dump into GPU memory",
+                x.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// `--use-vkgdr`: receive chunks in GPU memory mapped for the CPU where the GPU backend
@@ -228,6 +347,16 @@ fn corrprod_outputs(
     Ok(xs)
 }
 
+/// The send rate of a correlation output: one dump per accumulation (headers counted),
+/// × --send-rate-factor; None: unpaced.
+fn corrprod_rate(cfg: &XbgpuConfig, c: &CorrprodSpec) -> Option<f64> {
+    let heap_bytes = cfg.shape.output_len() * 4;
+    let interval =
+        (c.heap_accumulation_threshold * cfg.placement.batch_step()) as f64 / cfg.adc_sample_rate;
+    let rate = heap_bytes as f64 * (1.0 + 64.0 / cfg.io.send_packet_payload as f64) / interval;
+    paced(cfg, rate)
+}
+
 /// One correlation output: its sender paced at one dump per accumulation, its correlator.
 fn corrprod_output(
     cfg: &XbgpuConfig,
@@ -237,14 +366,12 @@ fn corrprod_output(
     let shape = cfg.shape;
     let batch_step = cfg.placement.batch_step();
     let (n, cps) = (cfg.n_ants(), cfg.channels_per_substream());
-    let heap_bytes = shape.output_len() * 4;
     let interval = (c.heap_accumulation_threshold * batch_step) as f64 / cfg.adc_sample_rate;
-    let rate = heap_bytes as f64 * (1.0 + 64.0 / cfg.io.send_packet_payload as f64) / interval;
     let sender = sender(
         cfg,
         sink,
         vec![c.dst],
-        paced(cfg, rate),
+        corrprod_rate(cfg, c),
         &x_descriptors(cps, n),
     )?;
     let mut corr: Box<dyn super::backend::Correlator> =

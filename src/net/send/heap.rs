@@ -67,6 +67,17 @@ impl HeapSender {
         }
     }
 
+    /// The heap counter the next heap (data or control) gets: a sender that takes over
+    /// this stream's data heaps goes on from here.
+    pub fn next_cnt(&self) -> u64 {
+        self.next_cnt
+    }
+
+    /// The counter step (the number of engines sharing the stream).
+    pub fn cnt_step(&self) -> u64 {
+        self.cnt_step
+    }
+
     /// True if the sink has its own notion of time (a file): the packets' order there is
     /// the output, so the heaps are best sent from the thread that makes them.
     pub fn is_offline(&self) -> bool {

@@ -228,13 +228,18 @@ pub fn items_plan(s: &SendSetup, probe: impl FnOnce() -> Probe) -> ItemsPlan {
 }
 
 /// The one line an engine logs for `--use-peerdirect` once its outputs are set up: `got`,
-/// where they went, and `why`, the reasons each better place was not taken.
+/// where they went, and `why`, the reasons each better place was not taken (with GPU
+/// items: what still is not sent from them).
 pub fn log_outcome(engine: &str, got: ItemPlace, why: &[String]) {
     let why = why.join("; ");
     match got {
-        ItemPlace::Device(kind) => tracing::info!(
+        ItemPlace::Device(kind) if why.is_empty() => tracing::info!(
             ?kind,
             "{engine} --use-peerdirect: output items in GPU memory registered with the NIC; heaps sent from there"
+        ),
+        ItemPlace::Device(kind) => tracing::info!(
+            ?kind,
+            "{engine} --use-peerdirect: output items in GPU memory registered with the NIC; heaps sent from there ({why})"
         ),
         ItemPlace::Host => tracing::warn!(
             "{engine} --use-peerdirect: {why}; falling back to output items in registered host memory (sent by the NIC from there)"

@@ -284,6 +284,44 @@ impl XBackend for GpuX {
         Ok(sat[0])
     }
 
+    fn dumps_to_device(&self) -> bool {
+        true
+    }
+
+    unsafe fn dump_to_device(
+        &mut self,
+        present_ants: &[bool],
+        dst: u64,
+        len: usize,
+    ) -> Result<u64, XError> {
+        use cudarc::driver::DevicePtr;
+        self.shape.check_present(present_ants)?;
+        let bytes = self.shape.output_len() * std::mem::size_of::<i32>();
+        if len != bytes {
+            return Err(XError::Size {
+                what: "correlator output in device memory (bytes)",
+                expected: bytes,
+                got: len,
+            });
+        }
+        self.launch_reduce(present_ants)?;
+        self.ctx.bind_to_thread()?;
+        {
+            // On the compute stream, after the reduce (the buffer's last writer); the GPU is
+            // little-endian, so the int32 buffer's bytes are the heap's payload.
+            let (src, _record) = self.out.device_ptr(&self.stream);
+            // SAFETY: `out` holds `bytes` bytes; dst is the caller's device range.
+            unsafe {
+                cudarc::driver::result::memcpy_dtod_async(dst, src, len, self.stream.cu_stream())?
+            };
+        }
+        let mut sat = [0u64];
+        self.stream.memcpy_dtoh(&self.saturated, &mut sat)?;
+        // The item is complete before the NIC may read it.
+        self.stream.synchronize()?;
+        Ok(sat[0])
+    }
+
     fn beamform(
         &mut self,
         batch: &[i8],

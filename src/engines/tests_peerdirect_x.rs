@@ -1,0 +1,267 @@
+//! `--use-peerdirect` on xbgpu where GPU-memory items cannot be had (this machine: no RDMA
+//! NIC, maybe no GPU; the CPU backend; `--debug-permute-baselines`; packets to a pcap
+//! file): the engine starts, logs the fallback once with the reason, and sends exactly what
+//! it sends without the option, to a pcap file and over UDP.
+
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Parser;
+
+use super::test_cli::{F, X};
+use crate::engines::xbgpu::XbgpuArgs;
+use crate::net::recv::pcap::PcapSource;
+
+pub(super) fn tmp(name: &str) -> PathBuf {
+    super::test_cli::tmp("peerdirect-x", name)
+}
+
+/// dsim's capture through fgpu (CPU backend, 256 channels) into the pcap file `out`.
+pub(super) fn feng_capture(out: &Path) {
+    let dig = tmp("dsim.pcap");
+    super::test_cli::dsim_capture(&dig);
+    let o = out.to_string_lossy().to_string();
+    let d = dig.to_string_lossy().to_string();
+    let a = F::try_parse_from([
+        "fgpu",
+        "--adc-sample-rate",
+        "1712e6",
+        "--sync-time",
+        "0",
+        "--array-size",
+        "1",
+        "--backend",
+        "cpu",
+        "--wideband",
+        "name=wb,channels=256,dst=127.0.0.1:7150,jones_per_batch=65536",
+        "--dither-seed",
+        "3",
+        "--recv-chunk-samples",
+        "262144",
+        "--send-pcap",
+        &o,
+        &d,
+    ])
+    .unwrap()
+    .a;
+    let s = crate::engines::fgpu::run(&a.validate().unwrap()).unwrap();
+    assert!(s.outputs[0].heaps >= 6, "{s:?}");
+    std::fs::remove_file(&dig).ok();
+}
+
+/// xbgpu's command line on `backend` with its correlation output to `dst`, `out` options
+/// and `extra`, from the F-engine capture `src`.
+pub(super) fn xbgpu(
+    backend: &str,
+    dst: &str,
+    out: &[&str],
+    extra: &[&str],
+    src: &Path,
+) -> XbgpuArgs {
+    let corrprod = format!("name=bc,dst={dst},heap_accumulation_threshold=1");
+    let mut a = vec![
+        "xbgpu",
+        "--adc-sample-rate",
+        "1712e6",
+        "--sync-time",
+        "0",
+        "--array-size",
+        "1",
+        "--backend",
+        backend,
+        "--channels",
+        "256",
+        "--channels-per-substream",
+        "256",
+        "--samples-between-spectra",
+        "512",
+        "--jones-per-batch",
+        "65536",
+        "--heaps-per-fengine-per-chunk",
+        "4",
+        "--send-enabled",
+        "--corrprod",
+        &corrprod,
+    ];
+    a.extend_from_slice(out);
+    a.extend_from_slice(extra);
+    let src = src.to_string_lossy();
+    a.push(&src);
+    X::try_parse_from(a).unwrap().a
+}
+
+/// Runs the engine with `args`, returning what it logged on this thread.
+fn run_logged(args: XbgpuArgs) -> String {
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let w = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || w.clone())
+        .finish();
+    let cfg = args.validate().unwrap();
+    let s =
+        tracing::subscriber::with_default(subscriber, || crate::engines::xbgpu::run(&cfg)).unwrap();
+    assert!(s.corrprods[0].heaps >= 4, "{s:?}");
+    let out = buf.0.lock().unwrap().clone();
+    String::from_utf8(out).unwrap()
+}
+
+/// The destinations and UDP payloads of a capture, in order.
+pub(super) fn payloads(path: &Path) -> Vec<(std::net::SocketAddrV4, Vec<u8>)> {
+    let mut src = PcapSource::open(path).unwrap();
+    let mut out = Vec::new();
+    while let Some(d) = src.next_payload(|dst, p| (dst, p.to_vec())).unwrap() {
+        out.push(d);
+    }
+    out
+}
+
+/// The backends to run here: the CPU one, and the GPU one where there is a GPU.
+fn backends() -> Vec<&'static str> {
+    let mut b = vec!["cpu"];
+    if crate::gpu::gpu_available() {
+        b.push("gpu");
+    }
+    b
+}
+
+/// How many lines of `log` mention `--use-peerdirect`.
+fn peerdirect_lines(log: &str) -> usize {
+    log.lines()
+        .filter(|l| l.contains("--use-peerdirect"))
+        .count()
+}
+
+/// To a pcap file: `--use-peerdirect` falls back (one line, naming --send-pcap) and the
+/// capture is byte-identical to the one without it.
+#[test]
+fn xbgpu_use_peerdirect_to_pcap_falls_back_and_sends_the_same() {
+    let f = tmp("f.pcap");
+    feng_capture(&f);
+    for backend in backends() {
+        let mut caps = Vec::new();
+        for (k, extra) in [&[][..], &["--use-peerdirect"][..]].iter().enumerate() {
+            let out = tmp(&format!("x-{backend}-{k}.pcap"));
+            let o = out.to_string_lossy().to_string();
+            let log = run_logged(xbgpu(
+                backend,
+                "127.0.0.1:7160",
+                &["--send-pcap", &o],
+                extra,
+                &f,
+            ));
+            if k == 0 {
+                assert_eq!(peerdirect_lines(&log), 0, "{log}");
+            } else {
+                assert_eq!(peerdirect_lines(&log), 1, "{backend}: {log}");
+                assert!(log.contains("xbgpu --use-peerdirect"), "{log}");
+                assert!(
+                    log.contains("--send-pcap writes the packets to a file"),
+                    "{log}"
+                );
+                assert!(log.contains("falling back to staging"), "{log}");
+            }
+            caps.push(payloads(&out));
+            std::fs::remove_file(&out).ok();
+        }
+        assert!(caps[0].len() > 4, "{backend}");
+        assert!(
+            caps[0] == caps[1],
+            "{backend}: the output differs with --use-peerdirect"
+        );
+    }
+    std::fs::remove_file(&f).ok();
+}
+
+/// Over UDP from the loopback interface (no RDMA NIC behind it): `--use-peerdirect` looks
+/// for the NIC (GPU backend) or knows the CPU backend or `--debug-permute-baselines` rules
+/// GPU items out, logs one fallback line with the reason, and the datagrams are those of the
+/// run without it.
+#[test]
+fn xbgpu_use_peerdirect_over_udp_without_a_nic_falls_back_and_sends_the_same() {
+    let f = tmp("f-udp.pcap");
+    feng_capture(&f);
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+    sock.set_recv_buffer_size(64 << 20).unwrap();
+    sock.bind(
+        &"127.0.0.1:0"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    )
+    .unwrap();
+    let sock: UdpSocket = sock.into();
+    sock.set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let dst = sock.local_addr().unwrap().to_string();
+    // A reader keeps the socket drained while the engine sends.
+    let got = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (got, stop) = (got.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut b = vec![0u8; 65536];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(n) = sock.recv(&mut b) {
+                    got.lock().unwrap().push(b[..n].to_vec());
+                }
+            }
+        })
+    };
+    let drain = || {
+        // Until nothing has come for a while.
+        let mut n = usize::MAX;
+        while n != got.lock().unwrap().len() {
+            n = got.lock().unwrap().len();
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        std::mem::take(&mut *got.lock().unwrap())
+    };
+    let out = ["--send-interface", "127.0.0.1"];
+    let permute = ["--debug-permute-baselines", "0,0"];
+    for backend in backends() {
+        for base in [&[][..], &permute[..]] {
+            let mut runs = Vec::new();
+            for pd in [false, true] {
+                let mut extra = base.to_vec();
+                if pd {
+                    extra.push("--use-peerdirect");
+                }
+                let log = run_logged(xbgpu(backend, &dst, &out, &extra, &f));
+                assert_eq!(peerdirect_lines(&log), usize::from(pd), "{backend}: {log}");
+                if pd {
+                    assert!(log.contains("falling back to staging"), "{log}");
+                    if !base.is_empty() {
+                        assert!(log.contains("--debug-permute-baselines swaps"), "{log}");
+                    } else if backend == "cpu" {
+                        assert!(log.contains("the CPU backend computes"), "{log}");
+                    }
+                }
+                runs.push(drain());
+            }
+            // Datagrams the engine sent (a stray lost one would show as a count mismatch).
+            assert!(runs[0].len() > 4, "{backend}: {}", runs[0].len());
+            assert_eq!(runs[0].len(), runs[1].len(), "{backend}");
+            assert!(
+                runs[0] == runs[1],
+                "{backend} {base:?}: datagrams differ with --use-peerdirect"
+            );
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    reader.join().unwrap();
+    std::fs::remove_file(&f).ok();
+}
