@@ -69,13 +69,7 @@ impl XDirect {
         open: impl FnOnce(u64) -> std::io::Result<PeerDirectSender>,
     ) -> std::io::Result<Self> {
         let sender = open(memory.base())?;
-        if sender.n_items() * item_bytes > memory.len() {
-            return Err(std::io::Error::other(format!(
-                "{} items of {item_bytes} bytes do not fit {} bytes of device memory",
-                sender.n_items(),
-                memory.len()
-            )));
-        }
+        memory.check_fits(sender.n_items(), item_bytes)?;
         Ok(XDirect {
             sender,
             memory,

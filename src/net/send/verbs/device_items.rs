@@ -72,6 +72,18 @@ impl DeviceItems {
         self.len == 0
     }
 
+    /// An error unless `n_items` items of `item_bytes` fit (a sender's items over this
+    /// memory).
+    pub fn check_fits(&self, n_items: usize, item_bytes: usize) -> std::io::Result<()> {
+        if n_items * item_bytes > self.len {
+            return Err(std::io::Error::other(format!(
+                "{n_items} items of {item_bytes} bytes do not fit {} bytes of device memory",
+                self.len
+            )));
+        }
+        Ok(())
+    }
+
     /// True if `addr..addr + len` lies inside the items.
     pub fn contains(&self, addr: u64, len: usize) -> bool {
         addr >= self.base && addr + len as u64 <= self.base + self.len as u64
