@@ -158,6 +158,7 @@ fn quick_subset_passes_with_a_full_report() {
     let warm = rep["warm_up"]["seconds"].as_f64().unwrap();
     assert!(warm > 0.0 && warm < 90.0, "warm-up {warm} s");
     assert!(rep["warm_up"]["incomplete_dumps"].as_u64().is_some());
+    assert!(rep["warm_up"]["incomplete_beam_heaps"].as_u64().is_some());
     for c in checks {
         let name = c["name"].as_str().unwrap();
         assert!(run.passed(name), "{}", run.line(name));

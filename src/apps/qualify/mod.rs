@@ -145,6 +145,17 @@ pub fn run(args: &QualifyArgs) -> anyhow::Result<Vec<CheckResult>> {
     let selected = suite::select(args.only.as_deref(), args.narrowband)?;
     std::fs::create_dir_all(args.output.join("logs"))?;
     let launch::Array { mut procs, io } = launch::Array::start(args)?;
+    // Beam heaps formed from fewer antennas than the array's, so far (all beams).
+    let beam_heaps = || -> u64 {
+        io.beams
+            .iter()
+            .map(|b| {
+                b.stream
+                    .incomplete
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            })
+            .sum()
+    };
     let mut skipped = report::Skipped::default();
     let result = (|| -> anyhow::Result<(Vec<CheckResult>, u64)> {
         let mut h = harness::Harness::connect(&io, args)?;
@@ -160,6 +171,8 @@ pub fn run(args: &QualifyArgs) -> anyhow::Result<Vec<CheckResult>> {
             }
             Err(e) => tracing::warn!(error = %e, "the array did not become steady"),
         }
+        // What the beams lost before the checks began belongs to the warm-up.
+        skipped.warm_up_incomplete_beam_heaps = beam_heaps();
         let mut results = Vec::new();
         let mut incomplete = 0;
         for check in &selected {
@@ -184,15 +197,7 @@ pub fn run(args: &QualifyArgs) -> anyhow::Result<Vec<CheckResult>> {
         Ok((results, incomplete))
     })();
     let engines = procs.stop();
-    let beam_heaps: u64 = io
-        .beams
-        .iter()
-        .map(|b| {
-            b.stream
-                .incomplete
-                .load(std::sync::atomic::Ordering::Relaxed)
-        })
-        .sum();
+    let beam_heaps = beam_heaps() - skipped.warm_up_incomplete_beam_heaps;
     if beam_heaps > 0 {
         tracing::warn!(
             beam_heaps,

@@ -47,12 +47,15 @@ fn config(args: &QualifyArgs) -> serde_json::Value {
 pub struct Skipped {
     /// Dumps skipped by the checks because an antenna's data were lost for part of them.
     pub incomplete_dumps: u64,
-    /// Beam heaps skipped because they were formed from fewer antennas than the array's.
+    /// Beam heaps skipped after the warm-up because they were formed from fewer antennas
+    /// than the array's.
     pub incomplete_beam_heaps: u64,
     /// Seconds from the harness's start until every correlator stream sent a whole dump.
     pub warm_up_seconds: f64,
     /// Dumps with MISSING markers during the warm-up (the engines starting).
     pub warm_up_incomplete_dumps: u64,
+    /// Beam heaps formed from fewer antennas during the warm-up.
+    pub warm_up_incomplete_beam_heaps: u64,
 }
 
 /// Writes `report.json` and `report.html` into `dir`.
@@ -75,6 +78,7 @@ pub fn write(
         "warm_up": {
             "seconds": skipped.warm_up_seconds,
             "incomplete_dumps": skipped.warm_up_incomplete_dumps,
+            "incomplete_beam_heaps": skipped.warm_up_incomplete_beam_heaps,
         },
     });
     std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&doc)?)?;
