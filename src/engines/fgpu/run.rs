@@ -310,40 +310,19 @@ fn open_direct(
     gpu: Option<crate::net::send::peerdirect::GpuMrKind>,
 ) -> std::io::Result<Vec<super::direct::DirectSender>> {
     use super::direct::{direct_config, DirectSender};
+    use crate::engines::common::send::{item_gpu, item_source};
     use crate::net::send::peerdirect::output_items_for_peerdirect;
     use crate::net::send::verbs::{DeviceItems, PeerDirectSender};
-    use crate::net::verbs::{interface_with_address, rdma_port_of_interface};
-    if cfg.io.send_interface.0.len() > 1 {
-        return Err(std::io::Error::other(
-            "several --send-interface: output items are sent from one interface only",
-        ));
-    }
-    let ip = cfg.io.send_interface.first();
-    let port = rdma_port_of_interface(std::path::Path::new("/sys"), &interface_with_address(ip)?)?;
-    let ctx = match gpu {
-        Some(_) => {
-            let ctx = cudarc::driver::CudaContext::new(0)
-                .map_err(|e| std::io::Error::other(format!("opening the GPU: {e}")))?;
-            ctx.bind_to_thread()
-                .map_err(|e| std::io::Error::other(format!("binding the GPU: {e}")))?;
-            Some(ctx)
-        }
-        None => None,
-    };
+    let (port, src) = item_source(&cfg.io)?;
+    let ctx = gpu.map(|_| item_gpu()).transpose()?;
     let payload = cfg.io.send_packet_payload;
-    let src = (
-        std::net::SocketAddrV4::new(ip, 7148),
-        port.mac,
-        cfg.io.send_ttl.min(255) as u8,
-    );
     let mut out = Vec::with_capacity(parts.len());
     for (spec, chan) in parts.iter_mut() {
         let batch = spec.channels * spec.spectra_per_heap() * 2 * cfg.bytes_per_value();
         let rate = Some(output_rate(cfg, spec)).filter(|r| *r > 0.0);
         let dcfg = direct_config(spec, batch, cfg.feng_id, cfg.array_size, payload, rate, src);
-        let per_heap = (batch / spec.dst.len().max(1)).div_ceil(payload.max(1));
         let n_items =
-            output_items_for_peerdirect(2, dcfg.send_queue_depth, per_heap * spec.dst.len());
+            output_items_for_peerdirect(2, dcfg.send_queue_depth, dcfg.packets_per_item());
         let device = (&port.device, port.port);
         let d = match (gpu, &ctx) {
             (Some(kind), Some(ctx)) => {

@@ -10,7 +10,9 @@
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
-use crate::net::send::verbs::{DeviceItems, HeapPlan, PeerDirectConfig, PeerDirectSender};
+use crate::net::send::verbs::{
+    payload_per_packet, DeviceItems, HeapPlan, PeerDirectConfig, PeerDirectSender,
+};
 use crate::spead::ids;
 
 /// The sender's configuration for one X output's heaps of `heap_bytes` to `dst`: heap
@@ -24,8 +26,7 @@ pub fn x_direct_config(
     rate: Option<f64>,
     src: (SocketAddrV4, [u8; 6], u8),
 ) -> PeerDirectConfig {
-    let spead = PeerDirectSender::spead_header_len(2);
-    let per_packet = ((spead + packet_payload) & !7).saturating_sub(spead).max(1);
+    let per_packet = payload_per_packet(2, packet_payload).max(1);
     let packets = heap_bytes.div_ceil(per_packet);
     PeerDirectConfig {
         src_mac: src.1,

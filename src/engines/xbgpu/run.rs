@@ -154,26 +154,12 @@ fn open_direct(
     kind: crate::net::send::peerdirect::GpuMrKind,
 ) -> std::io::Result<()> {
     use super::direct::{x_direct_config, XDirect};
+    use crate::engines::common::send::{item_gpu, item_source};
     use crate::net::send::peerdirect::output_items_for_peerdirect;
     use crate::net::send::verbs::{DeviceItems, PeerDirectSender};
-    use crate::net::verbs::{interface_with_address, rdma_port_of_interface};
-    if cfg.io.send_interface.0.len() > 1 {
-        return Err(std::io::Error::other(
-            "several --send-interface: output items are sent from one interface only",
-        ));
-    }
-    let ip = cfg.io.send_interface.first();
-    let port = rdma_port_of_interface(std::path::Path::new("/sys"), &interface_with_address(ip)?)?;
-    let ctx = cudarc::driver::CudaContext::new(0)
-        .map_err(|e| std::io::Error::other(format!("opening the GPU: {e}")))?;
-    ctx.bind_to_thread()
-        .map_err(|e| std::io::Error::other(format!("binding the GPU: {e}")))?;
+    let (port, src) = item_source(&cfg.io)?;
+    let ctx = item_gpu()?;
     let payload = cfg.io.send_packet_payload;
-    let src = (
-        std::net::SocketAddrV4::new(ip, 7148),
-        port.mac,
-        cfg.io.send_ttl.min(255) as u8,
-    );
     let mut direct = Vec::with_capacity(xs.len());
     for (x, c) in xs.iter().zip(&cfg.corrprods) {
         let bytes = x.dump_bytes();
@@ -185,10 +171,8 @@ fn open_direct(
             corrprod_rate(cfg, c),
             src,
         );
-        let per_item = PeerDirectSender::spead_header_len(2);
-        let per_packet = ((per_item + payload) & !7).saturating_sub(per_item).max(1);
         let n_items =
-            output_items_for_peerdirect(2, dcfg.send_queue_depth, bytes.div_ceil(per_packet));
+            output_items_for_peerdirect(2, dcfg.send_queue_depth, dcfg.packets_per_item());
         let mem = DeviceItems::alloc(&ctx, bytes * n_items)?;
         let d = XDirect::on_device(bytes, x.channel_offset(), mem, |addr| {
             // SAFETY: `addr` is the XDirect's device items (aligned, with room to the

@@ -77,6 +77,26 @@ pub struct PeerDirectConfig {
     pub rate: Option<f64>,
 }
 
+/// Payload bytes of each data packet (but a heap's last) of a heap with `n_immediates`
+/// immediate items, `packet_payload` asked for: as `HeapSender`, the packet size is rounded
+/// down to a multiple of 8. Zero where `packet_payload` is too small.
+pub fn payload_per_packet(n_immediates: usize, packet_payload: usize) -> usize {
+    let spead = PeerDirectSender::spead_header_len(n_immediates);
+    ((spead + packet_payload) & !7).saturating_sub(spead)
+}
+
+impl PeerDirectConfig {
+    /// Packets (send work requests) of one output item: every heap's payload in packets
+    /// of [`payload_per_packet`] bytes.
+    pub fn packets_per_item(&self) -> usize {
+        let per_packet = payload_per_packet(self.immediate_ids.len(), self.packet_payload);
+        self.heaps
+            .iter()
+            .map(|h| h.len.div_ceil(per_packet.max(1) as u64) as usize)
+            .sum()
+    }
+}
+
 /// Counters of the PeerDirect sender.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PeerDirectStats {
@@ -180,8 +200,7 @@ impl PeerDirectSender {
             )));
         }
         let spead = Self::spead_header_len(cfg.immediate_ids.len());
-        // As HeapSender: the packet size is rounded down to a multiple of 8.
-        let per_packet = ((spead + cfg.packet_payload) & !7).saturating_sub(spead);
+        let per_packet = payload_per_packet(cfg.immediate_ids.len(), cfg.packet_payload);
         if per_packet == 0 {
             return Err(invalid("packet payload too small".into()));
         }
