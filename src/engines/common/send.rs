@@ -152,26 +152,23 @@ pub fn check_output_is_not_input(
 pub type ItemSource = (SocketAddrV4, [u8; 6], u8);
 
 /// Where an engine sends output items from (`--send-ibv`, `--use-peerdirect`): the RDMA NIC
-/// behind its one `--send-interface`, and the packets' source (that address with port 7148,
-/// the NIC's Ethernet address, `--send-ttl`). An error with several interfaces or no RDMA
-/// NIC behind the address.
+/// behind its one `--send-interface` (`interfaces`), and the packets' source (that address
+/// with port 7148, the NIC's Ethernet address, `--send-ttl`). An error with several
+/// interfaces or no RDMA NIC behind the address.
 #[cfg(feature = "ibverbs")]
 pub fn item_source(
-    io: &super::cli::EngineArgs,
+    interfaces: &super::iface::Interfaces,
+    ttl: u32,
 ) -> std::io::Result<(crate::net::verbs::RdmaPort, ItemSource)> {
     use crate::net::verbs::{interface_with_address, rdma_port_of_interface};
-    if io.send_interface.0.len() > 1 {
+    if interfaces.0.len() > 1 {
         return Err(std::io::Error::other(
             "several --send-interface: output items are sent from one interface only",
         ));
     }
-    let ip = io.send_interface.first();
+    let ip = interfaces.first();
     let port = rdma_port_of_interface(Path::new("/sys"), &interface_with_address(ip)?)?;
-    let src = (
-        SocketAddrV4::new(ip, 7148),
-        port.mac,
-        io.send_ttl.min(255) as u8,
-    );
+    let src = (SocketAddrV4::new(ip, 7148), port.mac, ttl.min(255) as u8);
     Ok((port, src))
 }
 

@@ -313,7 +313,7 @@ fn open_direct(
     use crate::engines::common::send::{item_gpu, item_source};
     use crate::net::send::peerdirect::output_items_for_peerdirect;
     use crate::net::send::verbs::{DeviceItems, PeerDirectSender};
-    let (port, src) = item_source(&cfg.io)?;
+    let (port, src) = item_source(&cfg.io.send_interface, cfg.io.send_ttl)?;
     let ctx = gpu.map(|_| item_gpu()).transpose()?;
     let payload = cfg.io.send_packet_payload;
     let mut out = Vec::with_capacity(parts.len());
