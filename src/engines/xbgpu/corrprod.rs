@@ -302,17 +302,16 @@ impl XPipeline {
     }
 
     /// The accumulation's dump: into a device item where dumps go out from GPU memory
-    /// (`Some((item, address, bytes))`, the item acquired here), else into `out`. Returns
-    /// the saturated count.
-    #[allow(clippy::type_complexity)]
-    fn dump_acc(&mut self) -> Result<(u64, Option<(u32, u64, usize)>), PipelineError> {
+    /// (`Some(item)`, the item acquired here), else into `out`. Returns the saturated
+    /// count.
+    fn dump_acc(&mut self) -> Result<(u64, Option<u32>), PipelineError> {
         #[cfg(feature = "ibverbs")]
         if let (Some(d), None) = (self.direct.as_mut(), self.debug_permute) {
             let (item, addr, len) = d.acquire()?;
             // SAFETY: the item is acquired (free of the NIC, written only here) and lies in
             // the sender's device memory, which lives as long as the sender.
             return match unsafe { self.corr.dump_to_device(&self.present, addr, len) } {
-                Ok(c) => Ok((c, Some((item, addr, len)))),
+                Ok(c) => Ok((c, Some(item))),
                 Err(e) => {
                     d.release(item);
                     Err(e.into())
@@ -323,9 +322,9 @@ impl XPipeline {
     }
 
     /// Gives back a dumped item that is not sent.
-    fn unsent(&mut self, item: Option<(u32, u64, usize)>) {
+    fn unsent(&mut self, item: Option<u32>) {
         #[cfg(feature = "ibverbs")]
-        if let (Some((item, ..)), Some(d)) = (item, self.direct.as_mut()) {
+        if let (Some(item), Some(d)) = (item, self.direct.as_mut()) {
             d.release(item);
         }
         #[cfg(not(feature = "ibverbs"))]
@@ -364,7 +363,7 @@ impl XPipeline {
         }
         let ts = acc * self.acc_step();
         #[cfg(feature = "ibverbs")]
-        if let (Some((item, ..)), Some(d)) = (item, self.direct.as_mut()) {
+        if let (Some(item), Some(d)) = (item, self.direct.as_mut()) {
             d.send(item, ts)?;
         } else {
             self.send_staged(ts)?;
