@@ -44,6 +44,12 @@ pub struct Harness<'a> {
     noise_seeds: u64,
 }
 
+/// True if a dump's visibilities (re, im pairs) hold a MISSING marker (an antenna's data
+/// lost for part of the accumulation).
+fn has_missing(raw: &[i32]) -> bool {
+    raw.chunks_exact(2).any(|p| p == MISSING)
+}
+
 /// One dump of a correlator stream.
 pub struct Dump {
     /// Accumulation start (ADC samples).
@@ -412,7 +418,7 @@ impl<'a> Harness<'a> {
                         raw.len()
                     );
                 }
-                if raw.chunks_exact(2).any(|p| p == MISSING) {
+                if has_missing(&raw) {
                     self.incomplete_dumps += 1;
                     skipped += 1;
                     tracing::warn!(timestamp, "dump with MISSING markers skipped");
@@ -456,7 +462,7 @@ impl<'a> Harness<'a> {
                     })?;
                 let (timestamp, b) = &got[0];
                 from = timestamp + 1;
-                if !i32s(b).chunks_exact(2).any(|p| p == MISSING) {
+                if !has_missing(&i32s(b)) {
                     break;
                 }
                 incomplete += 1;
