@@ -221,3 +221,67 @@ fn slice_range<'s>(segments: &[&'s [u8]], start: u64, end: u64) -> Vec<&'s [u8]>
     }
     out
 }
+
+/// Bytes of the SPEAD header of a data packet with `n_immediates` immediate items and one
+/// addressed payload item, repeated in every packet (katgpucbf's data heaps): the 8-byte
+/// header, the four standard pointers, the immediates and the payload's pointer.
+pub fn data_header_len(n_immediates: usize) -> usize {
+    HEADER_BYTES + ITEM_POINTER_BYTES * (STANDARD_POINTERS + n_immediates + 1)
+}
+
+/// Payload bytes of each data packet (but a heap's last) of such a heap, `packet_payload`
+/// asked for: as [`HeapBuilder::packets`] does, the packet size is rounded down to a
+/// multiple of 8. Zero where `packet_payload` is too small.
+pub fn data_payload_per_packet(n_immediates: usize, packet_payload: usize) -> usize {
+    let spead = data_header_len(n_immediates);
+    ((spead + packet_payload) & !7).saturating_sub(spead)
+}
+
+/// Writes the SPEAD header of the data packet at `offset` (`len` payload bytes) of heap
+/// `cnt` (`heap_size` bytes) into `h` (exactly [`data_header_len`] bytes): what
+/// [`HeapBuilder::packets`] writes for a heap of `immediates` then one addressed item
+/// `payload_id` at offset 0, with repeated pointers.
+pub fn write_data_header(
+    h: &mut [u8],
+    cnt: u64,
+    heap_size: u64,
+    offset: u64,
+    len: u64,
+    immediates: impl ExactSizeIterator<Item = (u16, u64)>,
+    payload_id: u16,
+) {
+    let n_ptrs = STANDARD_POINTERS + immediates.len() + 1;
+    debug_assert_eq!(h.len(), HEADER_BYTES + n_ptrs * ITEM_POINTER_BYTES);
+    h[..HEADER_BYTES].copy_from_slice(&packet_header(n_ptrs as u16));
+    let standard = [
+        ItemPointer::immediate(ids::HEAP_CNT, cnt),
+        ItemPointer::immediate(ids::HEAP_SIZE, heap_size),
+        ItemPointer::immediate(ids::HEAP_OFFSET, offset),
+        ItemPointer::immediate(ids::PAYLOAD_LENGTH, len),
+    ];
+    let pointers = standard
+        .into_iter()
+        .chain(immediates.map(|(id, v)| ItemPointer::immediate(id, v)))
+        .chain(std::iter::once(ItemPointer::address(payload_id, 0)));
+    for (slot, p) in h[HEADER_BYTES..]
+        .chunks_exact_mut(ITEM_POINTER_BYTES)
+        .zip(pointers)
+    {
+        slot.copy_from_slice(&p.to_raw().to_be_bytes());
+    }
+}
+
+/// Patches the heap offset and payload length of a header [`write_data_header`] wrote.
+pub fn patch_data_header(h: &mut [u8], offset: u64, len: u64) {
+    let at = HEADER_BYTES + 2 * ITEM_POINTER_BYTES;
+    h[at..at + 8].copy_from_slice(
+        &ItemPointer::immediate(ids::HEAP_OFFSET, offset)
+            .to_raw()
+            .to_be_bytes(),
+    );
+    h[at + 8..at + 16].copy_from_slice(
+        &ItemPointer::immediate(ids::PAYLOAD_LENGTH, len)
+            .to_raw()
+            .to_be_bytes(),
+    );
+}

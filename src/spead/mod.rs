@@ -14,7 +14,10 @@ pub mod packet;
 
 pub use assemble::{Assembler, AssemblerStats, Heap, ItemValue};
 pub use descriptor::{Descriptor, DescriptorError};
-pub use encode::{HeapBuilder, PacketParts, PacketSizeError};
+pub use encode::{
+    data_header_len, data_payload_per_packet, patch_data_header, write_data_header, HeapBuilder,
+    PacketParts, PacketSizeError,
+};
 pub use packet::{DropReason, ItemPointer, PacketView};
 
 /// First byte of every SPEAD packet.

@@ -9,7 +9,10 @@ use std::time::Instant;
 
 use super::PacketSink;
 use crate::net::pacing::Pacer;
-use crate::spead::{Descriptor, HeapBuilder};
+use crate::spead::{
+    data_header_len, data_payload_per_packet, patch_data_header, write_data_header, Descriptor,
+    HeapBuilder,
+};
 use crate::telemetry::stages::SendStages;
 
 /// Counters of a heap sender.
@@ -38,7 +41,12 @@ pub struct HeapSender {
     pub stats: SendStats,
     /// Where the time goes (pacing, the sink), when timed.
     stages: Option<SendStages>,
+    /// The packet headers of the heap being sent (kept to save an allocation per heap).
+    headers: Vec<u8>,
 }
+
+/// Packets handed to the sink at once (one pacing step).
+const SEND_BATCH: usize = 32;
 
 impl HeapSender {
     /// `cnt_start`/`cnt_step`: the heap counter sequence (katgpucbf's `set_cnt_sequence`).
@@ -64,6 +72,7 @@ impl HeapSender {
             pacer,
             stats: SendStats::default(),
             stages: None,
+            headers: Vec::new(),
         }
     }
 
@@ -91,7 +100,10 @@ impl HeapSender {
     }
 
     /// Sends one data heap to destination `dst`: the immediates in order, then `payload`
-    /// as item `payload_id` at offset 0.
+    /// as item `payload_id` at offset 0, every pointer repeated in every packet. The
+    /// packets are what [`HeapBuilder::packets`] makes of that heap; their headers are
+    /// written into one buffer the sender keeps (one template, then the offset and length
+    /// patched per packet), so a heap costs no allocation.
     pub fn send_heap(
         &mut self,
         dst: usize,
@@ -99,7 +111,86 @@ impl HeapSender {
         payload_id: u16,
         payload: &[u8],
     ) -> io::Result<()> {
+        if payload.is_empty() {
+            return self.send_heap_built(dst, immediates, payload_id, payload);
+        }
         let mut t = Instant::now();
+        let dst = *self.dests.get(dst).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("no destination {dst}"))
+        })?;
+        let per_packet = data_payload_per_packet(immediates.len(), self.packet_payload);
+        let hlen = data_header_len(immediates.len());
+        if per_packet == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "packet payload {} cannot hold the item pointers of a data heap ({hlen} header bytes)",
+                    self.packet_payload
+                ),
+            ));
+        }
+        let cnt = self.next_cnt;
+        self.next_cnt = self.next_cnt.wrapping_add(self.cnt_step);
+        let n_packets = payload.len().div_ceil(per_packet);
+        let heap_size = payload.len() as u64;
+        self.headers.resize(n_packets * hlen, 0);
+        let (first, rest) = self.headers.split_at_mut(hlen);
+        write_data_header(
+            first,
+            cnt,
+            heap_size,
+            0,
+            per_packet.min(payload.len()) as u64,
+            immediates.iter().copied(),
+            payload_id,
+        );
+        for (k, h) in rest.chunks_exact_mut(hlen).enumerate() {
+            let offset = (k + 1) * per_packet;
+            h.copy_from_slice(first);
+            let len = per_packet.min(payload.len() - offset);
+            patch_data_header(h, offset as u64, len as u64);
+        }
+        if let Some(st) = &self.stages {
+            t = st.build.since(t);
+        }
+        let mut parts: [[&[u8]; 2]; SEND_BATCH] = [[&[]; 2]; SEND_BATCH];
+        for (b, headers) in self.headers.chunks(SEND_BATCH * hlen).enumerate() {
+            let mut bytes = 0;
+            for (k, h) in headers.chunks_exact(hlen).enumerate() {
+                let offset = (b * SEND_BATCH + k) * per_packet;
+                let p = &payload[offset..(offset + per_packet).min(payload.len())];
+                parts[k] = [h, p];
+                bytes += hlen + p.len();
+            }
+            let n = headers.len() / hlen;
+            if let Some(p) = self.pacer.as_mut() {
+                p.wait(bytes);
+                if let Some(st) = &self.stages {
+                    t = st.pace.since(t);
+                }
+            }
+            let batch: [(SocketAddrV4, &[&[u8]]); SEND_BATCH] =
+                std::array::from_fn(|k| (dst, &parts[k][..]));
+            self.sink.send_batch(&batch[..n])?;
+            if let Some(st) = &self.stages {
+                t = st.sink.since(t);
+            }
+        }
+        self.stats.heaps += 1;
+        self.stats.packets += n_packets as u64;
+        self.stats.bytes += payload.len() as u64;
+        Ok(())
+    }
+
+    /// [`HeapSender::send_heap`] through [`HeapBuilder`] (a heap with no payload: one
+    /// packet with a NULL pointer and a pad byte, as spead2 sends it).
+    fn send_heap_built(
+        &mut self,
+        dst: usize,
+        immediates: &[(u16, u64)],
+        payload_id: u16,
+        payload: &[u8],
+    ) -> io::Result<()> {
         let cnt = self.next_cnt;
         self.next_cnt = self.next_cnt.wrapping_add(self.cnt_step);
         let mut h = HeapBuilder::new(cnt);
@@ -107,46 +198,26 @@ impl HeapSender {
             h = h.immediate(id, v);
         }
         h = h.addressed(payload_id, payload);
-        let header_bytes = crate::spead::HEADER_BYTES + 8 * (4 + immediates.len() + 1);
         let packets = h
-            .packets(header_bytes + self.packet_payload, true)
+            .packets(
+                data_header_len(immediates.len()) + self.packet_payload,
+                true,
+            )
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let dst = *self.dests.get(dst).ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, format!("no destination {dst}"))
         })?;
-        let parts: Vec<Vec<&[u8]>> = packets
-            .iter()
-            .map(|p| {
-                std::iter::once(&p.header[..])
-                    .chain(p.payload.iter().copied())
-                    .collect()
-            })
-            .collect();
-        if let Some(st) = &self.stages {
-            t = st.build.since(t);
-        }
-        for chunk in parts.chunks(32) {
-            if let Some(p) = self.pacer.as_mut() {
-                p.wait(
-                    chunk
-                        .iter()
-                        .map(|v| v.iter().map(|s| s.len()).sum::<usize>())
-                        .sum(),
-                );
-                if let Some(st) = &self.stages {
-                    t = st.pace.since(t);
-                }
+        for p in &packets {
+            if let Some(pacer) = self.pacer.as_mut() {
+                pacer.wait(p.len());
             }
-            let batch: Vec<(SocketAddrV4, &[&[u8]])> =
-                chunk.iter().map(|v| (dst, &v[..])).collect();
-            self.sink.send_batch(&batch)?;
-            if let Some(st) = &self.stages {
-                t = st.sink.since(t);
-            }
+            let parts: Vec<&[u8]> = std::iter::once(&p.header[..])
+                .chain(p.payload.iter().copied())
+                .collect();
+            self.sink.send(dst, &parts)?;
         }
         self.stats.heaps += 1;
         self.stats.packets += packets.len() as u64;
-        self.stats.bytes += payload.len() as u64;
         Ok(())
     }
 
@@ -192,5 +263,127 @@ impl HeapSender {
     /// Flushes the sink (for files: writes what is buffered).
     pub fn flush(&mut self) -> io::Result<()> {
         self.sink.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    type Seen = Arc<Mutex<Vec<(SocketAddrV4, Vec<u8>, usize)>>>;
+
+    /// Records every packet and the size of the batch it came in.
+    struct Record(Seen);
+
+    impl PacketSink for Record {
+        fn send(&mut self, dst: SocketAddrV4, parts: &[&[u8]]) -> io::Result<()> {
+            self.0.lock().unwrap().push((dst, parts.concat(), 1));
+            Ok(())
+        }
+        fn send_batch(&mut self, packets: &[(SocketAddrV4, &[&[u8]])]) -> io::Result<()> {
+            let mut g = self.0.lock().unwrap();
+            for (dst, parts) in packets {
+                g.push((*dst, parts.concat(), packets.len()));
+            }
+            Ok(())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The packets `send_heap` sends are those HeapBuilder makes of the same heap: sizes
+    /// around the packet boundary, several immediates, packet sizes not a multiple of 8,
+    /// the counter sequence, and heaps of more than one send batch.
+    #[test]
+    fn send_heap_sends_what_the_heap_builder_makes() {
+        let dests = vec![
+            SocketAddrV4::new([239, 1, 2, 3].into(), 7148),
+            SocketAddrV4::new([239, 1, 2, 4].into(), 7149),
+        ];
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        for packet_payload in [1024usize, 1021, 8192] {
+            for imms in [
+                vec![],
+                vec![(0x1600u16, 123_456_789u64)],
+                vec![(0x1600, 5), (0x4101, 3), (0x4103, 2)],
+            ] {
+                let seen = Seen::default();
+                let mut s = HeapSender::new(
+                    Box::new(Record(seen.clone())),
+                    dests.clone(),
+                    3,
+                    4,
+                    packet_payload,
+                    None,
+                );
+                let sizes = [
+                    1usize,
+                    7,
+                    1000,
+                    1016,
+                    1017,
+                    8192,
+                    8193,
+                    40 * 1024 + 3,
+                    300_000,
+                ];
+                let mut want = Vec::new();
+                for (i, &n) in sizes.iter().enumerate() {
+                    let cnt = s.next_cnt();
+                    s.send_heap(i % 2, &imms, 0x4300, &data[..n]).unwrap();
+                    let mut h = HeapBuilder::new(cnt);
+                    for &(id, v) in &imms {
+                        h = h.immediate(id, v);
+                    }
+                    let h = h.addressed(0x4300, &data[..n]);
+                    let hdr = data_header_len(imms.len());
+                    for p in h.packets(hdr + packet_payload, true).unwrap() {
+                        want.push((dests[i % 2], p.to_bytes()));
+                    }
+                }
+                let got = seen.lock().unwrap();
+                assert_eq!(
+                    got.len(),
+                    want.len(),
+                    "payload {packet_payload}, {} immediates",
+                    imms.len()
+                );
+                for (k, ((d, b, batch), (wd, wb))) in got.iter().zip(&want).enumerate() {
+                    assert_eq!((d, b), (wd, wb), "packet {k}, payload {packet_payload}");
+                    assert!(*batch <= SEND_BATCH);
+                }
+                assert!(got.iter().any(|p| p.2 == SEND_BATCH), "no full batch");
+                assert_eq!(s.stats.heaps, sizes.len() as u64);
+                assert_eq!(s.stats.packets, want.len() as u64);
+                assert_eq!(s.stats.bytes, sizes.iter().sum::<usize>() as u64);
+                assert_eq!(s.next_cnt(), 3 + 4 * sizes.len() as u64);
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_heap_and_a_tiny_packet_size_are_handled() {
+        let seen = Seen::default();
+        let dst = SocketAddrV4::new([127, 0, 0, 1].into(), 9);
+        let mut s = HeapSender::new(Box::new(Record(seen.clone())), vec![dst], 0, 1, 64, None);
+        s.send_heap(0, &[(0x1600, 1)], 0x4300, &[]).unwrap();
+        let empty = HeapBuilder::new(0)
+            .immediate(0x1600, 1)
+            .addressed(0x4300, &[]);
+        let want = empty.packets(data_header_len(1) + 64, true).unwrap();
+        let got: Vec<Vec<u8>> = seen.lock().unwrap().iter().map(|p| p.1.clone()).collect();
+        assert_eq!(got, want.iter().map(|p| p.to_bytes()).collect::<Vec<_>>());
+        // No room for payload (a packet size of 4 bytes): a clear error, nothing sent.
+        let mut s = HeapSender::new(Box::new(Record(seen.clone())), vec![dst], 0, 1, 4, None);
+        let e = s
+            .send_heap(0, &[(0x1600, 1)], 0x4300, &[1; 100])
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("packet payload 4"), "{e}");
+        let e = s.send_heap(5, &[], 0x4300, &[1; 100]).unwrap_err();
+        assert!(e.to_string().contains("no destination 5"), "{e}");
+        assert_eq!(seen.lock().unwrap().len(), 1);
     }
 }

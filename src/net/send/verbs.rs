@@ -81,8 +81,7 @@ pub struct PeerDirectConfig {
 /// immediate items, `packet_payload` asked for: as `HeapSender`, the packet size is rounded
 /// down to a multiple of 8. Zero where `packet_payload` is too small.
 pub fn payload_per_packet(n_immediates: usize, packet_payload: usize) -> usize {
-    let spead = PeerDirectSender::spead_header_len(n_immediates);
-    ((spead + packet_payload) & !7).saturating_sub(spead)
+    crate::spead::data_payload_per_packet(n_immediates, packet_payload)
 }
 
 impl PeerDirectConfig {
@@ -166,7 +165,7 @@ unsafe impl Send for PeerDirectSender {}
 impl PeerDirectSender {
     /// SPEAD header bytes of a data packet (8 + 8 × (4 standard + immediates + payload)).
     pub fn spead_header_len(n_immediates: usize) -> usize {
-        HEADER_BYTES + 8 * (4 + n_immediates + 1)
+        crate::spead::data_header_len(n_immediates)
     }
 
     /// Builds the sender over a live QP and CQ. `items`: device address of each output
@@ -290,22 +289,14 @@ impl PeerDirectSender {
         let dst = cfg.dests[plan.dst];
         let spead = Self::spead_header_len(cfg.immediate_ids.len());
         write_udp_headers(h, cfg.src_mac, None, cfg.src, dst, cfg.ttl, spead + len);
-        let s = &mut h[42..42 + spead];
-        let n_ptrs = (4 + cfg.immediate_ids.len() + 1) as u16;
-        s[..8].copy_from_slice(&[0x53, 4, 2, 6, 0, 0, (n_ptrs >> 8) as u8, n_ptrs as u8]);
-        let mut put = |k: usize, p: ItemPointer| {
-            s[8 + 8 * k..16 + 8 * k].copy_from_slice(&p.to_raw().to_be_bytes());
-        };
-        put(0, ItemPointer::immediate(ids::HEAP_CNT, 0));
-        put(1, ItemPointer::immediate(ids::HEAP_SIZE, plan.len));
-        put(2, ItemPointer::immediate(ids::HEAP_OFFSET, off));
-        put(3, ItemPointer::immediate(ids::PAYLOAD_LENGTH, len as u64));
-        for (k, &id) in cfg.immediate_ids.iter().enumerate() {
-            put(4 + k, ItemPointer::immediate(id, 0));
-        }
-        put(
-            4 + cfg.immediate_ids.len(),
-            ItemPointer::address(cfg.payload_id, 0),
+        crate::spead::write_data_header(
+            &mut h[42..42 + spead],
+            0,
+            plan.len,
+            off,
+            len as u64,
+            cfg.immediate_ids.iter().map(|&id| (id, 0)),
+            cfg.payload_id,
         );
     }
 
