@@ -33,7 +33,7 @@ use plan::{dsim_names, xb_recv_threads, xbgpu_names, CorePlan, Dsims, Pin, Sizes
 use procs::stop_all;
 pub use procs::ChildError;
 pub use receive::Dump;
-use receive::{assemble, receive_dumps, write_visibilities};
+use receive::{assemble, receive_dumps, write_dumps};
 
 /// `gpucbf array` options.
 #[derive(Debug, Clone, Args)]
@@ -409,7 +409,7 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
     let assembled = assemble(parts, (c / nx) * nbl * 8, &cfg.x_names)?;
     let dumps = assembled.dumps;
     let wall = streamed.t0.elapsed().as_secs_f64();
-    write_visibilities(dir, &dumps, n, c)?;
+    write_dumps(dir, &dumps, n, c)?;
     // Lost data can leave nothing to image: that is reported, not a failure of the run.
     let products = image::write_products(dir, &dumps, n, c, fs, &positions).unwrap_or_else(|e| {
         warn!(error = %e, "no image written");
