@@ -1,5 +1,5 @@
-//! Minimal `.npy` reader and writer: little-endian float32/64 and complex64/128, C order,
-//! format versions 1.0–3.0 on input, 1.0 on output.
+//! Minimal `.npy` reader and writer: little-endian float32/64, complex64/128, int32, uint64
+//! and bool, C order, format versions 1.0–3.0 on input, 1.0 on output.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -17,6 +17,12 @@ pub enum NpyData {
     C64(Vec<Complex<f32>>),
     /// `<c16`: complex128 (float64 real, then imaginary).
     C128(Vec<Complex<f64>>),
+    /// `<i4`: int32.
+    I32(Vec<i32>),
+    /// `<u8`: uint64.
+    U64(Vec<u64>),
+    /// `|b1`: bool (one byte, 0 or 1).
+    Bool(Vec<bool>),
 }
 
 impl NpyData {
@@ -26,6 +32,19 @@ impl NpyData {
             NpyData::F64(_) => "<f8",
             NpyData::C64(_) => "<c8",
             NpyData::C128(_) => "<c16",
+            NpyData::I32(_) => "<i4",
+            NpyData::U64(_) => "<u8",
+            NpyData::Bool(_) => "|b1",
+        }
+    }
+
+    /// Bytes per element.
+    fn width(&self) -> usize {
+        match self {
+            NpyData::Bool(_) => 1,
+            NpyData::F32(_) | NpyData::I32(_) => 4,
+            NpyData::F64(_) | NpyData::C64(_) | NpyData::U64(_) => 8,
+            NpyData::C128(_) => 16,
         }
     }
 
@@ -36,6 +55,9 @@ impl NpyData {
             NpyData::F64(v) => v.len(),
             NpyData::C64(v) => v.len(),
             NpyData::C128(v) => v.len(),
+            NpyData::I32(v) => v.len(),
+            NpyData::U64(v) => v.len(),
+            NpyData::Bool(v) => v.len(),
         }
     }
 
@@ -51,6 +73,9 @@ impl NpyData {
             NpyData::F64(_) => "float64",
             NpyData::C64(_) => "complex64",
             NpyData::C128(_) => "complex128",
+            NpyData::I32(_) => "int32",
+            NpyData::U64(_) => "uint64",
+            NpyData::Bool(_) => "bool",
         }
     }
 }
@@ -118,8 +143,8 @@ fn dict_value<'a>(h: &'a str, key: &str) -> Option<&'a str> {
     Some(rest[..end].trim())
 }
 
-/// Reads a `.npy` file (format 1.0, 2.0 or 3.0; little-endian `<f4`, `<f8`, `<c8` or `<c16`;
-/// C order) whole into memory.
+/// Reads a `.npy` file (format 1.0, 2.0 or 3.0; little-endian `<f4`, `<f8`, `<c8`, `<c16`,
+/// `<i4`, `<u8` or `|b1`; C order) whole into memory.
 pub fn read_npy(path: &Path) -> Result<NpyArray, NpyError> {
     let io = |source| NpyError::Io {
         op: "reading",
@@ -165,13 +190,17 @@ pub fn read_npy(path: &Path) -> Result<NpyArray, NpyError> {
         .map_err(|e| fmt_err(path, format!("bad shape {shape_s}: {e}")))?;
     let body = &bytes[hstart + hlen..];
     let width = match descr {
-        "<f4" => 4,
-        "<f8" | "<c8" => 8,
+        "|b1" => 1,
+        "<f4" | "<i4" => 4,
+        "<f8" | "<c8" | "<u8" => 8,
         "<c16" => 16,
         d => {
             return Err(fmt_err(
                 path,
-                format!("dtype {d} (need little-endian float32/64 or complex64/128)"),
+                format!(
+                    "dtype {d} (need little-endian float32/64, complex64/128, int32, uint64 \
+                     or bool)"
+                ),
             ))
         }
     };
@@ -199,6 +228,17 @@ pub fn read_npy(path: &Path) -> Result<NpyArray, NpyError> {
                 .map(|c| Complex::new(f4(&c[..4]), f4(&c[4..])))
                 .collect(),
         ),
+        "<i4" => NpyData::I32(
+            body.chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ),
+        "<u8" => NpyData::U64(
+            body.chunks_exact(8)
+                .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                .collect(),
+        ),
+        "|b1" => NpyData::Bool(body.iter().map(|&b| b != 0).collect()),
         _ => NpyData::C128(
             body.chunks_exact(16)
                 .map(|c| Complex::new(f8(&c[..8]), f8(&c[8..])))
@@ -239,7 +279,7 @@ pub fn write_npy(path: &Path, shape: &[usize], data: &NpyData) -> Result<(), Npy
     let total = 10 + header.len() + 1;
     header.push_str(&" ".repeat((64 - total % 64) % 64));
     header.push('\n');
-    let mut out = Vec::with_capacity(10 + header.len() + data.len() * 16);
+    let mut out = Vec::with_capacity(10 + header.len() + data.len() * data.width());
     out.extend_from_slice(b"\x93NUMPY\x01\x00");
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
@@ -258,6 +298,13 @@ pub fn write_npy(path: &Path, shape: &[usize], data: &NpyData) -> Result<(), Npy
             out.extend_from_slice(&x.re.to_le_bytes());
             out.extend_from_slice(&x.im.to_le_bytes());
         }),
+        NpyData::I32(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        NpyData::U64(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        NpyData::Bool(v) => out.extend(v.iter().map(|&b| u8::from(b))),
     }
     std::fs::File::create(path)
         .and_then(|mut f| f.write_all(&out))
@@ -284,6 +331,9 @@ mod unit {
                 vec![2, 1, 1],
                 NpyData::C128(vec![Complex::new(0.5, 2.0), Complex::new(-3.0, 1e-300)]),
             ),
+            (vec![2, 2], NpyData::I32(vec![i32::MIN, 1, -7, i32::MAX])),
+            (vec![2], NpyData::U64(vec![0, u64::MAX])),
+            (vec![3], NpyData::Bool(vec![true, false, true])),
         ];
         for (i, (shape, data)) in cases.into_iter().enumerate() {
             let p = dir.join(format!("a{i}.npy"));

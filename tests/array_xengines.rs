@@ -5,8 +5,9 @@
 //!
 //! Not byte for byte: the runs' data start at the wall clock (timestamps count from a
 //! sync time of the run's start) and the F-engines' dither is keyed by the absolute
-//! spectrum (and a seed drawn per run), so two runs quantise the same sky with different
-//! dither. The dsim's signal repeats every 2^22 samples and a dump here is exactly 2^22
+//! spectrum, so two runs one after the other quantise the same sky with different dither
+//! (side by side from one `--sync-time` they agree byte for byte:
+//! tests/interop/test_compare_arrays.py). The dsim's signal repeats every 2^22 samples and a dump here is exactly 2^22
 //! samples (8 batches of 2^19), so every dump of both runs correlates the same samples;
 //! what differs is the dither, a fraction of a percent of each channel's visibilities,
 //! while the channel-to-channel structure (per-antenna delays, the tone) changes the

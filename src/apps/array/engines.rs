@@ -11,6 +11,9 @@ use super::procs::{child, child_env, stop, stop_all, wait_json, wait_ready, Proc
 use super::ArrayConfig;
 use crate::apps::soak::{EngineTarget, Soak, SoakOptions, SoakReport};
 
+/// The F-engines' `--dither-seed` (each engine's dither differs: it is keyed by feng_id).
+const FGPU_DITHER_SEED: u64 = 1;
+
 /// The engine processes: the XB-engines and one F-engine per antenna (as far as started).
 #[derive(Default)]
 pub(super) struct Engines {
@@ -116,6 +119,11 @@ pub(super) fn start_engines(
             .chain([
                 s("--gain"),
                 gain.to_string(),
+                // A fixed seed (the dither is keyed by it, the feng_id and the absolute
+                // spectrum): the products are a function of the timestamp, so two arrays
+                // from one `--sync-time` agree byte for byte.
+                s("--dither-seed"),
+                FGPU_DITHER_SEED.to_string(),
                 s("--backend"),
                 backend.clone(),
                 s("--katcp-port"),

@@ -33,7 +33,7 @@ use plan::{dsim_names, xb_recv_threads, xbgpu_names, CorePlan, Dsims, Pin, Sizes
 use procs::stop_all;
 pub use procs::ChildError;
 pub use receive::Dump;
-use receive::{assemble, receive_dumps, write_visibilities};
+use receive::{assemble, receive_dumps, write_dumps};
 
 /// `gpucbf array` options.
 #[derive(Debug, Clone, Args)]
@@ -92,6 +92,13 @@ pub struct ArrayArgs {
     /// Seconds from the start of the data during which the soak report expects losses.
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
     pub soak_warm_up: f64,
+    /// UNIX time of ADC timestamp 0 for every dsim and engine (default: the run's start,
+    /// whole seconds). The data are a function of the timestamp (the dsims' signals, noise
+    /// and dither, the F-engines' dither: every seed fixed), so two arrays started side by
+    /// side from one sync time (their own --base-port) give identical dumps for every
+    /// timestamp whole in both (`tools/compare_arrays.py`).
+    #[arg(long, value_name = "UNIX_SECONDS")]
+    pub sync_time: Option<f64>,
 }
 
 /// A checked array configuration: the options, and the engines' shapes that follow.
@@ -160,6 +167,20 @@ impl ArrayArgs {
                 format!("--soak-warm-up {}", self.soak_warm_up),
                 "must be at least 0 and shorter than --duration",
             ));
+        }
+        if let Some(t) = self.sync_time {
+            let now = unix_now().unwrap_or(f64::INFINITY);
+            // The engines refuse a future one; a day back keeps the 48-bit timestamps far
+            // from wrapping at any rate allowed here (2^48 samples: 0.8 days at 4e9).
+            if !(t.is_finite() && t > 0.0 && t <= now + 1.0 && now - t <= MAX_SYNC_AGE_S) {
+                return Err(ConfigError::rule(
+                    format!("--sync-time {t}"),
+                    format!(
+                        "must be a UNIX time not in the future and at most {} hours ago",
+                        MAX_SYNC_AGE_S / 3600.0
+                    ),
+                ));
+            }
         }
         let c = self.channels;
         if !c.is_power_of_two() || !(64..=32768).contains(&c) {
@@ -232,6 +253,10 @@ impl ArrayArgs {
         })
     }
 }
+
+/// Oldest `--sync-time` (seconds before now): 2^48 samples at `MAX_ADC_RATE` last 19.5
+/// hours, and the run must fit after it.
+const MAX_SYNC_AGE_S: f64 = 12.0 * 3600.0;
 
 /// Lowest `--adc-sample-rate` (Hz).
 const MIN_ADC_RATE: f64 = 1e5;
@@ -329,8 +354,11 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
     let signals: Vec<String> = (0..cfg.dsim_names.len())
         .map(|d| model.dsim_signals_for(&positions, fs, cfg.dsim_antennas(d)))
         .collect();
-    // Timestamps count from the start of the run.
-    let sync = unix_now()?.floor().to_string();
+    // Timestamps count from the start of the run, or from the sync time given.
+    let sync = match args.sync_time {
+        Some(t) => t.to_string(),
+        None => unix_now()?.floor().to_string(),
+    };
     info!(
         antennas = n,
         channels = c,
@@ -409,7 +437,7 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
     let assembled = assemble(parts, (c / nx) * nbl * 8, &cfg.x_names)?;
     let dumps = assembled.dumps;
     let wall = streamed.t0.elapsed().as_secs_f64();
-    write_visibilities(dir, &dumps, n, c)?;
+    write_dumps(dir, &dumps, n, c)?;
     // Lost data can leave nothing to image: that is reported, not a failure of the run.
     let products = image::write_products(dir, &dumps, n, c, fs, &positions).unwrap_or_else(|e| {
         warn!(error = %e, "no image written");
@@ -572,6 +600,22 @@ mod tests {
         assert!(e.starts_with("--gpus 0 must be in 1..=16"), "{e}");
         let one = validate(&[]).unwrap();
         assert_eq!(one.gpus.engine(1), None);
+    }
+
+    /// `--sync-time`: a UNIX time now or in the last 12 hours; future, ancient or
+    /// non-finite ones are refused by name.
+    #[test]
+    fn sync_time_must_be_recent_and_not_future() {
+        let now = unix_now().unwrap().floor();
+        let cfg = validate(&["--sync-time", &(now - 1.0).to_string()]).unwrap();
+        assert_eq!(cfg.args.sync_time, Some(now - 1.0));
+        assert!(validate(&["--sync-time", &(now - 11.0 * 3600.0).to_string()]).is_ok());
+        for bad in [now + 60.0, now - 13.0 * 3600.0, 0.0, f64::NAN] {
+            let e = validate(&[&format!("--sync-time={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("--sync-time"), "{e}");
+        }
     }
 
     /// `--x-engines` must split the channels into powers of two of at least 64 channels;

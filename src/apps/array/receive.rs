@@ -1,6 +1,6 @@
 //! The array's receiver: this process takes each XB-engine's correlation products off
 //! loopback UDP as [`Dump`]s, assembles the full band of every timestamp from the
-//! XB-engines' channel ranges ([`assemble`]), and writes them as `visibilities.npy`.
+//! XB-engines' channel ranges ([`assemble`]), and writes them ([`write_dumps`]).
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -14,6 +14,8 @@ use crate::net::{
     recv::udp::UdpRecvSource,
     recv::{PacketSource, Poll},
 };
+use crate::npy::{write_npy, NpyData};
+use crate::spead::icd::MISSING;
 use crate::spead::{ids, Assembler, AssemblerStats, ItemValue};
 
 /// One dump of correlation products.
@@ -23,6 +25,13 @@ pub struct Dump {
     pub timestamp: u64,
     /// (channel, baseline, product, re/im) int32.
     pub raw: Vec<i32>,
+}
+
+impl Dump {
+    /// Whether some product carries the ICD's MISSING marker (an antenna absent).
+    pub fn incomplete(&self) -> bool {
+        self.raw.chunks_exact(2).any(|p| p == MISSING)
+    }
 }
 
 /// Receives X-engine heaps on `addr` until `stop` is set and the socket has been idle.
@@ -126,16 +135,16 @@ pub fn assemble(
     Ok(out)
 }
 
-/// Writes the dumps of `n` antennas × `c` channels as `visibilities.npy` (dump, channel,
-/// baseline, product; complex64).
-pub(crate) fn write_visibilities(
-    dir: &Path,
-    dumps: &[Dump],
-    n: usize,
-    c: usize,
-) -> anyhow::Result<()> {
+/// Writes the dumps of `n` antennas × `c` channels: `visibilities.npy` (dump, channel,
+/// baseline, product; complex64), the same products exactly as sent in `products.npy`
+/// (dump, channel, baseline, product, re/im; int32: complex64 rounds values past 2^24),
+/// `timestamps.npy` (each dump's ADC timestamp, uint64) and `incomplete.npy` (bool: some
+/// product of the dump carries the MISSING marker), so that runs can be compared dump by
+/// dump (`tools/compare_arrays.py`).
+pub(crate) fn write_dumps(dir: &Path, dumps: &[Dump], n: usize, c: usize) -> anyhow::Result<()> {
     let nbl = n * (n + 1) / 2;
     let mut vis = Vec::with_capacity(dumps.len() * c * nbl * 4);
+    let mut raw = Vec::with_capacity(dumps.len() * c * nbl * 8);
     for d in dumps {
         if d.raw.len() != c * nbl * 4 * 2 {
             anyhow::bail!(
@@ -150,13 +159,20 @@ pub(crate) fn write_visibilities(
                 .chunks_exact(2)
                 .map(|p| Complex32::new(p[0] as f32, p[1] as f32)),
         );
+        raw.extend_from_slice(&d.raw);
     }
-    crate::npy::write_npy(
-        &dir.join("visibilities.npy"),
-        &[dumps.len(), c, nbl, 4],
-        &crate::npy::NpyData::C64(vis),
-    )
-    .map_err(|e| anyhow::anyhow!("visibilities.npy: {e}"))
+    let timestamps = dumps.iter().map(|d| d.timestamp).collect();
+    let incomplete = dumps.iter().map(Dump::incomplete).collect();
+    let nd = dumps.len();
+    for (name, shape, data) in [
+        ("visibilities.npy", vec![nd, c, nbl, 4], NpyData::C64(vis)),
+        ("products.npy", vec![nd, c, nbl, 4, 2], NpyData::I32(raw)),
+        ("timestamps.npy", vec![nd], NpyData::U64(timestamps)),
+        ("incomplete.npy", vec![nd], NpyData::Bool(incomplete)),
+    ] {
+        write_npy(&dir.join(name), &shape, &data).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -209,5 +225,38 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert_eq!(e, "xbgpu1 sent a dump at 1 of 3 values, expected 1");
+    }
+
+    /// The four files hold the dumps in order: products exactly (int32), the timestamps,
+    /// and which dumps carry a MISSING marker.
+    #[test]
+    fn dumps_are_written_with_timestamps_and_missing_flags() {
+        use crate::npy::read_npy;
+        let dir = std::env::temp_dir().join(format!("gpucbf-dumps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // One antenna (one baseline), one channel: 4 products of (re, im).
+        let big = (1 << 24) + 1;
+        let whole = dump(4096, &[big, -3, 1, 2, 3, 4, 5, 6]);
+        let marked = dump(8192, &[1, 2, i32::MIN, 1, 0, 0, 0, 0]);
+        // (MISSING's halves in different products do not count.)
+        let split = dump(12288, &[0, i32::MIN, 1, 0, 0, 0, 0, 0]);
+        write_dumps(&dir, &[whole, marked, split], 1, 1).unwrap();
+        let read = |f: &str| read_npy(&dir.join(f)).unwrap();
+        let p = read("products.npy");
+        assert_eq!(p.shape, [3, 1, 1, 4, 2]);
+        let NpyData::I32(v) = p.data else { panic!() };
+        assert_eq!(v[..2], [big, -3]);
+        assert_eq!(v[10..12], [i32::MIN, 1]);
+        assert_eq!(
+            read("timestamps.npy").data,
+            NpyData::U64(vec![4096, 8192, 12288])
+        );
+        assert_eq!(
+            read("incomplete.npy").data,
+            NpyData::Bool(vec![false, true, false])
+        );
+        assert_eq!(read("visibilities.npy").shape, [3, 1, 1, 4]);
+        assert!(write_dumps(&dir, &[dump(1, &[1])], 1, 1).is_err());
+        std::fs::remove_dir_all(&dir).ok();
     }
 }
