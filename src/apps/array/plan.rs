@@ -79,9 +79,34 @@ impl Sizes {
                 s("--recv-prealloc"),
                 s("18"),
             ],
-            xbgpu_recv: vec![s("--recv-buffer"), buffer, s("--recv-prealloc"), s("10")],
+            xbgpu_recv: {
+                let k = xb_window_chunks(adc_rate, 32, jones);
+                vec![
+                    s("--recv-buffer"),
+                    buffer,
+                    s("--recv-chunks"),
+                    k.to_string(),
+                    s("--recv-prealloc"),
+                    (k + 8).to_string(),
+                ]
+            },
         }
     }
+}
+
+/// Seconds of F-engine output an XB-engine's receive window spans at a real rate: a heap
+/// may come this late relative to the newest one and still be placed. The F-engines'
+/// output lags differ: on the 2-GPU H100 host, 4 antennas at 856 MS/s ran with lags of
+/// 0.73-0.85 s (±0.05 s), and a window of 2 chunks (0.16 s there) rejected 17 % of the
+/// heaps as too old.
+pub const XB_WINDOW_SECONDS: f64 = 0.25;
+
+/// XB-engine receive chunks (`--recv-chunks`) that span [`XB_WINDOW_SECONDS`] with chunks
+/// of `heaps` heaps per F-engine, each `jones / channels` spectra of `2 × channels` ADC
+/// samples at `adc_rate`: at least 2 (the engines' default), at most 16.
+pub fn xb_window_chunks(adc_rate: f64, heaps: usize, jones: usize) -> usize {
+    let chunk_seconds = (heaps * 2 * jones) as f64 / adc_rate;
+    ((XB_WINDOW_SECONDS / chunk_seconds).ceil() as usize).clamp(2, 16)
 }
 
 /// The options that give an XB-engine its share of the band and its chunk shape (the
@@ -413,20 +438,21 @@ impl CorePlan {
         }
     }
 
-    /// The cores of the pinned threads that tolerate company: the dsims' send threads
-    /// (paced: a send that comes late goes out at once and the rate holds) and the
-    /// F-engines' send threads (fed from a queue of batches). A receive thread that waits
-    /// lets its socket overflow, so its core is never shared. Session 12 on the 16-core
-    /// H100: with the other threads on the XB-engines' receive cores, 2 antennas lost
-    /// 671k datagrams in the kernel.
+    /// The cores of the pinned threads that tolerate company: the F-engines' send threads,
+    /// fed from a queue of batches. A receive thread that waits lets its socket overflow,
+    /// so its core is never shared; nor is a dsim's, which stands in for a digitiser and
+    /// should not depend on the engines' load. Session 12 on the 16-core H100: with the
+    /// other threads on the XB-engines' receive cores, 2 antennas lost 671k datagrams in
+    /// the kernel. Session 13, 2 L-band antennas there: with them on the dsim and F send
+    /// cores (300 s) and on the F send cores alone (200 s), nothing was lost after the
+    /// warm-up.
     pub fn sharing(&self) -> Vec<usize> {
         let mut out: Vec<usize> = self
             .engines
             .iter()
             .flat_map(|e| match &e.place {
-                Placement::Dsim { send, .. } => send.clone(),
                 Placement::Fgpu { send, .. } => send.clone(),
-                Placement::Xbgpu { .. } => Vec::new(),
+                Placement::Dsim { .. } | Placement::Xbgpu { .. } => Vec::new(),
             })
             .collect();
         out.sort_unstable();
@@ -458,7 +484,7 @@ impl CorePlan {
             .chain(std::iter::once(
                 if spare_cores(&self.available, &self.engines).is_empty() {
                     format!(
-                        "core plan: none spare: other threads (main, GPU, metrics) share the dsim and F-engine send cores {}",
+                        "core plan: none spare: other threads (main, GPU, metrics) share the F-engine send cores {}",
                         CoreList(self.sharing())
                     )
                 } else {
@@ -524,10 +550,15 @@ mod tests {
             l.fgpu_recv.join(" "),
             "--recv-buffer 268435456 --recv-chunks 8 --recv-prealloc 18"
         );
+        // 39 ms XB chunks at 1712e6: 7 of them span the 0.25 s window; 4 at 856e6,
+        // the engines' default 2 at 428e6 (0.16 s chunks) and below.
         assert_eq!(
             l.xbgpu_recv.join(" "),
-            "--recv-buffer 268435456 --recv-prealloc 10"
+            "--recv-buffer 268435456 --recv-chunks 7 --recv-prealloc 15"
         );
+        assert_eq!(xb_window_chunks(856e6, 32, 1 << 20), 4);
+        assert_eq!(xb_window_chunks(428e6, 32, 1 << 20), 2);
+        assert_eq!(xb_window_chunks(1e12, 32, 1 << 20), 16);
         assert_eq!(Sizes::for_rate(100e6, 32768).jones_per_batch, 1 << 20);
         // Whole batches (2 × jones samples) per receive chunk at every channel count.
         for c in [64, 1024, 4096, 32768] {
@@ -610,9 +641,9 @@ mod tests {
         );
         assert_eq!(p.args("xbgpu1").join(" "), "--recv-affinity 7");
         assert_eq!(p.args("xbgpu3").join(" "), "--recv-affinity 15");
-        // Every core pinned: the other threads share the dsim and F send cores, never a
-        // receive core, and the plan says so.
-        let mut sharing: Vec<usize> = ["dsim0", "dsim1", "fgpu0", "fgpu1"]
+        // Every core pinned: the other threads share the F send cores, never a receive or
+        // dsim core, and the plan says so.
+        let mut sharing: Vec<usize> = ["fgpu0", "fgpu1"]
             .iter()
             .flat_map(
                 |n| match &p.engines.iter().find(|e| e.name == *n).unwrap().place {
@@ -622,11 +653,11 @@ mod tests {
             )
             .collect();
         sharing.sort_unstable();
-        assert_eq!(sharing, [0, 1, 4, 5, 8, 9, 12, 13]);
+        assert_eq!(sharing, [4, 5, 12, 13]);
         assert_eq!(p.spare(), sharing);
         let last = p.lines().last().unwrap().clone();
         assert!(
-            last.contains("none spare") && last.ends_with("0-1,4-5,8-9,12-13"),
+            last.contains("none spare") && last.ends_with("4-5,12-13"),
             "{last}"
         );
     }
