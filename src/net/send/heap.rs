@@ -111,13 +111,11 @@ impl HeapSender {
         payload_id: u16,
         payload: &[u8],
     ) -> io::Result<()> {
+        let dst = self.destination(dst)?;
         if payload.is_empty() {
-            return self.send_heap_built(dst, immediates, payload_id, payload);
+            return self.send_empty_heap(dst, immediates, payload_id);
         }
         let mut t = Instant::now();
-        let dst = *self.dests.get(dst).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, format!("no destination {dst}"))
-        })?;
         let per_packet = data_payload_per_packet(immediates.len(), self.packet_payload);
         let hlen = data_header_len(immediates.len());
         if per_packet == 0 {
@@ -182,14 +180,20 @@ impl HeapSender {
         Ok(())
     }
 
-    /// [`HeapSender::send_heap`] through [`HeapBuilder`] (a heap with no payload: one
-    /// packet with a NULL pointer and a pad byte, as spead2 sends it).
-    fn send_heap_built(
+    /// Destination `dst`'s address.
+    fn destination(&self, dst: usize) -> io::Result<SocketAddrV4> {
+        self.dests.get(dst).copied().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("no destination {dst}"))
+        })
+    }
+
+    /// A data heap with no payload, through [`HeapBuilder`]: one packet with a NULL
+    /// pointer and a pad byte, as spead2 sends it.
+    fn send_empty_heap(
         &mut self,
-        dst: usize,
+        dst: SocketAddrV4,
         immediates: &[(u16, u64)],
         payload_id: u16,
-        payload: &[u8],
     ) -> io::Result<()> {
         let cnt = self.next_cnt;
         self.next_cnt = self.next_cnt.wrapping_add(self.cnt_step);
@@ -197,16 +201,13 @@ impl HeapSender {
         for &(id, v) in immediates {
             h = h.immediate(id, v);
         }
-        h = h.addressed(payload_id, payload);
+        h = h.addressed(payload_id, &[]);
         let packets = h
             .packets(
                 data_header_len(immediates.len()) + self.packet_payload,
                 true,
             )
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let dst = *self.dests.get(dst).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, format!("no destination {dst}"))
-        })?;
         for p in &packets {
             if let Some(pacer) = self.pacer.as_mut() {
                 pacer.wait(p.len());
