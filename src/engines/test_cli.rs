@@ -1,7 +1,12 @@
 //! What the engines' tests share: the command-line wrappers they parse engine options with,
-//! and scratch paths unique to this process.
+//! scratch paths unique to this process, the backends to run, a captured log, the payloads
+//! of a pcap capture and a UDP socket drained while an engine sends to it.
 
+use std::net::{SocketAddrV4, UdpSocket};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use clap::Parser;
 
@@ -52,4 +57,121 @@ pub(crate) fn dsim_capture(path: &Path) {
     .unwrap()
     .a;
     super::dsim::run(&d.validate().unwrap()).unwrap();
+}
+
+/// The backends to run here: the CPU one, and the GPU one where there is a GPU.
+pub(crate) fn backends() -> Vec<&'static str> {
+    let mut b = vec!["cpu"];
+    if crate::gpu::gpu_available() {
+        b.push("gpu");
+    }
+    b
+}
+
+/// How many lines of `log` mention `--use-peerdirect`.
+pub(crate) fn peerdirect_lines(log: &str) -> usize {
+    log.lines()
+        .filter(|l| l.contains("--use-peerdirect"))
+        .count()
+}
+
+/// Runs `f`, returning its result and what it logged on this thread (no colours).
+pub(crate) fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let w = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || w.clone())
+        .finish();
+    let r = tracing::subscriber::with_default(subscriber, f);
+    let out = buf.0.lock().unwrap().clone();
+    (r, String::from_utf8(out).unwrap())
+}
+
+/// The destinations and UDP payloads of a capture, in order.
+pub(crate) fn pcap_payloads(path: &Path) -> Vec<(SocketAddrV4, Vec<u8>)> {
+    let mut src = crate::net::recv::pcap::PcapSource::open(path).unwrap();
+    let mut out = Vec::new();
+    while let Some(d) = src.next_payload(|dst, p| (dst, p.to_vec())).unwrap() {
+        out.push(d);
+    }
+    out
+}
+
+/// A UDP socket on 127.0.0.1 (64 MiB buffer) that a thread keeps drained while an engine
+/// sends to it; [`UdpCapture::drain`] takes what came.
+pub(crate) struct UdpCapture {
+    /// Its address, `127.0.0.1:PORT`.
+    pub(crate) dst: String,
+    got: Arc<Mutex<Vec<Vec<u8>>>>,
+    stop: Arc<AtomicBool>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl UdpCapture {
+    /// Binds the socket and starts its reader.
+    pub(crate) fn new() -> Self {
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+        sock.set_recv_buffer_size(64 << 20).unwrap();
+        sock.bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+        let sock: UdpSocket = sock.into();
+        sock.set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        let dst = sock.local_addr().unwrap().to_string();
+        let got = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (got, stop) = (got.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut b = vec![0u8; 65536];
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(n) = sock.recv(&mut b) {
+                        got.lock().unwrap().push(b[..n].to_vec());
+                    }
+                }
+            })
+        };
+        UdpCapture {
+            dst,
+            got,
+            stop,
+            reader: Some(reader),
+        }
+    }
+
+    /// The datagrams received so far, once nothing has come for 300 ms.
+    pub(crate) fn drain(&self) -> Vec<Vec<u8>> {
+        let mut n = usize::MAX;
+        while n != self.got.lock().unwrap().len() {
+            n = self.got.lock().unwrap().len();
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        std::mem::take(&mut *self.got.lock().unwrap())
+    }
+}
+
+impl Drop for UdpCapture {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(r) = self.reader.take() {
+            r.join().ok();
+        }
+    }
 }

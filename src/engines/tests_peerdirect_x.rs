@@ -3,16 +3,13 @@
 //! file): the engine starts, logs the fallback once with the reason, and sends exactly what
 //! it sends without the option, to a pcap file and over UDP.
 
-use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use clap::Parser;
 
-use super::test_cli::{F, X};
+pub(super) use super::test_cli::pcap_payloads as payloads;
+use super::test_cli::{backends, logged, peerdirect_lines, UdpCapture, F, X};
 use crate::engines::xbgpu::XbgpuArgs;
-use crate::net::recv::pcap::PcapSource;
 
 pub(super) fn tmp(name: &str) -> PathBuf {
     super::test_cli::tmp("peerdirect-x", name)
@@ -94,55 +91,11 @@ pub(super) fn xbgpu(
 
 /// Runs the engine with `args`, returning what it logged on this thread.
 fn run_logged(args: XbgpuArgs) -> String {
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buf = Buf::default();
-    let w = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_writer(move || w.clone())
-        .finish();
     let cfg = args.validate().unwrap();
-    let s =
-        tracing::subscriber::with_default(subscriber, || crate::engines::xbgpu::run(&cfg)).unwrap();
+    let (s, log) = logged(|| crate::engines::xbgpu::run(&cfg));
+    let s = s.unwrap();
     assert!(s.corrprods[0].heaps >= 4, "{s:?}");
-    let out = buf.0.lock().unwrap().clone();
-    String::from_utf8(out).unwrap()
-}
-
-/// The destinations and UDP payloads of a capture, in order.
-pub(super) fn payloads(path: &Path) -> Vec<(std::net::SocketAddrV4, Vec<u8>)> {
-    let mut src = PcapSource::open(path).unwrap();
-    let mut out = Vec::new();
-    while let Some(d) = src.next_payload(|dst, p| (dst, p.to_vec())).unwrap() {
-        out.push(d);
-    }
-    out
-}
-
-/// The backends to run here: the CPU one, and the GPU one where there is a GPU.
-fn backends() -> Vec<&'static str> {
-    let mut b = vec!["cpu"];
-    if crate::gpu::gpu_available() {
-        b.push("gpu");
-    }
-    b
-}
-
-/// How many lines of `log` mention `--use-peerdirect`.
-fn peerdirect_lines(log: &str) -> usize {
-    log.lines()
-        .filter(|l| l.contains("--use-peerdirect"))
-        .count()
+    log
 }
 
 /// To a pcap file: `--use-peerdirect` falls back (one line, naming --send-pcap) and the
@@ -194,42 +147,9 @@ fn xbgpu_use_peerdirect_to_pcap_falls_back_and_sends_the_same() {
 fn xbgpu_use_peerdirect_over_udp_without_a_nic_falls_back_and_sends_the_same() {
     let f = tmp("f-udp.pcap");
     feng_capture(&f);
-    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
-    sock.set_recv_buffer_size(64 << 20).unwrap();
-    sock.bind(
-        &"127.0.0.1:0"
-            .parse::<std::net::SocketAddr>()
-            .unwrap()
-            .into(),
-    )
-    .unwrap();
-    let sock: UdpSocket = sock.into();
-    sock.set_read_timeout(Some(Duration::from_millis(50)))
-        .unwrap();
-    let dst = sock.local_addr().unwrap().to_string();
     // A reader keeps the socket drained while the engine sends.
-    let got = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let reader = {
-        let (got, stop) = (got.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut b = vec![0u8; 65536];
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Ok(n) = sock.recv(&mut b) {
-                    got.lock().unwrap().push(b[..n].to_vec());
-                }
-            }
-        })
-    };
-    let drain = || {
-        // Until nothing has come for a while.
-        let mut n = usize::MAX;
-        while n != got.lock().unwrap().len() {
-            n = got.lock().unwrap().len();
-            std::thread::sleep(Duration::from_millis(300));
-        }
-        std::mem::take(&mut *got.lock().unwrap())
-    };
+    let cap = UdpCapture::new();
+    let dst = cap.dst.clone();
     let out = ["--send-interface", "127.0.0.1"];
     let permute = ["--debug-permute-baselines", "0,0"];
     for backend in backends() {
@@ -250,7 +170,7 @@ fn xbgpu_use_peerdirect_over_udp_without_a_nic_falls_back_and_sends_the_same() {
                         assert!(log.contains("the CPU backend computes"), "{log}");
                     }
                 }
-                runs.push(drain());
+                runs.push(cap.drain());
             }
             // Datagrams the engine sent (a stray lost one would show as a count mismatch).
             assert!(runs[0].len() > 4, "{backend}: {}", runs[0].len());
@@ -261,7 +181,6 @@ fn xbgpu_use_peerdirect_over_udp_without_a_nic_falls_back_and_sends_the_same() {
             );
         }
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    reader.join().unwrap();
+    drop(cap);
     std::fs::remove_file(&f).ok();
 }

@@ -6,11 +6,10 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 
+use super::test_cli::pcap_payloads as payloads;
 use super::test_cli::{F, X};
 use crate::engines::fgpu::FgpuArgs;
 use crate::engines::xbgpu::XbgpuArgs;
-
-use crate::net::recv::pcap::PcapSource;
 
 fn tmp(name: &str) -> PathBuf {
     super::test_cli::tmp("vkgdr", name)
@@ -75,16 +74,6 @@ fn xbgpu(extra: &[&str], src: &Path, out: &Path) -> XbgpuArgs {
     X::try_parse_from(line("xbgpu", &own, extra, &src))
         .unwrap()
         .a
-}
-
-/// The destinations and UDP payloads of a capture, in order.
-fn payloads(path: &Path) -> Vec<(std::net::SocketAddrV4, Vec<u8>)> {
-    let mut src = PcapSource::open(path).unwrap();
-    let mut out = Vec::new();
-    while let Some(d) = src.next_payload(|dst, p| (dst, p.to_vec())).unwrap() {
-        out.push(d);
-    }
-    out
 }
 
 /// `--use-vkgdr` parses on both engines (off by default).
