@@ -223,7 +223,8 @@ fn output_sender(
 /// Bytes per second `spec`'s heaps take on the wire (SPEAD headers included) ×
 /// `--send-rate-factor`.
 fn output_rate(cfg: &FgpuConfig, spec: &WidebandSpec) -> f64 {
-    let header = (8 + 8 * 8) as f64;
+    // Three immediates: timestamp, feng_id, frequency.
+    let header = crate::spead::data_header_len(3) as f64;
     let values_per_s =
         2.0 * cfg.adc_sample_rate * spec.channels as f64 / spec.samples_between_spectra() as f64;
     values_per_s

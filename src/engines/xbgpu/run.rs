@@ -337,7 +337,9 @@ fn corrprod_rate(cfg: &XbgpuConfig, c: &CorrprodSpec) -> Option<f64> {
     let heap_bytes = cfg.shape.output_len() * 4;
     let interval =
         (c.heap_accumulation_threshold * cfg.placement.batch_step()) as f64 / cfg.adc_sample_rate;
-    let rate = heap_bytes as f64 * (1.0 + 64.0 / cfg.io.send_packet_payload as f64) / interval;
+    // Two immediates: timestamp, frequency.
+    let header = crate::spead::data_header_len(2) as f64;
+    let rate = heap_bytes as f64 * (1.0 + header / cfg.io.send_packet_payload as f64) / interval;
     paced(cfg, rate)
 }
 
@@ -462,8 +464,10 @@ fn beam_output(
     let names: Vec<String> = cfg.beams.iter().map(|b| b.name.clone()).collect();
     let dsts = cfg.beams.iter().map(|b| b.dst).collect();
     let beam_bytes = cps * sph * 2;
+    // Three immediates: timestamp, frequency, beam_ants.
+    let header = crate::spead::data_header_len(3) as f64;
     let rate =
-        names.len() as f64 * beam_bytes as f64 * (1.0 + 72.0 / cfg.io.send_packet_payload as f64)
+        names.len() as f64 * beam_bytes as f64 * (1.0 + header / cfg.io.send_packet_payload as f64)
             / (batch_step as f64 / cfg.adc_sample_rate);
     let sender = sender(
         cfg,
