@@ -75,29 +75,7 @@ pub(crate) fn peerdirect_lines(log: &str) -> usize {
         .count()
 }
 
-/// Runs `f`, returning its result and what it logged on this thread (no colours).
-pub(crate) fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buf = Buf::default();
-    let w = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_writer(move || w.clone())
-        .finish();
-    let r = tracing::subscriber::with_default(subscriber, f);
-    let out = buf.0.lock().unwrap().clone();
-    (r, String::from_utf8(out).unwrap())
-}
+pub(crate) use crate::telemetry::logged;
 
 /// The destinations and UDP payloads of a capture, in order.
 pub(crate) fn pcap_payloads(path: &Path) -> Vec<(SocketAddrV4, Vec<u8>)> {

@@ -295,27 +295,7 @@ mod tests {
 
     /// What dropping `sink` logs.
     fn logged_on_drop(sink: PcapSink) -> String {
-        use std::sync::{Arc, Mutex};
-        #[derive(Clone, Default)]
-        struct Buf(Arc<Mutex<Vec<u8>>>);
-        impl io::Write for Buf {
-            fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> io::Result<()> {
-                Ok(())
-            }
-        }
-        let buf = Buf::default();
-        let w = buf.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || w.clone())
-            .finish();
-        tracing::subscriber::with_default(subscriber, || drop(sink));
-        let out = buf.0.lock().unwrap().clone();
-        String::from_utf8(out).unwrap()
+        crate::telemetry::logged(|| drop(sink)).1
     }
 
     /// A write that fails (a full disk) names the file and the operation, not pcap-file's
