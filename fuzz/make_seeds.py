@@ -147,6 +147,9 @@ def main():
 
     for i, s in enumerate(["1e-9,0:0.5,0", "-2.5e-6,1e-12:3.14,-0.01", "1.5-2j", "3j"]):
         write("delay_model", f"value{i}", struct.pack("<Q", 123456789 * (i + 1)) + s.encode())
+    # CI's find on 3df55ea: a phase rate near f64::MAX made r·rate infinite and the phase
+    # NaN at a distant timestamp; now refused (|phase rate| ≤ π rad/sample, |delay| ≤ 2^53).
+    write("delay_model", "huge_rates", struct.pack("<Q", 3689348814741906525) + b"5e302,0.2:0,3.35e303")
 
 
 if __name__ == "__main__":

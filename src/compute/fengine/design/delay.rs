@@ -26,9 +26,14 @@ pub struct LinearDelayModel {
     pub delay_rate: f64,
     /// Phase at `start`, radians.
     pub phase: f64,
-    /// Phase rate, radians per ADC sample (rad/s ÷ adc_rate).
+    /// Phase rate, radians per ADC sample (rad/s ÷ adc_rate); |rate| ≤ π.
     pub phase_rate: f64,
 }
+
+/// The largest |delay| a model takes, ADC samples: 2^53, where every whole number of
+/// samples is still an exact f64 and the coarse delay an exact i64 (61 days at 1712 MHz,
+/// far beyond any engine's `--max-delay-diff`).
+pub(crate) const MAX_MODEL_DELAY: f64 = (1u64 << 53) as f64;
 
 /// A run of output spectra sharing one coarse delay.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,7 +94,9 @@ pub fn input_span(segs: &[DelaySegment], window: impl Fn(usize) -> usize) -> Opt
 }
 
 impl LinearDelayModel {
-    /// Checks that every term is finite and |delay_rate| < 1.
+    /// Checks that every term is finite, |delay| ≤ [`MAX_MODEL_DELAY`], |delay_rate| < 1
+    /// and |phase_rate| ≤ π rad per sample (a faster phase aliases; a rate near f64::MAX
+    /// would make r·rate infinite and the phase NaN at a distant timestamp).
     pub fn validate(&self) -> Result<(), FError> {
         for (what, value) in [
             ("delay", self.delay),
@@ -107,13 +114,28 @@ impl LinearDelayModel {
                 why: format!("|{}| must be < 1", self.delay_rate),
             });
         }
+        if self.delay.abs() > MAX_MODEL_DELAY {
+            return Err(FError::BadParameter {
+                what: "delay",
+                why: format!("|{}| samples must be at most 2^53", self.delay),
+            });
+        }
+        if self.phase_rate.abs() > PI {
+            return Err(FError::BadParameter {
+                what: "phase_rate",
+                why: format!("|{}| rad per sample must be at most π", self.phase_rate),
+            });
+        }
         Ok(())
     }
 
     /// (coarse, fine, phase) at output timestamp `t`; coarse a multiple of `unit`.
     pub fn at(&self, t: u64, unit: u64) -> (i64, f64, f64) {
         let r = t as i128 - self.start as i128;
-        let d = self.delay + r as f64 * self.delay_rate;
+        // Clamped to ±2^53 samples: a model drifted that far (a rate near 1 over years of
+        // timestamps) is beyond any engine's delay window, which then skips its spectra;
+        // the clamp keeps the coarse delay an exact i64 and the fine delay within a unit.
+        let d = (self.delay + r as f64 * self.delay_rate).clamp(-MAX_MODEL_DELAY, MAX_MODEL_DELAY);
         let u = unit.max(1) as f64;
         let coarse = ((d / u).round_ties_even() * u) as i64;
         let fine = d - coarse as f64;
@@ -263,5 +285,21 @@ mod tests {
         m.delay_rate = 1.0;
         assert!(m.segments(0, 1, 8, 1, true).is_err());
         assert!((wrap_angle(3.0 * PI) + PI).abs() < 1e-12);
+        m.delay_rate = 0.0;
+        // CI's fuzz find: a phase rate of 3.35e303 rad/sample made r·rate infinite and
+        // the phase NaN; a delay of 5e302 samples saturated the coarse delay.
+        for (delay, phase_rate) in [(5e302, 0.0), (0.0, 3.35e303), (0.0, -3.2), (-9.1e15, 0.0)] {
+            m.delay = delay;
+            m.phase_rate = phase_rate;
+            assert!(m.validate().is_err(), "{m:?}");
+        }
+        // The bounds themselves are taken and evaluate finitely at the far end of time.
+        m.delay = -MAX_MODEL_DELAY;
+        m.phase_rate = PI;
+        m.delay_rate = 0.999;
+        m.validate().unwrap();
+        let (coarse, fine, phase) = m.at(u64::MAX, 1);
+        assert_eq!(coarse, 1 << 53);
+        assert!(fine.abs() <= 0.5 && phase.is_finite(), "{fine} {phase}");
     }
 }
