@@ -81,6 +81,7 @@ pub(super) fn start_engines(
             s("--katcp-port"),
             s("0"),
         ])
+        .chain(args.use_vkgdr.then(|| s("--use-vkgdr")))
         .chain(sizes.xbgpu_recv.iter().cloned())
         .chain(cfg.plan.args(name))
         .chain(cfg.prometheus_args(k))
@@ -129,6 +130,7 @@ pub(super) fn start_engines(
                 s("--katcp-port"),
                 s("0"),
             ])
+            .chain(args.use_vkgdr.then(|| s("--use-vkgdr")))
             .chain(sizes.fgpu_recv.iter().cloned())
             .chain(cfg.plan.args(&name))
             .chain(cfg.prometheus_args(nx + a))
@@ -144,6 +146,22 @@ pub(super) fn start_engines(
     wait_ready(&mut engines.all(), "output ready", Duration::from_secs(120))?;
     std::thread::sleep(Duration::from_millis(200));
     Ok(())
+}
+
+/// The F- and XB-engines whose logs say their receive chunks are in GPU memory
+/// (`--use-vkgdr` taken; the others fell back to pinned host chunks and logged why).
+pub(super) fn vkgdr_engines(cfg: &ArrayConfig) -> Vec<String> {
+    let logs = cfg.args.output.join("logs");
+    let f_names = (0..cfg.args.antennas).map(|a| format!("fgpu{a}"));
+    cfg.x_names
+        .iter()
+        .cloned()
+        .chain(f_names)
+        .filter(|name| {
+            std::fs::read_to_string(logs.join(format!("{name}.log")))
+                .is_ok_and(|log| log.contains(crate::mem::vkgdr::GPU_MAPPED_LOG))
+        })
+        .collect()
 }
 
 /// What the dsims' run gave: their summaries, when they started, how long they streamed

@@ -27,7 +27,7 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::engines::common::{Backend, ConfigError};
-use engines::{run_dsim, start_engines, stop_engines, Engines};
+use engines::{run_dsim, start_engines, stop_engines, vkgdr_engines, Engines};
 use gpus::GpuPlan;
 use plan::{dsim_names, xb_recv_threads, xbgpu_names, CorePlan, Dsims, Pin, Sizes};
 use procs::stop_all;
@@ -99,6 +99,12 @@ pub struct ArrayArgs {
     /// timestamp whole in both (`tools/compare_arrays.py`).
     #[arg(long, value_name = "UNIX_SECONDS")]
     pub sync_time: Option<f64>,
+    /// Every F- and XB-engine receives into chunks in GPU memory mapped for the CPU (the
+    /// engines' `--use-vkgdr`; GPU backend): no host-to-device copy of the input. An engine
+    /// where the mapping is unavailable logs why and uses pinned host chunks; the summary
+    /// lists the engines that got GPU memory (`vkgdr_engines`).
+    #[arg(long)]
+    pub use_vkgdr: bool,
 }
 
 /// A checked array configuration: the options, and the engines' shapes that follow.
@@ -227,6 +233,12 @@ impl ArrayArgs {
             return Err(ConfigError::rule(
                 format!("--gpus {}", self.gpus),
                 "spreads GPU engines: it needs --backend gpu or auto",
+            ));
+        }
+        if self.use_vkgdr && self.backend == Backend::Cpu {
+            return Err(ConfigError::rule(
+                "--use-vkgdr",
+                "puts GPU engines' receive chunks in GPU memory: it needs --backend gpu or auto",
             ));
         }
         let fs = self.adc_sample_rate;
@@ -511,6 +523,8 @@ pub fn run(cfg: &ArrayConfig) -> anyhow::Result<serde_json::Value> {
             "ports_per_pol": cfg.sizes.ports_per_pol,
         },
         "core_plan": cfg.plan.to_json(),
+        "use_vkgdr": args.use_vkgdr,
+        "vkgdr_engines": args.use_vkgdr.then(|| vkgdr_engines(cfg)),
         "engines": {"dsim": dsim_summary, "fgpu": fsum, "xbgpu": xb},
         "products": products,
         "sky": model.describe(),
@@ -589,6 +603,45 @@ mod tests {
                 .to_string();
             assert!(e.starts_with("--dump-seconds"), "{e}");
         }
+    }
+
+    /// `--use-vkgdr`: GPU engines only; the summary's `vkgdr_engines` are those whose log
+    /// says their chunks are in GPU memory (an engine that fell back is not listed).
+    #[test]
+    fn use_vkgdr_needs_gpu_engines_and_is_read_from_their_logs() {
+        let e = validate(&["--use-vkgdr"]).unwrap_err().to_string();
+        assert!(e.starts_with("--use-vkgdr puts GPU engines'"), "{e}");
+        let dir = std::env::temp_dir().join(format!("gpucbf-array-vkgdr-{}", std::process::id()));
+        let v = [
+            "array",
+            "--backend",
+            "auto",
+            "--use-vkgdr",
+            "--antennas",
+            "2",
+        ];
+        let mut cfg = Cli::try_parse_from(v).unwrap().args;
+        cfg.output = dir.clone();
+        let cfg = cfg.validate().unwrap();
+        assert!(cfg.args.use_vkgdr);
+        std::fs::create_dir_all(dir.join("logs")).unwrap();
+        let line = |what: &str| format!("2026-11-28T04:00:00Z  INFO {what}\n");
+        let logs = [
+            ("xbgpu", line(crate::mem::vkgdr::GPU_MAPPED_LOG)),
+            (
+                "fgpu0",
+                line("--use-vkgdr: no Vulkan loader; using pinned host chunks"),
+            ),
+            ("fgpu1", line(crate::mem::vkgdr::GPU_MAPPED_LOG)),
+        ];
+        for (name, text) in logs {
+            std::fs::write(dir.join(format!("logs/{name}.log")), text).unwrap();
+        }
+        assert_eq!(cfg.x_names, ["xbgpu"]);
+        assert_eq!(vkgdr_engines(&cfg), ["xbgpu", "fgpu1"]);
+        std::fs::remove_file(dir.join("logs/fgpu1.log")).unwrap();
+        assert_eq!(vkgdr_engines(&cfg), ["xbgpu"]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// `--gpus`: 1..=16, GPU engines only; two GPUs alternate the engines.

@@ -17,7 +17,7 @@
 mod ffi;
 mod plan;
 
-pub use plan::{decide, pick_memory_type, plan, ChunkPlace, MemoryType, Probe};
+pub use plan::{decide, pick_memory_type, plan, ChunkPlace, MemoryType, Probe, GPU_MAPPED_LOG};
 
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};

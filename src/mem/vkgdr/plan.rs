@@ -169,6 +169,10 @@ pub fn plan(
     Some(place)
 }
 
+/// The log line of a process whose receive chunks are in GPU memory (`gpucbf array`
+/// looks for it in its engines' logs).
+pub const GPU_MAPPED_LOG: &str = "--use-vkgdr: receive chunks in GPU memory mapped for the CPU";
+
 /// Makes `v` the process's chunk memory (logged), or says why it cannot be.
 fn install(v: Arc<Vkgdr>) -> Result<(), String> {
     let (m, name) = (v.memory, v.name.clone());
@@ -183,7 +187,8 @@ fn install(v: Arc<Vkgdr>) -> Result<(), String> {
         device = %name,
         memory_type = m.index,
         heap = %Bytes(m.heap_bytes as u128),
-        "--use-vkgdr: receive chunks in GPU memory mapped for the CPU"
+        "{}",
+        GPU_MAPPED_LOG
     );
     Ok(())
 }
