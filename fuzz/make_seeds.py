@@ -144,6 +144,9 @@ def main():
         "name=wb,channels=8,dst=127.0.0.1:1,127.0.0.2:2,w_cutoff=1.0,window_function=rect",
     ]):
         write("output_spec", f"spec{i}", s)
+    # A find of 2026-11-28: a decimation near 2^53 overflowed samples_between_spectra.
+    write("output_spec", "huge_decimation", "name=nb,channels=32768,centre_frequency=400,"
+          "decimation=8666666666666666,dst=127.0.0.1:7150,pass_bandwidth=6")
 
     for i, s in enumerate(["1e-9,0:0.5,0", "-2.5e-6,1e-12:3.14,-0.01", "1.5-2j", "3j"]):
         write("delay_model", f"value{i}", struct.pack("<Q", 123456789 * (i + 1)) + s.encode())

@@ -20,6 +20,8 @@ fuzz_target!(|data: &[u8]| {
     {
         let _ = spec.spectra_per_heap();
         let _ = spec.samples_between_spectra();
+        let _ = spec.batch_step();
+        let _ = spec.channels_per_substream();
     }
     let _ = parse_corrprod(s);
     let _ = parse_beam(s);

@@ -6,6 +6,15 @@ use std::net::SocketAddrV4;
 use crate::engines::common::cli::{parse_dither, parse_kv, parse_num};
 use crate::engines::common::error::{endpoints, ConfigError};
 
+/// The most channels an output takes (MeerKAT uses up to 32768).
+pub const MAX_CHANNELS: usize = 1 << 20;
+/// The largest narrowband decimation (MeerKAT's narrowband uses 8 to 256).
+pub const MAX_DECIMATION: usize = 1 << 16;
+/// The most complex values per polarisation in one output batch (katgpucbf's default is
+/// 2^20; sizes up to this bound are then checked against the heap size and the host's
+/// memory, naming what they would need).
+pub const MAX_JONES_PER_BATCH: usize = 1 << 32;
+
 /// PFB window function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowFunction {
@@ -152,6 +161,12 @@ fn parse_output(spec: &str, narrow: bool) -> Result<WidebandSpec, ConfigError> {
         if nb.decimation == 0 {
             return Err(ConfigError::rule("--narrowband", "needs decimation= (≥ 1)"));
         }
+        if nb.decimation > MAX_DECIMATION {
+            return Err(ConfigError::rule(
+                format!("decimation={}", nb.decimation),
+                format!("must be at most {MAX_DECIMATION}"),
+            ));
+        }
         if nb.pass_bandwidth.is_none() && !nb.decimation.is_multiple_of(2) {
             return Err(ConfigError::rule(
                 format!("decimation={}", nb.decimation),
@@ -167,10 +182,16 @@ fn parse_output(spec: &str, narrow: bool) -> Result<WidebandSpec, ConfigError> {
     w.name = name.ok_or_else(|| missing("name"))?;
     w.channels = channels.ok_or_else(|| missing("channels"))?;
     w.dst = dst.ok_or_else(|| missing("dst"))?;
-    if !w.channels.is_power_of_two() || w.channels < 64 {
+    if !w.channels.is_power_of_two() || w.channels < 64 || w.channels > MAX_CHANNELS {
         return Err(ConfigError::rule(
             format!("channels={}", w.channels),
-            "must be a power of two ≥ 64",
+            format!("must be a power of two in 64..={MAX_CHANNELS}"),
+        ));
+    }
+    if w.jones_per_batch > MAX_JONES_PER_BATCH {
+        return Err(ConfigError::rule(
+            format!("jones_per_batch={}", w.jones_per_batch),
+            format!("must be at most {MAX_JONES_PER_BATCH}"),
         ));
     }
     if w.jones_per_batch == 0 || !w.jones_per_batch.is_multiple_of(w.channels) {
@@ -235,5 +256,35 @@ mod tests {
         .is_err());
         assert!(parse_narrowband("name=nb,channels=1024,centre_frequency=1e8,decimation=3,pass_bandwidth=5e7,dst=1.2.3.4:1").is_ok());
         assert!(parse_wideband("name=wb,channels=1024,dst=1.2.3.4:1,decimation=8").is_err());
+    }
+
+    /// Sizes whose products overflow are refused naming the key (a fuzz find: decimation
+    /// 8666666666666666 overflowed samples_between_spectra); the largest taken compute.
+    #[test]
+    fn sizes_past_their_bounds_are_refused() {
+        let nb = |extra: &str| {
+            parse_narrowband(&format!(
+                "name=nb,channels=32768,centre_frequency=400,dst=127.0.0.1:7150,{extra}"
+            ))
+        };
+        let e = nb("decimation=8666666666666666,pass_bandwidth=6").unwrap_err();
+        assert!(
+            e.to_string().starts_with("decimation=8666666666666666"),
+            "{e}"
+        );
+        assert!(nb(&format!("decimation={}", MAX_DECIMATION + 2)).is_err());
+        let wb = |extra: &str| parse_wideband(&format!("name=wb,dst=1.2.3.4:1,{extra}"));
+        let e = wb("channels=9223372036854775808").unwrap_err().to_string();
+        assert!(e.starts_with("channels=9223372036854775808"), "{e}");
+        let e = wb("channels=64,jones_per_batch=4611686018427387904")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("jones_per_batch="), "{e}");
+        let big = parse_narrowband(&format!(
+            "name=nb,channels={MAX_CHANNELS},centre_frequency=1e8,decimation={MAX_DECIMATION},\
+             jones_per_batch={MAX_JONES_PER_BATCH},dst=1.2.3.4:1"
+        ))
+        .unwrap();
+        assert_eq!(big.batch_step(), (1u64 << 12) * 2 * (1 << 20) * (1 << 16));
     }
 }
