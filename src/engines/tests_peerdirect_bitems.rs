@@ -326,7 +326,9 @@ pub(super) fn compare(
         "one heap per captured beam"
     );
     assert_eq!(d.sender().in_flight(), 0);
-    let got: Vec<u32> = (0..n_items).map(|_| d.acquire().unwrap().0).collect();
+    let got: Vec<u32> = (0..n_items)
+        .map(|_| d.acquire(&mut Vec::new()).unwrap())
+        .collect();
     assert_eq!(
         got.iter().collect::<std::collections::BTreeSet<_>>().len(),
         n_items,

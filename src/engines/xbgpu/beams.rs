@@ -262,15 +262,13 @@ impl BPipeline {
         let (bb, na) = (data.len() / all, present.len() / all);
         let mut dsts = Vec::with_capacity(n * self.outs.len());
         for _ in 0..n {
-            let (item, addr) = match d.acquire() {
-                Ok(a) => a,
+            match d.acquire(&mut dsts) {
+                Ok(item) => self.pre_items.push(item),
                 Err(e) => {
                     self.release_prepared();
                     return Err(e.into());
                 }
-            };
-            self.pre_items.push(item);
-            dsts.extend((0..self.outs.len()).map(|b| addr + (b * self.beam_bytes) as u64));
+            }
         }
         // SAFETY: the items are acquired (free of the NIC, written only here) and lie in
         // the sender's device memory, which lives as long as the sender.
@@ -356,7 +354,11 @@ impl BPipeline {
         if self.pre_ts.get(k) == Some(&ts) {
             // formed ahead by `prepare`: take its outputs
             self.pre_next += 1;
-            let clipped = std::mem::take(&mut self.pre_clipped[k]);
+            let clipped = self
+                .pre_clipped
+                .get_mut(k)
+                .map(std::mem::take)
+                .unwrap_or_default();
             #[cfg(feature = "ibverbs")]
             if let Some(&item) = self.pre_items.get(k) {
                 return Ok((clipped, Some(item)));
@@ -373,10 +375,8 @@ impl BPipeline {
         }
         #[cfg(feature = "ibverbs")]
         if let Some(d) = self.direct.as_mut() {
-            let (item, addr) = d.acquire()?;
-            let dsts: Vec<u64> = (0..self.outs.len())
-                .map(|b| addr + (b * self.beam_bytes) as u64)
-                .collect();
+            let mut dsts = Vec::with_capacity(self.outs.len());
+            let item = d.acquire(&mut dsts)?;
             // SAFETY: as in `prepare_direct`.
             let formed = unsafe {
                 self.bf

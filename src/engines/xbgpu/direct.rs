@@ -195,12 +195,13 @@ impl BDirect {
         })
     }
 
-    /// A free item (polling completions while none is) and its device address: beam b of
-    /// its batch goes to address + b × [`Self::beam_bytes`].
-    pub fn acquire(&mut self) -> std::io::Result<(u32, u64)> {
+    /// A free item (polling completions while none is); the device addresses of its
+    /// beams (one batch's, in beam order) are appended to `dsts`.
+    pub fn acquire(&mut self, dsts: &mut Vec<u64>) -> std::io::Result<u32> {
         let item = self.sender.acquire(self.timeout)?;
-        let at = item as u64 * self.item_bytes() as u64;
-        Ok((item, self.memory.base() + at))
+        let at = self.memory.base() + item as u64 * self.item_bytes() as u64;
+        dsts.extend((0..self.n_beams as u64).map(|b| at + b * self.beam_bytes as u64));
+        Ok(item)
     }
 
     /// Gives back an item whose beams are not sent.
