@@ -21,6 +21,8 @@ mod tests_files;
 #[cfg(test)]
 mod tests_peerdirect;
 #[cfg(all(test, feature = "ibverbs"))]
+mod tests_peerdirect_bitems;
+#[cfg(all(test, feature = "ibverbs"))]
 mod tests_peerdirect_gpu;
 #[cfg(test)]
 mod tests_peerdirect_x;

@@ -18,6 +18,7 @@ use super::fgpu::control::OutputControl;
 use super::fgpu::direct::{direct_config, DirectSender, ItemTarget};
 use super::fgpu::engine::run_pipelines;
 use super::fgpu::{Channelizer, FgpuConfig, Pipeline};
+use super::tests_peerdirect_xgpu::gpu_nic;
 use crate::chunk::placement::DigitiserPlacement;
 use crate::net::recv::pcap::{PcapFileSource, PcapSource};
 use crate::net::send::fake_verbs::Fake;
@@ -65,27 +66,6 @@ fn channelizer(cfg: &FgpuConfig) -> Box<dyn Channelizer> {
 fn batch_bytes(cfg: &FgpuConfig) -> usize {
     let spec = &cfg.outputs[0];
     spec.channels * spec.spectra_per_heap() * 2 * cfg.bytes_per_value()
-}
-
-/// A fake NIC reading payloads in `items` (device memory of `ctx`) by a device-to-host copy,
-/// and everything else as host memory.
-fn gpu_nic(ctx: &Arc<CudaContext>, items: &DeviceItems) -> Fake {
-    let (ctx, base, len) = (ctx.clone(), items.base(), items.len() as u64);
-    Fake::nic_reading(Box::new(move |g: &IbvSge| {
-        let mut v = vec![0u8; g.length as usize];
-        if g.addr >= base && g.addr < base + len {
-            ctx.bind_to_thread().unwrap();
-            // SAFETY: inside the live device items; the chain's item is in flight, so
-            // nothing writes it.
-            unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut v, g.addr) }.unwrap();
-        } else {
-            // SAFETY: a header in the sender's registered host memory, alive while in flight.
-            v.copy_from_slice(unsafe {
-                std::slice::from_raw_parts(g.addr as *const u8, g.length as usize)
-            });
-        }
-        v
-    }))
 }
 
 /// A direct sender of `cfg`'s output over `n` device items of `ctx`, posting to `nic`.

@@ -184,3 +184,50 @@ fn xbgpu_use_peerdirect_over_udp_without_a_nic_falls_back_and_sends_the_same() {
     drop(cap);
     std::fs::remove_file(&f).ok();
 }
+
+/// With beams too (and `--debug-permute-baselines`, which keeps only the dumps staged), over
+/// UDP from the loopback interface: `--use-peerdirect` tries device items for the beams on
+/// the GPU backend (no RDMA NIC behind loopback) or knows the CPU backend rules them out,
+/// logs one fallback line with the reason, and the datagrams, beam heaps among them, are
+/// those of the run without it (as a set: see below).
+#[test]
+fn xbgpu_use_peerdirect_with_beams_over_udp_falls_back_and_sends_the_same() {
+    let f = tmp("f-udp-beams.pcap");
+    feng_capture(&f);
+    let cap = UdpCapture::new();
+    let dst = cap.dst.clone();
+    let out = ["--send-interface", "127.0.0.1"];
+    // Undithered: the dither seed is drawn per run.
+    let beam = format!("name=b0,dst={dst},pol=0,dither=none");
+    for backend in backends() {
+        let mut runs = Vec::new();
+        for pd in [false, true] {
+            let mut extra = vec!["--beam", &beam, "--debug-permute-baselines", "0,0"];
+            if pd {
+                extra.push("--use-peerdirect");
+            }
+            let log = run_logged(xbgpu(backend, &dst, &out, &extra, &f));
+            assert_eq!(peerdirect_lines(&log), usize::from(pd), "{backend}: {log}");
+            if pd {
+                assert!(log.contains("falling back to staging"), "{log}");
+                if backend == "cpu" {
+                    assert!(log.contains("the CPU backend computes"), "{log}");
+                }
+            }
+            // The beams leave from their own send thread: their datagrams interleave with
+            // the dumps' as it happens, so the runs are compared sorted.
+            let mut got = cap.drain();
+            got.sort();
+            runs.push(got);
+        }
+        // One dump per batch and a beam heap per batch: more than the dumps alone.
+        assert!(runs[0].len() > 8, "{backend}: {}", runs[0].len());
+        assert_eq!(runs[0].len(), runs[1].len(), "{backend}");
+        assert!(
+            runs[0] == runs[1],
+            "{backend}: datagrams differ with --use-peerdirect"
+        );
+    }
+    drop(cap);
+    std::fs::remove_file(&f).ok();
+}

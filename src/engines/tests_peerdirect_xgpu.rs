@@ -5,7 +5,8 @@
 //! headers from host memory: the datagrams are the staged engine's, every payload byte came
 //! from the registered device range under its lkey, items are dumped into again only after
 //! their completion, and 10k dumps through three items leave nothing in flight and no
-//! device memory taken.
+//! device memory taken. The beams likewise: the GPU beamformer writes each batch's beams
+//! into an item, and the captured beams' heaps are posted from there.
 
 use std::net::SocketAddrV4;
 use std::sync::{Arc, Mutex};
@@ -30,8 +31,8 @@ use crate::net::send::heap::HeapSender;
 use crate::net::send::verbs::{DeviceItems, PeerDirectSender};
 
 /// A fake NIC reading payloads in `items` (device memory of `ctx`) by a device-to-host copy,
-/// and everything else as host memory.
-fn gpu_nic(ctx: &Arc<CudaContext>, items: &DeviceItems) -> Fake {
+/// and everything else as host memory (shared by the GPU tests of PeerDirect).
+pub(super) fn gpu_nic(ctx: &Arc<CudaContext>, items: &DeviceItems) -> Fake {
     let (ctx, base, len) = (ctx.clone(), items.base(), items.len() as u64);
     Fake::nic_reading(Box::new(move |g: &IbvSge| {
         let mut v = vec![0u8; g.length as usize];
@@ -230,4 +231,31 @@ fn gpu_xbgpu_peerdirect_ten_thousand_dumps_through_three_items_leak_nothing() {
         free, free_after_warmup,
         "device memory taken over 10k dumps"
     );
+}
+
+/// 10k batches of three beams (two dither groups, per-beam capture toggled, batches with no
+/// antenna, chunks formed ahead) on the GPU beamformer, written into three device items and
+/// read late by the fake NIC: the frames equal the staged GPU beams' datagrams byte for
+/// byte, every beam write lies in its item and no item in flight is written, payload
+/// entries lie in the registered range under its lkey, and at the end nothing is in flight
+/// and every item comes again (`tests_peerdirect_bitems::staged_and_direct`); a second run
+/// leaves the device's free memory as the first did.
+#[test]
+fn gpu_xbgpu_peerdirect_beams_from_device_items_match_the_staged_heaps() {
+    if !crate::gpu::gpu_test_guard(
+        "gpu_xbgpu_peerdirect_beams_from_device_items_match_the_staged_heaps",
+    ) {
+        return;
+    }
+    use super::tests_peerdirect_bitems::{shape, staged_and_direct};
+    let ctx = CudaContext::new(0).unwrap();
+    let gpu = || make_backend(true, shape()).unwrap();
+    let mut free = Vec::new();
+    for _ in 0..2 {
+        let items = DeviceItems::alloc(&ctx, 3 * 3 * shape().beam_output_len(1)).unwrap();
+        let nic = gpu_nic(&ctx, &items);
+        staged_and_direct(gpu, items, nic, 10_000);
+        free.push(cudarc::driver::result::mem_get_info().unwrap().0);
+    }
+    assert_eq!(free[0], free[1], "device memory taken over 10k batches");
 }

@@ -257,6 +257,31 @@ pub trait XBackend {
         batch_index: u64,
         out: &mut [i8],
     ) -> Result<BeamStats, XError>;
+    /// True if [`XBackend::beamform_batches_to_device`] works (the beamformer is on a GPU).
+    fn beamforms_to_device(&self) -> bool {
+        false
+    }
+    /// [`XBackend::beamform_batches`] into device memory: beam b of batch k
+    /// ([`XShape::beam_output_len`]`(1)` bytes) is written to `dsts[k · beams + b]` on the
+    /// device, and the writes have finished when this returns (the statistics come back to
+    /// the host). The default refuses: the beams are formed in host memory.
+    ///
+    /// # Safety
+    /// Every `dsts[i]..dsts[i] + beam_output_len(1)` must be device memory of the back
+    /// end's context that nothing else reads or writes until this returns.
+    unsafe fn beamform_batches_to_device(
+        &mut self,
+        _batches: &[i8],
+        _present_ants: &[bool],
+        _beams: &BeamSet,
+        _batch_indices: &[u64],
+        _dsts: &[u64],
+    ) -> Result<Vec<BeamStats>, XError> {
+        Err(XError::Shape(format!(
+            "the {} back end forms beams in host memory only",
+            self.name()
+        )))
+    }
     /// Forms all beams of `batch_indices.len()` batches held back to back in `batches`:
     /// `present_ants` is `[batch][antenna]`, batch k is keyed for dither by `batch_indices[k]`
     /// and `out` is int8 `[batch][beam][channel][spectrum][re/im]`. Returns each batch's
@@ -271,7 +296,14 @@ pub trait XBackend {
         out: &mut [i8],
     ) -> Result<Vec<BeamStats>, XError> {
         let shape = self.shape();
-        let n = check_batches(&shape, batches, present_ants, beams, batch_indices, out)?;
+        let n = check_batches(
+            &shape,
+            batches,
+            present_ants,
+            beams,
+            batch_indices,
+            out.len(),
+        )?;
         let (bb, na, per) = (
             shape.batch_bytes(),
             shape.n_ants,
@@ -291,14 +323,15 @@ pub trait XBackend {
     }
 }
 
-/// Checks the buffers of [`XBackend::beamform_batches`]; returns the number of batches.
+/// Checks the buffers of [`XBackend::beamform_batches`] (`out_len`: the output's length);
+/// returns the number of batches.
 pub(crate) fn check_batches(
     shape: &XShape,
     batches: &[i8],
     present_ants: &[bool],
     beams: &BeamSet,
     batch_indices: &[u64],
-    out: &[i8],
+    out_len: usize,
 ) -> Result<usize, XError> {
     let n = batch_indices.len();
     for (what, expected, got) in [
@@ -315,7 +348,7 @@ pub(crate) fn check_batches(
         (
             "beamformer output",
             n * shape.beam_output_len(beams.beams.len()),
-            out.len(),
+            out_len,
         ),
     ] {
         if expected != got || n == 0 {

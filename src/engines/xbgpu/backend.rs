@@ -189,6 +189,31 @@ pub trait Beamformer: Send {
             .collect()
     }
 
+    /// True if [`Beamformer::beamform_chunk_to_device`] works (the beams are formed on a
+    /// GPU).
+    fn forms_to_device(&self) -> bool {
+        false
+    }
+
+    /// [`Beamformer::beamform_chunk`] into device memory: beam b of batch k (`beam_bytes`,
+    /// (channel, spectrum, re/im) int8) is written to `dsts[k · beams + b]`, and the writes
+    /// have finished when this returns. The default refuses.
+    ///
+    /// # Safety
+    /// Every `dsts[i]..dsts[i] + beam_bytes` must be device memory of the beamformer's
+    /// context (or whatever memory a test beamformer writes) that nothing else reads or
+    /// writes until this returns.
+    unsafe fn beamform_chunk_to_device(
+        &mut self,
+        _ts: &[u64],
+        _data: &[i8],
+        _present: &[bool],
+        _dsts: &[u64],
+        _beam_bytes: usize,
+    ) -> Result<Vec<Vec<u64>>, BackendError> {
+        Err(XError::Shape("this beamformer forms its beams in host memory only".into()).into())
+    }
+
     /// Waits until no copy queued by a beamformer call still reads its input; the input may
     /// be reused after. The default has nothing to wait for.
     fn fence_input(&mut self) -> Result<(), BackendError> {
@@ -413,6 +438,51 @@ impl Beamformer for Beams {
             o.copy_from_slice(&self.flat[b * per..(b + 1) * per]);
         }
         Ok(stats.saturated)
+    }
+
+    fn forms_to_device(&self) -> bool {
+        self.backend.beamforms_to_device()
+    }
+
+    unsafe fn beamform_chunk_to_device(
+        &mut self,
+        ts: &[u64],
+        data: &[i8],
+        present: &[bool],
+        dsts: &[u64],
+        beam_bytes: usize,
+    ) -> Result<Vec<Vec<u64>>, BackendError> {
+        let set = self.beam_set()?;
+        let nb = set.beams.len();
+        if dsts.len() != ts.len() * nb || beam_bytes != self.backend.shape().beam_output_len(1) {
+            return Err(BackendError::ChunkOutputs {
+                outputs: dsts.len(),
+                batches: ts.len(),
+                beams: nb,
+            });
+        }
+        let idx: Vec<u64> = ts.iter().map(|&t| t / self.batch_step).collect();
+        let mut saturated = vec![vec![0u64; nb]; ts.len()];
+        let mut sub = Vec::with_capacity(dsts.len());
+        // By dither group (one of every beam unless the per-beam flags differ), each beam
+        // written to its own destination.
+        for (beams, group) in self.groups(&set) {
+            sub.clear();
+            for k in 0..ts.len() {
+                sub.extend(beams.iter().map(|&b| dsts[k * nb + b]));
+            }
+            // SAFETY: the caller's guarantee, passed on (a subset of its destinations).
+            let stats = unsafe {
+                self.backend
+                    .beamform_batches_to_device(data, present, &group, &idx, &sub)
+            }?;
+            for (k, st) in stats.iter().enumerate().take(ts.len()) {
+                for (j, &b) in beams.iter().enumerate() {
+                    saturated[k][b] = st.saturated.get(j).copied().unwrap_or(0);
+                }
+            }
+        }
+        Ok(saturated)
     }
 
     fn fence_input(&mut self) -> Result<(), BackendError> {

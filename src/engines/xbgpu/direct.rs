@@ -5,7 +5,8 @@
 //! when its last packet's completion arrives. The heaps on the wire are the staged path's
 //! ([`crate::net::send::heap::HeapSender::send_heap`]): same destination, heap counters
 //! (going on from the staged sender's, which sent the descriptors), immediates
-//! (`timestamp`, `frequency`) and packet boundaries.
+//! (`timestamp`, `frequency`) and packet boundaries. The beams likewise ([`BDirect`]): one
+//! item per batch holding every beam, the heaps of the beams being captured posted.
 
 use std::net::SocketAddrV4;
 use std::time::Duration;
@@ -117,5 +118,140 @@ impl XDirect {
     /// Bytes of one item (one dump).
     pub fn item_bytes(&self) -> usize {
         self.item_bytes
+    }
+}
+
+/// The sender's configuration for the beams' heaps: one item per batch holding every beam
+/// (`beam_bytes` each, back to back in beam order), beam b's heap to `dsts[b]`; heap
+/// counters from `cnt` (start, step: the beams share one sequence), `packet_payload` bytes
+/// per packet, `rate` bytes/s for all beams (None: unpaced), from `src` (address, MAC, TTL).
+pub fn b_direct_config(
+    beam_bytes: usize,
+    dsts: Vec<SocketAddrV4>,
+    cnt: (u64, u64),
+    packet_payload: usize,
+    rate: Option<f64>,
+    src: (SocketAddrV4, [u8; 6], u8),
+) -> PeerDirectConfig {
+    let per_packet = payload_per_packet(3, packet_payload).max(1);
+    let packets = dsts.len() * beam_bytes.div_ceil(per_packet);
+    PeerDirectConfig {
+        src_mac: src.1,
+        src: src.0,
+        heaps: (0..dsts.len())
+            .map(|b| HeapPlan {
+                dst: b,
+                offset: (b * beam_bytes) as u64,
+                len: beam_bytes as u64,
+            })
+            .collect(),
+        dests: dsts,
+        ttl: src.2,
+        packet_payload,
+        immediate_ids: vec![ids::TIMESTAMP, ids::FREQUENCY, ids::BEAM_ANTS],
+        payload_id: ids::BF_RAW,
+        // A queue that holds at least one whole batch of beams.
+        send_queue_depth: packets.max(4096),
+        cnt_start: cnt.0,
+        cnt_step: cnt.1.max(1),
+        rate,
+    }
+}
+
+/// The beams' device items (one batch of every beam each) and their sender.
+pub struct BDirect {
+    sender: PeerDirectSender,
+    memory: DeviceItems,
+    beam_bytes: usize,
+    n_beams: usize,
+    /// The heaps' `frequency` item (the engine's first channel).
+    channel_offset: u64,
+    /// Scratch: the immediates of every heap of an item.
+    values: Vec<u64>,
+    timeout: Duration,
+}
+
+impl BDirect {
+    /// Items of `n_beams` × `beam_bytes` in `memory` (as many as the sender `open` builds
+    /// over them, given their device address; it registers them), the heaps carrying
+    /// `channel_offset` as their `frequency`.
+    pub fn on_device(
+        beam_bytes: usize,
+        n_beams: usize,
+        channel_offset: u64,
+        memory: DeviceItems,
+        open: impl FnOnce(u64) -> std::io::Result<PeerDirectSender>,
+    ) -> std::io::Result<Self> {
+        let sender = open(memory.base())?;
+        memory.check_fits(sender.n_items(), n_beams * beam_bytes)?;
+        Ok(BDirect {
+            sender,
+            memory,
+            beam_bytes,
+            n_beams,
+            channel_offset,
+            values: vec![0; 3 * n_beams],
+            timeout: Duration::from_secs(1),
+        })
+    }
+
+    /// A free item (polling completions while none is); the device addresses of its
+    /// beams (one batch's, in beam order) are appended to `dsts`.
+    pub fn acquire(&mut self, dsts: &mut Vec<u64>) -> std::io::Result<u32> {
+        let item = self.sender.acquire(self.timeout)?;
+        let at = self.memory.base() + item as u64 * self.item_bytes() as u64;
+        dsts.extend((0..self.n_beams as u64).map(|b| at + b * self.beam_bytes as u64));
+        Ok(item)
+    }
+
+    /// Gives back an item whose beams are not sent.
+    pub fn release(&mut self, item: u32) {
+        self.sender.release(item);
+    }
+
+    /// Sends the heaps of the beams `beams` (ascending) of the batch at `ts` (`n_present`
+    /// antennas in the sum) written into `item`; with none, the item is free again at once.
+    pub fn send(
+        &mut self,
+        item: u32,
+        ts: u64,
+        n_present: u64,
+        beams: &[usize],
+    ) -> std::io::Result<()> {
+        for v in self.values.chunks_exact_mut(3) {
+            v.copy_from_slice(&[ts, self.channel_offset, n_present]);
+        }
+        self.sender
+            .send_heaps(item, &self.values, |b| beams.contains(&b), self.timeout)
+    }
+
+    /// Waits until the NIC has sent every item.
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.sender.flush(self.timeout)
+    }
+
+    /// Items sent, in flight and in all (counters of the sender).
+    pub fn sender(&self) -> &PeerDirectSender {
+        &self.sender
+    }
+
+    /// The items' device memory.
+    pub fn memory(&self) -> &DeviceItems {
+        &self.memory
+    }
+
+    /// Beams per item.
+    pub fn n_beams(&self) -> usize {
+        self.n_beams
+    }
+
+    /// Bytes of one beam's heap.
+    pub fn beam_bytes(&self) -> usize {
+        self.beam_bytes
+    }
+
+    /// Bytes of one item (every beam of one batch).
+    pub fn item_bytes(&self) -> usize {
+        self.n_beams * self.beam_bytes
     }
 }

@@ -35,9 +35,9 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
     crate::control::common::add_common_sensors(&sensors);
     let mut streams = Vec::new();
     let mut xs = corrprod_outputs(cfg, &sink, &sensors, &mut streams)?;
-    peerdirect_dumps(cfg, &mut xs);
     let set = Arc::new(Mutex::new(beam_set(cfg, &sensors)));
-    let beams = beam_output(cfg, &sink, &set, &mut streams)?;
+    let mut beams = beam_output(cfg, &sink, &set, &mut streams)?;
+    peerdirect_outputs(cfg, &mut xs, beams.as_mut());
     let x_names: Vec<String> = cfg.corrprods.iter().map(|c| c.name.clone()).collect();
     let b_names: Vec<String> = cfg.beams.iter().map(|b| b.name.clone()).collect();
     let chunk_ticks = cfg.placement.batch_step() * cfg.placement.batches_per_chunk as u64;
@@ -93,22 +93,25 @@ pub fn run(cfg: &XbgpuConfig) -> anyhow::Result<XbgpuSummary> {
     })
 }
 
-/// `--use-peerdirect`: every correlation output's dumps written by the GPU correlator into
-/// items of one registered device allocation and sent from there, where the set-up allows
-/// (GPU backend, no `--debug-permute-baselines`, no `--send-pcap`, one `--send-interface`
-/// with an RDMA NIC, dmabuf or nvidia-peermem); else the staged path (the sink: UDP, or
-/// `--send-ibv`'s ibverbs ring). The beams stay staged. One log line either way.
-fn peerdirect_dumps(cfg: &XbgpuConfig, xs: &mut [XPipeline]) {
+/// `--use-peerdirect`: every correlation output's dumps written by the GPU correlator, and
+/// every batch of the beams by the GPU beamformer, into items of registered device
+/// allocations (one per correlation output, one for the beams) and sent from there, where
+/// the set-up allows (GPU backend, no `--send-pcap`, one `--send-interface` with an RDMA
+/// NIC, dmabuf or nvidia-peermem; for the dumps, no `--debug-permute-baselines`); else the
+/// staged path (the sink: UDP, or `--send-ibv`'s ibverbs ring). One log line either way,
+/// naming what stays staged.
+fn peerdirect_outputs(cfg: &XbgpuConfig, xs: &mut [XPipeline], mut beams: Option<&mut BPipeline>) {
     use crate::net::send::peerdirect::{items_plan, log_outcome, probe, ItemPlace, SendSetup};
     if !cfg.io.use_peerdirect {
         return;
     }
-    let off_gpu = if cfg.debug_permute_baselines.is_some() {
-        Some("--debug-permute-baselines swaps baselines in host memory".to_string())
+    let permuted = "--debug-permute-baselines swaps baselines in host memory";
+    let off_gpu = if beams.is_none() && xs.is_empty() {
+        Some("no --corrprod or --beam output".to_string())
+    } else if beams.is_none() && cfg.debug_permute_baselines.is_some() {
+        Some(permuted.to_string())
     } else if !cfg.use_gpu {
-        Some("the CPU backend computes its dumps in host memory".to_string())
-    } else if xs.is_empty() {
-        Some("no --corrprod output (the beams are staged through host memory)".to_string())
+        Some("the CPU backend computes its outputs in host memory".to_string())
     } else {
         None
     };
@@ -128,37 +131,80 @@ fn peerdirect_dumps(cfg: &XbgpuConfig, xs: &mut [XPipeline]) {
             continue;
         };
         #[cfg(feature = "ibverbs")]
-        match open_direct(cfg, xs, _kind) {
-            Ok(()) => {
-                let note: Vec<String> = (!cfg.beams.is_empty())
-                    .then(|| {
-                        "correlation dumps only: the beams are staged through host memory".into()
-                    })
-                    .into_iter()
-                    .collect();
-                log_outcome("xbgpu", place, &note);
-                return;
+        {
+            // The dumps stay staged where their baselines are permuted on the host.
+            let permute = cfg.debug_permute_baselines.is_some() && !xs.is_empty();
+            let dumps: &mut [XPipeline] = if permute { &mut [] } else { &mut *xs };
+            match open_direct(cfg, dumps, beams.as_deref_mut(), _kind) {
+                Ok(mut staged) => {
+                    if permute {
+                        staged.push(format!(
+                            "the correlation dumps are staged through host memory: {permuted}"
+                        ));
+                    }
+                    log_outcome("xbgpu", place, &staged);
+                    return;
+                }
+                Err(e) => why.push(format!("GPU-memory output items: {e}")),
             }
-            Err(e) => why.push(format!("GPU-memory output items: {e}")),
         }
     }
+    #[cfg(not(feature = "ibverbs"))]
+    let _ = (&xs, &mut beams);
     log_outcome("xbgpu", ItemPlace::Staged, &why);
 }
 
-/// Every correlation output's device items and sender (`kind`: how the GPU memory is
-/// registered), attached to its pipeline; none attached unless all open.
+/// Device items and senders (`kind`: how the GPU memory is registered) for every
+/// correlation output of `xs` (none attached unless all open) and for the beams, attached
+/// to their pipelines. The beams failing where dumps go direct leaves them staged: the
+/// returned notes say so. An error if nothing was attached.
 #[cfg(feature = "ibverbs")]
 fn open_direct(
     cfg: &XbgpuConfig,
     xs: &mut [XPipeline],
+    beams: Option<&mut BPipeline>,
     kind: crate::net::send::peerdirect::GpuMrKind,
-) -> std::io::Result<()> {
-    use super::direct::{x_direct_config, XDirect};
+) -> std::io::Result<Vec<String>> {
     use crate::engines::common::send::{item_gpu, item_source};
-    use crate::net::send::peerdirect::output_items_for_peerdirect;
-    use crate::net::send::verbs::{DeviceItems, PeerDirectSender};
     let (port, src) = item_source(&cfg.io.send_interface, cfg.io.send_ttl)?;
     let ctx = item_gpu()?;
+    let nic = DirectNic {
+        port: &port,
+        src,
+        ctx: &ctx,
+        kind,
+    };
+    open_x_direct(cfg, xs, &nic)?;
+    let mut staged = Vec::new();
+    if let Some(bp) = beams {
+        match open_b_direct(cfg, bp, &nic) {
+            Ok(()) => {}
+            Err(e) if !xs.is_empty() => {
+                staged.push(format!("the beams are staged through host memory: {e}"))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(staged)
+}
+
+/// Where the device items are sent from: the RDMA port, the frames' source (address, MAC,
+/// TTL), the GPU holding the items and how its memory is registered.
+#[cfg(feature = "ibverbs")]
+struct DirectNic<'a> {
+    port: &'a crate::net::verbs::RdmaPort,
+    src: crate::engines::common::send::ItemSource,
+    ctx: &'a Arc<cudarc::driver::CudaContext>,
+    kind: crate::net::send::peerdirect::GpuMrKind,
+}
+
+/// Every correlation output's device items and sender, attached to its pipeline; none
+/// attached unless all open.
+#[cfg(feature = "ibverbs")]
+fn open_x_direct(cfg: &XbgpuConfig, xs: &mut [XPipeline], nic: &DirectNic) -> std::io::Result<()> {
+    use super::direct::{x_direct_config, XDirect};
+    use crate::net::send::peerdirect::output_items_for_peerdirect;
+    use crate::net::send::verbs::{DeviceItems, PeerDirectSender};
     let payload = cfg.io.send_packet_payload;
     let mut direct = Vec::with_capacity(xs.len());
     for (x, c) in xs.iter().zip(&cfg.corrprods) {
@@ -169,23 +215,23 @@ fn open_direct(
             x.heap_cnt(),
             payload,
             corrprod_rate(cfg, c),
-            src,
+            nic.src,
         );
         let n_items =
             output_items_for_peerdirect(2, dcfg.send_queue_depth, dcfg.packets_per_item());
-        let mem = DeviceItems::alloc(&ctx, bytes * n_items)?;
+        let mem = DeviceItems::alloc(nic.ctx, bytes * n_items)?;
         let d = XDirect::on_device(bytes, x.channel_offset(), mem, |addr| {
             // SAFETY: `addr` is the XDirect's device items (aligned, with room to the
             // aligned end), which outlive its sender.
             unsafe {
                 PeerDirectSender::open(
-                    Some(&port.device),
-                    port.port,
+                    Some(&nic.port.device),
+                    nic.port.port,
                     dcfg,
                     addr,
                     bytes,
                     n_items,
-                    kind,
+                    nic.kind,
                 )
             }
         })?;
@@ -200,6 +246,53 @@ fn open_direct(
         }
     }
     Ok(())
+}
+
+/// The beams' device items (one batch of every beam each; enough for a chunk's batches
+/// formed at once and a full send queue) and sender, attached to `bp`.
+#[cfg(feature = "ibverbs")]
+fn open_b_direct(cfg: &XbgpuConfig, bp: &mut BPipeline, nic: &DirectNic) -> std::io::Result<()> {
+    use super::direct::{b_direct_config, BDirect};
+    use crate::net::send::peerdirect::output_items_for_peerdirect;
+    use crate::net::send::verbs::{DeviceItems, PeerDirectSender};
+    if !bp.forms_to_device() {
+        return Err(std::io::Error::other(
+            "the beamformer cannot write into GPU memory",
+        ));
+    }
+    let (beam_bytes, nb) = (bp.beam_bytes(), cfg.beams.len());
+    let dcfg = b_direct_config(
+        beam_bytes,
+        cfg.beams.iter().map(|b| b.dst).collect(),
+        bp.heap_cnt(),
+        cfg.io.send_packet_payload,
+        beam_rate(cfg),
+        nic.src,
+    );
+    let n_items = output_items_for_peerdirect(
+        2 + cfg.placement.batches_per_chunk,
+        dcfg.send_queue_depth,
+        dcfg.packets_per_item(),
+    );
+    let item_bytes = nb * beam_bytes;
+    let mem = DeviceItems::alloc(nic.ctx, item_bytes * n_items)?;
+    let d = BDirect::on_device(beam_bytes, nb, bp.channel_offset(), mem, |addr| {
+        // SAFETY: `addr` is the BDirect's device items (aligned, with room to the aligned
+        // end), which outlive its sender.
+        unsafe {
+            PeerDirectSender::open(
+                Some(&nic.port.device),
+                nic.port.port,
+                dcfg,
+                addr,
+                item_bytes,
+                n_items,
+                nic.kind,
+            )
+        }
+    })?;
+    bp.with_direct(Box::new(d))
+        .map_err(|_| std::io::Error::other("the beams' items do not fit the beamformer"))
 }
 
 /// `--use-vkgdr`: receive chunks in GPU memory mapped for the CPU where the GPU backend
@@ -448,6 +541,19 @@ fn beam_set(cfg: &XbgpuConfig, sensors: &SensorSet) -> BeamSet {
     set
 }
 
+/// The send rate of the beams (all of them): one heap per beam per batch (headers
+/// counted), × --send-rate-factor; None: unpaced.
+fn beam_rate(cfg: &XbgpuConfig) -> Option<f64> {
+    let beam_bytes = cfg.channels_per_substream() * cfg.spectra_per_heap() * 2;
+    // Three immediates: timestamp, frequency, beam_ants.
+    let header = crate::spead::data_header_len(3) as f64;
+    let rate = cfg.beams.len() as f64
+        * beam_bytes as f64
+        * (1.0 + header / cfg.io.send_packet_payload as f64)
+        / (cfg.placement.batch_step() as f64 / cfg.adc_sample_rate);
+    paced(cfg, rate)
+}
+
 /// The beams (none without `--beam`): one sender for all, paced at their data rate, and
 /// the beamformer reading `set`; their sending switches join `streams`.
 fn beam_output(
@@ -464,18 +570,7 @@ fn beam_output(
     let names: Vec<String> = cfg.beams.iter().map(|b| b.name.clone()).collect();
     let dsts = cfg.beams.iter().map(|b| b.dst).collect();
     let beam_bytes = cps * sph * 2;
-    // Three immediates: timestamp, frequency, beam_ants.
-    let header = crate::spead::data_header_len(3) as f64;
-    let rate =
-        names.len() as f64 * beam_bytes as f64 * (1.0 + header / cfg.io.send_packet_payload as f64)
-            / (batch_step as f64 / cfg.adc_sample_rate);
-    let sender = sender(
-        cfg,
-        sink,
-        dsts,
-        paced(cfg, rate),
-        &beam_descriptors(cps, sph),
-    )?;
+    let sender = sender(cfg, sink, dsts, beam_rate(cfg), &beam_descriptors(cps, sph))?;
     let bf = Beams::new(
         make_backend(cfg.use_gpu, cfg.shape)?,
         set.clone(),

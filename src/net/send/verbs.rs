@@ -145,7 +145,16 @@ pub struct PeerDirectSender {
     header_len: usize,
     fields: Vec<PacketFields>,
     packets_per_item: usize,
-    wire_bytes_per_item: usize,
+    /// Per heap of an item: its packets (indices into the item's chain) and its bytes on
+    /// the wire.
+    heap_packets: Vec<std::ops::Range<usize>>,
+    heap_wire: Vec<usize>,
+    /// Per item: packets of its latest post (given back to the queue's budget when it
+    /// completes).
+    posted_packets: Vec<usize>,
+    /// Scratch per heap of the item being sent: chosen, and its heap counter.
+    chosen: Vec<bool>,
+    cnts: Vec<u64>,
     outstanding: usize,
     next_cnt: u64,
     wc: Vec<IbvWc>,
@@ -222,7 +231,7 @@ impl PeerDirectSender {
         let base = headers.as_ptr() as u64;
         let mut fields = Vec::with_capacity(packets_per_item);
         let mut wrs = Vec::with_capacity(items.len());
-        let mut wire = 0;
+        let mut heap_wire = vec![0; cfg.heaps.len()];
         for (i, &(dptr, payload_lkey)) in items.iter().enumerate() {
             let mut sges = Vec::with_capacity(packets_per_item);
             let mut k = 0;
@@ -234,7 +243,7 @@ impl PeerDirectSender {
                     Self::write_static(&mut headers[at..at + header_len], &cfg, plan, off, len);
                     if i == 0 {
                         fields.push(PacketFields { at, heap: h });
-                        wire += header_len + len;
+                        heap_wire[h] += header_len + len;
                     }
                     sges.push([
                         IbvSge {
@@ -257,6 +266,13 @@ impl PeerDirectSender {
             );
         }
         let pacer = cfg.rate.filter(|r| *r > 0.0).map(Pacer::new);
+        let mut heap_packets = Vec::with_capacity(cfg.heaps.len());
+        let mut at = 0;
+        for n in &packets_per_heap {
+            heap_packets.push(at..at + n);
+            at += n;
+        }
+        let n_heaps = cfg.heaps.len();
         Ok(PeerDirectSender {
             qp,
             cq,
@@ -271,7 +287,11 @@ impl PeerDirectSender {
             header_len,
             fields,
             packets_per_item,
-            wire_bytes_per_item: wire,
+            heap_packets,
+            heap_wire,
+            posted_packets: vec![0; items.len()],
+            chosen: vec![false; n_heaps],
+            cnts: vec![0; n_heaps],
             outstanding: 0,
             wc: vec![IbvWc::default(); 32],
             freed: Vec::new(),
@@ -353,7 +373,8 @@ impl PeerDirectSender {
                 if *s == ItemState::InFlight {
                     *s = ItemState::Free;
                     self.free.push(i);
-                    self.outstanding -= self.packets_per_item;
+                    let posted = std::mem::take(&mut self.posted_packets[i as usize]);
+                    self.outstanding = self.outstanding.saturating_sub(posted);
                 }
             }
         }
@@ -393,6 +414,22 @@ impl PeerDirectSender {
     /// heap in order (heaps × immediate ids). Waits for room in the send queue (up to
     /// `timeout`) and for the pacer.
     pub fn send(&mut self, item: u32, values: &[u64], timeout: Duration) -> io::Result<()> {
+        self.send_heaps(item, values, |_| true, timeout)
+    }
+
+    /// [`Self::send`] of the heaps `h` of the item for which `wanted(h)` holds (asked once
+    /// per heap), in order: only they take heap counters (the next ones of the sequence)
+    /// and only their packets are posted, the last of them signalled; the item comes back
+    /// when that packet completes. With no heap wanted, nothing is posted and the item is
+    /// free again at once. `values` holds the immediates of every heap of the item, wanted
+    /// or not.
+    pub fn send_heaps(
+        &mut self,
+        item: u32,
+        values: &[u64],
+        mut wanted: impl FnMut(usize) -> bool,
+        timeout: Duration,
+    ) -> io::Result<()> {
         let n_imm = self.cfg.immediate_ids.len();
         if self.state.get(item as usize) != Some(&ItemState::Filling) {
             return Err(io::Error::new(
@@ -410,8 +447,22 @@ impl PeerDirectSender {
                 ),
             ));
         }
+        let (mut packets, mut wire, mut heaps, mut bytes) = (0, 0, 0u64, 0u64);
+        for (h, c) in self.chosen.iter_mut().enumerate() {
+            *c = wanted(h);
+            if *c {
+                packets += self.heap_packets[h].len();
+                wire += self.heap_wire[h];
+                heaps += 1;
+                bytes += self.cfg.heaps[h].len;
+            }
+        }
+        if heaps == 0 {
+            self.release(item);
+            return Ok(());
+        }
         let start = Instant::now();
-        while self.outstanding + self.packets_per_item > self.cfg.send_queue_depth {
+        while self.outstanding + packets > self.cfg.send_queue_depth {
             self.poll()?;
             if start.elapsed() >= timeout {
                 return Err(io::Error::new(
@@ -420,18 +471,17 @@ impl PeerDirectSender {
                 ));
             }
         }
-        let base = item as usize * self.fields.len() * self.stride();
-        let cnts: Vec<u64> = (0..self.cfg.heaps.len())
-            .map(|_| {
-                let c = self.next_cnt;
+        for (c, &on) in self.cnts.iter_mut().zip(&self.chosen) {
+            if on {
+                *c = self.next_cnt;
                 self.next_cnt = self.next_cnt.wrapping_add(self.cfg.cnt_step.max(1));
-                c
-            })
-            .collect();
-        for f in &self.fields {
+            }
+        }
+        let base = item as usize * self.fields.len() * self.stride();
+        for f in self.fields.iter().filter(|f| self.chosen[f.heap]) {
             let s = base + f.at + UDP_HEADERS + HEADER_BYTES;
             let h = &mut self.headers[s..];
-            let cnt = ItemPointer::immediate(ids::HEAP_CNT, cnts[f.heap]);
+            let cnt = ItemPointer::immediate(ids::HEAP_CNT, self.cnts[f.heap]);
             h[..8].copy_from_slice(&cnt.to_raw().to_be_bytes());
             for (k, &id) in self.cfg.immediate_ids.iter().enumerate() {
                 let p = ItemPointer::immediate(id, values[f.heap * n_imm + k]);
@@ -439,19 +489,29 @@ impl PeerDirectSender {
             }
         }
         if let Some(p) = self.pacer.as_mut() {
-            p.wait(self.wire_bytes_per_item);
+            p.wait(wire);
         }
         let wrs = &mut self.wrs[item as usize];
+        let runs = self
+            .heap_packets
+            .iter()
+            .zip(&self.chosen)
+            .filter(|(_, &on)| on)
+            .map(|(r, _)| r.clone());
+        let (first, last) = wrs
+            .link_runs(runs)
+            .ok_or_else(|| io::Error::other("no packets to post"))?;
         // SAFETY: the QP is live and has room for the chain (checked above); headers and
         // items stay registered while the sender lives.
-        unsafe { wrs.post(self.qp) }?;
-        self.tracker.posted(item, wrs);
+        unsafe { wrs.post_from(self.qp, first) }?;
+        self.tracker.posted_last(item, last);
         self.state[item as usize] = ItemState::InFlight;
-        self.outstanding += self.packets_per_item;
+        self.posted_packets[item as usize] = packets;
+        self.outstanding += packets;
         self.stats.items += 1;
-        self.stats.heaps += self.cfg.heaps.len() as u64;
-        self.stats.packets += self.packets_per_item as u64;
-        self.stats.bytes += self.cfg.heaps.iter().map(|h| h.len).sum::<u64>();
+        self.stats.heaps += heaps;
+        self.stats.packets += packets as u64;
+        self.stats.bytes += bytes;
         Ok(())
     }
 

@@ -4,7 +4,7 @@
 //! [`super::beam_wg`] where that applies).
 
 use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::beam_wg::BeamKernel;
 use super::correlator::correlate_defines;
@@ -508,7 +508,85 @@ impl GpuX {
         batch_indices: &[u64],
         out: &mut [i8],
     ) -> Result<Vec<BeamStats>, XError> {
-        let n = check_batches(&self.shape, chunk, present_ants, beams, batch_indices, out)?;
+        check_batches(
+            &self.shape,
+            chunk,
+            present_ants,
+            beams,
+            batch_indices,
+            out.len(),
+        )?;
+        let (dout, sat) = self.beamform_on_device(chunk, present_ants, beams, batch_indices)?;
+        self.stream.memcpy_dtoh(&dout, out)?;
+        self.beam_stats(present_ants, beams.beams.len(), &sat)
+    }
+
+    /// [`crate::compute::xengine::XBackend::beamform_batches_to_device`]: one launch, then
+    /// each batch's beams copied on the device to their destinations (`dsts`
+    /// `[batch][beam]`; one copy per run of beams that lie back to back).
+    ///
+    /// # Safety
+    /// Every `dsts[i]..dsts[i] + beam_output_len(1)` must be device memory of this context
+    /// that nothing else reads or writes until this returns.
+    pub(super) unsafe fn beamform_launch_to_device(
+        &mut self,
+        chunk: &[i8],
+        present_ants: &[bool],
+        beams: &BeamSet,
+        batch_indices: &[u64],
+        dsts: &[u64],
+    ) -> Result<Vec<BeamStats>, XError> {
+        use cudarc::driver::DevicePtr;
+        let nb = beams.beams.len();
+        let each = self.shape.beam_output_len(1);
+        let len = batch_indices.len() * self.shape.beam_output_len(nb);
+        check_batches(&self.shape, chunk, present_ants, beams, batch_indices, len)?;
+        if dsts.len() != batch_indices.len() * nb {
+            return Err(XError::Size {
+                what: "beamformer device destinations (batches x beams)",
+                expected: batch_indices.len() * nb,
+                got: dsts.len(),
+            });
+        }
+        let (dout, sat) = self.beamform_on_device(chunk, present_ants, beams, batch_indices)?;
+        self.ctx.bind_to_thread()?;
+        {
+            // On the compute stream, after the launch (the buffer's only writer).
+            let (src, _record) = dout.device_ptr(&self.stream);
+            let mut i = 0;
+            while i < dsts.len() {
+                // a run of beams back to back at their destination
+                let mut j = i + 1;
+                while j < dsts.len() && dsts[j] == dsts[j - 1] + each as u64 {
+                    j += 1;
+                }
+                // SAFETY: `dout` holds dsts.len() × each bytes; the destinations are the
+                // caller's device ranges.
+                unsafe {
+                    cudarc::driver::result::memcpy_dtod_async(
+                        dsts[i],
+                        src + (i * each) as u64,
+                        (j - i) * each,
+                        self.stream.cu_stream(),
+                    )?
+                };
+                i = j;
+            }
+        }
+        // The beams are complete (stats synchronise the stream) before the NIC may read them.
+        self.beam_stats(present_ants, nb, &sat)
+    }
+
+    /// One launch over the batches of `chunk` into a fresh device output
+    /// (`[batch][beam][channel][spectrum][re/im]`) and saturation counts (`[batch][beam]`).
+    fn beamform_on_device(
+        &mut self,
+        chunk: &[i8],
+        present_ants: &[bool],
+        beams: &BeamSet,
+        batch_indices: &[u64],
+    ) -> Result<(CudaSlice<i8>, CudaSlice<u64>), XError> {
+        let n = batch_indices.len();
         let na = self.shape.n_ants;
         let nb = beams.beams.len();
         // coefficients of every antenna; absence is applied per batch by the loads
@@ -522,7 +600,9 @@ impl GpuX {
         let dmask = self.stream.clone_htod(&mask)?;
         let dseeds = self.stream.clone_htod(&seeds)?;
         let inp = self.upload_input(chunk)?;
-        let mut dout = self.stream.alloc_zeros::<i8>(out.len())?;
+        let mut dout = self
+            .stream
+            .alloc_zeros::<i8>(n * self.shape.beam_output_len(nb))?;
         let mut sat = self.stream.alloc_zeros::<u64>(n * nb)?;
         let r = self.beamform_device(
             &dt,
@@ -539,12 +619,23 @@ impl GpuX {
         );
         self.input = Some(inp);
         r?;
-        self.stream.memcpy_dtoh(&dout, out)?;
-        let saturated = self.stream.clone_dtoh(&sat)?;
+        Ok((dout, sat))
+    }
+
+    /// Each batch's statistics, from the saturation counts on the device (waits for the
+    /// stream: every copy queued before is done when this returns).
+    fn beam_stats(
+        &mut self,
+        present_ants: &[bool],
+        nb: usize,
+        sat: &CudaSlice<u64>,
+    ) -> Result<Vec<BeamStats>, XError> {
+        let na = self.shape.n_ants;
+        let saturated = self.stream.clone_dtoh(sat)?;
         self.stream.synchronize()?;
         Ok(present_ants
             .chunks(na)
-            .zip(saturated.chunks(nb))
+            .zip(saturated.chunks(nb.max(1)))
             .map(|(p, s)| BeamStats {
                 beam_ants: p.iter().filter(|&&x| x).count(),
                 saturated: s.to_vec(),

@@ -348,4 +348,20 @@ impl XBackend for GpuX {
     ) -> Result<Vec<BeamStats>, XError> {
         self.beamform_launch(batches, present_ants, beams, batch_indices, out)
     }
+
+    fn beamforms_to_device(&self) -> bool {
+        true
+    }
+
+    unsafe fn beamform_batches_to_device(
+        &mut self,
+        batches: &[i8],
+        present_ants: &[bool],
+        beams: &BeamSet,
+        batch_indices: &[u64],
+        dsts: &[u64],
+    ) -> Result<Vec<BeamStats>, XError> {
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { self.beamform_launch_to_device(batches, present_ants, beams, batch_indices, dsts) }
+    }
 }

@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::c_void;
+use std::ops::Range;
 
 use ibverbs_sys::{post_send, IbvSendWr, IbvSge, IBV_SEND_IP_CSUM, IBV_SEND_SIGNALED, IBV_WR_SEND};
 
@@ -127,14 +128,59 @@ impl PacketWrs {
         &self.sges[k]
     }
 
+    /// Chains the packets of `runs` (ranges of packet indices, in sending order, not
+    /// overlapping; empty or out-of-range ones are skipped) into one chain, only its last
+    /// packet signalled, and returns the index of its first packet and the wr_id of its
+    /// last; None if no run has a packet. Packets outside the runs are left as they are
+    /// (and not posted).
+    pub fn link_runs(
+        &mut self,
+        runs: impl IntoIterator<Item = Range<usize>>,
+    ) -> Option<(usize, u64)> {
+        let n = self.wrs.len();
+        let (mut first, mut prev) = (None, None::<usize>);
+        for r in runs.into_iter().filter(|r| r.start < r.end && r.end <= n) {
+            if let Some(p) = prev {
+                let next: *mut IbvSendWr = &mut self.wrs[r.start];
+                self.wrs[p].next = next;
+                self.wrs[p].send_flags = IBV_SEND_IP_CSUM;
+            }
+            for k in r.start..r.end - 1 {
+                let next: *mut IbvSendWr = &mut self.wrs[k + 1];
+                self.wrs[k].next = next;
+                self.wrs[k].send_flags = IBV_SEND_IP_CSUM;
+            }
+            first.get_or_insert(r.start);
+            prev = Some(r.end - 1);
+        }
+        let last = &mut self.wrs[prev?];
+        last.next = std::ptr::null_mut();
+        last.send_flags = IBV_SEND_IP_CSUM | IBV_SEND_SIGNALED;
+        Some((first?, last.wr_id))
+    }
+
     /// Posts the whole chain on `qp`.
     ///
     /// # Safety
     /// `qp` must be a live raw-packet QP in RTS whose send queue has room for
     /// [`Self::len`] requests; the registered memory must outlive the sends.
     pub unsafe fn post(&mut self, qp: *mut c_void) -> std::io::Result<()> {
+        // A subset posted before may have cut the chain: whole again.
+        self.link_runs(std::iter::once(0..self.wrs.len()));
+        self.post_from(qp, 0)
+    }
+
+    /// Posts the chain that starts at packet `first` as linked now ([`Self::link_runs`]);
+    /// an index past the end posts nothing.
+    ///
+    /// # Safety
+    /// As [`Self::post`], the queue having room for every request of the chain.
+    pub unsafe fn post_from(&mut self, qp: *mut c_void, first: usize) -> std::io::Result<()> {
+        let Some(head) = self.wrs.get_mut(first) else {
+            return Ok(());
+        };
         let mut bad = std::ptr::null_mut();
-        let rc = post_send(qp, self.wrs.as_mut_ptr(), &mut bad);
+        let rc = post_send(qp, head, &mut bad);
         if rc != 0 {
             return Err(std::io::Error::other(format!(
                 "ibv_post_send failed: {}",
@@ -158,8 +204,14 @@ impl SendTracker {
     /// Item `item` was posted as `wrs`: in flight until its last packet completes.
     pub fn posted(&mut self, item: u32, wrs: &PacketWrs) {
         if let Some(last) = wrs.wrs().last() {
-            self.in_flight.push_back((item, last.wr_id));
+            self.posted_last(item, last.wr_id);
         }
+    }
+
+    /// Item `item` was posted as a chain whose signalled last packet is `last_wr_id` (a
+    /// subset of its packets: [`PacketWrs::link_runs`]).
+    pub fn posted_last(&mut self, item: u32, last_wr_id: u64) {
+        self.in_flight.push_back((item, last_wr_id));
     }
 
     /// A send completion for `wr_id` arrived: returns the items now free, oldest first

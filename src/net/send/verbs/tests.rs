@@ -177,3 +177,85 @@ fn inconsistent_layouts_are_refused() {
     let e = unsafe { PeerDirectSender::from_raw(o, o, cfg, &[], |_, _| Ok(1)) };
     assert!(e.is_err());
 }
+
+/// The heap counter of a posted packet, read back from its header.
+fn posted_cnt(s: &PeerDirectSender, item: u32, k: usize) -> u64 {
+    // The first item pointer after the SPEAD header: the heap counter.
+    let h = &s.header(item, k)[42 + HEADER_BYTES..];
+    let p = ItemPointer::from_raw(u64::from_be_bytes(h[..8].try_into().unwrap()));
+    assert_eq!(p.id, ids::HEAP_CNT);
+    p.value
+}
+
+#[test]
+fn a_subset_of_heaps_takes_the_next_counters_and_frees_its_item() {
+    let mut fake = Fake::new();
+    let o = fake.ptr();
+    // 12 requests in the queue; 3 items of two heaps (3 packets each).
+    // SAFETY: fake QP/CQ objects that outlive the sender.
+    let mut s =
+        unsafe { PeerDirectSender::from_raw(o, o, config(12), &items(3), |_, _| Ok(1)) }.unwrap();
+    let v = [0u64; 6];
+    // Heap 1 only: its three packets, the last signalled, counter 5.
+    let a = s.acquire(Duration::ZERO).unwrap();
+    s.send_heaps(a, &v, |h| h == 1, Duration::ZERO).unwrap();
+    let posted = fake.take_posted();
+    assert_eq!(posted.len(), 1);
+    let ids: Vec<u64> = posted[0].iter().map(|p| p.0).collect();
+    assert_eq!(ids, [wr_id(a, 3), wr_id(a, 4), wr_id(a, 5)]);
+    let flags: Vec<bool> = posted[0]
+        .iter()
+        .map(|p| p.2 & IBV_SEND_SIGNALED != 0)
+        .collect();
+    assert_eq!(flags, [false, false, true]);
+    assert_eq!(posted[0][0].1[1].addr, DEV + a as u64 * 8192 + 2500);
+    assert_eq!(posted_cnt(&s, a, 3), 5);
+    // No heap: nothing posted, nothing taken, the item free at once.
+    let b = s.acquire(Duration::ZERO).unwrap();
+    s.send_heaps(b, &v, |_| false, Duration::ZERO).unwrap();
+    assert!(fake.take_posted().is_empty());
+    assert_eq!(s.in_flight(), 1);
+    assert_eq!(s.acquire(Duration::ZERO).unwrap(), b);
+    // Then the whole item b: both heaps, the next two counters, one chain of six.
+    s.send(b, &v, Duration::ZERO).unwrap();
+    let posted = fake.take_posted();
+    assert_eq!(posted[0].len(), 6);
+    assert_eq!(
+        (posted_cnt(&s, b, 0), posted_cnt(&s, b, 3)),
+        (5 + 64, 5 + 128)
+    );
+    // 3 + 6 outstanding of 12: another whole item waits; heap 0 alone (3) fits.
+    let c = s.acquire(Duration::ZERO).unwrap();
+    let e = s.send(c, &v, Duration::from_millis(2)).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+    s.send_heaps(c, &v, |h| h == 0, Duration::ZERO).unwrap();
+    let posted = fake.take_posted();
+    assert_eq!(posted[0].len(), 3);
+    assert!(posted[0][2].2 & IBV_SEND_SIGNALED != 0);
+    assert!(posted[0][2].0 == wr_id(c, 2));
+    assert_eq!(posted_cnt(&s, c, 0), 5 + 192);
+    // Item a comes back when its subset's last packet completes (the queue gets its 3
+    // requests back: a whole item fits again once b's complete too).
+    fake.complete(IbvWc {
+        wr_id: wr_id(a, 5),
+        ..Default::default()
+    });
+    assert_eq!(s.poll().unwrap(), 1);
+    for (i, k) in [(b, 5), (c, 2)] {
+        fake.complete(IbvWc {
+            wr_id: wr_id(i, k),
+            ..Default::default()
+        });
+    }
+    s.flush(Duration::from_millis(50)).unwrap();
+    assert_eq!(s.stats.stray_completions, 0);
+    let a = s.acquire(Duration::ZERO).unwrap();
+    s.send(a, &v, Duration::ZERO).unwrap();
+    let b = s.acquire(Duration::ZERO).unwrap();
+    s.send(b, &v, Duration::ZERO).unwrap();
+    assert_eq!(fake.take_posted().len(), 2, "12 requests free again");
+    assert_eq!(s.stats.items, 5);
+    assert_eq!(s.stats.heaps, 1 + 2 + 1 + 2 + 2);
+    assert_eq!(s.stats.packets, 3 + 6 + 3 + 6 + 6);
+    assert_eq!(s.stats.bytes, 2500 * 8);
+}
