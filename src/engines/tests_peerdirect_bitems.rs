@@ -97,8 +97,8 @@ fn batches() -> Vec<Vec<i8>> {
 /// Feeds batches `0..n` to `bp` and ends it: batch k has antenna 1 absent where k % 13 == 5
 /// and no antenna where k % 19 == 7 (skipped); beam b's capture is off where
 /// (k / 7 + b) % 3 == 0 (on from the batch after where k % 11 == 4), so batches go out
-/// with every beam, some or none; chunks of four batches with an antenna present are
-/// formed ahead ([`BPipeline::prepare`]) every other time. `each` runs after every call,
+/// with every beam, some or none; chunks of four batches are formed ahead
+/// ([`BPipeline::prepare`]) every other time. `each` runs after every call,
 /// told which.
 pub(super) fn feed(bp: &mut BPipeline, n: u64, mut each: impl FnMut(&mut BPipeline, Call)) {
     let data = batches();
@@ -126,8 +126,16 @@ pub(super) fn feed(bp: &mut BPipeline, n: u64, mut each: impl FnMut(&mut BPipeli
             present.extend(p);
         }
         let ts: Vec<u64> = ks.iter().map(|j| j * BATCH_STEP).collect();
-        let all_present = present.chunks(na).all(|p| p.iter().any(|&x| x));
-        if all_present && (k / 4) % 2 == 0 {
+        // Chunks with a batch of no antenna are formed ahead too: that batch is passed
+        // over (the engine's feed hands `prepare` only batches with an antenna; any caller
+        // may not).
+        // Batches whose beams `prepare` forms: as many as there are items.
+        let ahead = if (k / 4) % 2 == 0 {
+            bp.direct().map_or(ks.len(), |d| d.sender().n_items())
+        } else {
+            0
+        };
+        if ahead > 0 {
             bp.prepare(&ts, &flat, &present).unwrap();
             each(bp, Call::Prepare);
         }
@@ -144,7 +152,7 @@ pub(super) fn feed(bp: &mut BPipeline, n: u64, mut each: impl FnMut(&mut BPipeli
             }
             let p = &present[i * na..(i + 1) * na];
             let call = Call::Batch {
-                formed: p.iter().any(|&x| x),
+                formed: i < ahead || p.iter().any(|&x| x),
                 posted: p.iter().any(|&x| x) && bp.enabled.iter().any(|g| g.sends(ts[i])),
             };
             bp.batch(ts[i], &flat[i * bb..(i + 1) * bb], p).unwrap();
@@ -161,8 +169,9 @@ pub(super) fn feed(bp: &mut BPipeline, n: u64, mut each: impl FnMut(&mut BPipeli
 pub(super) enum Call {
     /// [`BPipeline::prepare`].
     Prepare,
-    /// [`BPipeline::batch`] of a batch whose beams were `formed` (an antenna present) and
-    /// `posted` (some beam captured).
+    /// [`BPipeline::batch`] of a batch whose beams were `formed` (an antenna present, or
+    /// formed ahead by `prepare`) and `posted` (an antenna present and some beam
+    /// captured).
     Batch { formed: bool, posted: bool },
     /// [`BPipeline::finish`].
     Finish,

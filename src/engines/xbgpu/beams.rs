@@ -310,6 +310,17 @@ impl BPipeline {
     pub fn batch(&mut self, ts: u64, data: &[i8], present: &[bool]) -> Result<(), PipelineError> {
         let n_present = present.iter().filter(|&&p| p).count() as u64;
         if n_present == 0 {
+            // Formed ahead all the same (`prepare` was handed it): passed over, its item
+            // given back, so that the next batch takes the next one formed.
+            if self.pre_ts.get(self.pre_next) == Some(&ts) {
+                #[cfg(feature = "ibverbs")]
+                if let (Some(&item), Some(d)) =
+                    (self.pre_items.get(self.pre_next), self.direct.as_mut())
+                {
+                    d.release(item);
+                }
+                self.pre_next += 1;
+            }
             self.stats.iter_mut().for_each(|s| s.skipped_heaps += 1);
             return Ok(());
         }
