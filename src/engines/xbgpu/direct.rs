@@ -50,54 +50,46 @@ pub fn x_direct_config(
     }
 }
 
-/// One correlation output's device items and their sender.
-pub struct XDirect {
+/// Output items in device memory and the sender posting them: what [`XDirect`] and
+/// [`BDirect`] share (they dereference to it).
+pub struct DirectItems {
     sender: PeerDirectSender,
     memory: DeviceItems,
     item_bytes: usize,
-    /// The heaps' `frequency` item (the engine's first channel).
-    channel_offset: u64,
     timeout: Duration,
 }
 
-impl XDirect {
-    /// `memory.len() / item_bytes` items of `item_bytes` (one dump each) in device memory,
-    /// sent by the sender `open` builds over them (given the items' device address; it
-    /// registers them); the heaps carry `channel_offset` as their `frequency`.
-    pub fn on_device(
+impl DirectItems {
+    /// `memory.len() / item_bytes` items of `item_bytes` in device memory, sent by the
+    /// sender `open` builds over them (given the items' device address; it registers
+    /// them).
+    fn on_device(
         item_bytes: usize,
-        channel_offset: u64,
         memory: DeviceItems,
         open: impl FnOnce(u64) -> std::io::Result<PeerDirectSender>,
     ) -> std::io::Result<Self> {
         let sender = open(memory.base())?;
         memory.check_fits(sender.n_items(), item_bytes)?;
-        Ok(XDirect {
+        Ok(DirectItems {
             sender,
             memory,
             item_bytes,
-            channel_offset,
             timeout: Duration::from_secs(1),
         })
     }
 
-    /// A free item (polling completions while none is), and its device range (address,
-    /// bytes).
-    pub fn acquire(&mut self) -> std::io::Result<(u32, u64, usize)> {
+    /// A free item (polling completions while none is) and its device address.
+    fn take(&mut self) -> std::io::Result<(u32, u64)> {
         let item = self.sender.acquire(self.timeout)?;
-        let at = item as u64 * self.item_bytes as u64;
-        Ok((item, self.memory.base() + at, self.item_bytes))
+        Ok((
+            item,
+            self.memory.base() + item as u64 * self.item_bytes as u64,
+        ))
     }
 
-    /// Gives back an item whose dump is not sent.
+    /// Gives back an item whose heaps are not sent.
     pub fn release(&mut self, item: u32) {
         self.sender.release(item);
-    }
-
-    /// Sends the dump of the accumulation at `ts` written into `item`: one heap.
-    pub fn send(&mut self, item: u32, ts: u64) -> std::io::Result<()> {
-        self.sender
-            .send(item, &[ts, self.channel_offset], self.timeout)
     }
 
     /// Waits until the NIC has sent every item.
@@ -115,9 +107,59 @@ impl XDirect {
         &self.memory
     }
 
-    /// Bytes of one item (one dump).
+    /// Bytes of one item.
     pub fn item_bytes(&self) -> usize {
         self.item_bytes
+    }
+}
+
+/// One correlation output's device items (one dump each) and their sender.
+pub struct XDirect {
+    items: DirectItems,
+    /// The heaps' `frequency` item (the engine's first channel).
+    channel_offset: u64,
+}
+
+impl std::ops::Deref for XDirect {
+    type Target = DirectItems;
+    fn deref(&self) -> &DirectItems {
+        &self.items
+    }
+}
+
+impl std::ops::DerefMut for XDirect {
+    fn deref_mut(&mut self) -> &mut DirectItems {
+        &mut self.items
+    }
+}
+
+impl XDirect {
+    /// `memory.len() / item_bytes` items of `item_bytes` (one dump each) in device memory,
+    /// sent by the sender `open` builds over them (given the items' device address; it
+    /// registers them); the heaps carry `channel_offset` as their `frequency`.
+    pub fn on_device(
+        item_bytes: usize,
+        channel_offset: u64,
+        memory: DeviceItems,
+        open: impl FnOnce(u64) -> std::io::Result<PeerDirectSender>,
+    ) -> std::io::Result<Self> {
+        Ok(XDirect {
+            items: DirectItems::on_device(item_bytes, memory, open)?,
+            channel_offset,
+        })
+    }
+
+    /// A free item (polling completions while none is), and its device range (address,
+    /// bytes).
+    pub fn acquire(&mut self) -> std::io::Result<(u32, u64, usize)> {
+        let (item, at) = self.items.take()?;
+        Ok((item, at, self.items.item_bytes))
+    }
+
+    /// Sends the dump of the accumulation at `ts` written into `item`: one heap.
+    pub fn send(&mut self, item: u32, ts: u64) -> std::io::Result<()> {
+        let d = &mut self.items;
+        d.sender.send(item, &[ts, self.channel_offset], d.timeout)
     }
 }
 
@@ -160,15 +202,26 @@ pub fn b_direct_config(
 
 /// The beams' device items (one batch of every beam each) and their sender.
 pub struct BDirect {
-    sender: PeerDirectSender,
-    memory: DeviceItems,
+    items: DirectItems,
     beam_bytes: usize,
     n_beams: usize,
     /// The heaps' `frequency` item (the engine's first channel).
     channel_offset: u64,
     /// Scratch: the immediates of every heap of an item.
     values: Vec<u64>,
-    timeout: Duration,
+}
+
+impl std::ops::Deref for BDirect {
+    type Target = DirectItems;
+    fn deref(&self) -> &DirectItems {
+        &self.items
+    }
+}
+
+impl std::ops::DerefMut for BDirect {
+    fn deref_mut(&mut self) -> &mut DirectItems {
+        &mut self.items
+    }
 }
 
 impl BDirect {
@@ -182,31 +235,21 @@ impl BDirect {
         memory: DeviceItems,
         open: impl FnOnce(u64) -> std::io::Result<PeerDirectSender>,
     ) -> std::io::Result<Self> {
-        let sender = open(memory.base())?;
-        memory.check_fits(sender.n_items(), n_beams * beam_bytes)?;
         Ok(BDirect {
-            sender,
-            memory,
+            items: DirectItems::on_device(n_beams * beam_bytes, memory, open)?,
             beam_bytes,
             n_beams,
             channel_offset,
             values: vec![0; 3 * n_beams],
-            timeout: Duration::from_secs(1),
         })
     }
 
     /// A free item (polling completions while none is); the device addresses of its
     /// beams (one batch's, in beam order) are appended to `dsts`.
     pub fn acquire(&mut self, dsts: &mut Vec<u64>) -> std::io::Result<u32> {
-        let item = self.sender.acquire(self.timeout)?;
-        let at = self.memory.base() + item as u64 * self.item_bytes() as u64;
+        let (item, at) = self.items.take()?;
         dsts.extend((0..self.n_beams as u64).map(|b| at + b * self.beam_bytes as u64));
         Ok(item)
-    }
-
-    /// Gives back an item whose beams are not sent.
-    pub fn release(&mut self, item: u32) {
-        self.sender.release(item);
     }
 
     /// Sends the heaps of the beams `beams` (ascending) of the batch at `ts` (`n_present`
@@ -221,23 +264,9 @@ impl BDirect {
         for v in self.values.chunks_exact_mut(3) {
             v.copy_from_slice(&[ts, self.channel_offset, n_present]);
         }
-        self.sender
-            .send_heaps(item, &self.values, |b| beams.contains(&b), self.timeout)
-    }
-
-    /// Waits until the NIC has sent every item.
-    pub fn flush(&mut self) -> std::io::Result<()> {
-        self.sender.flush(self.timeout)
-    }
-
-    /// Items sent, in flight and in all (counters of the sender).
-    pub fn sender(&self) -> &PeerDirectSender {
-        &self.sender
-    }
-
-    /// The items' device memory.
-    pub fn memory(&self) -> &DeviceItems {
-        &self.memory
+        let d = &mut self.items;
+        d.sender
+            .send_heaps(item, &self.values, |b| beams.contains(&b), d.timeout)
     }
 
     /// Beams per item.
@@ -248,10 +277,5 @@ impl BDirect {
     /// Bytes of one beam's heap.
     pub fn beam_bytes(&self) -> usize {
         self.beam_bytes
-    }
-
-    /// Bytes of one item (every beam of one batch).
-    pub fn item_bytes(&self) -> usize {
-        self.n_beams * self.beam_bytes
     }
 }

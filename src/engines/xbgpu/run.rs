@@ -198,13 +198,42 @@ struct DirectNic<'a> {
     kind: crate::net::send::peerdirect::GpuMrKind,
 }
 
+#[cfg(feature = "ibverbs")]
+impl DirectNic<'_> {
+    /// Opens the sender of `cfg`'s `n_items` items of `item_bytes` at the device address
+    /// it is given (the items' memory, which must outlive the sender: `XDirect` and
+    /// `BDirect` own both).
+    fn sender(
+        &self,
+        cfg: crate::net::send::verbs::PeerDirectConfig,
+        item_bytes: usize,
+        n_items: usize,
+    ) -> impl FnOnce(u64) -> std::io::Result<crate::net::send::verbs::PeerDirectSender> + '_ {
+        move |addr| {
+            // SAFETY: `addr` is the device items of the XDirect or BDirect being built
+            // (aligned, with room to the aligned end), which outlive its sender.
+            unsafe {
+                crate::net::send::verbs::PeerDirectSender::open(
+                    Some(&self.port.device),
+                    self.port.port,
+                    cfg,
+                    addr,
+                    item_bytes,
+                    n_items,
+                    self.kind,
+                )
+            }
+        }
+    }
+}
+
 /// Every correlation output's device items and sender, attached to its pipeline; none
 /// attached unless all open.
 #[cfg(feature = "ibverbs")]
 fn open_x_direct(cfg: &XbgpuConfig, xs: &mut [XPipeline], nic: &DirectNic) -> std::io::Result<()> {
     use super::direct::{x_direct_config, XDirect};
     use crate::net::send::peerdirect::output_items_for_peerdirect;
-    use crate::net::send::verbs::{DeviceItems, PeerDirectSender};
+    use crate::net::send::verbs::DeviceItems;
     let payload = cfg.io.send_packet_payload;
     let mut direct = Vec::with_capacity(xs.len());
     for (x, c) in xs.iter().zip(&cfg.corrprods) {
@@ -220,21 +249,12 @@ fn open_x_direct(cfg: &XbgpuConfig, xs: &mut [XPipeline], nic: &DirectNic) -> st
         let n_items =
             output_items_for_peerdirect(2, dcfg.send_queue_depth, dcfg.packets_per_item());
         let mem = DeviceItems::alloc(nic.ctx, bytes * n_items)?;
-        let d = XDirect::on_device(bytes, x.channel_offset(), mem, |addr| {
-            // SAFETY: `addr` is the XDirect's device items (aligned, with room to the
-            // aligned end), which outlive its sender.
-            unsafe {
-                PeerDirectSender::open(
-                    Some(&nic.port.device),
-                    nic.port.port,
-                    dcfg,
-                    addr,
-                    bytes,
-                    n_items,
-                    nic.kind,
-                )
-            }
-        })?;
+        let d = XDirect::on_device(
+            bytes,
+            x.channel_offset(),
+            mem,
+            nic.sender(dcfg, bytes, n_items),
+        )?;
         direct.push(Box::new(d));
     }
     for (x, d) in xs.iter_mut().zip(direct) {
@@ -254,7 +274,7 @@ fn open_x_direct(cfg: &XbgpuConfig, xs: &mut [XPipeline], nic: &DirectNic) -> st
 fn open_b_direct(cfg: &XbgpuConfig, bp: &mut BPipeline, nic: &DirectNic) -> std::io::Result<()> {
     use super::direct::{b_direct_config, BDirect};
     use crate::net::send::peerdirect::output_items_for_peerdirect;
-    use crate::net::send::verbs::{DeviceItems, PeerDirectSender};
+    use crate::net::send::verbs::DeviceItems;
     if !bp.forms_to_device() {
         return Err(std::io::Error::other(
             "the beamformer cannot write into GPU memory",
@@ -276,21 +296,13 @@ fn open_b_direct(cfg: &XbgpuConfig, bp: &mut BPipeline, nic: &DirectNic) -> std:
     );
     let item_bytes = nb * beam_bytes;
     let mem = DeviceItems::alloc(nic.ctx, item_bytes * n_items)?;
-    let d = BDirect::on_device(beam_bytes, nb, bp.channel_offset(), mem, |addr| {
-        // SAFETY: `addr` is the BDirect's device items (aligned, with room to the aligned
-        // end), which outlive its sender.
-        unsafe {
-            PeerDirectSender::open(
-                Some(&nic.port.device),
-                nic.port.port,
-                dcfg,
-                addr,
-                item_bytes,
-                n_items,
-                nic.kind,
-            )
-        }
-    })?;
+    let d = BDirect::on_device(
+        beam_bytes,
+        nb,
+        bp.channel_offset(),
+        mem,
+        nic.sender(dcfg, item_bytes, n_items),
+    )?;
     bp.with_direct(Box::new(d))
         .map_err(|_| std::io::Error::other("the beams' items do not fit the beamformer"))
 }
