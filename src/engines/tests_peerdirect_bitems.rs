@@ -345,10 +345,25 @@ pub(super) fn compare(
     );
 }
 
-/// A back end recording the address of every beam it writes to device memory.
+/// A back end recording the address of every beam it writes to device memory. With
+/// `host_items`, it stands in for a GPU back end over host memory: `inner` forms the beams
+/// on the host and they are written into the "device" items by address (the items are
+/// host memory then).
 pub(super) struct RecordingX {
     pub(super) inner: Box<dyn XBackend + Send>,
     pub(super) writes: Arc<Mutex<Vec<u64>>>,
+    pub(super) host_items: bool,
+}
+
+impl RecordingX {
+    /// `inner` standing in for a device back end, its writes recorded nowhere.
+    pub(super) fn host_device(inner: Box<dyn XBackend + Send>) -> Self {
+        RecordingX {
+            inner,
+            writes: Arc::default(),
+            host_items: true,
+        }
+    }
 }
 
 impl XBackend for RecordingX {
@@ -389,7 +404,7 @@ impl XBackend for RecordingX {
             .beamform_batches(batches, present, beams, batch_indices, out)
     }
     fn beamforms_to_device(&self) -> bool {
-        self.inner.beamforms_to_device()
+        self.host_items || self.inner.beamforms_to_device()
     }
     unsafe fn beamform_batches_to_device(
         &mut self,
@@ -400,6 +415,19 @@ impl XBackend for RecordingX {
         dsts: &[u64],
     ) -> Result<Vec<BeamStats>, XError> {
         self.writes.lock().unwrap().extend_from_slice(dsts);
+        if self.host_items {
+            let each = self.shape().beam_output_len(1);
+            let mut out = vec![0i8; dsts.len() * each];
+            let st =
+                self.inner
+                    .beamform_batches(batches, present, beams, batch_indices, &mut out)?;
+            for (&d, o) in dsts.iter().zip(out.chunks(each)) {
+                // SAFETY: the caller's range, host memory where `host_items` is set.
+                let to = unsafe { std::slice::from_raw_parts_mut(d as *mut i8, each) };
+                to.copy_from_slice(o);
+            }
+            return Ok(st);
+        }
         // SAFETY: the caller's guarantee, passed on.
         unsafe {
             self.inner
@@ -427,6 +455,7 @@ pub(super) fn staged_and_direct(
     let recording = RecordingX {
         inner: backend(),
         writes: writes.clone(),
+        host_items: false,
     };
     let mut bp = pipeline(beams(Box::new(recording)), &rec);
     let mut life = Lifetime::new(writes, &items);
@@ -442,60 +471,6 @@ mod cpu {
 
     use crate::compute::xengine::CpuX;
     use crate::spead::ids;
-
-    /// The CPU back end standing in for the GPU's: its "device" beams are written into host
-    /// memory by address (the items are host memory here).
-    struct HostDevice {
-        inner: CpuX,
-    }
-
-    impl XBackend for HostDevice {
-        fn name(&self) -> &'static str {
-            "host-device"
-        }
-        fn shape(&self) -> XShape {
-            self.inner.shape()
-        }
-        fn accumulate(&mut self, input: &[i8]) -> Result<(), XError> {
-            self.inner.accumulate(input)
-        }
-        fn dump(&mut self, present: &[bool], out: &mut [i32]) -> Result<u64, XError> {
-            self.inner.dump(present, out)
-        }
-        fn beamform(
-            &mut self,
-            batch: &[i8],
-            present: &[bool],
-            beams: &BeamSet,
-            batch_index: u64,
-            out: &mut [i8],
-        ) -> Result<BeamStats, XError> {
-            self.inner.beamform(batch, present, beams, batch_index, out)
-        }
-        fn beamforms_to_device(&self) -> bool {
-            true
-        }
-        unsafe fn beamform_batches_to_device(
-            &mut self,
-            batches: &[i8],
-            present: &[bool],
-            beams: &BeamSet,
-            batch_indices: &[u64],
-            dsts: &[u64],
-        ) -> Result<Vec<BeamStats>, XError> {
-            let each = self.shape().beam_output_len(1);
-            let mut out = vec![0i8; dsts.len() * each];
-            let st =
-                self.inner
-                    .beamform_batches(batches, present, beams, batch_indices, &mut out)?;
-            for (&d, o) in dsts.iter().zip(out.chunks(each)) {
-                // SAFETY: the caller's range, host memory in this test.
-                let to = unsafe { std::slice::from_raw_parts_mut(d as *mut i8, each) };
-                to.copy_from_slice(o);
-            }
-            Ok(st)
-        }
-    }
 
     fn cpu() -> Box<dyn XBackend + Send> {
         Box::new(CpuX::new(shape()))
@@ -518,11 +493,7 @@ mod cpu {
     /// none is in flight and all three can be had again.
     #[test]
     fn ten_thousand_batches_of_beams_through_three_items_match_the_staged_heaps() {
-        let host = || {
-            Box::new(HostDevice {
-                inner: CpuX::new(shape()),
-            }) as Box<dyn XBackend + Send>
-        };
+        let host = || Box::new(RecordingX::host_device(cpu())) as Box<dyn XBackend + Send>;
         let items = host_items(3);
         staged_and_direct(host, items, Fake::nic(), 10_000);
     }
@@ -543,9 +514,7 @@ mod cpu {
             "CPU beams form on the host"
         );
         assert!(bp.direct().is_none());
-        let host = HostDevice {
-            inner: CpuX::new(shape()),
-        };
+        let host = RecordingX::host_device(cpu());
         let mut bp = pipeline(beams(Box::new(host)), &rec);
         assert!(bp.forms_to_device());
         let items = host_items(3);
