@@ -24,7 +24,7 @@ if [ "$mode" = prepare ]; then
   o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
   # The NVIDIA ICD (libGLX_nvidia) needs glvnd: without it vkCreateInstance finds no driver.
   apt-get $o update -qq && (cd .gl && apt-get $o download libvulkan1 libglvnd0 libglx0 libegl1 libgl1)
-  cp tools/vkgdr_check.sh tools/vkgdr_live.sh .gpu/
+  cp tools/vkgdr_check.sh tools/vkgdr_live.sh tools/array_vkgdr.sh .gpu/
   exit 0
 fi
 OUT=${OUT:-/tmp/out}
