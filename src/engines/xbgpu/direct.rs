@@ -11,14 +11,49 @@
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
-use crate::net::send::verbs::{
-    payload_per_packet, DeviceItems, HeapPlan, PeerDirectConfig, PeerDirectSender,
-};
+use crate::net::send::verbs::{DeviceItems, HeapPlan, PeerDirectConfig, PeerDirectSender};
 use crate::spead::ids;
 
-/// The sender's configuration for one X output's heaps of `heap_bytes` to `dst`: heap
-/// counters from `cnt` (start, step), `packet_payload` bytes per packet, `rate` bytes/s
-/// (None: unpaced), from `src` (address, MAC, TTL).
+/// The sender's configuration for items holding one heap of `heap_bytes` per destination,
+/// back to back (heap h to `dsts[h]`), with the item ids `(immediates, payload)`;
+/// heap counters from `cnt` (start, step), `packet_payload` bytes per packet, `rate` bytes/s
+/// (None: unpaced), from `src` (address, MAC, TTL). The send queue holds at least one
+/// whole item.
+fn items_config(
+    heap_bytes: usize,
+    dsts: Vec<SocketAddrV4>,
+    (immediate_ids, payload_id): (Vec<u16>, u16),
+    cnt: (u64, u64),
+    packet_payload: usize,
+    rate: Option<f64>,
+    src: (SocketAddrV4, [u8; 6], u8),
+) -> PeerDirectConfig {
+    let mut cfg = PeerDirectConfig {
+        src_mac: src.1,
+        src: src.0,
+        heaps: (0..dsts.len())
+            .map(|h| HeapPlan {
+                dst: h,
+                offset: (h * heap_bytes) as u64,
+                len: heap_bytes as u64,
+            })
+            .collect(),
+        dests: dsts,
+        ttl: src.2,
+        packet_payload,
+        immediate_ids,
+        payload_id,
+        send_queue_depth: 0,
+        cnt_start: cnt.0,
+        cnt_step: cnt.1.max(1),
+        rate,
+    };
+    cfg.send_queue_depth = cfg.packets_per_item().max(4096);
+    cfg
+}
+
+/// The sender's configuration for one X output's heaps of `heap_bytes` to `dst` (one dump
+/// per item; [`items_config`]'s other terms).
 pub fn x_direct_config(
     heap_bytes: usize,
     dst: SocketAddrV4,
@@ -27,27 +62,8 @@ pub fn x_direct_config(
     rate: Option<f64>,
     src: (SocketAddrV4, [u8; 6], u8),
 ) -> PeerDirectConfig {
-    let per_packet = payload_per_packet(2, packet_payload).max(1);
-    let packets = heap_bytes.div_ceil(per_packet);
-    PeerDirectConfig {
-        src_mac: src.1,
-        src: src.0,
-        dests: vec![dst],
-        ttl: src.2,
-        packet_payload,
-        immediate_ids: vec![ids::TIMESTAMP, ids::FREQUENCY],
-        payload_id: ids::XENG_RAW,
-        heaps: vec![HeapPlan {
-            dst: 0,
-            offset: 0,
-            len: heap_bytes as u64,
-        }],
-        // A queue that holds at least one whole dump.
-        send_queue_depth: packets.max(4096),
-        cnt_start: cnt.0,
-        cnt_step: cnt.1.max(1),
-        rate,
-    }
+    let ids = (vec![ids::TIMESTAMP, ids::FREQUENCY], ids::XENG_RAW);
+    items_config(heap_bytes, vec![dst], ids, cnt, packet_payload, rate, src)
 }
 
 /// Output items in device memory and the sender posting them: what [`XDirect`] and
@@ -164,9 +180,8 @@ impl XDirect {
 }
 
 /// The sender's configuration for the beams' heaps: one item per batch holding every beam
-/// (`beam_bytes` each, back to back in beam order), beam b's heap to `dsts[b]`; heap
-/// counters from `cnt` (start, step: the beams share one sequence), `packet_payload` bytes
-/// per packet, `rate` bytes/s for all beams (None: unpaced), from `src` (address, MAC, TTL).
+/// (`beam_bytes` each, back to back in beam order), beam b's heap to `dsts[b]`, the beams
+/// sharing one heap counter sequence and `rate` ([`items_config`]'s other terms).
 pub fn b_direct_config(
     beam_bytes: usize,
     dsts: Vec<SocketAddrV4>,
@@ -175,29 +190,11 @@ pub fn b_direct_config(
     rate: Option<f64>,
     src: (SocketAddrV4, [u8; 6], u8),
 ) -> PeerDirectConfig {
-    let per_packet = payload_per_packet(3, packet_payload).max(1);
-    let packets = dsts.len() * beam_bytes.div_ceil(per_packet);
-    PeerDirectConfig {
-        src_mac: src.1,
-        src: src.0,
-        heaps: (0..dsts.len())
-            .map(|b| HeapPlan {
-                dst: b,
-                offset: (b * beam_bytes) as u64,
-                len: beam_bytes as u64,
-            })
-            .collect(),
-        dests: dsts,
-        ttl: src.2,
-        packet_payload,
-        immediate_ids: vec![ids::TIMESTAMP, ids::FREQUENCY, ids::BEAM_ANTS],
-        payload_id: ids::BF_RAW,
-        // A queue that holds at least one whole batch of beams.
-        send_queue_depth: packets.max(4096),
-        cnt_start: cnt.0,
-        cnt_step: cnt.1.max(1),
-        rate,
-    }
+    let ids = (
+        vec![ids::TIMESTAMP, ids::FREQUENCY, ids::BEAM_ANTS],
+        ids::BF_RAW,
+    );
+    items_config(beam_bytes, dsts, ids, cnt, packet_payload, rate, src)
 }
 
 /// The beams' device items (one batch of every beam each) and their sender.
