@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::compute::xengine::{BeamSet, CpuX, GpuX, XBackend, XError, XShape};
+use crate::compute::xengine::{BeamSet, BeamStats, CpuX, GpuX, XBackend, XError, XShape};
 
 /// Why a correlation or beamforming call failed.
 #[derive(Debug, thiserror::Error)]
@@ -350,17 +350,22 @@ impl Beams {
                 .backend
                 .beamform_batches(data, present, &sub, idx, &mut self.flat)?;
             let each = per / ng.max(1);
-            for (k, st) in stats.iter().enumerate().take(idx.len()) {
+            for k in 0..idx.len().min(stats.len()) {
                 for (j, &b) in beams.iter().enumerate() {
                     let at = (k * ng + j) * each;
                     let o = &mut out[k * nb + b];
                     o.clear();
                     o.extend_from_slice(&self.flat[at..at + each]);
-                    saturated[k][b] = st.saturated.get(j).copied().unwrap_or(0);
                 }
             }
+            scatter_saturated(&mut saturated, &stats, &beams);
         }
         Ok(saturated)
+    }
+
+    /// The dither keys of the batches at timestamps `ts` (their batch indices).
+    fn batch_indices(&self, ts: &[u64]) -> Vec<u64> {
+        ts.iter().map(|&t| t / self.batch_step).collect()
     }
 
     fn beam_set(&self) -> Result<BeamSet, BackendError> {
@@ -369,6 +374,16 @@ impl Beams {
             .lock()
             .map_err(|_| BackendError::LockPoisoned)?
             .clone())
+    }
+}
+
+/// Puts each batch's saturation counts of a dither group (`stats[k].saturated[j]`, beam
+/// `beams[j]`) at their beams' places in `saturated` (`[batch][beam]`).
+fn scatter_saturated(saturated: &mut [Vec<u64>], stats: &[BeamStats], beams: &[usize]) {
+    for (sat, st) in saturated.iter_mut().zip(stats) {
+        for (j, &b) in beams.iter().enumerate() {
+            sat[b] = st.saturated.get(j).copied().unwrap_or(0);
+        }
     }
 }
 
@@ -383,7 +398,7 @@ impl Beamformer for Beams {
         let set = self.beam_set()?;
         let mut groups = self.groups(&set);
         if groups.len() > 1 {
-            let idx: Vec<u64> = ts.iter().map(|&t| t / self.batch_step).collect();
+            let idx = self.batch_indices(ts);
             return self.form_groups(groups, data, present, &idx, out);
         }
         let set = groups.pop().map_or(set, |g| g.1);
@@ -397,7 +412,7 @@ impl Beamformer for Beams {
             });
         }
         self.flat.resize(ts.len() * per, 0);
-        let idx: Vec<u64> = ts.iter().map(|&t| t / self.batch_step).collect();
+        let idx = self.batch_indices(ts);
         let stats = self
             .backend
             .beamform_batches(data, present, &set, &idx, &mut self.flat)?;
@@ -461,7 +476,7 @@ impl Beamformer for Beams {
                 beams: nb,
             });
         }
-        let idx: Vec<u64> = ts.iter().map(|&t| t / self.batch_step).collect();
+        let idx = self.batch_indices(ts);
         let mut saturated = vec![vec![0u64; nb]; ts.len()];
         let mut sub = Vec::with_capacity(dsts.len());
         // By dither group (one of every beam unless the per-beam flags differ), each beam
@@ -476,11 +491,7 @@ impl Beamformer for Beams {
                 self.backend
                     .beamform_batches_to_device(data, present, &group, &idx, &sub)
             }?;
-            for (k, st) in stats.iter().enumerate().take(ts.len()) {
-                for (j, &b) in beams.iter().enumerate() {
-                    saturated[k][b] = st.saturated.get(j).copied().unwrap_or(0);
-                }
-            }
+            scatter_saturated(&mut saturated, &stats, &beams);
         }
         Ok(saturated)
     }
