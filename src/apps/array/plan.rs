@@ -64,12 +64,13 @@ impl Sizes {
             };
         }
         let jones = (1usize << 20).max(channels * 32);
+        let heaps = 32;
         let buffer = REAL_RECV_BUFFER.to_string();
         Sizes {
             real_rate: true,
             jones_per_batch: jones,
             recv_chunk_samples: (1u64 << 25).max(2 * (2 * jones) as u64),
-            heaps_per_fengine_per_chunk: 32,
+            heaps_per_fengine_per_chunk: heaps,
             ports_per_pol: 1,
             fgpu_recv: vec![
                 s("--recv-buffer"),
@@ -80,7 +81,7 @@ impl Sizes {
                 s("18"),
             ],
             xbgpu_recv: {
-                let k = xb_window_chunks(adc_rate, 32, jones);
+                let k = xb_window_chunks(adc_rate, heaps, jones);
                 vec![
                     s("--recv-buffer"),
                     buffer,
