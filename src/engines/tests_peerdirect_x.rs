@@ -142,7 +142,9 @@ fn xbgpu_use_peerdirect_to_pcap_falls_back_and_sends_the_same() {
 /// Over UDP from the loopback interface (no RDMA NIC behind it): `--use-peerdirect` looks
 /// for the NIC (GPU backend) or knows the CPU backend or `--debug-permute-baselines` rules
 /// GPU items out, logs one fallback line with the reason, and the datagrams are those of the
-/// run without it.
+/// run without it. Three set-ups: the dumps alone; the dumps with their baselines permuted;
+/// and with a beam too (permuted, which keeps only the dumps staged), where the GPU backend
+/// tries device items for the beams.
 #[test]
 fn xbgpu_use_peerdirect_over_udp_without_a_nic_falls_back_and_sends_the_same() {
     let f = tmp("f-udp.pcap");
@@ -152,8 +154,17 @@ fn xbgpu_use_peerdirect_over_udp_without_a_nic_falls_back_and_sends_the_same() {
     let dst = cap.dst.clone();
     let out = ["--send-interface", "127.0.0.1"];
     let permute = ["--debug-permute-baselines", "0,0"];
+    // Undithered: the dither seed is drawn per run.
+    let beam = format!("name=b0,dst={dst},pol=0,dither=none");
+    let beams = ["--beam", &beam, "--debug-permute-baselines", "0,0"];
+    // (options, the reason every backend logs, beams sent)
+    let cases: [(&[&str], Option<&str>, bool); 3] = [
+        (&[], None, false),
+        (&permute, Some("--debug-permute-baselines swaps"), false),
+        (&beams, None, true),
+    ];
     for backend in backends() {
-        for base in [&[][..], &permute[..]] {
+        for &(base, reason, with_beams) in &cases {
             let mut runs = Vec::new();
             for pd in [false, true] {
                 let mut extra = base.to_vec();
@@ -164,69 +175,32 @@ fn xbgpu_use_peerdirect_over_udp_without_a_nic_falls_back_and_sends_the_same() {
                 assert_eq!(peerdirect_lines(&log), usize::from(pd), "{backend}: {log}");
                 if pd {
                     assert!(log.contains("falling back to staging"), "{log}");
-                    if !base.is_empty() {
-                        assert!(log.contains("--debug-permute-baselines swaps"), "{log}");
+                    if let Some(r) = reason {
+                        assert!(log.contains(r), "{log}");
                     } else if backend == "cpu" {
                         assert!(log.contains("the CPU backend computes"), "{log}");
                     }
                 }
-                runs.push(cap.drain());
+                let mut got = cap.drain();
+                if with_beams {
+                    // The beams leave from their own send thread: their datagrams
+                    // interleave with the dumps' as it happens, so the runs are compared
+                    // sorted.
+                    got.sort();
+                }
+                runs.push(got);
             }
-            // Datagrams the engine sent (a stray lost one would show as a count mismatch).
-            assert!(runs[0].len() > 4, "{backend}: {}", runs[0].len());
+            // Datagrams the engine sent (a stray lost one would show as a count mismatch);
+            // with beams, one dump per batch and a beam heap per batch: more than the dumps
+            // alone.
+            let least = if with_beams { 8 } else { 4 };
+            assert!(runs[0].len() > least, "{backend}: {}", runs[0].len());
             assert_eq!(runs[0].len(), runs[1].len(), "{backend}");
             assert!(
                 runs[0] == runs[1],
                 "{backend} {base:?}: datagrams differ with --use-peerdirect"
             );
         }
-    }
-    drop(cap);
-    std::fs::remove_file(&f).ok();
-}
-
-/// With beams too (and `--debug-permute-baselines`, which keeps only the dumps staged), over
-/// UDP from the loopback interface: `--use-peerdirect` tries device items for the beams on
-/// the GPU backend (no RDMA NIC behind loopback) or knows the CPU backend rules them out,
-/// logs one fallback line with the reason, and the datagrams, beam heaps among them, are
-/// those of the run without it (as a set: see below).
-#[test]
-fn xbgpu_use_peerdirect_with_beams_over_udp_falls_back_and_sends_the_same() {
-    let f = tmp("f-udp-beams.pcap");
-    feng_capture(&f);
-    let cap = UdpCapture::new();
-    let dst = cap.dst.clone();
-    let out = ["--send-interface", "127.0.0.1"];
-    // Undithered: the dither seed is drawn per run.
-    let beam = format!("name=b0,dst={dst},pol=0,dither=none");
-    for backend in backends() {
-        let mut runs = Vec::new();
-        for pd in [false, true] {
-            let mut extra = vec!["--beam", &beam, "--debug-permute-baselines", "0,0"];
-            if pd {
-                extra.push("--use-peerdirect");
-            }
-            let log = run_logged(xbgpu(backend, &dst, &out, &extra, &f));
-            assert_eq!(peerdirect_lines(&log), usize::from(pd), "{backend}: {log}");
-            if pd {
-                assert!(log.contains("falling back to staging"), "{log}");
-                if backend == "cpu" {
-                    assert!(log.contains("the CPU backend computes"), "{log}");
-                }
-            }
-            // The beams leave from their own send thread: their datagrams interleave with
-            // the dumps' as it happens, so the runs are compared sorted.
-            let mut got = cap.drain();
-            got.sort();
-            runs.push(got);
-        }
-        // One dump per batch and a beam heap per batch: more than the dumps alone.
-        assert!(runs[0].len() > 8, "{backend}: {}", runs[0].len());
-        assert_eq!(runs[0].len(), runs[1].len(), "{backend}");
-        assert!(
-            runs[0] == runs[1],
-            "{backend}: datagrams differ with --use-peerdirect"
-        );
     }
     drop(cap);
     std::fs::remove_file(&f).ok();
