@@ -223,9 +223,9 @@ impl BPipeline {
             return self.prepare_direct(ts, data, present);
         }
         let nb = self.outs.len();
-        let beam_bytes = self.outs.first().map_or(0, Vec::len);
         self.pre_outs.resize_with(ts.len() * nb, Vec::new);
         self.pre_outs.truncate(ts.len() * nb);
+        let beam_bytes = self.beam_bytes;
         self.pre_outs
             .iter_mut()
             .for_each(|o| o.resize(beam_bytes, 0));
