@@ -10,7 +10,10 @@
 # Heaps present in both runs must be byte-identical (a run may start or end a heap earlier
 # than the other: only the common ones are compared, and their count is printed). X-engine
 # dumps with MISSING markers in either run (an antenna's data lost there) are counted apart.
-# FS (default 214e6), SECS (default 6). Results: $OUT/vkgdr-live.txt.
+# FS (default 214e6), SECS (default 6); SKIP_F=1 leaves out step 1; XB lists step 2's
+# variants as name|binary|options (default "xA|./gpucbf| xB|./gpucbf|--use-vkgdr"; the first
+# is the reference), so a control (a second pinned run) or another binary can run beside
+# them. Results: $OUT/vkgdr-live.txt.
 set -u
 cd "$(dirname "$0")"
 OUT=${OUT:-/tmp/out}; R=$OUT/vkgdr-live.txt
@@ -31,7 +34,7 @@ ds() { # port0
 }
 xb() { # name port extra...
   local n=$1 p=$2; shift 2
-  ./gpucbf xbgpu "${common[@]}" --sync-time "$SYNC" --channels $C --channels-per-substream $C \
+  ${BIN:-./gpucbf} xbgpu "${common[@]}" --sync-time "$SYNC" --channels $C --channels-per-substream $C \
     --samples-between-spectra $((2 * C)) --jones-per-batch 1048576 \
     --heaps-per-fengine-per-chunk 32 --send-enabled --backend gpu \
     --corrprod name=bc,dst=127.0.0.1:$((p + 10)),heap_accumulation_threshold=52 \
@@ -48,22 +51,34 @@ stop() { sleep 2; kill -TERM "$@" 2>/dev/null; for p in "$@"; do wait "$p"; done
 rm -f ./*.pcap
 # 1. F-engines.
 SYNC=$(date +%s)
+if [ "${SKIP_F:-0}" != 1 ]; then
 fg fA $B $((B + 50)) --send-pcap fA.pcap; FA=$!
 fg fB $((B + 10)) $((B + 50)) --send-pcap fB.pcap --use-vkgdr; FB=$!
 ready fA.log fB.log
 ds $B; D1=$!; ds $((B + 10)); D2=$!
 wait $D1 $D2; stop $FA $FB
-# 2. X-engines (F-engines pinned, sending over UDP).
+fi
+# 2. X-engines, one per variant in XB (name|binary|options, space-separated; the first is
+# the reference the others are compared with), each fed over UDP by its own pinned fgpu
+# from its own dsim.
+XB=${XB:-"xA|./gpucbf| xB|./gpucbf|--use-vkgdr"}
 SYNC=$(date +%s)
-xb xA $((B + 100)) --send-pcap xA.pcap; XA=$!
-xb xB $((B + 120)) --send-pcap xB.pcap --use-vkgdr; XB=$!
-fg f1 $((B + 20)) $((B + 100)); F1=$!; fg f2 $((B + 30)) $((B + 120)); F2=$!
-ready xA.log xB.log f1.log f2.log
-ds $((B + 20)); D1=$!; ds $((B + 30)); D2=$!
-wait $D1 $D2; stop $F1 $F2; stop $XA $XB
-grep -h -o "use-vkgdr[^\"]*" fB.log xB.log | head -2 | tee -a "$R"
-python3 - <<'PY' | tee -a "$R"
-import hashlib, struct
+i=0; pids=(); fpids=(); logs=(); names=()
+for v in $XB; do
+  IFS='|' read -r n bin opt <<< "$v"
+  xp=$((B + 100 + 20 * i)); fp=$((B + 300 + 10 * i))
+  # shellcheck disable=SC2086
+  BIN=$bin xb "$n" $xp --send-pcap "$n.pcap" $opt; pids+=($!)
+  fg "f_$n" $fp $xp; fpids+=($!)
+  logs+=("$n.log" "f_$n.log"); names+=("$n"); i=$((i + 1))
+done
+ready "${logs[@]}"
+i=0; dpids=()
+for _ in "${names[@]}"; do ds $((B + 300 + 10 * i)); dpids+=($!); i=$((i + 1)); done
+wait "${dpids[@]}"; stop "${fpids[@]}"; stop "${pids[@]}"
+grep -h -o "use-vkgdr[^\"]*" fB.log "${names[@]/%/.log}" 2>/dev/null | sort | uniq -c | tee -a "$R"
+SKIP_F=${SKIP_F:-0} XNAMES="${names[*]}" python3 - <<'PY' | tee -a "$R"
+import hashlib, os, struct
 def pointers(sp, k):
     """{item id: value} of a SPEAD packet's k item pointers (48-bit values)."""
     out = {}
@@ -100,14 +115,28 @@ def heaps(path, xb):
             ptr = pointers(sp, k)
             body = sp[8 + 8 * k:]
             out[key] = (hashlib.blake2b(body, digest_size=16).digest(), ptr.get(1),
-                        xb and has_missing(body, ptr.get(3, 0)))
+                        xb and has_missing(body, ptr.get(3, 0)), ptr, body if xb else None)
     return out
-for e, a, b in (("fgpu", "fA.pcap", "fB.pcap"), ("xbgpu", "xA.pcap", "xB.pcap")):
+def detail(k, x, y):
+    """Where a differing X-engine packet differs: its dump's timestamp, heap offset, how
+    many of its int32 values differ, and the first few pairs."""
+    pa = x[k][3]
+    a = struct.unpack(f"<{len(x[k][4]) // 4}i", x[k][4][:len(x[k][4]) // 4 * 4])
+    b = struct.unpack(f"<{len(y[k][4]) // 4}i", y[k][4][:len(y[k][4]) // 4 * 4])
+    d = [i for i in range(min(len(a), len(b))) if a[i] != b[i]]
+    z = sum(1 for i in d if b[i] == 0)
+    first = ", ".join(f"[{i}] {a[i]} vs {b[i]}" for i in d[:4])
+    return (f"    timestamp {pa.get(0x1600)} heap {pa.get(1)} offset {pa.get(3)}: {len(d)} of"
+            f" {len(a)} int32 differ (zero in the second: {z}), first at {d[0] if d else None}: {first}")
+names = os.environ.get("XNAMES", "xA xB").split()
+pairs = [("fgpu", "fA.pcap", "fB.pcap")] * (os.environ.get("SKIP_F") != "1") + [(f"xbgpu {n}", f"{names[0]}.pcap", f"{n}.pcap") for n in names[1:]]
+for e, a, b in pairs:
+    xb = e.startswith("xbgpu")
     try:
-        x, y = heaps(a, e == "xbgpu"), heaps(b, e == "xbgpu")
+        x, y = heaps(a, xb), heaps(b, xb)
     except OSError as err:
         print(f"{e}: {err}"); continue
-    order = [k for k in x if k in y]  # common packets in the pinned run's order
+    order = [k for k in x if k in y]  # common packets in the reference run's order
     # A dump with MISSING markers in either run lacks an antenna's data there: the two
     # runs' F-engines and sockets lose independently, so such dumps may differ.
     marked = {x[k][1] for k in order if x[k][2]} | {y[k][1] for k in order if y[k][2]}
@@ -118,5 +147,8 @@ for e, a, b in (("fgpu", "fA.pcap", "fB.pcap"), ("xbgpu", "xA.pcap", "xB.pcap"))
           + (f"; differing packets at positions {where[:8]} of {len(order)}" if where else "")
           + (f"; {len(marked)} heaps with MISSING markers in either run, {len(where_marked)}"
              f" differing packets in them" if marked else ""))
+    if xb:
+        for i in where[:6]:
+            print(detail(order[i], x, y))
 PY
-tar czf "$OUT/vkgdr-live-logs.tgz" fA.log fB.log xA.log xB.log f1.log f2.log 2>/dev/null
+tar czf "$OUT/vkgdr-live-logs.tgz" fA.log fB.log "${logs[@]}" 2>/dev/null

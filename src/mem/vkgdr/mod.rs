@@ -11,8 +11,9 @@
 //! them back by DMA rather than by CPU loads from the BAR ([`read_chunk_bytes`]).
 //!
 //! The mapping is write-combining and uncached for the CPU: it must be written in whole
-//! runs and never read by the CPU (each read is a PCIe round trip). [`plan`] decides from
-//! a [`Probe`] whether it is used and says why not.
+//! runs and not read by the CPU (each read is a PCIe round trip) but for the one load per
+//! hand-over to the GPU that flushes the posted writes ([`flush_posted_writes`]). [`plan`]
+//! decides from a [`Probe`] whether it is used and says why not.
 
 mod ffi;
 mod plan;
@@ -241,6 +242,14 @@ impl Vkgdr {
         let r = unsafe { sys::cuMemsetD8_v2(m.dev, 0, m.size) };
         if r != sys::CUresult::CUDA_SUCCESS {
             return Err(format!("cuMemsetD8 failed ({r:?})"));
+        }
+        // A memset of device memory returns before the GPU has done it: wait for it (it ran
+        // on the legacy default stream), or it would zero over the first packets the
+        // receive threads write through the mapping.
+        // SAFETY: the null stream is the context's legacy default stream.
+        let r = unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(format!("waiting for cuMemsetD8 failed ({r:?})"));
         }
         register(m.host as usize, m.size, m.dev, &self.ctx);
         Ok(m)
@@ -520,6 +529,23 @@ pub fn device_address(bytes: &[u8]) -> Option<sys::CUdeviceptr> {
     lookup(bytes).map(|(d, _)| d)
 }
 
+/// Makes the CPU's stores to GPU-mapped `bytes` (non-empty) land in device memory before
+/// the GPU is told to read them. A fence drains this core's write-combining buffers, but a
+/// store that has left the core is a posted PCIe write still on its way to the GPU, and a
+/// copy or kernel queued next may read device memory before it arrives: CUDA orders only
+/// BAR writes that are complete when the dependent call is made. Stores of other threads
+/// were fenced by them before they handed the chunk over. One load from the mapping then
+/// flushes them all: a PCIe read may not pass the posted writes queued before it on the
+/// same path, so its completion comes back only after they have landed. The load is one
+/// uncached round trip (about a microsecond) per chunk.
+fn flush_posted_writes(bytes: &[u8]) {
+    crate::mem::stream_fence();
+    if let Some(last) = bytes.last() {
+        // SAFETY: a valid reference into live mapped memory; the volatile load is the point.
+        let _ = unsafe { std::ptr::read_volatile(last) };
+    }
+}
+
 /// When `src` lies in GPU-mapped chunk memory: queues its copy into the start of `dst` on
 /// `stream`, device to device, and returns true (`src` must then stay alive until the
 /// stream has passed the copy, as for an asynchronous upload). False, doing nothing,
@@ -535,8 +561,7 @@ pub fn copy_mapped_to_device<T>(
     if dst.num_bytes() < src.len() {
         return Err(DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE));
     }
-    // The CPU's write-combined stores to the chunk reach the device before the copy.
-    crate::mem::stream_fence();
+    flush_posted_writes(src);
     let (to, _record) = dst.device_ptr_mut(stream);
     // SAFETY: both ranges are device memory of at least src.len() bytes; queued on stream.
     unsafe { sys::cuMemcpyDtoDAsync_v2(to, from, src.len(), stream.cu_stream()) }.result()?;
@@ -544,12 +569,12 @@ pub fn copy_mapped_to_device<T>(
 }
 
 /// Appends `src` to `dst`: from GPU-mapped chunk memory by a device-to-host copy (the CPU
-/// never loads from the uncached mapping), else by a plain copy.
+/// loads only the one flushing byte from the uncached mapping), else by a plain copy.
 pub fn read_chunk_bytes(dst: &mut Vec<u8>, src: &[u8]) {
     let at = dst.len();
     if let Some((from, ctx)) = lookup(src) {
         dst.resize(at + src.len(), 0);
-        crate::mem::stream_fence();
+        flush_posted_writes(src);
         let ok = ctx.bind_to_thread().is_ok()
             // SAFETY: `from` is src.len() bytes of device memory; dst has room for them.
             && unsafe { sys::cuMemcpyDtoH_v2(dst[at..].as_mut_ptr().cast(), from, src.len()) }

@@ -202,3 +202,43 @@ fn gpu_mapped_chunk_reads_back_on_the_gpu() {
         "unregistered on drop"
     );
 }
+
+/// A chunk written by the CPU at once after its allocation keeps what was written: the
+/// zeroing of fresh GPU-mapped memory is finished before `alloc` returns. (cuMemsetD8 on
+/// device memory returns before the GPU has done it; a receive thread's first packets
+/// were then zeroed over, and an X-engine's first dump differed from the pinned path's.)
+/// The zeroing ends last at the tail, so the tail is written first and read back.
+#[test]
+fn gpu_mapped_chunk_written_at_once_keeps_its_bytes() {
+    if !crate::gpu::gpu_test_guard("mem::vkgdr::gpu_mapped_chunk_written_at_once_keeps_its_bytes")
+    {
+        return;
+    }
+    let ctx = cudarc::driver::CudaContext::new(0).unwrap();
+    let v = match Vkgdr::open(&ctx) {
+        Ok(v) => Arc::new(v),
+        Err(e) if std::env::var("GPUCBF_REQUIRE_VKGDR").as_deref() != Ok("1") => {
+            eprintln!("SKIPPED gpu_mapped_chunk_written_at_once_keeps_its_bytes: {e}");
+            return;
+        }
+        Err(e) => panic!("GPUCBF_REQUIRE_VKGDR=1 but: {e}"),
+    };
+    let policy = MemPolicy {
+        vkgdr: Some(v),
+        ..Default::default()
+    };
+    let len = 1 << 30;
+    let tail = 1 << 16;
+    let pattern: Vec<u8> = (0..tail).map(|i| (i * 29 + 1) as u8).collect();
+    for round in 0..4 {
+        let mut m = ChunkMem::alloc(len, &policy).unwrap();
+        assert_eq!(m.backing(), Backing::GpuMapped, "{m:?}");
+        // SAFETY: the last `tail` bytes of the chunk's len bytes.
+        unsafe { crate::mem::copy_stream(m.as_mut_ptr().add(len - tail), &pattern) };
+        crate::mem::stream_fence();
+        let mut back = vec![];
+        read_chunk_bytes(&mut back, &m[len - tail..]);
+        let kept = back.iter().zip(&pattern).filter(|(a, b)| a == b).count();
+        assert_eq!(kept, tail, "round {round}: {kept} of {tail} bytes kept");
+    }
+}
