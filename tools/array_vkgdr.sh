@@ -3,6 +3,7 @@
 # a folder holding gpucbf, with the Vulkan loader .debs in ../.gl (tools/vkgdr_check.sh prepare):
 # gpucbf array, 2 L-band antennas, 2 XB-engines, pinned
 # chunks then --use-vkgdr, SECS each, PCIe throughput sampled (nvidia-smi dmon -s t).
+# VARIANTS picks the runs (default "pin vk").
 set -u
 cd "$(dirname "$0")"
 O=/tmp/o; rm -rf $O; mkdir -p $O; FINAL=$OUT
@@ -12,7 +13,7 @@ if ldconfig -p | grep -q libGLX_nvidia.so.0 && [ -z "$(find / -xdev -name 'nvidi
   export VK_DRIVER_FILES=/tmp/nvidia_icd.json
 fi
 SECS=${SECS:-180}
-for v in pin vk; do
+for v in ${VARIANTS:-pin vk}; do
   ex=""; [ $v = vk ] && ex="--use-vkgdr"
   nvidia-smi dmon -s t -d 1 > $O/dmon-$v.txt 2>&1 & DM=$!
   timeout $((SECS + 110)) ./gpucbf array --backend gpu --antennas 2 --channels 4096 --adc-sample-rate 1712e6 \
