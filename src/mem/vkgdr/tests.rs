@@ -149,23 +149,9 @@ fn plan_falls_back_without_the_gpu_backend_or_a_gpu() {
 /// without Vulkan it skips too unless `GPUCBF_REQUIRE_VKGDR=1`.
 #[test]
 fn gpu_mapped_chunk_reads_back_on_the_gpu() {
-    if !crate::gpu::gpu_test_guard("mem::vkgdr::gpu_mapped_chunk_reads_back_on_the_gpu") {
-        return;
-    }
     use cudarc::driver::sys;
-    let ctx = cudarc::driver::CudaContext::new(0).unwrap();
-    let v = match Vkgdr::open(&ctx) {
-        Ok(v) => Arc::new(v),
-        Err(e) if std::env::var("GPUCBF_REQUIRE_VKGDR").as_deref() != Ok("1") => {
-            eprintln!("SKIPPED gpu_mapped_chunk_reads_back_on_the_gpu: {e}");
-            return;
-        }
-        Err(e) => panic!("GPUCBF_REQUIRE_VKGDR=1 but: {e}"),
-    };
-    eprintln!("vkgdr: {} memory type {:?}", v.name, v.memory);
-    let policy = MemPolicy {
-        vkgdr: Some(v),
-        ..Default::default()
+    let Some((ctx, policy)) = gpu_mapped_policy("gpu_mapped_chunk_reads_back_on_the_gpu") else {
+        return;
     };
     let len = 3 * (2 << 20) + 4321;
     let mut m = ChunkMem::alloc(len, &policy).unwrap();
@@ -210,22 +196,10 @@ fn gpu_mapped_chunk_reads_back_on_the_gpu() {
 /// The zeroing ends last at the tail, so the tail is written first and read back.
 #[test]
 fn gpu_mapped_chunk_written_at_once_keeps_its_bytes() {
-    if !crate::gpu::gpu_test_guard("mem::vkgdr::gpu_mapped_chunk_written_at_once_keeps_its_bytes")
-    {
+    let Some((_ctx, policy)) =
+        gpu_mapped_policy("gpu_mapped_chunk_written_at_once_keeps_its_bytes")
+    else {
         return;
-    }
-    let ctx = cudarc::driver::CudaContext::new(0).unwrap();
-    let v = match Vkgdr::open(&ctx) {
-        Ok(v) => Arc::new(v),
-        Err(e) if std::env::var("GPUCBF_REQUIRE_VKGDR").as_deref() != Ok("1") => {
-            eprintln!("SKIPPED gpu_mapped_chunk_written_at_once_keeps_its_bytes: {e}");
-            return;
-        }
-        Err(e) => panic!("GPUCBF_REQUIRE_VKGDR=1 but: {e}"),
-    };
-    let policy = MemPolicy {
-        vkgdr: Some(v),
-        ..Default::default()
     };
     let len = 1 << 30;
     let tail = 1 << 16;
@@ -241,4 +215,28 @@ fn gpu_mapped_chunk_written_at_once_keeps_its_bytes() {
         let kept = back.iter().zip(&pattern).filter(|(a, b)| a == b).count();
         assert_eq!(kept, tail, "round {round}: {kept} of {tail} bytes kept");
     }
+}
+
+/// The CUDA context of GPU 0 and a chunk policy with Vulkan open on it, for the GPU test
+/// `name`; None (the test skips, saying why) without a GPU, or without Vulkan unless
+/// `GPUCBF_REQUIRE_VKGDR=1`, which makes that a failure.
+fn gpu_mapped_policy(name: &str) -> Option<(Arc<cudarc::driver::CudaContext>, MemPolicy)> {
+    if !crate::gpu::gpu_test_guard(&format!("mem::vkgdr::{name}")) {
+        return None;
+    }
+    let ctx = cudarc::driver::CudaContext::new(0).unwrap();
+    let v = match Vkgdr::open(&ctx) {
+        Ok(v) => Arc::new(v),
+        Err(e) if std::env::var("GPUCBF_REQUIRE_VKGDR").as_deref() != Ok("1") => {
+            eprintln!("SKIPPED {name}: {e}");
+            return None;
+        }
+        Err(e) => panic!("GPUCBF_REQUIRE_VKGDR=1 but: {e}"),
+    };
+    eprintln!("vkgdr: {} memory type {:?}", v.name, v.memory);
+    let policy = MemPolicy {
+        vkgdr: Some(v),
+        ..Default::default()
+    };
+    Some((ctx, policy))
 }
