@@ -21,20 +21,19 @@ for v in ${VARIANTS:-pin vk}; do
   echo "== array $v rc=$?"; kill $DM
   sed 's/\x1b\[[0-9;]*m//g' $O/array-$v.log | grep -E "lost|verdict|ERROR|real time" | cut -c1-250 | tail -8
   V=$v python3 - <<'PY'
-import json, csv, collections, os
+import json, os
 v = os.environ["V"]
 s = json.load(open(f"/tmp/o/arr-{v}/summary.json"))
 print("use_vkgdr", s.get("use_vkgdr"), "vkgdr_engines", s.get("vkgdr_engines"), "lost", s.get("lost"),
       "dumps", s.get("dumps_produced"), "rtf", s.get("real_time_factor"), "soak", (s.get("soak") or {}).get("ok"))
-rows = list(csv.DictReader(open(f"/tmp/o/soak-{v}/soak.csv")))
-cpu = collections.defaultdict(list)
-for r in rows[20:]:
-    for k, x in r.items():
-        if "cpu" in k and x not in ("", None):
-            try: cpu[k].append(float(x))
-            except ValueError: pass
-for k, x in sorted(cpu.items()):
-    if x: print(f"{k}: mean {sum(x)/len(x):.3f} max {max(x):.3f}")
+# CPU per thread: the soak report's own means over the run (warm-up included).
+soak = json.load(open(f"/tmp/o/soak-{v}/soak.json"))
+total = 0.0
+for e in soak["engines"]:
+    busy = [t for t in e.get("threads") or [] if t["mean_cpu_percent"] >= 3]
+    total += sum(t["mean_cpu_percent"] for t in e.get("threads") or []) / 100
+    print(e["name"], ", ".join(f"{t['thread']} {t['mean_cpu_percent']:.0f} %" for t in busy))
+print(f"cores of work, all threads: {total:.2f}")
 d = [l.split() for l in open(f"/tmp/o/dmon-{v}.txt") if l.strip() and not l.startswith("#")]
 d = [r for r in d if len(r) >= 3 and r[1].isdigit()]
 if d:

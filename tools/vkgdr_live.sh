@@ -121,8 +121,8 @@ def detail(k, x, y):
     """Where a differing X-engine packet differs: its dump's timestamp, heap offset, how
     many of its int32 values differ, and the first few pairs."""
     pa = x[k][3]
-    a = struct.unpack(f"<{len(x[k][4]) // 4}i", x[k][4][:len(x[k][4]) // 4 * 4])
-    b = struct.unpack(f"<{len(y[k][4]) // 4}i", y[k][4][:len(y[k][4]) // 4 * 4])
+    ints = lambda body: struct.unpack(f"<{len(body) // 4}i", body[:len(body) // 4 * 4])
+    a, b = ints(x[k][4]), ints(y[k][4])
     d = [i for i in range(min(len(a), len(b))) if a[i] != b[i]]
     z = sum(1 for i in d if b[i] == 0)
     first = ", ".join(f"[{i}] {a[i]} vs {b[i]}" for i in d[:4])
